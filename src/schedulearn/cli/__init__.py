@@ -1,0 +1,1 @@
+"""The `schedulearn` command line: thin Typer commands over an HTTP client and the simulator."""

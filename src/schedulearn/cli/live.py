@@ -1,0 +1,9 @@
+"""Placeholder: replaced by the module that owns these commands."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""

@@ -1,0 +1,190 @@
+"""Placement helpers shared by every policy: which node, which GPUs.
+
+`FreePool` is a policy's scratch copy of what is free during one
+`decide` call. It starts from the snapshot and records what the policy
+has already handed out or taken back in this pass, so a policy that
+starts several jobs never gives a GPU twice. Only the nodes a pass
+touches are copied, which keeps a pass cheap on clusters of thousands
+of GPUs.
+
+The rules, in one place:
+- a job gets all of its GPUs at once or none (gang scheduling);
+- a job goes on one node whenever one node can hold it, because
+  cross-node traffic is the expensive part; otherwise it spreads over
+  the fewest nodes, taking the emptiest first;
+- a job that names a GPU type only goes on nodes of that type;
+- GPUs within a node are taken lowest index first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
+
+
+class FreePool:
+    """What is free on each node, as seen by one policy pass."""
+
+    __slots__ = ("_cpus", "_free", "_mem", "_nodes")
+
+    def __init__(self, view: ClusterView | tuple[NodeView, ...]) -> None:
+        self._nodes: tuple[NodeView, ...] = (
+            view.nodes if isinstance(view, ClusterView) else view
+        )
+        # Copy-on-write overrides for the nodes this pass has touched.
+        self._free: dict[str, list[int]] = {}
+        self._cpus: dict[str, float] = {}
+        self._mem: dict[str, float] = {}
+
+    # --- reading -----------------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[NodeView, ...]:
+        return self._nodes
+
+    def free_gpus(self, node: NodeView) -> tuple[int, ...] | list[int]:
+        free = self._free.get(node.name)
+        return node.free_gpu_indices if free is None else free
+
+    def num_free(self, node: NodeView) -> int:
+        free = self._free.get(node.name)
+        return node.num_free_gpus if free is None else len(free)
+
+    def free_cpus(self, node: NodeView) -> float:
+        return self._cpus.get(node.name, node.free_cpus)
+
+    def free_memory_gb(self, node: NodeView) -> float:
+        return self._mem.get(node.name, node.free_memory_gb)
+
+    def total_free(self) -> int:
+        return sum(self.num_free(n) for n in self._nodes)
+
+    def fits(self, node: NodeView, job: JobView, gpus: int) -> bool:
+        """Can `node` alone hold `gpus` GPUs of `job`, with its CPUs and memory?"""
+        if not node.healthy or self.num_free(node) < gpus:
+            return False
+        if job.gpu_type and gpus and node.gpu_type != job.gpu_type:
+            return False
+        return self._fits_rest(node, job.cpus, job.memory_gb)
+
+    def _fits_rest(self, node: NodeView, cpus: float, memory_gb: float) -> bool:
+        if cpus and self.free_cpus(node) + 1e-9 < cpus:
+            return False
+        return not (memory_gb and self.free_memory_gb(node) + 1e-9 < memory_gb)
+
+    def candidates(self, job: JobView, gpus: int) -> Iterator[NodeView]:
+        """Nodes, in cluster order, that can hold the whole job alone."""
+        for node in self._nodes:
+            if self.fits(node, job, gpus):
+                yield node
+
+    # --- choosing ----------------------------------------------------------
+
+    def on_node(self, node: NodeView, gpus: int) -> Placement:
+        """The lowest-indexed `gpus` free GPUs of `node`."""
+        return Placement.single(node.name, self.free_gpus(node)[:gpus])
+
+    def first_fit(self, job: JobView, gpus: int | None = None, after: str | None = None) -> Placement | None:
+        """The first node (in cluster order, or the first after node `after`,
+        wrapping around) that holds the whole job."""
+        n = job.gpus if gpus is None else gpus
+        order = self._nodes
+        if after is not None:
+            names = [node.name for node in order]
+            if after in names:
+                i = names.index(after) + 1
+                order = order[i:] + order[:i]
+        for node in order:
+            if self.fits(node, job, n):
+                return self.on_node(node, n)
+        return None
+
+    def best_fit(self, job: JobView, gpus: int | None = None) -> Placement | None:
+        """The node that holds the whole job with the fewest GPUs left over."""
+        n = job.gpus if gpus is None else gpus
+        best: NodeView | None = None
+        best_left = 1 << 30
+        for node in self._nodes:
+            left = self.num_free(node) - n
+            if 0 <= left < best_left and self.fits(node, job, n):
+                best, best_left = node, left
+                if left == 0:
+                    break
+        return None if best is None else self.on_node(best, n)
+
+    def gang(self, job: JobView, gpus: int | None = None) -> Placement | None:
+        """Spread the job over the fewest nodes, emptiest first; None if the
+        cluster cannot hold all of it now."""
+        n = job.gpus if gpus is None else gpus
+        usable = [
+            node for node in self._nodes
+            if node.healthy and self.num_free(node) > 0
+            and not (job.gpu_type and node.gpu_type != job.gpu_type)
+        ]
+        if sum(self.num_free(node) for node in usable) < n:
+            return None
+        usable.sort(key=lambda node: -self.num_free(node))
+        parts: dict[str, list[int]] = {}
+        left = n
+        while left:
+            # Finish on the tightest node that holds the remainder; until
+            # then take the emptiest node whole.
+            tail = [m for m in usable if self.num_free(m) >= left]
+            chosen = min(tail, key=self.num_free) if tail else usable[0]
+            take = min(left, self.num_free(chosen))
+            parts[chosen.name] = list(self.free_gpus(chosen)[:take])
+            usable.remove(chosen)
+            left -= take
+        placement = Placement.of(parts)
+        by_name = {m.name: m for m in self._nodes}
+        for name, held in placement:
+            cpus, mem = job.demand_on(placement, len(held))
+            if not self._fits_rest(by_name[name], cpus, mem):
+                return None
+        return placement
+
+    def pack(self, job: JobView, gpus: int | None = None) -> Placement | None:
+        """One node when one node can hold the job (best fit), else a gang."""
+        n = job.gpus if gpus is None else gpus
+        return self.best_fit(job, n) or (self.gang(job, n) if n > 1 else None)
+
+    # --- recording ---------------------------------------------------------
+
+    def _touch(self, name: str) -> NodeView:
+        node = next(m for m in self._nodes if m.name == name)
+        if name not in self._free:
+            self._free[name] = list(node.free_gpu_indices)
+            self._cpus[name] = node.free_cpus
+            self._mem[name] = node.free_memory_gb
+        return node
+
+    def take(self, job: JobView, placement: Placement) -> None:
+        """Mark `placement`'s GPUs (and the job's CPU and memory) as handed out."""
+        for name, gpus in placement:
+            self._touch(name)
+            free = self._free[name]
+            for g in gpus:
+                free.remove(g)
+            cpus, mem = job.demand_on(placement, len(gpus))
+            self._cpus[name] -= cpus
+            self._mem[name] -= mem
+
+    def release(self, job: JobView, placement: Placement | None = None) -> None:
+        """Give back what a running job holds (for a preemption or resize in this pass)."""
+        placement = placement or job.placement
+        if placement is None:
+            return
+        for name, gpus in placement:
+            self._touch(name)
+            free = self._free[name]
+            free.extend(gpus)
+            free.sort()
+            cpus, mem = job.demand_on(placement, len(gpus))
+            self._cpus[name] += cpus
+            self._mem[name] += mem
+
+
+def largest_node_gpus(view: ClusterView) -> int:
+    """GPUs on the biggest healthy node: a bigger job must run as a gang."""
+    return max((n.num_gpus for n in view.nodes if n.healthy), default=0)

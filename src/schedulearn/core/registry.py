@@ -1,0 +1,129 @@
+"""Policies by name: the built-in ones and third-party ones from entry points.
+
+A policy spec is a name with optional options: `fifo`,
+`fifo:backfill=true`, `tiresias:queues=3:threshold=3600`. Unknown names
+and unknown options are refused with the valid choices listed.
+Third-party packages add policy classes under the entry-point group
+`schedulearn.policies`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any, TypeVar
+
+from schedulearn.core.policy import Policy
+
+ENTRY_POINT_GROUP = "schedulearn.policies"
+
+_P = TypeVar("_P", bound=type[Any])
+_registry: dict[str, type[Any]] = {}
+_loaded = False
+
+
+class UnknownPolicyError(ValueError):
+    """A policy name or option that does not exist; the message lists valid ones."""
+
+
+def register(cls: _P) -> _P:
+    """Class decorator: make a policy available under `cls.name`."""
+    name = cls.name
+    existing = _registry.get(name)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"two policies are named {name!r}: {existing!r} and {cls!r}")
+    _registry[name] = cls
+    return cls
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    importlib.import_module("schedulearn.core.policies")
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        cls = ep.load()
+        if getattr(cls, "name", None) != ep.name:
+            raise ValueError(
+                f"entry point {ep.name!r} in group {ENTRY_POINT_GROUP!r} loads {cls!r}, "
+                f"whose name is {getattr(cls, 'name', None)!r}; make the two agree"
+            )
+        register(cls)
+
+
+def available() -> list[str]:
+    """Every policy name that `create` accepts, sorted."""
+    _load()
+    return sorted(_registry)
+
+
+def policy_class(name: str) -> type[Any]:
+    _load()
+    try:
+        return _registry[name]
+    except KeyError:
+        raise UnknownPolicyError(
+            f"unknown policy {name!r}; choose one of: {', '.join(available())}"
+        ) from None
+
+
+def describe(name: str) -> str:
+    """The first paragraph of the policy module's docstring."""
+    cls = policy_class(name)
+    doc = inspect.getdoc(inspect.getmodule(cls)) or inspect.getdoc(cls) or ""
+    return doc.split("\n\n")[0].replace("\n", " ")
+
+
+def options_of(name: str) -> dict[str, Any]:
+    """The options a policy accepts, with their defaults."""
+    params = inspect.signature(policy_class(name)).parameters
+    return {
+        p.name: p.default
+        for p in params.values()
+        if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD
+    }
+
+
+def create(spec: str, **overrides: Any) -> Policy:
+    """Build a policy from a spec such as `tiresias:queues=3`."""
+    name, options = parse_spec(spec)
+    options.update(overrides)
+    accepted = options_of(name)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        valid = ", ".join(f"{k}={v!r}" for k, v in accepted.items()) or "none"
+        raise UnknownPolicyError(
+            f"policy {name!r} has no option {', '.join(unknown)}; its options are: {valid}"
+        )
+    factory: Callable[..., Policy] = policy_class(name)
+    return factory(**options)
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    name, *pairs = spec.strip().split(":")
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise UnknownPolicyError(
+                f"bad option {pair!r} in policy spec {spec!r}; write name:key=value[:key=value]"
+            )
+        options[key.strip().replace("-", "_")] = _parse_value(raw.strip())
+    return name, options
+
+
+def _parse_value(raw: str) -> Any:
+    lowered = raw.lower()
+    if lowered in {"true", "yes", "on"}:
+        return True
+    if lowered in {"false", "no", "off"}:
+        return False
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw

@@ -1,0 +1,243 @@
+"""Frozen snapshots of the cluster that a policy reads: GPUs, nodes, jobs.
+
+A policy never sees mutable state. The simulator and the live scheduler
+each build a `ClusterView` and hand it to `Policy.decide`. Views are
+built to be cheap to reuse: a running job's view stays valid while it
+runs, because time-dependent figures (attained service, remaining time)
+are computed from `now` rather than stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a job runs: node name -> the GPU indices it holds there.
+
+    Stored as a sorted tuple of pairs so that a placement is hashable and
+    two equal placements compare equal. A CPU-only task holds a node with
+    an empty GPU tuple.
+    """
+
+    parts: tuple[tuple[str, tuple[int, ...]], ...]
+
+    @classmethod
+    def of(cls, gpus_by_node: Mapping[str, Iterable[int]]) -> Placement:
+        return cls(tuple(sorted((n, tuple(sorted(g))) for n, g in gpus_by_node.items())))
+
+    @classmethod
+    def single(cls, node: str, gpus: Iterable[int]) -> Placement:
+        return cls(((node, tuple(sorted(gpus))),))
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.parts)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.parts)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(len(g) for _, g in self.parts)
+
+    def gpus_on(self, node: str) -> tuple[int, ...]:
+        for name, gpus in self.parts:
+            if name == node:
+                return gpus
+        return ()
+
+    def as_dict(self) -> dict[str, list[int]]:
+        return {n: list(g) for n, g in self.parts}
+
+    def __iter__(self) -> Iterator[tuple[str, tuple[int, ...]]]:
+        return iter(self.parts)
+
+    def __str__(self) -> str:
+        return " ".join(f"{n}:{','.join(map(str, g)) or '-'}" for n, g in self.parts)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU of a node. `job_id` is the job holding it, or None when free."""
+
+    index: int
+    type: str = ""
+    uuid: str = ""
+    memory_mb: int = 0
+    job_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One server: its GPUs and the CPU and memory still unreserved."""
+
+    name: str
+    gpus: tuple[GpuView, ...]
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    free_cpus: float = 0.0
+    free_memory_gb: float = 0.0
+    healthy: bool = True
+    # Derived in __post_init__; policies read it on every pass, so compute once.
+    free_gpu_indices: tuple[int, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        free = tuple(g.index for g in self.gpus if g.job_id is None)
+        object.__setattr__(self, "free_gpu_indices", free if self.healthy else ())
+
+    @classmethod
+    def new(
+        cls,
+        name: str,
+        num_gpus: int,
+        gpu_type: str = "",
+        cpus: float = 0.0,
+        memory_gb: float = 0.0,
+        gpu_memory_mb: int = 0,
+    ) -> NodeView:
+        """An idle, healthy node with GPUs indexed 0..num_gpus-1."""
+        gpus = tuple(GpuView(i, gpu_type, f"{name}-gpu{i}", gpu_memory_mb) for i in range(num_gpus))
+        return cls(name, gpus, cpus, memory_gb, cpus, memory_gb)
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def num_free_gpus(self) -> int:
+        return len(self.free_gpu_indices)
+
+    @property
+    def gpu_type(self) -> str:
+        """The type of the node's GPUs ('' when unknown or mixed-free)."""
+        return self.gpus[0].type if self.gpus else ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What a policy knows about one job.
+
+    Sizes: `gpus` is the size the user asked for. An elastic job also
+    gives `min_gpus` and `max_gpus` and may run at any size in between.
+
+    Service accounting for a running job is split in two so that the
+    view need not be rebuilt as time passes: `service_seconds` and
+    `attained_gpu_seconds` hold what was accrued before the current run
+    segment, which began at `started_at` on `placement`.
+    """
+
+    id: int
+    submitted_at: float
+    gpus: int
+    name: str = ""
+    user: str = ""
+    group: str | None = None
+    min_gpus: int | None = None
+    max_gpus: int | None = None
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    gpu_type: str | None = None
+    priority: int = 0
+    deadline: float | None = None
+    estimated_duration: float | None = None
+    model: str | None = None
+    preemptible: bool = False
+    # Queue and run state.
+    queued_at: float | None = None
+    placement: Placement | None = None
+    started_at: float | None = None
+    service_seconds: float = 0.0
+    attained_gpu_seconds: float = 0.0
+    preemptions: int = 0
+    progress: float | None = None
+
+    @property
+    def is_running(self) -> bool:
+        return self.placement is not None
+
+    @property
+    def is_elastic(self) -> bool:
+        return self.least_gpus != self.most_gpus
+
+    @property
+    def least_gpus(self) -> int:
+        return self.gpus if self.min_gpus is None else self.min_gpus
+
+    @property
+    def most_gpus(self) -> int:
+        return self.gpus if self.max_gpus is None else self.max_gpus
+
+    @property
+    def allocated_gpus(self) -> int:
+        return 0 if self.placement is None else self.placement.num_gpus
+
+    @property
+    def waiting_since(self) -> float:
+        """When the job last entered the queue (submission or preemption)."""
+        return self.submitted_at if self.queued_at is None else self.queued_at
+
+    def service_at(self, now: float) -> float:
+        """Seconds the job has run in total, as of `now`."""
+        if self.started_at is None:
+            return self.service_seconds
+        return self.service_seconds + max(0.0, now - self.started_at)
+
+    def attained_at(self, now: float) -> float:
+        """GPU-seconds of service the job has received, as of `now`."""
+        if self.started_at is None or self.placement is None:
+            return self.attained_gpu_seconds
+        return self.attained_gpu_seconds + self.placement.num_gpus * max(0.0, now - self.started_at)
+
+    def remaining_at(self, now: float) -> float | None:
+        """Estimated seconds left at the requested size, or None if unknown."""
+        if self.estimated_duration is None:
+            return None
+        return max(0.0, self.estimated_duration - self.service_at(now))
+
+    def demand_on(self, placement: Placement, gpus_here: int) -> tuple[float, float]:
+        """CPUs and memory (GB) one part of `placement` reserves on its node.
+
+        A gang's CPU and memory demand is split over its nodes in
+        proportion to the GPUs each part holds.
+        """
+        whole = placement.num_gpus
+        if whole <= 0 or placement.num_nodes == 1:
+            return self.cpus, self.memory_gb
+        return self.cpus * gpus_here / whole, self.memory_gb * gpus_here / whole
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """A snapshot: the time, the nodes, the queue in arrival order, the running jobs."""
+
+    now: float
+    nodes: tuple[NodeView, ...]
+    pending: tuple[JobView, ...]
+    running: tuple[JobView, ...] = ()
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(n.num_free_gpus for n in self.nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.num_gpus for n in self.nodes if n.healthy)
+
+    def node(self, name: str) -> NodeView:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def job(self, job_id: int) -> JobView:
+        for j in self.pending:
+            if j.id == job_id:
+                return j
+        for j in self.running:
+            if j.id == job_id:
+                return j
+        raise KeyError(job_id)
