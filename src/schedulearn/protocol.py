@@ -1,0 +1,479 @@
+"""Wire models shared by the server, the node agents and the CLI.
+
+This module owns the shape of every message that crosses the network:
+
+- the agent contract (HTTP under `/api/v1/agent`, bearer agent token):
+  registration, heartbeats, the long-polled work batches (assignments
+  and stop orders), job events and log batches;
+- the user API's request and response bodies (job specs, job and node
+  listings, policy, errors), so the CLI reads typed objects too.
+
+It imports only pydantic and the standard library, never the server or
+the agent. Times are seconds since the epoch (floats), as everywhere
+else in Schedulearn. The `attempt` number on every job report lets the
+server ignore reports from an older run of a job that was requeued.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+API_PREFIX = "/api/v1"
+AGENT_PREFIX = "/api/v1/agent"
+
+# Environment variables a job sees (besides CUDA_VISIBLE_DEVICES and, in a
+# container, NVIDIA_VISIBLE_DEVICES). Gangs also get the torch rendezvous ones.
+ENV_JOB_ID = "SCHEDULEARN_JOB_ID"
+ENV_NUM_GPUS = "SCHEDULEARN_NUM_GPUS"
+ENV_CHECKPOINT_DIR = "SCHEDULEARN_CHECKPOINT_DIR"
+GANG_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")
+
+
+class _Wire(BaseModel):
+    """Base of every wire model: unknown fields are refused, so typos fail loudly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- enums --------------------------------------------------------------------
+
+
+class JobState(StrEnum):
+    """A job's life: pending -> assigned -> running -> succeeded|failed|cancelled;
+    preempting -> pending; lost when its node stops answering."""
+
+    PENDING = "pending"
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+    @property
+    def is_final(self) -> bool:
+        return self in _FINAL_STATES
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self in _HOLDING_STATES
+
+
+_FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+_HOLDING_STATES = frozenset({JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING})
+
+
+class Launcher(StrEnum):
+    NONE = "none"
+    TORCHRUN = "torchrun"
+    HOROVOD = "horovod"
+
+
+class Executor(StrEnum):
+    SUBPROCESS = "subprocess"
+    DOCKER = "docker"
+
+
+class StopReason(StrEnum):
+    CANCEL = "cancel"
+    PREEMPT = "preempt"
+    LOST = "lost"
+    GANG_FAILED = "gang_failed"
+
+
+class EventKind(StrEnum):
+    STARTED = "started"
+    EXITED = "exited"
+    FAILED_TO_START = "failed_to_start"
+
+
+class LogStream(StrEnum):
+    STDOUT = "stdout"
+    STDERR = "stderr"
+
+
+# --- agent contract -----------------------------------------------------------
+
+
+class GpuInfo(_Wire):
+    index: int = Field(ge=0)
+    uuid: str = ""
+    type: str = ""
+    memory_mb: int = Field(default=0, ge=0)
+
+
+class RunningJobReport(_Wire):
+    """A job an agent still runs (sent on registration and in every heartbeat)."""
+
+    job_id: int
+    attempt: int
+
+
+class NodeRegistration(_Wire):
+    name: str = Field(min_length=1, max_length=200)
+    address: str = Field(default="127.0.0.1", description="Address other nodes reach it at")
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    cpus: float = Field(default=0.0, ge=0)
+    memory_gb: float = Field(default=0.0, ge=0)
+    executors: list[Executor] = Field(default_factory=lambda: [Executor.SUBPROCESS])
+    running: list[RunningJobReport] = Field(default_factory=list)
+
+
+class RegistrationReply(_Wire):
+    heartbeat_seconds: float
+    adopt: list[int] = Field(
+        default_factory=list, description="Jobs the server still considers running here"
+    )
+    lost: list[int] = Field(default_factory=list, description="Jobs the agent must stop")
+
+
+class GpuSample(_Wire):
+    index: int
+    utilization_pct: float = 0.0
+    memory_used_mb: int = 0
+
+
+class Heartbeat(_Wire):
+    name: str
+    gpus: list[GpuSample] = Field(default_factory=list)
+    running: list[RunningJobReport] = Field(default_factory=list)
+
+
+class HeartbeatReply(_Wire):
+    heartbeat_seconds: float
+    reregister: bool = Field(
+        default=False, description="The server does not know this node (or marked it down)"
+    )
+
+
+class GangInfo(_Wire):
+    world_size: int = Field(description="Number of nodes in the gang")
+    node_rank: int
+    master_addr: str
+    master_port: int
+    nproc_per_node: int
+
+
+class Assignment(_Wire):
+    """Start one job (or one node's part of a gang) on these GPUs."""
+
+    job_id: int
+    attempt: int
+    name: str = ""
+    user: str = ""
+    command: list[str] | str
+    image: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    gpus: list[int] = Field(default_factory=list, description="GPU indices on this node")
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    shm_size: str | None = None
+    launcher: Launcher = Launcher.NONE
+    executor: Executor = Executor.SUBPROCESS
+    gang: GangInfo | None = None
+    checkpoint_dir: str | None = None
+
+
+class StopOrder(_Wire):
+    job_id: int
+    attempt: int
+    reason: StopReason
+    grace_seconds: float = 10.0
+
+
+class WorkBatch(_Wire):
+    starts: list[Assignment] = Field(default_factory=list)
+    stops: list[StopOrder] = Field(default_factory=list)
+
+
+class JobEvent(_Wire):
+    attempt: int
+    kind: EventKind
+    exit_code: int | None = None
+    message: str = ""
+    at: float
+
+
+class LogLine(_Wire):
+    seq: int
+    stream: LogStream = LogStream.STDOUT
+    text: str
+    at: float
+
+
+class LogBatch(_Wire):
+    attempt: int
+    lines: list[LogLine] = Field(max_length=10_000)
+
+
+class Ack(_Wire):
+    ok: bool = True
+    ignored: bool = Field(default=False, description="The report was for an old attempt")
+
+
+# --- user API -----------------------------------------------------------------
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
+_GB_PER_UNIT = {"": 1.0, "k": 1 / 1024**2, "m": 1 / 1024, "g": 1.0, "t": 1024.0}
+_SECONDS_PER_UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_memory_gb(value: float | int | str) -> float:
+    """`16`, `16G`, `512Mi`, `1.5T` -> gigabytes."""
+    if isinstance(value, int | float):
+        return float(value)
+    match = _SIZE.match(value)
+    if not match:
+        raise ValueError(f"memory {value!r} is not a size; write e.g. 16G, 512M or 16")
+    return float(match.group(1)) * _GB_PER_UNIT[match.group(2).lower()]
+
+
+def parse_duration(value: float | int | str) -> float:
+    """`90`, `90s`, `30m`, `2h`, `1d` -> seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    match = _DURATION.match(value)
+    if not match:
+        raise ValueError(f"duration {value!r} is not a duration; write e.g. 90, 30m or 2h")
+    return float(match.group(1)) * _SECONDS_PER_UNIT[match.group(2).lower()]
+
+
+Name = Annotated[str, Field(max_length=200)]
+
+
+class JobSpec(_Wire):
+    """What a user submits (JSON, or the same keys in YAML)."""
+
+    name: Name = ""
+    command: (
+        list[Annotated[str, Field(max_length=10_000)]] | Annotated[str, Field(max_length=100_000)]
+    ) = Field(description="argv list, or a shell string run with /bin/sh -c")
+    image: str | None = Field(default=None, max_length=500)
+    gpus: int | None = Field(default=None, ge=0, le=4096)
+    min_gpus: int | None = Field(default=None, ge=0, le=4096)
+    max_gpus: int | None = Field(default=None, ge=0, le=4096)
+    cpus: float = Field(default=0.0, ge=0, le=100_000)
+    memory: float | str = Field(default=0.0, description="GB as a number, or e.g. '16G'")
+    gpu_type: str | None = Field(default=None, max_length=100)
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+    deadline: float | datetime | None = Field(
+        default=None, description="Epoch seconds or an ISO 8601 time"
+    )
+    estimated_duration: float | str | None = Field(
+        default=None, description="Seconds, or e.g. '30m', '2h'"
+    )
+    model: str | None = Field(default=None, max_length=200)
+    preemptible: bool = False
+    env: dict[Annotated[str, Field(max_length=200)], Annotated[str, Field(max_length=10_000)]] = (
+        Field(default_factory=dict)
+    )
+    workdir: str | None = Field(default=None, max_length=4096)
+    shm_size: str | None = Field(default=None, max_length=50)
+    launcher: Launcher = Launcher.NONE
+    count: int = Field(default=1, ge=1, le=10_000, description="Submit a job array of this size")
+    max_restarts: int = Field(default=3, ge=0, le=100)
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_empty(cls, value: list[str] | str) -> list[str] | str:
+        if (isinstance(value, str) and not value.strip()) or (
+            isinstance(value, list) and not value
+        ):
+            raise ValueError("command is empty; give an argv list or a shell string")
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_is_size(cls, value: float | str) -> float | str:
+        gb = parse_memory_gb(value)
+        if gb < 0 or gb > 1_000_000:
+            raise ValueError("memory must be between 0 and 1000000 GB")
+        return value
+
+    @field_validator("estimated_duration")
+    @classmethod
+    def _duration_is_duration(cls, value: float | str | None) -> float | str | None:
+        if value is not None and not 0 <= parse_duration(value) <= 10 * 365 * 86400:
+            raise ValueError("estimated_duration must be between 0 and ten years")
+        return value
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline_finite(cls, value: float | datetime | None) -> float | datetime | None:
+        if isinstance(value, float | int) and not 0 <= value < 1e11:
+            raise ValueError("deadline must be epoch seconds (or an ISO 8601 time)")
+        return value
+
+    @model_validator(mode="after")
+    def _sizes_agree(self) -> JobSpec:
+        if (self.min_gpus is None) != (self.max_gpus is None):
+            raise ValueError("give both min_gpus and max_gpus for an elastic job, or neither")
+        if self.min_gpus is not None and self.max_gpus is not None:
+            if self.min_gpus > self.max_gpus:
+                raise ValueError(f"min_gpus ({self.min_gpus}) is above max_gpus ({self.max_gpus})")
+            if self.gpus is not None and not self.min_gpus <= self.gpus <= self.max_gpus:
+                raise ValueError(f"gpus ({self.gpus}) must lie between min_gpus and max_gpus")
+        return self
+
+    # Normalised figures the server stores.
+    @property
+    def requested_gpus(self) -> int:
+        if self.gpus is not None:
+            return self.gpus
+        if self.min_gpus is not None:
+            return self.min_gpus
+        return 1
+
+    @property
+    def memory_gb(self) -> float:
+        return parse_memory_gb(self.memory)
+
+    @property
+    def estimated_seconds(self) -> float | None:
+        return None if self.estimated_duration is None else parse_duration(self.estimated_duration)
+
+    @property
+    def deadline_epoch(self) -> float | None:
+        if isinstance(self.deadline, datetime):
+            return self.deadline.timestamp()
+        return self.deadline
+
+
+class JobPublic(_Wire):
+    """One job as the API shows it."""
+
+    id: int
+    name: str
+    user: str
+    state: JobState
+    command: list[str] | str
+    image: str | None
+    gpus: int
+    min_gpus: int | None
+    max_gpus: int | None
+    cpus: float
+    memory_gb: float
+    gpu_type: str | None
+    priority: int
+    deadline: float | None
+    estimated_duration: float | None
+    model: str | None
+    preemptible: bool
+    env: dict[str, str]
+    workdir: str | None
+    shm_size: str | None
+    launcher: Launcher
+    array_id: int | None
+    array_index: int | None
+    max_restarts: int
+    restarts: int
+    attempt: int
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    exit_code: int | None
+    message: str
+    placement: dict[str, list[int]] | None
+    queue_position: int | None = Field(
+        default=None, description="1 for the head of the queue; None unless pending"
+    )
+    waiting_reason: str | None = None
+
+
+class JobList(_Wire):
+    items: list[JobPublic]
+    total: int
+    offset: int
+    limit: int
+
+
+class SubmitReply(_Wire):
+    ids: list[int]
+    jobs: list[JobPublic]
+
+
+class GpuPublic(_Wire):
+    index: int
+    uuid: str
+    type: str
+    memory_mb: int
+    job_id: int | None
+    utilization_pct: float | None
+    memory_used_mb: int | None
+
+
+class NodePublic(_Wire):
+    name: str
+    address: str
+    healthy: bool
+    cpus: float
+    memory_gb: float
+    executors: list[str]
+    last_seen: float
+    gpus: list[GpuPublic]
+
+
+class NodeList(_Wire):
+    items: list[NodePublic]
+
+
+class PolicyPublic(_Wire):
+    spec: str
+    name: str
+    tick_seconds: float | None
+    available: list[str]
+
+
+class PolicySet(_Wire):
+    spec: str = Field(min_length=1, max_length=500, description="e.g. fifo or fifo:backfill=true")
+
+
+class LogLinePublic(_Wire):
+    seq: int
+    attempt: int
+    stream: LogStream
+    text: str
+    at: float
+
+
+class LogPage(_Wire):
+    job_id: int
+    lines: list[LogLinePublic]
+    next_after: int = Field(description="Pass as `after` to fetch only newer lines")
+
+
+class TokenCreate(_Wire):
+    user: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.@-]+$")
+    role: Literal["user", "admin"] = "user"
+
+
+class TokenPublic(_Wire):
+    user: str
+    role: str
+    token: str = Field(description="Shown once; the server stores only its hash")
+
+
+class WhoAmI(_Wire):
+    user: str
+    role: str
+
+
+class Health(_Wire):
+    status: Literal["ok"] = "ok"
+    database: str
+    policy: str
+
+
+class ErrorBody(_Wire):
+    """Every error the API returns: what went wrong and what to change."""
+
+    error: str
+    detail: str | list[dict[str, object]] | None = None
