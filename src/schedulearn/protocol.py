@@ -195,6 +195,7 @@ class WorkBatch(_Wire):
 
 class JobEvent(_Wire):
     attempt: int
+    node: str = Field(default="", description="The reporting node (tells a gang's parts apart)")
     kind: EventKind
     exit_code: int | None = None
     message: str = ""
@@ -210,6 +211,7 @@ class LogLine(_Wire):
 
 class LogBatch(_Wire):
     attempt: int
+    node: str = Field(default="", description="The reporting node (tells a gang's parts apart)")
     lines: list[LogLine] = Field(max_length=10_000)
 
 
@@ -452,7 +454,7 @@ class LogPage(_Wire):
 
 class TokenCreate(_Wire):
     user: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.@-]+$")
-    role: Literal["user", "admin"] = "user"
+    role: Literal["user", "admin", "agent"] = "user"
 
 
 class TokenPublic(_Wire):
