@@ -1,0 +1,340 @@
+"""The subprocess executor: a job is a process group on the agent's host.
+
+Each run starts as a tiny `/bin/sh` shim that leads its own session and
+process group, runs the job's argv in the foreground, and writes the
+job's exit code to a file when it ends:
+
+    sh -c 'trap : TERM INT HUP; "$@"; c=$?; echo "$c" > "$0"; exit "$c"' EXIT_FILE ARGV...
+
+Why the shim: the job must survive a restart of the agent, and a
+restarted agent is no longer the job's parent, so it cannot `wait()` for
+its status. The shim's trap only defers SIGTERM until the job has ended
+(a trap set to a command, unlike an ignored signal, is reset for the
+job), so a cancelled job still gets its SIGTERM and its exit code is
+still written. Output goes to files in the job's directory, never pipes,
+for the same reason: a pipe to a dead agent would kill the job with
+SIGPIPE. The agent tails those files line by line.
+
+Exit is observed through a pidfd, which works for a child and for a
+re-adopted process alike. Cancel: SIGTERM to the whole group, a grace
+period, then SIGKILL of the group. When the job ends, stray processes
+left in its group are killed too: they would hold GPUs the scheduler is
+about to give to the next job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import BinaryIO
+
+from schedulearn.agent.executors.base import (
+    ExitStatus,
+    LineSink,
+    NewRecord,
+    OutputLine,
+    RunHandle,
+    StartError,
+    decode,
+    signal_exit_code,
+    split_lines,
+)
+from schedulearn.agent.launchers import LaunchError, plan_launch
+from schedulearn.agent.state import JobRecord
+from schedulearn.protocol import Assignment, Executor, LogStream
+
+log = logging.getLogger(__name__)
+
+SHIM = 'trap : TERM INT HUP; "$@"; c=$?; echo "$c" > "$0"; exit "$c"'
+EXIT_FILE = "exit_code"
+# How often a running job's log files are read; the exit wakes the reader at once.
+POLL_SECONDS = 0.1
+READ_CHUNK = 1 << 20
+# Variables of the agent's own environment that a job must not inherit
+# (the agent token above all).
+_PRIVATE_PREFIXES = ("SCHEDULEARN_",)
+
+
+def log_file(job_dir: str | Path, stream: LogStream) -> Path:
+    return Path(job_dir) / f"{stream.value}.log"
+
+
+def start_ticks(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot, or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses; the fields
+    # after its closing parenthesis start with field 3, and field 22 is starttime.
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+class SubprocessExecutor:
+    """Runs jobs as process groups on this host."""
+
+    kind = Executor.SUBPROCESS
+
+    def __init__(
+        self,
+        node_name: str,
+        base_env: Mapping[str, str] | None = None,
+        default_workdir: str | None = None,
+    ) -> None:
+        self.node_name = node_name
+        source = os.environ if base_env is None else base_env
+        self._base_env = {k: v for k, v in source.items() if not k.startswith(_PRIVATE_PREFIXES)}
+        self._default_workdir = default_workdir or os.getcwd()
+
+    async def start(self, assignment: Assignment, record: JobRecord) -> RunHandle:
+        try:
+            plan = plan_launch(assignment, record.checkpoint_dir)
+        except LaunchError as exc:
+            raise StartError(str(exc)) from exc
+        env = {**self._base_env, **plan.env}
+        workdir = assignment.workdir or self._default_workdir
+        if not Path(workdir).is_dir():
+            raise StartError(
+                f"workdir {workdir!r} does not exist on node {self.node_name!r}; "
+                "create it there or change the job's workdir"
+            )
+        program = plan.argv[0]
+        if shutil.which(program, path=env.get("PATH", os.defpath)) is None and not (
+            "/" in program and os.access(Path(workdir) / program, os.X_OK)
+        ):
+            raise StartError(
+                f"program {program!r} was not found on node {self.node_name!r} (not on its "
+                "PATH); install it there, give its full path, or run the job in a container "
+                "image that has it"
+            )
+        Path(record.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        exit_file = Path(record.job_dir) / EXIT_FILE
+        argv = ["/bin/sh", "-c", SHIM, str(exit_file), *plan.argv]
+        with (
+            open(log_file(record.job_dir, LogStream.STDOUT), "ab") as out,
+            open(log_file(record.job_dir, LogStream.STDERR), "ab") as err,
+        ):
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    cwd=workdir,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise StartError(f"could not start the job on {self.node_name!r}: {exc}") from exc
+        record.pid = proc.pid
+        record.pid_start_ticks = start_ticks(proc.pid)
+        return ProcessHandle(record, proc)
+
+    async def recover(
+        self, records: list[JobRecord], new_record: NewRecord | None = None
+    ) -> list[RunHandle]:
+        handles: list[RunHandle] = []
+        for record in records:
+            if record.executor is not self.kind:
+                continue
+            handles.append(ProcessHandle.adopt(record))
+        return handles
+
+    async def close(self) -> None:
+        return None
+
+
+class ProcessHandle:
+    """One run of a job as a process group (our child, or re-adopted)."""
+
+    def __init__(
+        self,
+        record: JobRecord,
+        proc: subprocess.Popen[bytes] | None,
+        ended: ExitStatus | None = None,
+    ) -> None:
+        self.record = record
+        self._proc = proc
+        self._status = ended
+        self._exited = asyncio.Event()
+        self._pidfd: int | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        if ended is not None:
+            self._exited.set()
+        elif record.pid is not None:
+            try:
+                self._pidfd = os.pidfd_open(record.pid)
+            except ProcessLookupError:
+                self._finish()
+
+    @classmethod
+    def adopt(cls, record: JobRecord) -> ProcessHandle:
+        """A handle for a run an earlier agent process started."""
+        if record.ended:
+            return cls(record, None, ExitStatus(record.exit_code, record.exit_message))
+        if record.pid is None:
+            return cls(
+                record, None, ExitStatus(None, "the agent stopped while it was starting the job")
+            )
+        handle = cls(record, None)
+        # The pidfd was opened first, so this check cannot race a pid reuse.
+        if handle._status is None and start_ticks(record.pid) != record.pid_start_ticks:
+            handle._finish()
+        return handle
+
+    # --- exit ----------------------------------------------------------------
+
+    def is_alive(self) -> bool:
+        return self._status is None
+
+    async def wait(self) -> ExitStatus:
+        if self._status is None and self._pidfd is not None:
+            if self._waiter is None:
+                loop = asyncio.get_running_loop()
+                self._waiter = loop.create_future()
+                loop.add_reader(self._pidfd, self._on_pidfd, loop)
+            await asyncio.shield(self._waiter)
+        await self._exited.wait()
+        assert self._status is not None
+        return self._status
+
+    def _on_pidfd(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._pidfd is not None:
+            loop.remove_reader(self._pidfd)
+        self._finish()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _finish(self) -> None:
+        """The shim has ended: learn the exit code and clear up its group."""
+        if self._status is not None:
+            return
+        returncode = self._proc.wait() if self._proc is not None else None
+        code = _read_exit_file(Path(self.record.job_dir) / EXIT_FILE)
+        message = ""
+        if code is None and returncode is not None:
+            code = signal_exit_code(-returncode) if returncode < 0 else returncode
+        elif code is None:
+            message = (
+                "the job ended while the agent was not running and left no exit status "
+                "(it was probably killed with SIGKILL)"
+            )
+        self._kill_strays()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        self._status = ExitStatus(code, message)
+        self._exited.set()
+
+    def _kill_strays(self) -> None:
+        pgid = self.record.pid
+        # Once the shim is gone its pid may belong to a new process; then the
+        # number names someone else's group and is left alone.
+        if pgid is None or Path(f"/proc/{pgid}").exists():
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+    # --- stop ----------------------------------------------------------------
+
+    async def stop(self, grace_seconds: float) -> None:
+        pgid = self.record.pid
+        if self._status is not None or pgid is None:
+            return
+        self._signal(pgid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.wait()), timeout=max(0.0, grace_seconds))
+        except TimeoutError:
+            log.info(
+                "job %s ignored SIGTERM for %.1fs; killing it", self.record.job_id, grace_seconds
+            )
+            self._signal(pgid, signal.SIGKILL)
+            await self.wait()
+
+    def _signal(self, pgid: int, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signum)
+
+    async def cleanup(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    # --- output ----------------------------------------------------------------
+
+    async def pump_logs(self, sink: LineSink) -> None:
+        tails = [
+            _FileTail(
+                log_file(self.record.job_dir, s), s, self.record.log_positions.get(s.value, 0)
+            )
+            for s in (LogStream.STDOUT, LogStream.STDERR)
+        ]
+        try:
+            while True:
+                ended = self._exited.is_set()
+                for tail in tails:
+                    tail.read(sink, final=ended)
+                if ended:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._exited.wait(), timeout=POLL_SECONDS)
+        finally:
+            for tail in tails:
+                tail.close()
+
+
+class _FileTail:
+    """Reads one output file from a byte offset, a line at a time."""
+
+    def __init__(self, path: Path, stream: LogStream, offset: int) -> None:
+        self.path = path
+        self.stream = stream
+        self.offset = offset
+        self._file: BinaryIO | None = None
+
+    def read(self, sink: LineSink, final: bool) -> None:
+        if self._file is None:
+            try:
+                self._file = open(self.path, "rb")  # noqa: SIM115 - kept open across reads
+            except FileNotFoundError:
+                return
+        f = self._file
+        while True:
+            f.seek(self.offset)
+            data = f.read(READ_CHUNK)
+            lines = split_lines(data, final=final and len(data) < READ_CHUNK) if data else []
+            if not lines:
+                break
+            now = time.time()
+            for line, end in lines:
+                sink(OutputLine(self.stream, decode(line), now, self.offset + end))
+            self.offset += lines[-1][1]
+        if final:
+            self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _read_exit_file(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
