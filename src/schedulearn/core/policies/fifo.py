@@ -1,4 +1,7 @@
-"""FIFO: jobs start in arrival order; the head of the queue waits for room.
+"""FIFO: jobs start in arrival order and the head of the queue waits for room;
+with `backfill=true`, EASY backfilling lets a later job start now if it
+does not delay the head. Source: the original Schedulearn's FIFO; EASY
+backfilling from Lifka (1995) and Mu'alem and Feitelson (2001).
 
 Rule: take pending jobs oldest first. Place each with the shared packing
 rule (one node when it fits, best fit; otherwise a gang over the fewest
@@ -35,6 +38,8 @@ class Fifo:
         self.backfill = backfill
 
     def decide(self, view: ClusterView) -> list[Decision]:
+        if not view.pending:
+            return []
         pool = FreePool(view)
         decisions: list[Decision] = []
         free = pool.total_free()

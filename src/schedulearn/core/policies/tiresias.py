@@ -1,0 +1,185 @@
+"""Tiresias: discretized two-dimensional least-attained-service (2D-LAS): jobs
+sit in priority queues by attained GPU-seconds (GPUs x seconds run),
+FIFO inside a queue; waiting jobs of a higher queue preempt preemptible
+jobs of lower queues; a starvation guard promotes jobs that waited too
+long. Source: Gu et al., "Tiresias: A GPU Cluster Manager for Distributed
+Deep Learning", NSDI 2019 (discretized 2D-LAS, the "dlas-gpu" scheduler
+of its simulator).
+
+Rule in full, one pass (every `tick_seconds` = 60 s and on every event):
+1. A job's queue is the number of thresholds its attained service
+   (`JobView.attained_at(now)`, GPU-seconds) has reached: with the
+   defaults, 2 queues split at 16 GPU-hours (57,600 GPU-seconds), the
+   setting of the Pollux artifact's Tiresias. New jobs start in queue 0.
+2. Pending jobs are taken by (queue, submission time). Each one that fits
+   starts (one node when it fits, else a gang over the fewest nodes); one
+   that does not fit suspends running preemptible jobs of strictly lower
+   priority queues (lowest queue, then latest submitted, first), as few
+   as it needs; failing that it is skipped, and later jobs may start.
+   Jobs in the same queue never preempt each other, which avoids
+   thrashing.
+3. Starvation guard: a pending job that has run before and has waited
+   (since it last entered the queue) longer than `starvation_factor`
+   times its executed time is promoted to queue 0. A promoted job keeps
+   queue 0 after it resumes until it has attained the first threshold
+   again in that run; this is read from the snapshot (its wait before
+   the run began, `started_at - queued_at`), so the policy keeps no
+   state. `starvation_factor=0` disables the guard (as in the Pollux
+   artifact). Default 10.
+
+Options: `queues` (default 2) and `threshold` (GPU-seconds where queue 0
+ends; several comma-separated values give every boundary, e.g.
+`tiresias:queues=3:threshold=3600,57600`; with fewer values than
+`queues - 1` each further boundary is 10x the previous one).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import ClassVar
+
+from schedulearn.core.decisions import Decision, Preempt, Start
+from schedulearn.core.placement import FreePool
+from schedulearn.core.policies._room import make_room
+from schedulearn.core.registry import register
+from schedulearn.core.views import ClusterView, JobView
+
+SIXTEEN_GPU_HOURS = 16 * 3600.0
+
+
+@register
+class Tiresias:
+    name: ClassVar[str] = "tiresias"
+    tick_seconds: ClassVar[float | None] = 60.0
+
+    def __init__(
+        self,
+        queues: int = 2,
+        threshold: float | str = SIXTEEN_GPU_HOURS,
+        starvation_factor: float = 10.0,
+    ) -> None:
+        if not isinstance(queues, int) or queues < 1:
+            raise ValueError(f"tiresias: queues must be a whole number, 1 or more, not {queues!r}")
+        if starvation_factor < 0:
+            raise ValueError(
+                f"tiresias: starvation_factor must be 0 (off) or more, not {starvation_factor}"
+            )
+        self.queues = queues
+        self.thresholds = _thresholds(threshold, queues)
+        self.starvation_factor = float(starvation_factor)
+
+    # --- queues ------------------------------------------------------------
+
+    def queue_of(self, job: JobView, now: float) -> int:
+        """The job's priority queue now (0 is the highest)."""
+        if not self.thresholds:
+            return 0
+        if job.placement is None:
+            if self._starving(job, now):
+                return 0
+            return bisect_right(self.thresholds, job.attained_gpu_seconds)
+        if self._promoted_run(job, now):
+            return 0
+        return bisect_right(self.thresholds, job.attained_at(now))
+
+    def _starving(self, job: JobView, now: float) -> bool:
+        factor = self.starvation_factor
+        return (
+            factor > 0
+            and job.service_seconds > 0
+            and now - job.waiting_since > factor * job.service_seconds
+        )
+
+    def _promoted_run(self, job: JobView, now: float) -> bool:
+        """Did this run begin with a promotion, and is it still under the first threshold?"""
+        factor = self.starvation_factor
+        started = job.started_at
+        if factor <= 0 or started is None or job.queued_at is None or job.service_seconds <= 0:
+            return False
+        if started - job.queued_at <= factor * job.service_seconds:
+            return False
+        assert job.placement is not None
+        return job.placement.num_gpus * (now - started) < self.thresholds[0]
+
+    # --- the pass ----------------------------------------------------------
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        pending = view.pending
+        if not pending:
+            return []
+        now = view.now
+        pool = FreePool(view)
+        free = pool.total_free()
+        order = sorted(
+            ((self.queue_of(j, now), j.submitted_at, j.id, j) for j in pending),
+            key=lambda t: t[:3],
+        )
+        last = self.queues - 1
+        if free == 0 and order[0][0] == last:
+            return []  # nothing fits and nobody may preempt anyone
+        decisions: list[Decision] = []
+        victims: list[tuple[int, JobView]] | None = None
+        for queue, _, _, job in order:
+            placement = pool.pack(job) if job.gpus <= free else None
+            if placement is not None:
+                pool.take(job, placement)
+                free -= placement.num_gpus
+                decisions.append(Start(job.id, placement))
+                continue
+            if queue == last:
+                if free == 0:
+                    break  # the rest are in the last queue too
+                continue
+            if victims is None:
+                # Built only when someone must preempt: lowest queue first,
+                # then the latest submitted (FIFO inside a queue).
+                victims = sorted(
+                    (
+                        (self.queue_of(j, now), j)
+                        for j in view.running
+                        if j.preemptible and j.placement is not None
+                    ),
+                    key=lambda qj: (-qj[0], -qj[1].submitted_at, -qj[1].id),
+                )
+            eligible = [j for q, j in victims if q > queue]
+            room = make_room(pool, job, eligible, free) if eligible else None
+            if room is None:
+                continue
+            placement, used = room
+            for victim in used:
+                decisions.append(Preempt(victim.id))
+                free += victim.allocated_gpus
+            free -= placement.num_gpus
+            gone = {v.id for v in used}
+            victims = [(q, j) for q, j in victims if j.id not in gone]
+            decisions.append(Start(job.id, placement))
+        return decisions
+
+
+def _thresholds(threshold: float | str, queues: int) -> list[float]:
+    """Queue boundaries in GPU-seconds, ascending, one fewer than the queues."""
+    wanted = queues - 1
+    if wanted == 0:
+        return []
+    if isinstance(threshold, str):
+        try:
+            given = [float(x) for x in threshold.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(
+                f"tiresias: threshold must be GPU-seconds, e.g. 57600 or 3600,57600; "
+                f"not {threshold!r}"
+            ) from None
+    else:
+        given = [float(threshold)]
+    if not given or any(t <= 0 for t in given) or given != sorted(given):
+        raise ValueError(
+            f"tiresias: thresholds must be positive and ascending GPU-seconds, not {threshold!r}"
+        )
+    if len(given) > wanted:
+        raise ValueError(
+            f"tiresias: {len(given)} thresholds given for {queues} queues; "
+            f"give at most {wanted} (one fewer than the queues)"
+        )
+    while len(given) < wanted:
+        given.append(given[-1] * 10.0)
+    return given[:wanted]
