@@ -1,0 +1,83 @@
+"""/api/v1/agent: the node agents' side of the contract in `schedulearn.protocol`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from schedulearn.protocol import (
+    Ack,
+    Heartbeat,
+    HeartbeatReply,
+    JobEvent,
+    LogBatch,
+    NodeRegistration,
+    RegistrationReply,
+    WorkBatch,
+)
+from schedulearn.server.api.deps import Agent, State
+from schedulearn.server.errors import ERROR_RESPONSES
+from schedulearn.server.services import agents, logs
+from schedulearn.server.wakeups import wait_for
+
+router = APIRouter(prefix="/api/v1/agent", tags=["agent"], responses=ERROR_RESPONSES)
+
+
+@router.post("/register", response_model=RegistrationReply)
+async def register(body: NodeRegistration, state: State, _who: Agent) -> RegistrationReply:
+    done = await state.db.run(agents.register, body, state.clock.now(), state.timing)
+    state.orphan_stops.pop(body.name, None)
+    state.wakeups.notify(done.changes)
+    return done.reply
+
+
+@router.post("/heartbeat", response_model=HeartbeatReply)
+async def heartbeat(body: Heartbeat, state: State, _who: Agent) -> HeartbeatReply:
+    beat = await state.db.run(agents.heartbeat, body, state.clock.now(), state.timing)
+    state.samples[body.name] = body.gpus
+    if beat.orphans:
+        state.orphan_stops[body.name] = agents.orphan_orders(beat.orphans, state.timing)
+        state.wakeups.wake_nodes([body.name])
+    state.wakeups.notify(beat.changes)
+    return HeartbeatReply(
+        heartbeat_seconds=state.settings.heartbeat_seconds, reregister=not beat.known
+    )
+
+
+@router.get("/work", response_model=WorkBatch, summary="Long-poll for starts and stops")
+async def work(
+    state: State,
+    _who: Agent,
+    node: Annotated[str, Query(min_length=1, max_length=200)],
+    wait: Annotated[float, Query(ge=0, le=3600)] = 0.0,
+) -> WorkBatch:
+    wait = min(wait, state.settings.max_wait_seconds)
+    event = state.wakeups.node(node)
+    deadline = state.clock.now() + wait
+    while True:
+        # Clear before reading: a wake-up that lands during the read is kept.
+        event.clear()
+        batch = await state.db.run(agents.take_work, node, state.clock.now(), state.timing)
+        orphans = state.orphan_stops.pop(node, None)
+        if orphans:
+            batch.stops.extend(orphans)
+        left = deadline - state.clock.now()
+        if batch.starts or batch.stops or left <= 0:
+            return batch
+        # Also re-read now and then: another replica may have written work.
+        await wait_for(event, min(left, 5.0))
+
+
+@router.post("/jobs/{job_id}/events", response_model=Ack)
+async def event(job_id: int, body: JobEvent, state: State, _who: Agent) -> Ack:
+    changes = await state.db.run(agents.record_event, job_id, body, state.clock.now())
+    state.wakeups.notify(changes)
+    return Ack(ignored=not changes.jobs)
+
+
+@router.post("/jobs/{job_id}/logs", response_model=Ack)
+async def job_logs(job_id: int, body: LogBatch, state: State, _who: Agent) -> Ack:
+    changes = await state.db.run(logs.append, job_id, body)
+    state.wakeups.notify(changes)
+    return Ack()

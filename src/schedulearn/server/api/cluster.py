@@ -1,0 +1,53 @@
+"""/api/v1/nodes, /api/v1/policy, /api/v1/tokens, /api/v1/whoami."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from schedulearn.protocol import NodeList, PolicyPublic, PolicySet, TokenCreate, TokenPublic, WhoAmI
+from schedulearn.server import auth
+from schedulearn.server.api.deps import Admin, State, User
+from schedulearn.server.errors import ERROR_RESPONSES
+from schedulearn.server.services import nodes, policy
+
+router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
+
+
+@router.get("/nodes", response_model=NodeList, tags=["nodes"], summary="Nodes and their GPUs")
+async def list_nodes(state: State, _who: User) -> NodeList:
+    return await state.db.run(nodes.list_nodes, dict(state.samples))
+
+
+@router.get("/policy", response_model=PolicyPublic, tags=["policy"], summary="The policy in force")
+async def get_policy(state: State, _who: User) -> PolicyPublic:
+    return await state.db.run(policy.get, state.settings.default_policy)
+
+
+@router.put(
+    "/policy",
+    response_model=PolicyPublic,
+    tags=["policy"],
+    summary="Switch the policy (admin); in force from the next pass",
+)
+async def set_policy(body: PolicySet, state: State, _who: Admin) -> PolicyPublic:
+    result = await state.db.run(policy.set_spec, body.spec)
+    state.wakeups.wake_scheduler()
+    return result
+
+
+@router.post(
+    "/tokens",
+    response_model=TokenPublic,
+    status_code=201,
+    tags=["tokens"],
+    summary="New token (admin)",
+)
+async def create_token(body: TokenCreate, state: State, _who: Admin) -> TokenPublic:
+    role = auth.Role(body.role)
+    token = await state.db.run(auth.create_token, body.user, role, state.clock.now())
+    return TokenPublic(user=body.user, role=role.value, token=token)
+
+
+@router.get("/whoami", response_model=WhoAmI, tags=["tokens"], summary="Who this token is")
+async def whoami(who: User) -> WhoAmI:
+    return WhoAmI(user=who.user, role=who.role.value)

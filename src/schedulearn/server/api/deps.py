@@ -1,0 +1,56 @@
+"""Request dependencies: the app state and who is calling (from the bearer token)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from schedulearn.server.auth import Caller, Role
+from schedulearn.server.errors import Forbidden, Unauthorized
+from schedulearn.server.state import AppState, get_state
+
+_bearer = HTTPBearer(auto_error=False, description="A token from `schedulearn up` or an admin")
+
+State = Annotated[AppState, Depends(get_state)]
+
+
+async def caller(
+    request: Request,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Caller:
+    if creds is None or not creds.credentials:
+        raise Unauthorized(
+            "no token; pass --token, set SCHEDULEARN_TOKEN, or run `schedulearn up` to write one"
+        )
+    state = get_state(request)
+    digest, known = state.tokens.cached(creds.credentials)
+    if known is None:
+        known = await state.db.run(state.tokens.load, digest)
+    if known is None:
+        raise Unauthorized("unknown token; ask an admin for one (schedulearn token create)")
+    return known
+
+
+async def user(who: Annotated[Caller, Depends(caller)]) -> Caller:
+    if who.role is Role.AGENT:
+        raise Forbidden("an agent token may only call /api/v1/agent routes")
+    return who
+
+
+async def admin(who: Annotated[Caller, Depends(caller)]) -> Caller:
+    if who.role is not Role.ADMIN:
+        raise Forbidden("this needs an admin token")
+    return who
+
+
+async def agent(who: Annotated[Caller, Depends(caller)]) -> Caller:
+    if who.role not in (Role.AGENT, Role.ADMIN):
+        raise Forbidden("this route is for agents; use the agent token")
+    return who
+
+
+User = Annotated[Caller, Depends(user)]
+Admin = Annotated[Caller, Depends(admin)]
+Agent = Annotated[Caller, Depends(agent)]

@@ -1,0 +1,166 @@
+"""/api/v1/jobs: submit (JSON or YAML), list, show, cancel, logs (with SSE follow).
+
+Routers parse, call one service function, render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import yaml
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
+
+from schedulearn.protocol import JobList, JobPublic, JobSpec, JobState, LogPage, SubmitReply
+from schedulearn.server.api.deps import State, User
+from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
+from schedulearn.server.services import jobs, logs
+from schedulearn.server.services.jobs import Submitted
+from schedulearn.server.wakeups import wait_for
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
+
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+_SPEC_REF = {"$ref": "#/components/schemas/JobSpec"}
+
+
+class _Invalid(Exception):
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        self.errors = errors
+
+
+def parse_spec(body: bytes, content_type: str) -> JobSpec:
+    """A job spec from a JSON or YAML body."""
+    kind = content_type.split(";")[0].strip().lower()
+    try:
+        if kind in YAML_TYPES:
+            data = yaml.safe_load(body.decode("utf-8"))
+        else:
+            data = json.loads(body or b"null")
+    except (ValueError, yaml.YAMLError) as exc:
+        raise BadRequest(
+            f"the body is not valid {'YAML' if kind in YAML_TYPES else 'JSON'}: {exc}"
+        ) from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be one job spec (a mapping with at least `command`)")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _Invalid(list(exc.errors())) from None
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=SubmitReply,
+    summary="Submit a job (or a job array with `count`)",
+    responses={422: {"description": "Invalid spec, or a job no node could ever run"}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": _SPEC_REF},
+                "application/yaml": {"schema": _SPEC_REF},
+            },
+        }
+    },
+)
+async def submit(request: Request, state: State, who: User) -> Any:
+    body = await request.body()
+    try:
+        spec = parse_spec(body, request.headers.get("content-type", "application/json"))
+    except _Invalid as exc:
+        state.metrics.refused.inc()
+        return validation_error(exc.errors)
+    try:
+        result: Submitted = await state.submitter.add((spec, who))
+    except Exception:
+        state.metrics.refused.inc()
+        raise
+    state.wakeups.notify(result.changes)
+    state.metrics.submitted.inc(len(result.jobs))
+    return SubmitReply(
+        ids=[j.id or 0 for j in result.jobs], jobs=[jobs.to_public(j) for j in result.jobs]
+    )
+
+
+@router.get("", response_model=JobList, summary="List jobs, newest first, with filters")
+async def list_jobs(
+    state: State,
+    _who: User,
+    job_state: Annotated[list[JobState] | None, Query(alias="state")] = None,
+    user: Annotated[str | None, Query(max_length=100)] = None,
+    name: Annotated[str | None, Query(max_length=200)] = None,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
+) -> JobList:
+    return await state.db.run(
+        jobs.list_jobs, job_state or [], user, name, offset, limit, order == "desc"
+    )
+
+
+@router.get("/{job_id}", response_model=JobPublic, summary="One job, with why it waits")
+async def show(job_id: int, state: State, _who: User) -> JobPublic:
+    return await state.db.run(jobs.show, job_id)
+
+
+@router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel (stops it if running)")
+async def cancel(job_id: int, state: State, who: User) -> JobPublic:
+    public, changes = await state.db.run(jobs.cancel, job_id, who, state.clock.now())
+    state.wakeups.notify(changes)
+    return public
+
+
+@router.get(
+    "/{job_id}/logs",
+    response_model=LogPage,
+    summary="Output lines after `after`; with follow=true, a server-sent event stream",
+    responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+)
+async def job_logs(
+    job_id: int,
+    state: State,
+    _who: User,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+    follow: bool = False,
+) -> Any:
+    first, ended = await state.db.run(logs.page, job_id, after, limit)
+    if not follow:
+        return first
+    return StreamingResponse(
+        _follow(state, job_id, first, ended),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+# After a job ends its last lines may still be in flight from the agent.
+_LATE_LINES_SECONDS = 1.0
+
+
+async def _follow(
+    state: State, job_id: int, page: LogPage, ended: float | None
+) -> AsyncIterator[str]:
+    with state.wakeups.watch_job(job_id) as event:
+        while True:
+            for line in page.lines:
+                yield f"id: {line.seq}\nevent: line\ndata: {line.model_dump_json()}\n\n"
+            if not page.lines:
+                if ended is not None:
+                    late = ended + _LATE_LINES_SECONDS - state.clock.now()
+                    if late <= 0:
+                        public = await state.db.run(jobs.show, job_id)
+                        yield f"event: end\ndata: {public.model_dump_json()}\n\n"
+                        return
+                    await wait_for(event, late)
+                elif not await wait_for(event, 15.0):
+                    yield ": keep-alive\n\n"
+            else:
+                await asyncio.sleep(0)
+            page, ended = await state.db.run(logs.page, job_id, page.next_after, 1000)

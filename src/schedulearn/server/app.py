@@ -1,0 +1,140 @@
+"""`create_app(settings)`: the FastAPI application, its lifespan and its schema.
+
+Owns start-up: migrate the database, make the first admin and agent
+tokens (printed once, stored hashed), start the scheduler loop; and
+shut-down. Each call builds an independent app with its own database,
+events and metrics, so tests never share state.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from schedulearn.clock import Clock, SystemClock
+from schedulearn.protocol import JobSpec
+from schedulearn.server import auth, db, errors
+from schedulearn.server.api import agent, cluster, jobs, ops
+from schedulearn.server.batching import Batcher
+from schedulearn.server.metrics import Metrics
+from schedulearn.server.scheduler import Scheduler
+from schedulearn.server.services import jobs as job_service
+from schedulearn.server.services.agents import AgentTiming
+from schedulearn.server.state import AppState
+from schedulearn.server.wakeups import Wakeups
+from schedulearn.settings import ServerSettings
+
+log = logging.getLogger("schedulearn.server")
+
+
+@dataclass(frozen=True, slots=True)
+class FirstTokens:
+    """Tokens made at this start (None: one already existed)."""
+
+    admin: str | None
+    agent: str | None
+
+
+def bootstrap(database: db.Database, settings: ServerSettings, now: float) -> FirstTokens:
+    """Migrate, then make sure an admin and an agent token exist.
+
+    Tokens given in the settings are stored (hashed); otherwise new ones
+    are made on the first start only, and returned so they can be shown once.
+    """
+    db.migrate(database.engine)
+    made: dict[auth.Role, str | None] = {}
+    with database.session() as session:
+        for role, given in (
+            (auth.Role.ADMIN, settings.admin_token),
+            (auth.Role.AGENT, settings.agent_token),
+        ):
+            if given:
+                auth.store_token(session, given, role.value, role, now)
+                made[role] = None
+            elif not auth.has_role(session, role):
+                made[role] = auth.create_token(session, role.value, role, now)
+            else:
+                made[role] = None
+    return FirstTokens(admin=made[auth.Role.ADMIN], agent=made[auth.Role.AGENT])
+
+
+def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
+    clock = clock or SystemClock()
+    database = db.Database(settings.database_url)
+    wakeups = Wakeups()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        first = bootstrap(database, settings, clock.now())
+        if settings.print_tokens and (first.admin or first.agent):
+            print(
+                "Schedulearn made these tokens at its first start; they are shown once:",
+                file=sys.stderr,
+            )
+            if first.admin:
+                print(f"  admin token: {first.admin}", file=sys.stderr)
+            if first.agent:
+                print(f"  agent token: {first.agent}", file=sys.stderr)
+        app.state.first_tokens = first
+        sl.scheduler.started_at = clock.now()
+        sl.scheduler.start()
+        log.info("schedulearn server ready (%s)", database.backend)
+        try:
+            yield
+        finally:
+            await sl.scheduler.stop()
+            database.close()
+
+    app = FastAPI(
+        title="Schedulearn",
+        version="0.1.0",
+        description="Schedule deep-learning training jobs on GPU servers.",
+        lifespan=lifespan,
+    )
+    scheduler = Scheduler(database, wakeups, settings, clock, metrics)
+    sl = AppState(
+        settings=settings,
+        db=database,
+        clock=clock,
+        wakeups=wakeups,
+        tokens=auth.TokenCache(),
+        metrics=metrics,
+        scheduler=scheduler,
+        submitter=Batcher(database, job_service.submit, clock.now),
+        timing=AgentTiming(
+            heartbeat_seconds=settings.heartbeat_seconds,
+            node_timeout_seconds=settings.node_timeout_seconds,
+            stop_grace_seconds=settings.stop_grace_seconds,
+            gang_base_port=settings.gang_base_port,
+            checkpoint_dir=settings.checkpoint_dir,
+        ),
+    )
+    app.state.sl = sl
+    errors.install(app)
+    app.add_middleware(errors.BodyLimit, limit=settings.max_body_bytes)
+    for module in (jobs, cluster, agent, ops):
+        app.include_router(module.router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            spec_schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in spec_schema.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components["JobSpec"] = spec_schema
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,51 @@
+"""Prometheus metrics of one app (its own registry, so tests do not collide).
+
+Counters are bumped by the API and the scheduler loop; gauges of jobs by
+state and of GPUs are read from the database when `/metrics` is scraped.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from sqlalchemy import func, select
+from sqlmodel import Session
+
+from schedulearn.protocol import JobState
+from schedulearn.server.models import Allocation, Gpu, Job, Node
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.submitted = Counter("schedulearn_jobs_submitted", "Jobs accepted", registry=r)
+        self.refused = Counter("schedulearn_jobs_refused", "Submissions refused", registry=r)
+        self.started = Counter("schedulearn_jobs_assigned", "Jobs placed on GPUs", registry=r)
+        self.preempted = Counter("schedulearn_jobs_preempted", "Preemptions ordered", registry=r)
+        self.passes = Histogram(
+            "schedulearn_scheduler_pass_seconds",
+            "Duration of one scheduling pass",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.jobs = Gauge("schedulearn_jobs", "Jobs by state", ["state"], registry=r)
+        self.gpus = Gauge("schedulearn_gpus", "GPUs of healthy nodes", registry=r)
+        self.gpus_busy = Gauge("schedulearn_gpus_allocated", "GPUs held by jobs", registry=r)
+        self.nodes = Gauge("schedulearn_nodes", "Nodes by health", ["health"], registry=r)
+
+    def refresh(self, session: Session) -> None:
+        counts = dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all())  # type: ignore[arg-type]
+        for state in JobState:
+            self.jobs.labels(state=state.value).set(counts.get(state.value, 0))
+        healthy = set(session.execute(select(Node.name).where(Node.healthy == True)).scalars())  # type: ignore[arg-type]  # noqa: E712
+        total = session.execute(select(func.count()).select_from(Node)).scalar_one()
+        self.nodes.labels(health="up").set(len(healthy))
+        self.nodes.labels(health="down").set(total - len(healthy))
+        gpus = session.execute(select(Gpu.node)).scalars().all()
+        self.gpus.set(sum(1 for n in gpus if n in healthy))
+        self.gpus_busy.set(
+            session.execute(select(func.count()).select_from(Allocation)).scalar_one()
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

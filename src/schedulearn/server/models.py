@@ -1,0 +1,154 @@
+"""The database tables (SQLModel) and nothing else.
+
+Owns the schema; the Alembic migrations in `migrations/` create it, and
+`tests/integration/test_migrations.py` checks that the two agree. The
+API's request and response bodies live in `schedulearn.protocol` (the CLI
+and the agent read them too); `services.jobs.to_public` turns a row into
+a `JobPublic`.
+
+State that guards the invariants:
+- `Allocation` has one row per held GPU with (node, gpu_index) as its
+  primary key, so the database itself refuses to give a GPU twice;
+- `Job.state` is written only by `server.states` (conditional updates).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Column, Index, Text
+from sqlmodel import Field, SQLModel
+
+
+class Job(SQLModel, table=True):
+    __table_args__ = (
+        Index("ix_job_state_queue", "state", "queued_at", "id"),
+        Index("ix_job_user_id", "user", "id"),
+        Index("ix_job_array", "array_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = ""
+    user: str = ""
+    state: str = "pending"
+    command: Any = Field(sa_column=Column(JSON, nullable=False))
+    image: str | None = None
+    executor: str = "subprocess"
+    gpus: int = 1
+    min_gpus: int | None = None
+    max_gpus: int | None = None
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    gpu_type: str | None = None
+    priority: int = 0
+    deadline: float | None = None
+    estimated_duration: float | None = None
+    model: str | None = None
+    preemptible: bool = False
+    env: Any = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    workdir: str | None = None
+    shm_size: str | None = None
+    launcher: str = "none"
+    array_id: int | None = None
+    array_index: int | None = None
+    max_restarts: int = 3
+    restarts: int = 0
+    attempt: int = 0
+    submitted_at: float = 0.0
+    queued_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+    service_seconds: float = 0.0
+    attained_gpu_seconds: float = 0.0
+    preemptions: int = 0
+    exit_code: int | None = None
+    message: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    placement: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
+
+
+class JobTransition(SQLModel, table=True):
+    """History of a job's states (written by `server.states` only)."""
+
+    __tablename__ = "job_transition"
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(index=True)
+    at: float
+    from_state: str
+    to_state: str
+    attempt: int = 0
+    message: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+
+
+class Node(SQLModel, table=True):
+    name: str = Field(primary_key=True)
+    address: str = "127.0.0.1"
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    executors: Any = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    healthy: bool = True
+    registered_at: float = 0.0
+    last_seen: float = 0.0
+
+
+class Gpu(SQLModel, table=True):
+    node: str = Field(primary_key=True)
+    index: int = Field(primary_key=True)
+    uuid: str = ""
+    type: str = ""
+    memory_mb: int = 0
+
+
+class Allocation(SQLModel, table=True):
+    """One held GPU. The primary key is the no-GPU-given-twice rule."""
+
+    node: str = Field(primary_key=True)
+    gpu_index: int = Field(primary_key=True)
+    job_id: int = Field(index=True)
+    attempt: int
+
+
+class JobPart(SQLModel, table=True):
+    """One node's part of one attempt of a job (a gang has several)."""
+
+    __tablename__ = "job_part"
+    __table_args__ = (Index("ix_job_part_node_status", "node", "status"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(index=True)
+    attempt: int
+    node: str
+    rank: int = 0
+    gpus: Any = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    # assigned -> running -> exited | lost
+    status: str = "assigned"
+    delivered: bool = False
+    stop_reason: str | None = None
+    stop_sent: bool = False
+    exit_code: int | None = None
+    last_reported: float = 0.0
+
+
+class LogRecord(SQLModel, table=True):
+    __tablename__ = "log_record"
+    __table_args__ = (Index("ix_log_record_job_id", "job_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int
+    attempt: int
+    node: str = ""
+    seq: int = 0
+    stream: str = "stdout"
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    at: float
+
+
+class Token(SQLModel, table=True):
+    hash: str = Field(primary_key=True)
+    user: str
+    role: str
+    created_at: float
+
+
+class Setting(SQLModel, table=True):
+    key: str = Field(primary_key=True)
+    value: str

@@ -1,0 +1,149 @@
+"""The live scheduler loop: wakes on events or a tick, runs one pass at a time.
+
+Owns the policy object in force. Each round it (1) marks silent nodes
+down, (2) rebuilds the policy if the stored spec changed (a switch is in
+force from the next pass, no restart), (3) runs `services.scheduling.
+run_pass`, and wakes the agents it gave work to. Wake-ups that arrive
+during a pass coalesce into one more pass, so a burst of submissions
+costs a few passes, not one each.
+
+With PostgreSQL several API replicas may run; only the one holding the
+advisory lock `LEADER_LOCK` schedules, the others serve the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from sqlmodel import Session
+
+from schedulearn.clock import Clock
+from schedulearn.core import Policy
+from schedulearn.server.db import Database
+from schedulearn.server.metrics import Metrics
+from schedulearn.server.services import agents, policy, scheduling
+from schedulearn.server.wakeups import Changes, Wakeups, wait_for
+from schedulearn.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+LEADER_LOCK = 0x5C4ED  # any constant shared by all replicas
+
+
+@dataclass(slots=True)
+class Round:
+    changes: Changes
+    result: scheduling.PassResult | None
+    spec: str
+
+
+class Scheduler:
+    def __init__(
+        self,
+        db: Database,
+        wakeups: Wakeups,
+        settings: ServerSettings,
+        clock: Clock,
+        metrics: Metrics,
+    ) -> None:
+        self.db = db
+        self.wakeups = wakeups
+        self.settings = settings
+        self.clock = clock
+        self.metrics = metrics
+        self.started_at = clock.now()
+        self.spec = ""
+        self.policy: Policy | None = None
+        self.passes = 0
+        self._leader_conn = None
+        self._task: asyncio.Task[None] | None = None
+
+    # --- the PostgreSQL leader lock ---------------------------------------
+
+    def _is_leader(self) -> bool:
+        if self.db.is_sqlite:
+            return True  # one process owns an SQLite file
+        if self._leader_conn is not None:
+            return True
+        conn = self.db.engine.raw_connection()
+        cur = conn.cursor()
+        cur.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
+        got = bool(cur.fetchone()[0])
+        conn.commit()
+        if got:
+            self._leader_conn = conn  # held for the life of the process
+        else:
+            conn.close()
+        return got
+
+    # --- one round ----------------------------------------------------------
+
+    def _round(self, session: Session) -> Round:
+        now = self.clock.now()
+        if not self._is_leader():
+            return Round(Changes(), None, self.spec)
+        changes = agents.reap(session, now, self.settings.node_timeout_seconds, self.started_at)
+        spec = policy.current_spec(session, self.settings.default_policy)
+        if spec != self.spec or self.policy is None:
+            try:
+                self.policy = policy.build(spec)
+            except Exception:
+                log.exception("stored policy %r is invalid; keeping %r", spec, self.spec)
+                if self.policy is None:
+                    self.policy = policy.build("fifo")
+                spec = self.spec or "fifo"
+            else:
+                log.info("policy in force: %s", spec)
+            self.spec = spec
+        assert self.policy is not None
+        started = time.perf_counter()
+        result = scheduling.run_pass(session, self.policy, now)
+        self.metrics.passes.observe(time.perf_counter() - started)
+        return Round(changes, result, spec)
+
+    def run_once_blocking(self) -> Round:
+        return self.db.call(self._round)
+
+    async def run_once(self) -> Round:
+        round_ = await self.db.run(self._round)
+        self.passes += 1
+        self.wakeups.notify(round_.changes)
+        if round_.result is not None:
+            self.wakeups.wake_nodes(round_.result.nodes)
+            self.metrics.started.inc(len(round_.result.started))
+            self.metrics.preempted.inc(len(round_.result.preempted))
+            for why in round_.result.skipped:
+                log.warning("pass skipped a decision: %s", why)
+        return round_
+
+    def _timeout(self) -> float:
+        tick = self.settings.tick_seconds
+        if self.policy is not None and self.policy.tick_seconds:
+            tick = min(tick, self.policy.tick_seconds)
+        return tick
+
+    async def loop(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduling round failed; retrying on the next wake-up")
+            await wait_for(self.wakeups.scheduler, self._timeout())
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.loop(), name="scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._leader_conn is not None:
+            with contextlib.suppress(Exception):
+                self._leader_conn.close()
+            self._leader_conn = None

@@ -1,0 +1,297 @@
+"""The agent side of the API: registration, heartbeats, work, events, silence.
+
+Owns the `node` and `gpu` tables and the delivery flags of `job_part`
+(what each agent has been sent). Reconciliation rules:
+
+- on registration, a part the agent still runs is adopted; a part the
+  agent was sent but no longer runs is lost (and requeued); a run the
+  agent reports that the server does not know is listed for it to stop;
+- a heartbeat that omits a delivered part for longer than the grace
+  period loses that part the same way;
+- a node silent past `node_timeout_seconds` is marked down and all its
+  parts are lost (`reap`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import delete, select
+from sqlmodel import Session
+
+from schedulearn.protocol import (
+    Assignment,
+    EventKind,
+    GangInfo,
+    Heartbeat,
+    JobEvent,
+    NodeRegistration,
+    RegistrationReply,
+    RunningJobReport,
+    StopOrder,
+    StopReason,
+    WorkBatch,
+)
+from schedulearn.server.errors import NotFound
+from schedulearn.server.models import Gpu, Job, JobPart, Node
+from schedulearn.server.services import lifecycle
+from schedulearn.server.wakeups import Changes
+
+LIVE = lifecycle.LIVE
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTiming:
+    heartbeat_seconds: float
+    node_timeout_seconds: float
+    stop_grace_seconds: float
+    gang_base_port: int
+    checkpoint_dir: str | None
+
+    @property
+    def report_grace(self) -> float:
+        """How long a delivered part may be missing from heartbeats before it is lost."""
+        return max(3 * self.heartbeat_seconds, 5.0)
+
+
+@dataclass(slots=True)
+class Registered:
+    reply: RegistrationReply
+    changes: Changes
+
+
+@dataclass(slots=True)
+class Beat:
+    known: bool
+    changes: Changes
+    orphans: list[RunningJobReport] = field(default_factory=list)
+
+
+def _live_parts_on(session: Session, node: str) -> list[JobPart]:
+    return list(
+        session.execute(
+            select(JobPart).where(JobPart.node == node, JobPart.status.in_(LIVE))  # type: ignore[attr-defined]
+        ).scalars()
+    )
+
+
+def _lose(session: Session, part: JobPart, now: float, why: str, changes: Changes) -> None:
+    job = session.get(Job, part.job_id)
+    if job is not None:
+        changes.merge(lifecycle.part_lost(session, job, part, now, why))
+
+
+def register(
+    session: Session, reg: NodeRegistration, now: float, timing: AgentTiming
+) -> Registered:
+    changes = Changes(scheduler=True, nodes={reg.name})
+    node = session.get(Node, reg.name)
+    if node is None:
+        node = Node(name=reg.name, registered_at=now)
+    node.address = reg.address
+    node.cpus = reg.cpus
+    node.memory_gb = reg.memory_gb
+    node.executors = [e.value for e in reg.executors]
+    node.healthy = True
+    node.last_seen = now
+    session.add(node)
+    session.execute(delete(Gpu).where(Gpu.node == reg.name))  # type: ignore[arg-type]
+    for g in reg.gpus:
+        session.add(
+            Gpu(node=reg.name, index=g.index, uuid=g.uuid, type=g.type, memory_mb=g.memory_mb)
+        )
+    reported = {(r.job_id, r.attempt) for r in reg.running}
+    adopt: list[int] = []
+    known: set[tuple[int, int]] = set()
+    for part in _live_parts_on(session, reg.name):
+        key = (part.job_id, part.attempt)
+        if key in reported:
+            known.add(key)
+            adopt.append(part.job_id)
+            part.last_reported = now
+            if part.stop_reason is not None:
+                part.stop_sent = False  # say it again: the old agent may not have acted
+            session.add(part)
+            if part.status == "assigned":
+                job = session.get(Job, part.job_id)
+                if job is not None:
+                    changes.merge(lifecycle.part_started(session, job, part, now))
+        elif part.delivered:
+            _lose(session, part, now, f"node {reg.name} restarted and no longer runs it", changes)
+    lost = sorted({job_id for job_id, attempt in reported - known})
+    session.commit()
+    reply = RegistrationReply(heartbeat_seconds=timing.heartbeat_seconds, adopt=adopt, lost=lost)
+    return Registered(reply, changes)
+
+
+def heartbeat(session: Session, beat: Heartbeat, now: float, timing: AgentTiming) -> Beat:
+    node = session.get(Node, beat.name)
+    if node is None or not node.healthy:
+        return Beat(known=False, changes=Changes())
+    node.last_seen = now
+    session.add(node)
+    changes = Changes()
+    reported = {(r.job_id, r.attempt) for r in beat.running}
+    seen: set[tuple[int, int]] = set()
+    for part in _live_parts_on(session, beat.name):
+        key = (part.job_id, part.attempt)
+        if key in reported:
+            seen.add(key)
+            part.last_reported = now
+            session.add(part)
+        elif part.delivered and now - part.last_reported > timing.report_grace:
+            _lose(session, part, now, f"node {beat.name} no longer runs it", changes)
+    session.commit()
+    orphans = [RunningJobReport(job_id=j, attempt=a) for j, a in sorted(reported - seen)]
+    return Beat(known=True, changes=changes, orphans=orphans)
+
+
+def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
+    """Mark nodes silent for `timeout` seconds down and lose their parts.
+
+    `since` is when this server started: silence while the server itself
+    was down does not count against a node.
+    """
+    changes = Changes()
+    cutoff = now - timeout
+    if since > cutoff:
+        return changes
+    silent = (
+        session.execute(
+            select(Node).where(Node.healthy == True, Node.last_seen < cutoff)  # type: ignore[arg-type]  # noqa: E712
+        )
+        .scalars()
+        .all()
+    )
+    for node in silent:
+        node.healthy = False
+        session.add(node)
+        changes.scheduler = True
+        changes.nodes.add(node.name)
+        for part in _live_parts_on(session, node.name):
+            _lose(session, part, now, f"node {node.name} stopped answering", changes)
+    if silent:
+        session.commit()
+    return changes
+
+
+def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> WorkBatch:
+    """Starts and stops not yet sent to `node`; marks them sent."""
+    new = session.execute(
+        select(JobPart, Job)
+        .join(Job, Job.id == JobPart.job_id)  # type: ignore[arg-type]
+        .where(JobPart.node == node, JobPart.status == "assigned", JobPart.delivered == False)  # type: ignore[arg-type]  # noqa: E712
+        .order_by(JobPart.id)  # type: ignore[arg-type]
+    ).all()
+    stops = (
+        session.execute(
+            select(JobPart).where(
+                JobPart.node == node,
+                JobPart.stop_reason != None,  # type: ignore[arg-type]  # noqa: E711
+                JobPart.stop_sent == False,  # type: ignore[arg-type]  # noqa: E712
+                JobPart.status.in_(LIVE),  # type: ignore[attr-defined]
+            )
+        )
+        .scalars()
+        .all()
+    )
+    if not new and not stops:
+        return WorkBatch()
+    batch = WorkBatch()
+    for part, job in new:
+        part.delivered = True
+        part.last_reported = now
+        session.add(part)
+        batch.starts.append(_assignment(session, job, part, timing))
+    for part in stops:
+        part.stop_sent = True
+        session.add(part)
+        batch.stops.append(
+            StopOrder(
+                job_id=part.job_id,
+                attempt=part.attempt,
+                reason=StopReason(part.stop_reason),
+                grace_seconds=timing.stop_grace_seconds,
+            )
+        )
+    session.commit()
+    return batch
+
+
+def _assignment(session: Session, job: Job, part: JobPart, timing: AgentTiming) -> Assignment:
+    gang = None
+    placement: dict[str, list[int]] = job.placement or {}
+    if len(placement) > 1:
+        master = session.execute(
+            select(JobPart.node).where(
+                JobPart.job_id == part.job_id, JobPart.attempt == part.attempt, JobPart.rank == 0
+            )
+        ).scalar_one()
+        master_node = session.get(Node, master)
+        gang = GangInfo(
+            world_size=len(placement),
+            node_rank=part.rank,
+            master_addr=master_node.address if master_node else "127.0.0.1",
+            master_port=timing.gang_base_port + (job.id or 0) % 10000,
+            nproc_per_node=max(1, len(part.gpus)),
+        )
+    share = len(part.gpus) / max(1, sum(len(g) for g in placement.values()))
+    checkpoint = f"{timing.checkpoint_dir}/job-{job.id}" if timing.checkpoint_dir else None
+    return Assignment(
+        job_id=job.id or 0,
+        attempt=part.attempt,
+        name=job.name,
+        user=job.user,
+        command=job.command,
+        image=job.image,
+        env=dict(job.env),
+        workdir=job.workdir,
+        gpus=list(part.gpus),
+        cpus=job.cpus * share if gang else job.cpus,
+        memory_gb=job.memory_gb * share if gang else job.memory_gb,
+        shm_size=job.shm_size,
+        launcher=job.launcher,  # type: ignore[arg-type]
+        executor=job.executor,  # type: ignore[arg-type]
+        gang=gang,
+        checkpoint_dir=checkpoint,
+    )
+
+
+def record_event(session: Session, job_id: int, event: JobEvent, now: float) -> Changes:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    query = select(JobPart).where(JobPart.job_id == job_id, JobPart.attempt == event.attempt)
+    if event.node:
+        query = query.where(JobPart.node == event.node)
+    parts = session.execute(query.order_by(JobPart.rank)).scalars().all()  # type: ignore[arg-type]
+    if not parts:
+        return Changes()
+    part = next((p for p in parts if p.status in LIVE), parts[0])
+    if event.kind is EventKind.STARTED:
+        changes = lifecycle.part_started(session, job, part, now)
+    else:
+        changes = lifecycle.part_exited(
+            session,
+            job,
+            part,
+            event.exit_code,
+            now,
+            failed_to_start=event.kind is EventKind.FAILED_TO_START,
+            message=event.message,
+        )
+    session.commit()
+    return changes
+
+
+def orphan_orders(orphans: list[RunningJobReport], timing: AgentTiming) -> list[StopOrder]:
+    """Stop orders for runs an agent reports that the server does not know."""
+    return [
+        StopOrder(
+            job_id=o.job_id,
+            attempt=o.attempt,
+            reason=StopReason.LOST,
+            grace_seconds=timing.stop_grace_seconds,
+        )
+        for o in orphans
+    ]

@@ -1,0 +1,216 @@
+"""Jobs as users see them: submit, list, show (with why it waits), cancel.
+
+Owns the rules of acceptance: a submission is checked against the known
+nodes (refused with what to change when no node could ever run it) and
+committed before the reply, job arrays included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import and_, func, or_, select
+from sqlmodel import Session
+
+from schedulearn.core import JobView
+from schedulearn.protocol import Executor, JobList, JobPublic, JobSpec, JobState
+from schedulearn.server.auth import Caller
+from schedulearn.server.errors import Forbidden, NotFound, Unservable
+from schedulearn.server.models import Job
+from schedulearn.server.services import lifecycle, snapshot
+from schedulearn.server.services.waiting import never_servable, waiting_reason
+from schedulearn.server.wakeups import Changes
+
+
+def to_public(job: Job, position: int | None = None, reason: str | None = None) -> JobPublic:
+    return JobPublic(
+        id=job.id or 0,
+        name=job.name,
+        user=job.user,
+        state=JobState(job.state),
+        command=job.command,
+        image=job.image,
+        gpus=job.gpus,
+        min_gpus=job.min_gpus,
+        max_gpus=job.max_gpus,
+        cpus=job.cpus,
+        memory_gb=job.memory_gb,
+        gpu_type=job.gpu_type,
+        priority=job.priority,
+        deadline=job.deadline,
+        estimated_duration=job.estimated_duration,
+        model=job.model,
+        preemptible=job.preemptible,
+        env=job.env,
+        workdir=job.workdir,
+        shm_size=job.shm_size,
+        launcher=job.launcher,  # type: ignore[arg-type]
+        array_id=job.array_id,
+        array_index=job.array_index,
+        max_restarts=job.max_restarts,
+        restarts=job.restarts,
+        attempt=job.attempt,
+        submitted_at=job.submitted_at,
+        started_at=job.started_at,
+        ended_at=job.ended_at,
+        exit_code=job.exit_code,
+        message=job.message,
+        placement=job.placement,
+        queue_position=position,
+        waiting_reason=reason,
+    )
+
+
+def _row(spec: JobSpec, user: str, now: float) -> Job:
+    return Job(
+        name=spec.name,
+        user=user,
+        state=JobState.PENDING.value,
+        command=spec.command,
+        image=spec.image,
+        executor=(Executor.DOCKER if spec.image else Executor.SUBPROCESS).value,
+        gpus=spec.requested_gpus,
+        min_gpus=spec.min_gpus,
+        max_gpus=spec.max_gpus,
+        cpus=spec.cpus,
+        memory_gb=spec.memory_gb,
+        gpu_type=spec.gpu_type or None,
+        priority=spec.priority,
+        deadline=spec.deadline_epoch,
+        estimated_duration=spec.estimated_seconds,
+        model=spec.model,
+        preemptible=spec.preemptible,
+        env=dict(spec.env),
+        workdir=spec.workdir,
+        shm_size=spec.shm_size,
+        launcher=spec.launcher.value,
+        max_restarts=spec.max_restarts,
+        submitted_at=now,
+        queued_at=now,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    jobs: list[Job]
+    changes: Changes
+
+
+def check_servable(session: Session, spec: JobSpec) -> None:
+    nodes, _, rows = snapshot.load_nodes(session)
+    probe = JobView(
+        id=0,
+        submitted_at=0.0,
+        gpus=spec.requested_gpus,
+        min_gpus=spec.min_gpus,
+        max_gpus=spec.max_gpus,
+        cpus=spec.cpus,
+        memory_gb=spec.memory_gb,
+        gpu_type=spec.gpu_type or None,
+    )
+    docker = {n for n, r in rows.items() if Executor.DOCKER.value in r.executors}
+    why = never_servable(probe, nodes, bool(spec.image), docker)
+    if why:
+        raise Unservable(f"this job can never run here: {why}")
+
+
+def submit(
+    session: Session, specs: list[tuple[JobSpec, Caller]], now: float
+) -> list[Submitted | Exception]:
+    """Accept a batch of submissions in one transaction (one commit for all).
+
+    Each entry gets its jobs or the error that refused it; a refused
+    entry does not affect the others.
+    """
+    results: list[Submitted | Exception] = []
+    accepted: list[list[Job]] = []
+    for spec, caller in specs:
+        try:
+            check_servable(session, spec)
+        except Unservable as exc:
+            results.append(exc)
+            accepted.append([])
+            continue
+        rows = [_row(spec, caller.user, now) for _ in range(spec.count)]
+        session.add_all(rows)
+        accepted.append(rows)
+        results.append(Submitted(rows, Changes(scheduler=True)))
+    session.flush()
+    for rows in accepted:
+        if len(rows) > 1:
+            first = rows[0].id
+            for i, row in enumerate(rows):
+                row.array_id, row.array_index = first, i
+    session.commit()
+    return results
+
+
+def list_jobs(
+    session: Session,
+    states: list[JobState],
+    user: str | None,
+    name: str | None,
+    offset: int,
+    limit: int,
+    newest_first: bool,
+) -> JobList:
+    conds = []
+    if states:
+        conds.append(Job.state.in_([s.value for s in states]))  # type: ignore[attr-defined]
+    if user:
+        conds.append(Job.user == user)
+    if name:
+        conds.append(Job.name == name)
+    where = and_(*conds) if conds else None
+    query = select(Job)
+    count = select(func.count()).select_from(Job)
+    if where is not None:
+        query, count = query.where(where), count.where(where)
+    order = Job.id.desc() if newest_first else Job.id.asc()  # type: ignore[union-attr]
+    rows = session.execute(query.order_by(order).offset(offset).limit(limit)).scalars().all()
+    total = session.execute(count).scalar_one()
+    return JobList(items=[to_public(r) for r in rows], total=total, offset=offset, limit=limit)
+
+
+def _get(session: Session, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}; list jobs with `schedulearn jobs`")
+    return job
+
+
+def queue_position(session: Session, job: Job) -> int:
+    """1 + how many pending jobs entered the queue before this one."""
+    ahead = session.execute(
+        select(func.count())
+        .select_from(Job)
+        .where(
+            Job.state == JobState.PENDING.value,
+            or_(
+                Job.queued_at < job.queued_at,
+                and_(Job.queued_at == job.queued_at, Job.id < job.id),  # type: ignore[operator]
+            ),
+        )
+    ).scalar_one()
+    return int(ahead) + 1
+
+
+def show(session: Session, job_id: int) -> JobPublic:
+    job = _get(session, job_id)
+    if job.state != JobState.PENDING.value:
+        return to_public(job)
+    position = queue_position(session, job)
+    nodes, _, _ = snapshot.load_nodes(session)
+    reason = waiting_reason(snapshot.job_view(job), nodes, position - 1)
+    return to_public(job, position, reason)
+
+
+def cancel(session: Session, job_id: int, caller: Caller, now: float) -> tuple[JobPublic, Changes]:
+    job = _get(session, job_id)
+    if not caller.is_admin and job.user != caller.user:
+        raise Forbidden(f"job {job_id} belongs to {job.user}; you may cancel only your own jobs")
+    if JobState(job.state).is_final:
+        return to_public(job), Changes()
+    changes = lifecycle.cancel(session, job, now, caller.user)
+    session.commit()
+    return to_public(job), changes

@@ -1,0 +1,190 @@
+"""What happens to a job when one of its parts starts, exits, is stopped or lost.
+
+Owns the rules that tie a job's parts (one per node; a gang has several)
+to the job's state, through `server.states.transition`:
+
+- a job runs once a part has started; it succeeds when every part of the
+  current attempt has exited 0; one failing part fails the job and the
+  other parts get a `gang_failed` stop order;
+- a job being preempted returns to the queue when its last part exits;
+- a part whose node died is lost: its GPUs are freed, the job becomes
+  `lost` and is requeued (up to `max_restarts`, then failed);
+- GPUs are released part by part, only when that part's process is gone
+  (or its node is), so a GPU is never handed on while something runs on it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select
+from sqlmodel import Session
+
+from schedulearn.protocol import JobState, StopReason
+from schedulearn.server.models import Allocation, Job, JobPart
+from schedulearn.server.states import transition
+from schedulearn.server.wakeups import Changes
+
+LIVE = ("assigned", "running")
+
+
+def live_parts(session: Session, job_id: int, attempt: int) -> list[JobPart]:
+    return list(
+        session.execute(
+            select(JobPart).where(
+                JobPart.job_id == job_id,
+                JobPart.attempt == attempt,
+                JobPart.status.in_(LIVE),  # type: ignore[attr-defined]
+            )
+        ).scalars()
+    )
+
+
+def free_part(session: Session, part: JobPart) -> None:
+    session.execute(
+        delete(Allocation).where(
+            Allocation.node == part.node,  # type: ignore[arg-type]
+            Allocation.job_id == part.job_id,  # type: ignore[arg-type]
+            Allocation.attempt == part.attempt,  # type: ignore[arg-type]
+        )
+    )
+
+
+def _accrue(job: Job, now: float) -> dict[str, float | None]:
+    """Service counters to store when a run segment ends."""
+    if job.started_at is None:
+        return {}
+    ran = max(0.0, now - job.started_at)
+    held = sum(len(g) for g in (job.placement or {}).values())
+    return {
+        "service_seconds": job.service_seconds + ran,
+        "attained_gpu_seconds": job.attained_gpu_seconds + ran * held,
+    }
+
+
+def stop_parts(
+    parts: list[JobPart], reason: StopReason, changes: Changes, session: Session
+) -> None:
+    """Order the agents to stop these parts; a part never delivered just ends here."""
+    for part in parts:
+        if part.stop_reason is not None and part.stop_reason != StopReason.PREEMPT.value:
+            continue
+        if part.status == "assigned" and not part.delivered:
+            part.status = "exited"
+            free_part(session, part)
+            changes.scheduler = True
+        else:
+            part.stop_reason = reason.value
+            part.stop_sent = False
+            changes.nodes.add(part.node)
+        session.add(part)
+
+
+def part_started(session: Session, job: Job, part: JobPart, now: float) -> Changes:
+    changes = Changes(jobs={job.id or 0})
+    if part.status == "assigned":
+        part.status = "running"
+        part.last_reported = now
+        session.add(part)
+    if part.attempt == job.attempt and job.state == JobState.ASSIGNED.value:
+        transition(session, job, JobState.RUNNING, now)
+    return changes
+
+
+def part_exited(
+    session: Session,
+    job: Job,
+    part: JobPart,
+    exit_code: int | None,
+    now: float,
+    failed_to_start: bool = False,
+    message: str = "",
+) -> Changes:
+    changes = Changes(scheduler=True, jobs={job.id or 0})
+    if part.status not in LIVE:
+        return changes
+    part.status = "exited"
+    part.exit_code = exit_code
+    session.add(part)
+    free_part(session, part)
+    if part.attempt != job.attempt:
+        return changes
+    others = [p for p in live_parts(session, part.job_id, part.attempt) if p.id != part.id]
+    state = JobState(job.state)
+    gang = " (one part of a gang)" if others or part.rank > 0 else ""
+    if state in (JobState.ASSIGNED, JobState.RUNNING):
+        if failed_to_start or exit_code != 0:
+            why = (
+                f"failed to start on {part.node}: {message}"
+                if failed_to_start
+                else f"exited with code {exit_code} on {part.node}{gang}"
+            )
+            if others:
+                why += "; stopping the other parts"
+            transition(
+                session, job, JobState.FAILED, now, why, exit_code=exit_code, **_accrue(job, now)
+            )
+            stop_parts(others, StopReason.GANG_FAILED, changes, session)
+        elif not others:
+            transition(session, job, JobState.SUCCEEDED, now, "", exit_code=0, **_accrue(job, now))
+    elif state is JobState.PREEMPTING and not others:
+        transition(
+            session,
+            job,
+            JobState.PENDING,
+            now,
+            "preempted; waiting to resume",
+            placement=None,
+            started_at=None,
+            preemptions=job.preemptions + 1,
+            **_accrue(job, now),
+        )
+    return changes
+
+
+def part_lost(session: Session, job: Job, part: JobPart, now: float, why: str) -> Changes:
+    """The node under `part` died or no longer runs it: free it, requeue the job."""
+    changes = Changes(scheduler=True, jobs={job.id or 0})
+    if part.status not in LIVE:
+        return changes
+    part.status = "lost"
+    session.add(part)
+    free_part(session, part)
+    if part.attempt != job.attempt or JobState(job.state) not in (
+        JobState.ASSIGNED,
+        JobState.RUNNING,
+        JobState.PREEMPTING,
+    ):
+        return changes
+    others = [p for p in live_parts(session, part.job_id, part.attempt) if p.id != part.id]
+    stop_parts(others, StopReason.LOST, changes, session)
+    transition(session, job, JobState.LOST, now, why, **_accrue(job, now))
+    if job.restarts < job.max_restarts:
+        transition(
+            session,
+            job,
+            JobState.PENDING,
+            now,
+            f"{why}; requeued (restart {job.restarts + 1} of {job.max_restarts})",
+            restarts=job.restarts + 1,
+            placement=None,
+            started_at=None,
+        )
+    else:
+        transition(
+            session,
+            job,
+            JobState.FAILED,
+            now,
+            f"{why}; not requeued: it was lost {job.restarts + 1} times "
+            f"(max_restarts={job.max_restarts})",
+        )
+    return changes
+
+
+def cancel(session: Session, job: Job, now: float, by: str) -> Changes:
+    """Cancel a job in any unfinished state; running parts get a stop order."""
+    changes = Changes(scheduler=True, jobs={job.id or 0})
+    state = JobState(job.state)
+    parts = live_parts(session, job.id or 0, job.attempt) if state.holds_gpus else []
+    transition(session, job, JobState.CANCELLED, now, f"cancelled by {by}", **_accrue(job, now))
+    stop_parts(parts, StopReason.CANCEL, changes, session)
+    return changes

@@ -1,0 +1,203 @@
+"""Read the cluster out of the database as `core` views.
+
+Owns the mapping from rows to `NodeView`, `JobView` and `ClusterView`:
+the scheduler builds its pass from these, and `show` explains why a job
+waits from the same views. Reads use column tuples, not ORM objects,
+because a pass may read thousands of pending jobs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
+from schedulearn.protocol import JobState
+from schedulearn.server.models import Allocation, Gpu, Job, Node
+
+HOLDING = (JobState.ASSIGNED.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
+
+_JOB_COLUMNS = (
+    Job.id,
+    Job.submitted_at,
+    Job.gpus,
+    Job.name,
+    Job.user,
+    Job.min_gpus,
+    Job.max_gpus,
+    Job.cpus,
+    Job.memory_gb,
+    Job.gpu_type,
+    Job.priority,
+    Job.deadline,
+    Job.estimated_duration,
+    Job.model,
+    Job.preemptible,
+    Job.queued_at,
+    Job.placement,
+    Job.started_at,
+    Job.service_seconds,
+    Job.attained_gpu_seconds,
+    Job.preemptions,
+    Job.state,
+)
+
+
+def job_view_from_row(row: tuple) -> JobView:  # type: ignore[type-arg]
+    (
+        id_,
+        submitted,
+        gpus,
+        name,
+        user,
+        min_g,
+        max_g,
+        cpus,
+        mem,
+        gtype,
+        prio,
+        deadline,
+        est,
+        model,
+        preemptible,
+        queued,
+        placement,
+        started,
+        service,
+        attained,
+        preemptions,
+        _state,
+    ) = row
+    return JobView(
+        id=id_,
+        submitted_at=submitted,
+        gpus=gpus,
+        name=name,
+        user=user,
+        min_gpus=min_g,
+        max_gpus=max_g,
+        cpus=cpus,
+        memory_gb=mem,
+        gpu_type=gtype or None,
+        priority=prio,
+        deadline=deadline,
+        estimated_duration=est,
+        model=model,
+        preemptible=preemptible,
+        queued_at=queued,
+        placement=Placement.of(placement) if placement else None,
+        started_at=started,
+        service_seconds=service,
+        attained_gpu_seconds=attained,
+        preemptions=preemptions,
+    )
+
+
+def job_view(job: Job) -> JobView:
+    return job_view_from_row(tuple(getattr(job, c.key) for c in _JOB_COLUMNS))
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """A `ClusterView` plus what the scheduler needs to check and write a pass."""
+
+    view: ClusterView
+    jobs: dict[int, JobView]
+    # (node, gpu) -> (job id, attempt) for every held GPU, running or draining.
+    holders: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # GPUs held by runs that are not in `view.running` (a job being
+    # preempted, an old attempt or a cancelled job still shutting down):
+    # (job id, attempt) -> node -> GPUs.
+    draining: dict[tuple[int, int], dict[str, list[int]]] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
+    executors: dict[str, list[str]] = field(default_factory=dict)
+
+
+def load_nodes(
+    session: Session, running: list[JobView] | None = None
+) -> tuple[tuple[NodeView, ...], dict[tuple[str, int], tuple[int, int]], dict[str, Node]]:
+    """Every known node with its GPUs' holders and its unreserved CPUs and memory."""
+    nodes = {n.name: n for n in session.execute(select(Node)).scalars()}
+    gpus: dict[str, list[tuple[int, str, str, int]]] = defaultdict(list)
+    for node, index, uuid, gtype, mem in session.execute(
+        select(Gpu.node, Gpu.index, Gpu.uuid, Gpu.type, Gpu.memory_mb)
+    ):
+        gpus[node].append((index, uuid, gtype, mem))
+    holders: dict[tuple[str, int], tuple[int, int]] = {
+        (node, gpu): (job, attempt)
+        for node, gpu, job, attempt in session.execute(
+            select(Allocation.node, Allocation.gpu_index, Allocation.job_id, Allocation.attempt)
+        )
+    }
+    used_cpus: dict[str, float] = defaultdict(float)
+    used_mem: dict[str, float] = defaultdict(float)
+    for job in running or ():
+        if job.placement is None:
+            continue
+        for name, held in job.placement:
+            cpus, mem = job.demand_on(job.placement, len(held))
+            used_cpus[name] += cpus
+            used_mem[name] += mem
+    views = []
+    for name in sorted(nodes):
+        node = nodes[name]
+        gpu_views = tuple(
+            GpuView(i, t, u, m, holders[(name, i)][0] if (name, i) in holders else None)
+            for i, u, t, m in sorted(gpus[name])
+        )
+        views.append(
+            NodeView(
+                name=name,
+                gpus=gpu_views,
+                cpus=node.cpus,
+                memory_gb=node.memory_gb,
+                free_cpus=node.cpus - used_cpus[name],
+                free_memory_gb=node.memory_gb - used_mem[name],
+                healthy=node.healthy,
+            )
+        )
+    return tuple(views), holders, nodes
+
+
+def pending_views(session: Session) -> list[JobView]:
+    """The queue, in arrival order (a preempted job re-enters at the back)."""
+    rows = session.execute(
+        select(*_JOB_COLUMNS)
+        .where(Job.state == JobState.PENDING.value)
+        .order_by(Job.queued_at, Job.id)
+    )
+    return [job_view_from_row(tuple(r)) for r in rows]
+
+
+def build(session: Session, now: float) -> Snapshot:
+    running: list[JobView] = []
+    attempts: dict[int, int] = {}
+    for r in session.execute(
+        select(*_JOB_COLUMNS, Job.attempt).where(Job.state.in_(HOLDING))  # type: ignore[attr-defined]
+    ):
+        row = tuple(r)
+        if row[21] == JobState.PREEMPTING.value:
+            continue
+        running.append(job_view_from_row(row[:22]))
+        attempts[row[0]] = row[22]
+    pending = pending_views(session)
+    nodes, holders, rows = load_nodes(session, running)
+    # GPUs held by anything but the current attempt of a running job: a job
+    # being preempted, or an old attempt (or a cancelled job) still exiting.
+    draining: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for (node, gpu), (job_id, attempt) in holders.items():
+        if attempts.get(job_id) != attempt:
+            draining[(job_id, attempt)][node].append(gpu)
+    jobs = {j.id: j for j in pending}
+    jobs.update({j.id: j for j in running})
+    return Snapshot(
+        view=ClusterView(now=now, nodes=nodes, pending=tuple(pending), running=tuple(running)),
+        jobs=jobs,
+        holders=holders,
+        draining={k: dict(v) for k, v in draining.items()},
+        addresses={n: r.address for n, r in rows.items()},
+        executors={n: list(r.executors) for n, r in rows.items()},
+    )

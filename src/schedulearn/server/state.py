@@ -1,0 +1,45 @@
+"""Everything one running app holds, hung on `app.state.sl` by `create_app`.
+
+Owns the in-memory parts of the server: the token cache, wake-up events,
+the submission batcher, the latest GPU samples from heartbeats (shown by
+`nodes`, never stored) and stop orders for runs an agent reported that
+the server does not know.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from schedulearn.clock import Clock
+from schedulearn.protocol import GpuSample, StopOrder
+from schedulearn.server.auth import TokenCache
+from schedulearn.server.batching import Batcher
+from schedulearn.server.db import Database
+from schedulearn.server.metrics import Metrics
+from schedulearn.server.scheduler import Scheduler
+from schedulearn.server.services.agents import AgentTiming
+from schedulearn.server.wakeups import Wakeups
+from schedulearn.settings import ServerSettings
+
+
+@dataclass(slots=True)
+class AppState:
+    settings: ServerSettings
+    db: Database
+    clock: Clock
+    wakeups: Wakeups
+    tokens: TokenCache
+    metrics: Metrics
+    scheduler: Scheduler
+    submitter: Batcher  # type: ignore[type-arg]
+    timing: AgentTiming
+    samples: dict[str, list[GpuSample]] = field(default_factory=dict)
+    orphan_stops: dict[str, list[StopOrder]] = field(default_factory=lambda: defaultdict(list))
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.sl
+    return state

@@ -1,0 +1,73 @@
+"""Server settings (pydantic-settings): read from `SCHEDULEARN_*` environment
+variables, built once by the entry point and passed in, never a module global.
+
+`create_app(settings)` takes one of these, so every test gets its own
+database by building its own `ServerSettings(database_url=...)`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+APP_NAME = "schedulearn"
+
+
+def data_dir() -> Path:
+    """Where the server keeps its SQLite file by default (the user's data directory)."""
+    return Path(platformdirs.user_data_dir(APP_NAME))
+
+
+def config_dir() -> Path:
+    """Where the CLI keeps its configuration (server address, token)."""
+    return Path(platformdirs.user_config_dir(APP_NAME))
+
+
+def default_database_url() -> str:
+    return f"sqlite:///{data_dir() / 'schedulearn.db'}"
+
+
+class ServerSettings(BaseSettings):
+    """Everything the server needs; environment variables `SCHEDULEARN_<FIELD>`."""
+
+    model_config = SettingsConfigDict(env_prefix="SCHEDULEARN_", extra="ignore")
+
+    database_url: str = Field(
+        default_factory=default_database_url,
+        description="sqlite:///path or postgresql://user@host/db (psycopg 3)",
+    )
+    host: str = "127.0.0.1"
+    port: int = 8642
+    default_policy: str = Field(
+        default="fifo", description="Policy in force until an admin sets one"
+    )
+    # Tokens: when given, these are stored (hashed) at start so a deployment
+    # or a test knows them in advance; otherwise the server makes them at
+    # first start and prints them once.
+    admin_token: str | None = None
+    agent_token: str | None = None
+    heartbeat_seconds: float = Field(default=2.0, gt=0)
+    node_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="A node silent this long is marked down"
+    )
+    tick_seconds: float = Field(
+        default=1.0, gt=0, description="Longest sleep of the scheduler loop between passes"
+    )
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    max_wait_seconds: float = Field(default=30.0, gt=0, description="Cap on agent long-polls")
+    stop_grace_seconds: float = Field(default=10.0, ge=0)
+    checkpoint_dir: str | None = Field(
+        default=None,
+        description="Per-job checkpoint directories go under this path on the agent hosts; "
+        "unset lets each agent choose",
+    )
+    gang_base_port: int = Field(
+        default=29500, description="MASTER_PORT of a gang is this + job id % 10000"
+    )
+    log_level: str = "info"
+    print_tokens: bool = Field(
+        default=True, description="Print tokens made at first start on stderr (shown once)"
+    )
