@@ -1,0 +1,441 @@
+"""The discrete-event engine: a virtual clock driving one policy over one workload.
+
+Events are arrivals (read in submission order from the workload),
+completions (a heap, invalidated lazily by a per-job version when a job
+is preempted or resized) and policy ticks (for a policy with
+`tick_seconds`, only while jobs wait or run). At each distinct event
+time the engine applies the events, then calls `Policy.decide` once if
+something changed or a tick is due, and applies the decisions through
+`core.GpuLedger.apply`, which enforces the allocation rules; a decision
+the ledger refuses is a policy bug and stops the run (`PolicyError`).
+
+The engine owns all run state: the ledger, every job's progress, the
+cached snapshot tuples handed to the policy, the start/stop segment log
+and the series. Snapshots are incremental: job views are built when a
+job arrives, starts, stops or resizes (a running view accrues service
+through `started_at`), and only nodes the ledger marks dirty are rebuilt.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+from typing import Any
+
+from schedulearn.core.decisions import Decision, Preempt, Resize, Start
+from schedulearn.core.ledger import GpuLedger, InvalidDecision
+from schedulearn.core.policy import Policy
+from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
+from schedulearn.sim.cluster import ClusterSpec
+from schedulearn.sim.feasibility import check_feasible
+from schedulearn.sim.jobs import SimJob, Workload
+from schedulearn.sim.metrics import summarize
+from schedulearn.sim.results import JobRecord, Segment, Series, SimResult
+from schedulearn.sim.speed import ClusterShape, Curve, LinearSpeed, SpeedModel
+
+ProgressFn = Callable[[int, int], None]
+
+
+class PolicyError(RuntimeError):
+    """A policy asked for something the ledger refused; the run stopped."""
+
+
+class _Run:
+    """Mutable run state of one job."""
+
+    __slots__ = (
+        "curve",
+        "done",
+        "end",
+        "first_start",
+        "isolated",
+        "job",
+        "migrations",
+        "placement",
+        "preemptions",
+        "ready",
+        "resizes",
+        "started",
+        "version",
+        "work",
+    )
+
+    def __init__(self, job: SimJob, work: float, isolated: float) -> None:
+        self.job = job
+        self.work = work
+        self.isolated = isolated
+        self.done = 0.0
+        self.started = 0.0
+        self.ready = 0.0
+        self.curve: Curve | None = None
+        self.placement: Placement | None = None
+        self.version = 0
+        self.first_start: float | None = None
+        self.end: float | None = None
+        self.preemptions = 0
+        self.migrations = 0
+        self.resizes = 0
+
+
+def running_view(pending: JobView, placement: Placement, now: float, progress: float) -> JobView:
+    """The view of a job that starts (or restarts) on `placement` at `now`.
+
+    Spelled out field by field because it runs once per start and
+    `dataclasses.replace` costs half again as much.
+    """
+    return JobView(
+        id=pending.id,
+        submitted_at=pending.submitted_at,
+        gpus=pending.gpus,
+        name=pending.name,
+        user=pending.user,
+        group=pending.group,
+        min_gpus=pending.min_gpus,
+        max_gpus=pending.max_gpus,
+        cpus=pending.cpus,
+        memory_gb=pending.memory_gb,
+        gpu_type=pending.gpu_type,
+        priority=pending.priority,
+        deadline=pending.deadline,
+        estimated_duration=pending.estimated_duration,
+        model=pending.model,
+        preemptible=pending.preemptible,
+        queued_at=pending.queued_at,
+        placement=placement,
+        started_at=now,
+        service_seconds=pending.service_seconds,
+        attained_gpu_seconds=pending.attained_gpu_seconds,
+        preemptions=pending.preemptions,
+        progress=progress,
+    )
+
+
+def stopped_view(running: JobView, now: float, progress: float, preempted: bool) -> JobView:
+    """The pending view of a job suspended at `now` (service accrued up to now)."""
+    return JobView(
+        id=running.id,
+        submitted_at=running.submitted_at,
+        gpus=running.gpus,
+        name=running.name,
+        user=running.user,
+        group=running.group,
+        min_gpus=running.min_gpus,
+        max_gpus=running.max_gpus,
+        cpus=running.cpus,
+        memory_gb=running.memory_gb,
+        gpu_type=running.gpu_type,
+        priority=running.priority,
+        deadline=running.deadline,
+        estimated_duration=running.estimated_duration,
+        model=running.model,
+        preemptible=running.preemptible,
+        queued_at=now if preempted else running.queued_at,
+        placement=None,
+        started_at=None,
+        service_seconds=running.service_at(now),
+        attained_gpu_seconds=running.attained_at(now),
+        preemptions=running.preemptions + (1 if preempted else 0),
+        progress=progress,
+    )
+
+
+class Simulator:
+    """Replays one workload on one cluster under one policy."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        cluster: ClusterSpec,
+        policy: Policy,
+        speed: SpeedModel | None = None,
+        record_segments: bool = True,
+        on_progress: ProgressFn | None = None,
+        policy_name: str | None = None,
+    ) -> None:
+        self.workload = workload
+        self.cluster = cluster
+        self.policy = policy
+        self.policy_name = policy_name or policy.name
+        self.speed: SpeedModel = speed or LinearSpeed()
+        self.shape = ClusterShape.of(cluster.nodes)
+        self.record_segments = record_segments
+        self.on_progress = on_progress
+        check_feasible(workload, cluster)
+        self.ledger = GpuLedger(cluster.nodes)
+        self._runs: dict[int, _Run] = {}
+        for job in workload.jobs:
+            work = self.speed.work(job)
+            isolated = self.speed.estimate(job, self.shape) + self.speed.switch_cost(job, True)
+            self._runs[job.id] = _Run(job, work, isolated)
+        # Snapshot caches, rebuilt only when they change.
+        self._node_list: list[NodeView] = list(cluster.nodes)
+        self._node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
+        self._nodes: tuple[NodeView, ...] = tuple(cluster.nodes)
+        self.ledger.take_dirty()
+        self._pending: dict[int, JobView] = {}
+        self._running: dict[int, JobView] = {}
+        self._pending_tuple: tuple[JobView, ...] = ()
+        self._running_tuple: tuple[JobView, ...] = ()
+        self._pending_changed = False
+        self._pending_unordered = False
+        self._running_changed = False
+        self._heap: list[tuple[float, int, int, int]] = []
+        self._seq = 0
+        self._busy = 0
+        self._segments: list[Segment] = []
+        self._times: list[float] = []
+        self._busy_series: list[int] = []
+        self._queued_series: list[int] = []
+        self.passes = 0
+        self.events = 0
+        self._finished = 0
+
+    # --- the loop ----------------------------------------------------------
+
+    def run(self) -> SimResult:
+        started_wall = time.perf_counter()
+        jobs = self.workload.jobs
+        n = len(jobs)
+        heap = self._heap
+        runs = self._runs
+        tick = self.policy.tick_seconds
+        next_tick: float | None = None
+        ai = 0
+        report_every = max(1, n // 200)
+        last_report = 0
+        inf = float("inf")
+        while True:
+            while heap:
+                _, _, jid, version = heap[0]
+                run = runs[jid]
+                if run.version == version and run.end is None:
+                    break
+                heapq.heappop(heap)
+            t = heap[0][0] if heap else inf
+            if ai < n and jobs[ai].submitted_at < t:
+                t = jobs[ai].submitted_at
+            if next_tick is not None and next_tick < t:
+                t = next_tick
+            if t == inf:
+                break
+            changed = False
+            while ai < n and jobs[ai].submitted_at <= t:
+                self._arrive(jobs[ai])
+                ai += 1
+                changed = True
+            while heap and heap[0][0] <= t:
+                _, _, jid, version = heapq.heappop(heap)
+                run = runs[jid]
+                if run.version == version and run.end is None:
+                    self._complete(run, t)
+                    changed = True
+            due = next_tick is not None and next_tick <= t
+            acted = self._pass(t) if changed or due else 0
+            self.events += 1
+            if tick is not None:
+                if self._pending or self._running:
+                    if next_tick is None or next_tick <= t:
+                        next_tick = t + tick
+                else:
+                    next_tick = None
+            self._record(t)
+            if self.on_progress is not None and self._finished - last_report >= report_every:
+                last_report = self._finished
+                self.on_progress(self._finished, n)
+            if not acted and not self._running and not heap and ai >= n:
+                # Nothing runs, nothing will arrive, and the policy starts nothing:
+                # no later pass could see a different cluster. Stop here.
+                break
+        if self.on_progress is not None:
+            self.on_progress(self._finished, n)
+        return self._result(time.perf_counter() - started_wall)
+
+    # --- events ------------------------------------------------------------
+
+    def _arrive(self, job: SimJob) -> None:
+        run = self._runs[job.id]
+        self._pending[job.id] = job.view(run.isolated - self.speed.switch_cost(job, True))
+        self._pending_changed = True
+
+    def _complete(self, run: _Run, t: float) -> None:
+        jid = run.job.id
+        run.done = run.work
+        run.end = t
+        self._finished += 1
+        self._stop_segment(run, t, "completed")
+        self.ledger.release(jid)
+        del self._running[jid]
+        self._running_changed = True
+
+    def _stop_segment(self, run: _Run, t: float, reason: str) -> None:
+        placement = run.placement
+        assert placement is not None
+        self._busy -= placement.num_gpus
+        if self.record_segments:
+            self._segments.append(Segment(run.job.id, run.started, t, placement, reason))
+        run.placement = None
+        run.curve = None
+        run.version += 1
+
+    def _start_segment(self, run: _Run, placement: Placement, t: float, first: bool) -> None:
+        job = run.job
+        curve = self.speed.curve(job, placement, self.shape)
+        run.curve = curve
+        run.placement = placement
+        run.started = t
+        run.ready = t + self.speed.switch_cost(job, first)
+        run.version += 1
+        if run.first_start is None:
+            run.first_start = t
+        self._busy += placement.num_gpus
+        finish = run.ready + curve.seconds_to(run.done, run.work)
+        self._seq += 1
+        heapq.heappush(self._heap, (finish, self._seq, job.id, run.version))
+
+    def _progress_at(self, run: _Run, t: float) -> float:
+        assert run.curve is not None
+        return min(run.work, run.curve.advance(run.done, max(0.0, t - run.ready)))
+
+    # --- policy passes -----------------------------------------------------
+
+    def _pass(self, t: float) -> int:
+        view = ClusterView(t, self._node_tuple(), self._pending_view(), self._running_view())
+        self.passes += 1
+        decisions = self.policy.decide(view)
+        if not decisions:
+            return 0
+        views: dict[int, JobView] = {}
+        for d in decisions:
+            v = self._pending.get(d.job_id) or self._running.get(d.job_id)
+            if v is not None:
+                views[d.job_id] = v
+        try:
+            self.ledger.apply(decisions, views)
+        except InvalidDecision as exc:
+            raise PolicyError(
+                f"policy {self.policy_name!r} made an invalid decision at t={t:g}s: {exc}"
+            ) from None
+        for d in decisions:
+            self._enact(d, t)
+        return len(decisions)
+
+    def _enact(self, d: Decision, t: float) -> None:
+        run = self._runs[d.job_id]
+        jid = d.job_id
+        if isinstance(d, Start):
+            pending = self._pending.pop(jid)
+            self._pending_changed = True
+            first = run.first_start is None
+            self._start_segment(run, d.placement, t, first)
+            self._running[jid] = running_view(pending, d.placement, t, run.done / run.work)
+            self._running_changed = True
+        elif isinstance(d, Preempt):
+            old = self._running.pop(jid)
+            run.done = self._progress_at(run, t)
+            self._stop_segment(run, t, "preempted")
+            run.preemptions += 1
+            self._pending[jid] = stopped_view(old, t, run.done / run.work, preempted=True)
+            self._pending_changed = self._pending_unordered = True
+            self._running_changed = True
+        elif isinstance(d, Resize):
+            old = self._running[jid]
+            old_placement = run.placement
+            assert old_placement is not None
+            run.done = self._progress_at(run, t)
+            self._stop_segment(run, t, "resized")
+            if d.placement.num_gpus == old_placement.num_gpus:
+                run.migrations += 1
+            else:
+                run.resizes += 1
+            self._start_segment(run, d.placement, t, first=False)
+            paused = stopped_view(old, t, run.done / run.work, preempted=False)
+            self._running[jid] = running_view(paused, d.placement, t, run.done / run.work)
+            self._running_changed = True
+
+    # --- snapshot caches ---------------------------------------------------
+
+    def _node_tuple(self) -> tuple[NodeView, ...]:
+        dirty = self.ledger.take_dirty()
+        if dirty:
+            nodes = self._node_list
+            index = self._node_index
+            for name in dirty:
+                nodes[index[name]] = self.ledger.node_view(name)
+            self._nodes = tuple(nodes)
+        return self._nodes
+
+    def _pending_view(self) -> tuple[JobView, ...]:
+        if self._pending_changed:
+            if self._pending_unordered:
+                # A preempted job rejoins the queue at its place in arrival order.
+                ordered = sorted(self._pending.values(), key=lambda v: (v.submitted_at, v.id))
+                self._pending = {v.id: v for v in ordered}
+                self._pending_unordered = False
+            self._pending_tuple = tuple(self._pending.values())
+            self._pending_changed = False
+        return self._pending_tuple
+
+    def _running_view(self) -> tuple[JobView, ...]:
+        if self._running_changed:
+            self._running_tuple = tuple(self._running.values())
+            self._running_changed = False
+        return self._running_tuple
+
+    # --- output ------------------------------------------------------------
+
+    def _record(self, t: float) -> None:
+        busy, queued = self._busy, len(self._pending)
+        if self._times and self._busy_series[-1] == busy and self._queued_series[-1] == queued:
+            return
+        if self._times and self._times[-1] == t:
+            self._busy_series[-1] = busy
+            self._queued_series[-1] = queued
+            return
+        self._times.append(t)
+        self._busy_series.append(busy)
+        self._queued_series.append(queued)
+
+    def _result(self, wall: float) -> SimResult:
+        records = tuple(
+            JobRecord(
+                id=r.job.id,
+                name=r.job.name,
+                group=r.job.group,
+                gpus=r.job.gpus,
+                submitted_at=r.job.submitted_at,
+                first_start=r.first_start,
+                end=r.end,
+                isolated=r.isolated,
+                deadline=r.job.deadline,
+                preemptions=r.preemptions,
+                migrations=r.migrations,
+                resizes=r.resizes,
+            )
+            for r in self._runs.values()
+        )
+        series = Series(tuple(self._times), tuple(self._busy_series), tuple(self._queued_series))
+        return SimResult(
+            policy=self.policy_name,
+            workload=self.workload.name,
+            cluster=self.cluster.name,
+            total_gpus=self.cluster.total_gpus,
+            summary=summarize(records, series, self.cluster.total_gpus),
+            series=series,
+            records=records,
+            segments=tuple(self._segments),
+            passes=self.passes,
+            events=self.events,
+            wall_seconds=wall,
+        )
+
+
+def simulate(
+    workload: Workload,
+    cluster: ClusterSpec,
+    policy: Policy,
+    speed: SpeedModel | None = None,
+    **options: Any,
+) -> SimResult:
+    """Run one simulation and return its result."""
+    return Simulator(workload, cluster, policy, speed, **options).run()

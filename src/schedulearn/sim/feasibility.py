@@ -1,0 +1,64 @@
+"""Refuse, before a run, jobs that could never start on the cluster even when it is empty.
+
+Without this check such a job would wait forever and the run would end
+with it unfinished, or a time-driven policy would tick on an idle
+cluster. The check is necessary, not sufficient: a gang's CPU and
+memory split across nodes is only checked in total.
+"""
+
+from __future__ import annotations
+
+from schedulearn.sim.cluster import ClusterSpec
+from schedulearn.sim.jobs import SimInputError, SimJob, Workload
+
+
+def why_unfit(job: SimJob, cluster: ClusterSpec) -> str | None:
+    """Why `job` can never run on `cluster`, or None if it can."""
+    need = job.gpus if job.min_gpus is None else job.min_gpus
+    nodes = [
+        n
+        for n in cluster.nodes
+        if n.healthy and not (job.gpu_type and need and n.gpu_type != job.gpu_type)
+    ]
+    kind = f"{job.gpu_type} " if job.gpu_type else ""
+    capacity = sum(n.num_gpus for n in nodes)
+    if need > capacity:
+        return f"asks for {need} {kind}GPUs; the cluster has {capacity}"
+    largest = max((n.num_gpus for n in nodes), default=0)
+    if need <= largest:
+        fits = [
+            n
+            for n in nodes
+            if n.num_gpus >= need
+            and n.cpus + 1e-9 >= job.cpus
+            and n.memory_gb + 1e-9 >= job.memory_gb
+        ]
+        if not fits:
+            return (
+                f"asks for {need} GPUs, {job.cpus:g} CPUs and {job.memory_gb:g} GB on one node; "
+                "no node has that much"
+            )
+    elif job.cpus > sum(n.cpus for n in nodes) or job.memory_gb > sum(n.memory_gb for n in nodes):
+        return f"asks for {job.cpus:g} CPUs and {job.memory_gb:g} GB; the cluster has less"
+    return None
+
+
+def check_feasible(workload: Workload, cluster: ClusterSpec) -> None:
+    """Raise `SimInputError` naming the first job that can never start, and how many."""
+    bad: list[tuple[SimJob, str]] = []
+    # Jobs of one shape share the answer; a trace has few shapes and many jobs.
+    seen: dict[tuple[int, int | None, str | None, float, float], str | None] = {}
+    for job in workload.jobs:
+        key = (job.gpus, job.min_gpus, job.gpu_type, job.cpus, job.memory_gb)
+        if key not in seen:
+            seen[key] = why_unfit(job, cluster)
+        reason = seen[key]
+        if reason is not None:
+            bad.append((job, reason))
+    if bad:
+        job, reason = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise SimInputError(
+            f"job {job.name or job.id} {reason}{more}; use a bigger --cluster "
+            f"than {cluster.name!r} or drop those jobs"
+        )

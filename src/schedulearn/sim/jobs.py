@@ -1,0 +1,107 @@
+"""What the simulator replays: jobs as a workload describes them, before any scheduling.
+
+A `SimJob` is the static description of one job (or one task of a
+grouped job): when it arrives, what it asks for, and how much work it
+carries. Its work is its `duration`, the seconds it runs at its
+requested size on the best placement; a job that names a measured
+application (`app`, with `batch_size`) may leave `duration` unset and
+let the measured speed model derive its work. A `Workload` is an
+ordered, named collection of jobs.
+
+This module also owns `SimInputError`, the error for input a user can
+fix (a bad spec, a missing file); its message says what to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schedulearn.core.views import JobView
+
+
+class SimInputError(ValueError):
+    """Input the user can fix: a bad spec, a missing file, an impossible job.
+
+    The message is one line that says what to change.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """One job of a workload, as submitted.
+
+    `group` ties the tasks of one logical job together (the Tetris
+    workload: 30 tasks per job); metrics then count the group as one
+    job whose completion is its last task's.
+    """
+
+    id: int
+    submitted_at: float
+    gpus: int
+    duration: float | None = None
+    name: str = ""
+    user: str = ""
+    group: str | None = None
+    min_gpus: int | None = None
+    max_gpus: int | None = None
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    gpu_type: str | None = None
+    priority: int = 0
+    deadline: float | None = None
+    model: str | None = None
+    app: str | None = None
+    batch_size: int | None = None
+    preemptible: bool = True
+
+    def view(self, estimated_duration: float | None) -> JobView:
+        """The pending view a policy sees when the job arrives."""
+        return JobView(
+            id=self.id,
+            submitted_at=self.submitted_at,
+            gpus=self.gpus,
+            name=self.name,
+            user=self.user,
+            group=self.group,
+            min_gpus=self.min_gpus,
+            max_gpus=self.max_gpus,
+            cpus=self.cpus,
+            memory_gb=self.memory_gb,
+            gpu_type=self.gpu_type,
+            priority=self.priority,
+            deadline=self.deadline,
+            estimated_duration=estimated_duration,
+            model=self.model or self.app,
+            preemptible=self.preemptible,
+            queued_at=self.submitted_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Jobs in submission order, with a name for tables and a note on its origin."""
+
+    name: str
+    jobs: tuple[SimJob, ...]
+    description: str = ""
+    # Where the jobs came from (a generator spec or a file), for reports.
+    source: str = ""
+    # Parameters the workload was generated with, for reports and JSON.
+    params: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ids = [j.id for j in self.jobs]
+        if len(set(ids)) != len(ids):
+            raise SimInputError(
+                f"workload {self.name!r} has duplicate job ids; give each job its own id"
+            )
+        ordered = tuple(sorted(self.jobs, key=lambda j: (j.submitted_at, j.id)))
+        object.__setattr__(self, "jobs", ordered)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def total_gpu_seconds(self) -> float:
+        """GPU-seconds of the jobs that state a duration."""
+        return sum(j.gpus * j.duration for j in self.jobs if j.duration is not None)

@@ -1,0 +1,335 @@
+"""The measured speed model: training speed read from the Pollux application tables.
+
+For each application (bert, cifar10, deepspeech2, imagenet, ncf, yolov3)
+a directory holds `placements.csv`, `scalability.csv` and
+`validation-<batch>.csv` measured on real clusters (see
+`../shared/traces/README.md`). This module follows the method of
+Pollux's simulator (petuum/adaptdl, `osdi21-artifact`), re-implemented:
+
+- a job trains a fixed number of epochs (`EPOCHS`); epoch `e` ends at
+  the progress where the smallest of the validation tables marks it;
+- local batch `ceil(batch / gpus)`, split into gradient-accumulation
+  steps above the application's largest measured local batch (and, as
+  Pollux does, at least one accumulation step for a single GPU whose
+  batch exceeds the smallest measured batch);
+- step time from `placements.csv` for the placement (GPUs per node,
+  as the table's smallest rotation) interpolated linearly over the local
+  batch; for placements not in the table, interpolated over local batch,
+  then GPUs, then nodes (capped at 16) from both tables. Pollux uses a
+  3-D Delaunay interpolation here; ours is separable, see docs/results.md;
+- progress per second in epoch `e` is `gain / step_time`, `gain =
+  (var + sqr) / (var / scale + sqr)`, `scale = batch /
+  smallest_measured_batch`, with the gradient statistics of epoch `e`
+  interpolated between the two nearest measured batch sizes;
+- every (re)allocation costs `realloc_cost` (30 s) of no progress.
+
+Jobs without an application (or with one that has no table) fall back
+to the linear model. Work units here are Pollux's progress units.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from schedulearn.core.views import Placement
+from schedulearn.sim.jobs import SimInputError, SimJob
+from schedulearn.sim.speed import ClusterShape, Curve, LinearSpeed
+
+EPOCHS = {"bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50}
+MAX_LOCAL_BSZ = {"yolov3": 8}
+MAX_TABLE_NODES = 16
+
+_Series = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]  # bsz, step, sync
+
+
+def _interp(
+    xs: tuple[float, ...] | list[float], ys: tuple[float, ...] | list[float], x: float
+) -> float:
+    """Piecewise-linear interpolation, extended linearly past both ends."""
+    if len(xs) == 1:
+        return ys[0]
+    i = bisect.bisect_left(xs, x)
+    i = min(max(i, 1), len(xs) - 1)
+    x0, x1 = xs[i - 1], xs[i]
+    y0, y1 = ys[i - 1], ys[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def _series(rows: list[tuple[float, float, float]]) -> _Series:
+    # Average duplicate local batch sizes, then sort.
+    acc: dict[float, list[tuple[float, float]]] = {}
+    for bsz, step, sync in rows:
+        acc.setdefault(bsz, []).append((step, sync))
+    keys = sorted(acc)
+    steps = tuple(sum(s for s, _ in acc[k]) / len(acc[k]) for k in keys)
+    syncs = tuple(sum(s for _, s in acc[k]) / len(acc[k]) for k in keys)
+    return tuple(keys), steps, syncs
+
+
+def canonical(counts: tuple[int, ...]) -> tuple[int, ...]:
+    """The lexicographically smallest rotation: the placement tables' key."""
+    counts = tuple(c for c in counts if c)
+    if not counts:
+        return counts
+    return min(counts[i:] + counts[:i] for i in range(len(counts)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Validation:
+    batch: int
+    progress: tuple[float, ...]
+    grad_sqr: tuple[float, ...]
+    grad_var: tuple[float, ...]
+
+
+class AppTables:
+    """The measured tables of one application, loaded from its directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.name = directory.name
+        if self.name not in EPOCHS:
+            raise SimInputError(
+                f"no epoch count for application {self.name!r}; known: {', '.join(sorted(EPOCHS))}"
+            )
+        self.epochs = EPOCHS[self.name]
+        by_placement: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
+        by_shape: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+        for row in _read(directory / "placements.csv"):
+            counts = tuple(int(c) for c in row["placement"])
+            point = (float(row["local_bsz"]), float(row["step_time"]), float(row["sync_time"]))
+            by_placement.setdefault(canonical(counts), []).append(point)
+            by_shape.setdefault((len(counts), sum(counts)), []).append(point)
+        for row in _read(directory / "scalability.csv"):
+            key = (int(row["num_nodes"]), int(row["num_replicas"]))
+            point = (float(row["local_bsz"]), float(row["step_time"]), float(row["sync_time"]))
+            by_shape.setdefault(key, []).append(point)
+        self.placements = {k: _series(v) for k, v in by_placement.items()}
+        # Per node count: the GPU counts measured and their series.
+        shapes = {k: _series(v) for k, v in by_shape.items()}
+        self.node_counts = tuple(sorted({n for n, _ in shapes}))
+        self.shapes: dict[int, tuple[tuple[int, ...], tuple[_Series, ...]]] = {}
+        for n in self.node_counts:
+            reps = tuple(sorted(r for m, r in shapes if m == n))
+            self.shapes[n] = (reps, tuple(shapes[n, r] for r in reps))
+        validation: list[_Validation] = []
+        for path in directory.glob("validation-*.csv"):
+            rows = list(_read(path))
+            validation.append(
+                _Validation(
+                    int(path.stem.split("-")[-1]),
+                    tuple(float(r["progress"]) for r in rows),
+                    tuple(float(r["grad_sqr"]) for r in rows),
+                    tuple(float(r["grad_var"]) for r in rows),
+                )
+            )
+        if not validation or not self.placements:
+            raise SimInputError(f"{str(directory)!r} lacks placements.csv or validation-*.csv")
+        self.validation = tuple(sorted(validation, key=lambda v: v.batch))
+        self.batches = tuple(v.batch for v in self.validation)
+        self.init_batch = self.batches[0]
+        self.max_batch = self.batches[-1]
+        all_bsz = [b for s in self.placements.values() for b in s[0]]
+        self.min_local = int(min(all_bsz))
+        self.max_local = MAX_LOCAL_BSZ.get(self.name, int(max(all_bsz)))
+        # Progress at the end of each epoch: the smallest over the tables.
+        self.epoch_ends = tuple(
+            min(v.progress[e] for v in self.validation) for e in range(self.epochs)
+        )
+
+    @property
+    def total_work(self) -> float:
+        return self.epoch_ends[-1]
+
+    def throughput(self, counts: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
+        """(step time, sync time) in seconds for `counts` GPUs per node at a local batch."""
+        key = canonical(counts)
+        series = self.placements.get(key)
+        if series is not None:
+            xs, steps, syncs = series
+            return _interp(xs, steps, local_bsz), _interp(xs, syncs, local_bsz)
+        nodes, gpus = min(len(key), MAX_TABLE_NODES), sum(key)
+        i = bisect.bisect_left(self.node_counts, nodes)
+        if i < len(self.node_counts) and self.node_counts[i] == nodes:
+            return self._at_nodes(nodes, gpus, local_bsz)
+        lo = self.node_counts[max(i - 1, 0)]
+        hi = self.node_counts[min(i, len(self.node_counts) - 1)]
+        s_lo, y_lo = self._at_nodes(lo, gpus, local_bsz)
+        s_hi, y_hi = self._at_nodes(hi, gpus, local_bsz)
+        w = (nodes - lo) / (hi - lo) if hi != lo else 0.0
+        return s_lo + (s_hi - s_lo) * w, y_lo + (y_hi - y_lo) * w
+
+    def _at_nodes(self, nodes: int, gpus: int, local_bsz: float) -> tuple[float, float]:
+        reps, series = self.shapes[nodes]
+        steps = [_interp(s[0], s[1], local_bsz) for s in series]
+        syncs = [_interp(s[0], s[2], local_bsz) for s in series]
+        g = min(max(gpus, reps[0]), reps[-1])  # no extrapolation over GPU counts
+        reps_f = [float(r) for r in reps]
+        return _interp(reps_f, steps, g), _interp(reps_f, syncs, g)
+
+    def grad_stats(self, batch: float, epoch: int) -> tuple[float, float]:
+        """(grad_sqr, grad_var) at epoch `epoch`, between the nearest measured batches."""
+        batch = min(max(batch, self.init_batch), self.max_batch)
+        i = bisect.bisect_left(self.batches, batch)
+        hi = self.validation[i]
+        if hi.batch == batch or i == 0:
+            return hi.grad_sqr[epoch], hi.grad_var[epoch]
+        lo = self.validation[i - 1]
+        w = (batch - lo.batch) / (hi.batch - lo.batch)
+        sqr = lo.grad_sqr[epoch] + (hi.grad_sqr[epoch] - lo.grad_sqr[epoch]) * w
+        var = lo.grad_var[epoch] + (hi.grad_var[epoch] - lo.grad_var[epoch]) * w
+        return sqr, var
+
+    def batch_split(self, batch: int, gpus: int) -> tuple[int, int]:
+        """(atomic local batch, accumulation steps) for a total batch over `gpus` GPUs."""
+        local = math.ceil(batch / gpus - 1e-8)
+        accum = math.ceil(local / self.max_local - 1e-8) - 1
+        if gpus == 1 and batch > self.init_batch:
+            accum = max(1, accum)
+        atomic = math.ceil(local / (accum + 1) - 1e-8)
+        atomic = min(atomic, int(self.max_batch / (gpus * (accum + 1))))
+        return max(atomic, 1), accum
+
+    def epoch_rates(self, counts: tuple[int, ...], batch: int) -> tuple[float, ...]:
+        """Progress per second in each epoch on `counts` GPUs per node."""
+        gpus = sum(counts)
+        atomic, accum = self.batch_split(batch, gpus)
+        actual = gpus * atomic * (accum + 1)
+        scale = actual / self.init_batch
+        step, sync = self.throughput(counts, atomic)
+        total = step + (step - sync) * accum
+        rates = []
+        for e in range(self.epochs):
+            sqr, var = self.grad_stats(actual, e)
+            gain = (var + sqr) / (var / scale + sqr)
+            rates.append(gain / total)
+        return tuple(rates)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochCurve:
+    """Piecewise-constant progress rate: one rate per epoch."""
+
+    ends: tuple[float, ...]
+    rates: tuple[float, ...]
+
+    def seconds_to(self, done: float, target: float) -> float:
+        seconds = 0.0
+        e = bisect.bisect_right(self.ends, done)
+        position = done
+        while e < len(self.ends) and position < target - 1e-12:
+            stop = min(self.ends[e], target)
+            seconds += (stop - position) / self.rates[e]
+            position = stop
+            e += 1
+        return seconds
+
+    def advance(self, done: float, seconds: float) -> float:
+        e = bisect.bisect_right(self.ends, done)
+        position = done
+        while e < len(self.ends) and seconds > 0:
+            need = (self.ends[e] - position) / self.rates[e]
+            if need > seconds:
+                return position + seconds * self.rates[e]
+            seconds -= need
+            position = self.ends[e]
+            e += 1
+        return position
+
+
+class MeasuredSpeed:
+    """Measured tables for jobs that name an application; the linear model otherwise."""
+
+    def __init__(
+        self,
+        apps_dir: Path | None,
+        fallback: LinearSpeed | None = None,
+        realloc_cost: float = 30.0,
+    ) -> None:
+        self.fallback = fallback or LinearSpeed()
+        self.realloc_cost = realloc_cost
+        self.apps: dict[str, AppTables] = {}
+        self.apps_dir = apps_dir
+        if apps_dir is not None:
+            if not apps_dir.is_dir():
+                raise SimInputError(
+                    f"application tables {str(apps_dir)!r} not found; point --apps at "
+                    "the pollux/apps directory of ../shared/traces"
+                )
+            for sub in sorted(p for p in apps_dir.iterdir() if p.is_dir()):
+                if (sub / "placements.csv").is_file() and sub.name in EPOCHS:
+                    self.apps[sub.name] = AppTables(sub)
+        self._rates: dict[tuple[str, tuple[int, ...], int], tuple[float, ...]] = {}
+
+    def _tables(self, job: SimJob) -> AppTables | None:
+        if job.app is None:
+            return None
+        tables = self.apps.get(job.app)
+        if tables is None and job.duration is None:
+            where = str(self.apps_dir) if self.apps_dir else "none given"
+            raise SimInputError(
+                f"job {job.name or job.id} names application {job.app!r} but no table for it "
+                f"was loaded ({where}); pass --apps with the Pollux pollux/apps directory"
+            )
+        if tables is not None and not job.batch_size:
+            raise SimInputError(f"job {job.name or job.id} names {job.app!r} but no batch size")
+        return tables
+
+    def work(self, job: SimJob) -> float:
+        tables = self._tables(job)
+        return self.fallback.work(job) if tables is None else tables.total_work
+
+    def curve(self, job: SimJob, placement: Placement, shape: ClusterShape) -> Curve:
+        tables = self._tables(job)
+        if tables is None:
+            return self.fallback.curve(job, placement, shape)
+        counts = tuple(len(g) for _, g in placement)
+        return self._curve(tables, counts, job.batch_size or tables.init_batch)
+
+    def _curve(self, tables: AppTables, counts: tuple[int, ...], batch: int) -> EpochCurve:
+        key = (tables.name, canonical(counts), batch)
+        rates = self._rates.get(key)
+        if rates is None:
+            rates = tables.epoch_rates(counts, batch)
+            self._rates[key] = rates
+        return EpochCurve(tables.epoch_ends, rates)
+
+    def switch_cost(self, job: SimJob, first: bool) -> float:
+        if self._tables(job) is None:
+            return self.fallback.switch_cost(job, first)
+        return self.realloc_cost
+
+    def estimate(self, job: SimJob, shape: ClusterShape) -> float:
+        """Seconds of running at the requested size on the fewest nodes, costs excluded."""
+        tables = self._tables(job)
+        if tables is None:
+            return self.fallback.estimate(job, shape)
+        counts = ideal_counts(job.gpus, shape)
+        curve = self._curve(tables, counts, job.batch_size or tables.init_batch)
+        return curve.seconds_to(0.0, tables.total_work)
+
+
+def ideal_counts(gpus: int, shape: ClusterShape) -> tuple[int, ...]:
+    """GPUs per node when `gpus` GPUs fill the biggest nodes first."""
+    sizes = sorted(shape.node_sizes, reverse=True) or [gpus]
+    counts: list[int] = []
+    left = gpus
+    for size in sizes:
+        if left <= 0:
+            break
+        take = min(size, left)
+        counts.append(take)
+        left -= take
+    if left > 0:
+        counts.append(left)
+    return tuple(counts)
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    if not path.is_file():
+        raise SimInputError(f"measured table {str(path)!r} is missing")
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
