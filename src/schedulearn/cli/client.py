@@ -1,0 +1,152 @@
+"""A typed HTTP client for the user API, shared by the CLI commands and the tests.
+
+Each method returns a `schedulearn.protocol` model. Errors become
+`ApiError` with the server's own message (which says what to change).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from schedulearn.protocol import (
+    API_PREFIX,
+    JobList,
+    JobPublic,
+    JobSpec,
+    LogLinePublic,
+    LogPage,
+    NodeList,
+    PolicyPublic,
+    SubmitReply,
+    TokenPublic,
+    WhoAmI,
+)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Client:
+    def __init__(self, server: str, token: str | None, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.server = server
+        self._http = httpx.Client(base_url=server, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, API_PREFIX + path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ApiError(
+                0,
+                f"cannot reach the server at {self.server} ({exc}); start it with "
+                "`schedulearn up`, or pass --server / set SCHEDULEARN_SERVER",
+            ) from None
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, _message(response))
+        return response
+
+    def submit(self, spec: JobSpec) -> SubmitReply:
+        body = spec.model_dump(mode="json", exclude_defaults=True)
+        return SubmitReply.model_validate(self._call("POST", "/jobs", json=body).json())
+
+    def submit_yaml(self, text: str) -> SubmitReply:
+        response = self._call(
+            "POST", "/jobs", content=text.encode(), headers={"content-type": "application/yaml"}
+        )
+        return SubmitReply.model_validate(response.json())
+
+    def jobs(
+        self,
+        states: list[str] | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+        order: str = "desc",
+    ) -> JobList:
+        params: dict[str, Any] = {"offset": offset, "limit": limit, "order": order}
+        if states:
+            params["state"] = states
+        if user:
+            params["user"] = user
+        if name:
+            params["name"] = name
+        return JobList.model_validate(self._call("GET", "/jobs", params=params).json())
+
+    def job(self, job_id: int) -> JobPublic:
+        return JobPublic.model_validate(self._call("GET", f"/jobs/{job_id}").json())
+
+    def cancel(self, job_id: int) -> JobPublic:
+        return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/cancel").json())
+
+    def logs(self, job_id: int, after: int = 0, limit: int = 1000) -> LogPage:
+        params = {"after": after, "limit": limit}
+        return LogPage.model_validate(
+            self._call("GET", f"/jobs/{job_id}/logs", params=params).json()
+        )
+
+    def follow(self, job_id: int, after: int = 0) -> Iterator[LogLinePublic | JobPublic]:
+        """Lines as they come (server-sent events), then the job as it ended."""
+        params = {"after": after, "follow": "true"}
+        try:
+            with self._http.stream(
+                "GET", f"{API_PREFIX}/jobs/{job_id}/logs", params=params, timeout=None
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ApiError(response.status_code, _message(response))
+                event = ""
+                for raw in response.iter_lines():
+                    if raw.startswith("event:"):
+                        event = raw[6:].strip()
+                    elif raw.startswith("data:"):
+                        data = raw[5:].strip()
+                        if event == "end":
+                            yield JobPublic.model_validate_json(data)
+                            return
+                        yield LogLinePublic.model_validate_json(data)
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"lost the connection to {self.server} ({exc})") from None
+
+    def nodes(self) -> NodeList:
+        return NodeList.model_validate(self._call("GET", "/nodes").json())
+
+    def policy(self) -> PolicyPublic:
+        return PolicyPublic.model_validate(self._call("GET", "/policy").json())
+
+    def set_policy(self, spec: str) -> PolicyPublic:
+        return PolicyPublic.model_validate(self._call("PUT", "/policy", json={"spec": spec}).json())
+
+    def create_token(self, user: str, role: str = "user") -> TokenPublic:
+        body = {"user": user, "role": role}
+        return TokenPublic.model_validate(self._call("POST", "/tokens", json=body).json())
+
+    def whoami(self) -> WhoAmI:
+        return WhoAmI.model_validate(self._call("GET", "/whoami").json())
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except (json.JSONDecodeError, ValueError):
+        return f"HTTP {response.status_code}: {response.text[:500]}"
+    if isinstance(body, dict) and "error" in body:
+        return str(body["error"])
+    return f"HTTP {response.status_code}: {body}"

@@ -1,0 +1,61 @@
+"""The CLI's connection settings: server address and token.
+
+Owns the file `<user config dir>/schedulearn/cli.json` (written by
+`schedulearn up`). Precedence, highest first: command-line flags, the
+environment (`SCHEDULEARN_SERVER`, `SCHEDULEARN_TOKEN`), the file, the
+default address.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from schedulearn.settings import config_dir
+
+DEFAULT_SERVER = "http://127.0.0.1:8642"
+
+
+class CliConfig(BaseModel):
+    server: str = DEFAULT_SERVER
+    token: str | None = None
+    # The agent token `schedulearn up` made for its local agent (reused next time).
+    agent_token: str | None = None
+
+
+def config_path() -> Path:
+    override = os.environ.get("SCHEDULEARN_CONFIG")
+    return Path(override) if override else config_dir() / "cli.json"
+
+
+def load_file(path: Path | None = None) -> CliConfig:
+    path = path or config_path()
+    try:
+        return CliConfig.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        return CliConfig()
+    except ValueError as exc:
+        raise SystemExit(f"{path} is not a valid CLI config ({exc}); fix or delete it") from None
+
+
+def save(config: CliConfig, path: Path | None = None) -> Path:
+    path = path or config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(config.model_dump(), indent=2) + "\n")
+    tmp.chmod(0o600)  # it holds a token
+    tmp.replace(path)
+    return path
+
+
+def resolve(server: str | None = None, token: str | None = None) -> CliConfig:
+    """The settings in force: flags over environment over the file."""
+    base = load_file()
+    return CliConfig(
+        server=(server or os.environ.get("SCHEDULEARN_SERVER") or base.server).rstrip("/"),
+        token=token or os.environ.get("SCHEDULEARN_TOKEN") or base.token,
+        agent_token=base.agent_token,
+    )

@@ -1,0 +1,401 @@
+"""User commands against a running server: submit, jobs, show, logs, cancel,
+nodes, policy, token, whoami.
+
+Thin over `cli.client.Client`: parse flags, make one call, print a Rich
+table (or JSON with `--json`, for scripts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from schedulearn.cli.client import ApiError, Client
+from schedulearn.cli.config import resolve
+from schedulearn.protocol import JobPublic, JobSpec, JobState, LogLinePublic
+
+out = Console()
+err = Console(stderr=True)
+
+ServerOpt = Annotated[
+    str | None, typer.Option("--server", help="Server URL [env SCHEDULEARN_SERVER, config file]")
+]
+TokenOpt = Annotated[
+    str | None, typer.Option("--token", help="API token [env SCHEDULEARN_TOKEN, config file]")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")]
+
+
+@contextmanager
+def connect(server: str | None, token: str | None) -> Iterator[Client]:
+    config = resolve(server, token)
+    try:
+        with Client(config.server, config.token) as client:
+            yield client
+    except ApiError as exc:
+        err.print(f"[red]error:[/red] {exc.message}", highlight=False)
+        raise typer.Exit(1) from None
+
+
+def _dump(obj: Any) -> None:
+    if hasattr(obj, "model_dump"):
+        obj = obj.model_dump(mode="json")
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
+def _ago(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return _span(time.time() - t) + " ago"
+
+
+def _span(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+_STATE_STYLE = {
+    JobState.PENDING: "yellow",
+    JobState.ASSIGNED: "cyan",
+    JobState.RUNNING: "green",
+    JobState.PREEMPTING: "magenta",
+    JobState.SUCCEEDED: "bold green",
+    JobState.FAILED: "red",
+    JobState.CANCELLED: "dim",
+    JobState.LOST: "red",
+}
+
+
+def _placement(job: JobPublic) -> str:
+    if not job.placement:
+        return "-"
+    return " ".join(f"{n}:{','.join(map(str, g)) or '-'}" for n, g in job.placement.items())
+
+
+def _command(job: JobPublic) -> str:
+    text = job.command if isinstance(job.command, str) else " ".join(job.command)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def job_table(items: list[JobPublic]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for col in ("ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "SUBMITTED", "RAN", "COMMAND"):
+        table.add_column(col, no_wrap=col != "COMMAND")
+    for j in items:
+        ran = None
+        if j.started_at is not None:
+            ran = (j.ended_at or time.time()) - j.started_at
+        style = _STATE_STYLE.get(j.state, "")
+        table.add_row(
+            str(j.id),
+            j.name or "-",
+            j.user,
+            f"[{style}]{j.state.value}[/{style}]" if style else j.state.value,
+            str(j.gpus) if j.min_gpus is None else f"{j.min_gpus}-{j.max_gpus}",
+            _placement(j),
+            _ago(j.submitted_at),
+            _span(ran),
+            _command(j),
+        )
+    return table
+
+
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--env {pair!r}: write KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def submit(
+    command: Annotated[list[str] | None, typer.Argument(help="The command, after --")] = None,
+    file: Annotated[
+        Path | None, typer.Option("-f", "--file", help="A job spec (YAML or JSON)")
+    ] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="GPUs (default 1)")] = None,
+    image: Annotated[
+        str | None, typer.Option("--image", help="Run in this container image")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", "-n")] = None,
+    cpus: Annotated[float | None, typer.Option("--cpus")] = None,
+    memory: Annotated[str | None, typer.Option("--memory", help="e.g. 16G")] = None,
+    gpu_type: Annotated[str | None, typer.Option("--gpu-type")] = None,
+    priority: Annotated[int | None, typer.Option("--priority")] = None,
+    count: Annotated[int | None, typer.Option("--count", help="Submit a job array")] = None,
+    launcher: Annotated[
+        str | None, typer.Option("--launcher", help="none|torchrun|horovod")
+    ] = None,
+    estimated: Annotated[
+        str | None, typer.Option("--estimated-duration", help="e.g. 30m, 2h")
+    ] = None,
+    preemptible: Annotated[bool | None, typer.Option("--preemptible/--not-preemptible")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE")] = None,
+    workdir: Annotated[str | None, typer.Option("--workdir", help="Default: here")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Submit a job: `schedulearn submit --gpus 2 -- python train.py`."""
+    data: dict[str, Any] = {}
+    if file is not None:
+        try:
+            loaded = yaml.safe_load(file.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise typer.BadParameter(f"cannot read {file}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise typer.BadParameter(f"{file} must hold one job spec (a mapping)")
+        data.update(loaded)
+    if command:
+        # One argument with spaces is a shell line; several are an argv list.
+        data["command"] = command[0] if len(command) == 1 and " " in command[0] else command
+    flags = {
+        "gpus": gpus,
+        "image": image,
+        "name": name,
+        "cpus": cpus,
+        "memory": memory,
+        "gpu_type": gpu_type,
+        "priority": priority,
+        "count": count,
+        "launcher": launcher,
+        "estimated_duration": estimated,
+        "preemptible": preemptible,
+        "workdir": workdir,
+    }
+    data.update({k: v for k, v in flags.items() if v is not None})
+    if env:
+        data["env"] = {**data.get("env", {}), **_parse_env(env)}
+    if "command" not in data:
+        raise typer.BadParameter("no command: put it after --, or in the file given with -f")
+    if not data.get("image") and not data.get("workdir"):
+        # A local process job runs where it was submitted from, like a shell would.
+        data["workdir"] = os.getcwd()
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        for e in exc.errors():
+            loc = ".".join(str(x) for x in e["loc"])
+            err.print(f"[red]error:[/red] {loc}: {e['msg']}", highlight=False)
+        raise typer.Exit(2) from None
+    with connect(server, token) as client:
+        reply = client.submit(spec)
+    if as_json:
+        _dump(reply)
+        return
+    ids = reply.ids
+    if len(ids) == 1:
+        out.print(f"submitted job {ids[0]}")
+    else:
+        out.print(f"submitted jobs {ids[0]}..{ids[-1]} (array of {len(ids)})")
+
+
+def jobs(
+    state: Annotated[
+        list[str] | None, typer.Option("--state", "-s", help="Filter (repeatable)")
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", "-u")] = None,
+    name: Annotated[str | None, typer.Option("--name")] = None,
+    limit: Annotated[int, typer.Option("--limit")] = 50,
+    offset: Annotated[int, typer.Option("--offset")] = 0,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List jobs, newest first."""
+    with connect(server, token) as client:
+        page = client.jobs(state, user, name, offset, limit)
+    if as_json:
+        _dump(page)
+        return
+    out.print(job_table(page.items))
+    if page.total > offset + len(page.items):
+        out.print(
+            f"[dim]{len(page.items)} of {page.total}; more with --offset {offset + limit}[/dim]"
+        )
+
+
+def show(
+    job_id: Annotated[int, typer.Argument()],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One job in full, with its place in the queue and why it waits."""
+    with connect(server, token) as client:
+        job = client.job(job_id)
+    if as_json:
+        _dump(job)
+        return
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in job.model_dump(mode="json").items():
+        if value in (None, {}, "") and key not in ("message",):
+            continue
+        if key.endswith("_at") and isinstance(value, float):
+            value = f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(value))} ({_ago(value)})"
+        table.add_row(key, str(value))
+    out.print(table)
+
+
+def logs(
+    job_id: Annotated[int, typer.Argument()],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until it ends")
+    ] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
+    """Print a job's output (`-f` streams it until the job ends)."""
+
+    def emit(line: LogLinePublic) -> None:
+        stream = sys.stderr if line.stream.value == "stderr" else sys.stdout
+        stream.write(line.text + ("" if line.text.endswith("\n") else "\n"))
+        stream.flush()
+
+    with connect(server, token) as client:
+        if follow:
+            for item in client.follow(job_id):
+                if isinstance(item, JobPublic):
+                    err.print(
+                        f"[dim]job {item.id} {item.state.value}[/dim] {item.message}",
+                        highlight=False,
+                    )
+                    if item.state is not JobState.SUCCEEDED:
+                        raise typer.Exit(1)
+                else:
+                    emit(item)
+            return
+        after = 0
+        while True:
+            page = client.logs(job_id, after)
+            for line in page.lines:
+                emit(line)
+            if not page.lines:
+                return
+            after = page.next_after
+
+
+def cancel(
+    job_ids: Annotated[list[int], typer.Argument()],
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel jobs (a running job is stopped)."""
+    with connect(server, token) as client:
+        done = [client.cancel(i) for i in job_ids]
+    if as_json:
+        _dump([j.model_dump(mode="json") for j in done])
+        return
+    for job in done:
+        out.print(f"job {job.id}: {job.state.value}")
+
+
+def nodes(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """Nodes and their GPUs."""
+    with connect(server, token) as client:
+        listing = client.nodes()
+    if as_json:
+        _dump(listing)
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("NODE", "STATE", "ADDRESS", "GPUS", "FREE", "TYPE", "CPUS", "MEMORY", "HOLDERS"):
+        table.add_column(col)
+    for n in listing.items:
+        holders = sorted({g.job_id for g in n.gpus if g.job_id is not None})
+        table.add_row(
+            n.name,
+            "[green]up[/green]" if n.healthy else "[red]down[/red]",
+            n.address,
+            str(len(n.gpus)),
+            str(sum(1 for g in n.gpus if g.job_id is None)),
+            ",".join(sorted({g.type for g in n.gpus if g.type})) or "-",
+            f"{n.cpus:g}",
+            f"{n.memory_gb:g}G",
+            ",".join(map(str, holders)) or "-",
+        )
+    out.print(table)
+
+
+def policy(
+    spec: Annotated[str | None, typer.Argument(help="Switch to this policy (admin)")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the policy in force, or switch it: `schedulearn policy fifo:backfill=true`."""
+    with connect(server, token) as client:
+        current = client.set_policy(spec) if spec else client.policy()
+    if as_json:
+        _dump(current)
+        return
+    out.print(f"policy: [bold]{current.spec}[/bold]" + (" (switched)" if spec else ""))
+    out.print(f"[dim]available: {', '.join(current.available)}[/dim]")
+
+
+def token_create(
+    user: Annotated[str, typer.Argument(help="Who the token is for")],
+    role: Annotated[str, typer.Option("--role", help="user|admin|agent")] = "user",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Make a token (admin). It is shown once."""
+    with connect(server, token) as client:
+        made = client.create_token(user, role)
+    if as_json:
+        _dump(made)
+        return
+    out.print(made.token)
+
+
+def whoami(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """The user and role of the token in use."""
+    with connect(server, token) as client:
+        me = client.whoami()
+    if as_json:
+        _dump(me)
+        return
+    out.print(f"{me.user} ({me.role})")
+
+
+COMMANDS: list[tuple[str, Callable[..., None]]] = [
+    ("submit", submit),
+    ("jobs", jobs),
+    ("show", show),
+    ("logs", logs),
+    ("cancel", cancel),
+    ("nodes", nodes),
+    ("policy", policy),
+    ("whoami", whoami),
+]
+
+
+def register(app: typer.Typer) -> None:
+    for name, fn in COMMANDS:
+        app.command(name)(fn)
+    tokens = typer.Typer(help="Manage API tokens (admin).", no_args_is_help=True)
+    tokens.command("create")(token_create)
+    app.add_typer(tokens, name="token")
