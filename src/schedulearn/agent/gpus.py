@@ -26,7 +26,8 @@ from schedulearn.protocol import GpuInfo, GpuSample
 class GpuSource(Protocol):
     """Where the agent learns its GPUs from."""
 
-    kind: str
+    @property
+    def kind(self) -> str: ...
 
     def inventory(self) -> list[GpuInfo]: ...
 

@@ -1,0 +1,182 @@
+"""The agent's HTTP client for the server's agent API (`/api/v1/agent`).
+
+One typed method per endpoint of the contract in `schedulearn.protocol`,
+and `until_acked`, the retry loop every report goes through: a report is
+retried with backoff while the server is unreachable or answers 5xx, and
+given up only when the server refuses it for good (a 4xx: it will never
+accept it, so retrying would only stall the reports queued behind it).
+
+Errors are split the way the agent must react to them:
+`ServerUnavailable` (retry later), `AuthRejected` (the token is wrong:
+stop and tell the admin), `Rejected` (this request will never succeed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from schedulearn.protocol import (
+    AGENT_PREFIX,
+    Ack,
+    ErrorBody,
+    Heartbeat,
+    HeartbeatReply,
+    JobEvent,
+    LogBatch,
+    NodeRegistration,
+    RegistrationReply,
+    WorkBatch,
+)
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+_RETRYABLE_STATUS = {408, 425, 429}
+
+
+class ServerUnavailable(Exception):
+    """The server did not answer, or answered with a temporary error."""
+
+
+class Rejected(Exception):
+    """The server refused the request for good (a 4xx answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class AuthRejected(Rejected):
+    """The server refused the agent's token."""
+
+
+class Backoff:
+    """Exponential backoff with jitter: 0.1 s doubling up to `cap` seconds."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first = first
+        self.cap = cap
+        self._next = first
+
+    def reset(self) -> None:
+        self._next = self.first
+
+    async def sleep(self) -> None:
+        delay = self._next * random.uniform(0.75, 1.25)
+        self._next = min(self.cap, self._next * 2)
+        await asyncio.sleep(delay)
+
+
+class AgentClient:
+    """Typed calls to one server with one agent token."""
+
+    def __init__(self, server: str, token: str, timeout: float = 15.0) -> None:
+        self.server = server.rstrip("/")
+        self._http = httpx.AsyncClient(
+            base_url=self.server + AGENT_PREFIX,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(timeout),
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def register(self, body: NodeRegistration) -> RegistrationReply:
+        return await self._call("POST", "/register", RegistrationReply, body)
+
+    async def heartbeat(self, body: Heartbeat) -> HeartbeatReply:
+        return await self._call("POST", "/heartbeat", HeartbeatReply, body)
+
+    async def work(self, node: str, wait: float) -> WorkBatch:
+        # The long poll may legitimately take `wait` seconds; allow for it.
+        return await self._call(
+            "GET",
+            "/work",
+            WorkBatch,
+            params={"node": node, "wait": f"{wait:g}"},
+            timeout=wait + 15.0,
+        )
+
+    async def event(self, job_id: int, body: JobEvent) -> Ack:
+        return await self._call("POST", f"/jobs/{job_id}/events", Ack, body)
+
+    async def logs(self, job_id: int, body: LogBatch) -> Ack:
+        return await self._call("POST", f"/jobs/{job_id}/logs", Ack, body)
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        reply: type[M],
+        body: BaseModel | None = None,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> M:
+        try:
+            response = await self._http.request(
+                method,
+                path,
+                content=None if body is None else body.model_dump_json(),
+                headers=None if body is None else {"Content-Type": "application/json"},
+                params=params,
+                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(f"{method} {path}: {exc!r}") from exc
+        status = response.status_code
+        if status >= 500 or status in _RETRYABLE_STATUS:
+            raise ServerUnavailable(f"{method} {path}: HTTP {status}")
+        if status >= 400:
+            message = _error_message(response)
+            if status in (401, 403):
+                raise AuthRejected(status, message)
+            raise Rejected(status, message)
+        try:
+            return reply.model_validate_json(response.content)
+        except ValidationError as exc:
+            # A server of another version: retrying will not help.
+            raise Rejected(status, f"unexpected reply to {method} {path}: {exc}") from exc
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body = ErrorBody.model_validate_json(response.content)
+    except ValidationError:
+        return response.text[:500]
+    return body.error if body.detail is None else f"{body.error}: {body.detail}"
+
+
+async def until_acked(
+    call: Callable[[], Awaitable[T]], what: str, backoff: Backoff | None = None
+) -> T | None:
+    """Run `call` until the server answers; None if it refused the report for good.
+
+    Retries forever while the server is unreachable: an exit report must not
+    be lost. `AuthRejected` propagates, since no retry can fix a bad token.
+    """
+    backoff = backoff or Backoff()
+    warned = False
+    while True:
+        try:
+            return await call()
+        except AuthRejected:
+            raise
+        except Rejected as exc:
+            log.warning("server refused %s for good: %s", what, exc)
+            return None
+        except ServerUnavailable as exc:
+            if not warned:
+                log.warning("cannot send %s yet (%s); retrying", what, exc)
+                warned = True
+            await backoff.sleep()

@@ -1,0 +1,99 @@
+"""The agent's settings, and how their defaults are found on this host.
+
+`AgentConfig` is built once (by the `schedulearn agent` command, or by
+`schedulearn up` for its local agent) and passed in; nothing in the agent
+reads settings from globals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import platformdirs
+
+from schedulearn.agent.executors.container import GpuMode
+from schedulearn.protocol import Executor
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    server: str
+    token: str
+    name: str
+    state_dir: Path
+    address: str
+    gpus: int | None = None
+    gpu_type: str | None = None
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    executors: tuple[Executor, ...] = (Executor.SUBPROCESS,)
+    docker_url: str | None = None
+    network_mode: str = "none"
+    gpu_mode: GpuMode = "auto"
+    container_init: bool = True
+    container_ulimits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    workdir: str | None = None
+    # Seconds the server may hold a work request open before answering "nothing".
+    poll_wait_seconds: float = 20.0
+    # On SIGTERM/Ctrl-C: stop the jobs (and report them), or leave them running
+    # for the next agent process to re-adopt (the default: an agent upgrade
+    # must not kill a week of training).
+    stop_jobs_on_exit: bool = False
+    exit_grace_seconds: float = 10.0
+
+
+def default_name() -> str:
+    return socket.gethostname() or "node"
+
+
+def default_state_dir(name: str) -> Path:
+    return platformdirs.user_state_path("schedulearn") / "agent" / name
+
+
+def host_cpus() -> float:
+    return float(os.cpu_count() or 1)
+
+
+def host_memory_gb() -> float:
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES")
+        page_size = os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0.0
+    return round(pages * page_size / 1024**3, 1)
+
+
+def address_towards(server_url: str) -> str:
+    """The local address this host uses to reach the server.
+
+    Other nodes of a gang reach this node at it (torchrun's master address).
+    Connecting a UDP socket sends nothing; it only asks the kernel's route.
+    """
+    parts = urlsplit(server_url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, port))
+        address: str = s.getsockname()[0]
+        return address
+    return "127.0.0.1"
+
+
+def parse_ulimit(text: str) -> tuple[str, tuple[int, int]]:
+    """`nofile=1024:2048` or `memlock=-1` -> ("nofile", (1024, 2048))."""
+    name, sep, values = text.partition("=")
+    soft_text, _, hard_text = values.partition(":")
+    problem = ValueError(f"ulimit {text!r} should look like nofile=1024:2048 or memlock=-1")
+    if not sep or not name:
+        raise problem
+    try:
+        soft = int(soft_text)
+        hard = int(hard_text) if hard_text else soft
+    except ValueError:
+        raise problem from None
+    return name, (soft, hard)

@@ -1,0 +1,426 @@
+"""The node agent's main loop: register, heartbeat, long-poll for work, run jobs.
+
+`Agent.run()` is the whole life of an agent process:
+
+1. recover: ask every executor which runs of earlier agent processes are
+   still on this host (state records; containers by label);
+2. register with the server, listing them; the reply says which the
+   server still counts as running here (re-adopted: followed again, their
+   exits reported) and which it has written off (stopped, unreported);
+3. heartbeat every `heartbeat_seconds` (GPU samples, running jobs), and
+   register again when the server says it does not know this node;
+4. long-poll for work and act on it at once: a start becomes a
+   `JobRunner` task, a stop order is passed to the runner.
+
+The server being down never kills the agent: every call is retried with
+backoff, and job reports wait in their runners (and on disk) until the
+server acknowledges them. A refused token does stop it, with a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from schedulearn.agent.client import (
+    AgentClient,
+    AuthRejected,
+    Backoff,
+    Rejected,
+    ServerUnavailable,
+)
+from schedulearn.agent.config import AgentConfig
+from schedulearn.agent.executors.base import ExecutorImpl, NewRecord, RunHandle, StartError
+from schedulearn.agent.gpus import GpuSource
+from schedulearn.agent.jobs import JobRunner, RunnerContext
+from schedulearn.agent.state import JobRecord, StateStore
+from schedulearn.protocol import (
+    Assignment,
+    Executor,
+    Heartbeat,
+    NodeRegistration,
+    RegistrationReply,
+    RunningJobReport,
+    StopOrder,
+    StopReason,
+    WorkBatch,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AgentError(RuntimeError):
+    """The agent cannot go on; the message says what to change."""
+
+
+class Agent:
+    """One node's agent. Build it, then `await run(stop)`; set `stop` to exit."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        gpus: GpuSource,
+        executors: dict[Executor, ExecutorImpl],
+        client: AgentClient | None = None,
+    ) -> None:
+        self.config = config
+        self.gpus = gpus
+        self.executors = executors
+        self.client = client or AgentClient(config.server, config.token)
+        self.store = StateStore(config.state_dir)
+        self.ctx = RunnerContext(self.client, self.store, config.name)
+        self.runners: dict[int, JobRunner] = {}
+        self.heartbeat_seconds = 5.0
+        self._registered = asyncio.Event()
+        self._register_lock = asyncio.Lock()
+        self._fatal: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- life ------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set; raises `AgentError` if the server refuses the agent."""
+        self._fatal = asyncio.get_running_loop().create_future()
+        recovered = await self._recover()
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await self._register(recovered, wait_for=stop)
+            if stop.is_set():
+                return
+            log.info(
+                "agent %s registered with %s: %d GPUs, executors %s",
+                self.config.name,
+                self.config.server,
+                len(self.gpus.inventory()),
+                ",".join(e.value for e in self.executors),
+            )
+            tasks = [
+                asyncio.create_task(self._guard(self._poll_loop()), name="poll"),
+                asyncio.create_task(self._guard(self._heartbeat_loop()), name="heartbeat"),
+            ]
+            stopping = asyncio.ensure_future(stop.wait())
+            waited: list[asyncio.Future[Any]] = [stopping, self._fatal]
+            await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if self._fatal.done() and self._fatal.exception() is not None:
+                raise self._fatal.exception()  # type: ignore[misc]
+        finally:
+            tasks += self._tasks
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._shutdown()
+
+    async def _guard(self, loop: object) -> None:
+        """Run a loop; an error it cannot recover from ends the agent."""
+        try:
+            await loop  # type: ignore[misc]
+        except asyncio.CancelledError:
+            raise
+        except AuthRejected as exc:
+            self._fail(AgentError(_token_refused(self.config.server, exc)))
+        except AgentError as exc:
+            self._fail(exc)
+        except Exception as exc:
+            log.exception("agent loop failed")
+            self._fail(AgentError(f"agent loop failed: {exc!r}"))
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._fatal is not None and not self._fatal.done():
+            self._fatal.set_exception(exc)
+
+    async def _shutdown(self) -> None:
+        runners = list(self.runners.values())
+        if self.config.stop_jobs_on_exit and runners:
+            log.info("stopping %d jobs before exiting", len(runners))
+            grace = self.config.exit_grace_seconds
+            await asyncio.gather(
+                *(r.stop(StopReason.CANCEL, grace) for r in runners), return_exceptions=True
+            )
+            # Give the exit reports a moment; unsent ones stay on disk for next time.
+            pending = [r.task for r in runners if r.task is not None]
+            if pending:
+                await asyncio.wait(pending, timeout=5.0)
+        await asyncio.gather(*(r.abandon() for r in list(self.runners.values())))
+        for executor in self.executors.values():
+            with contextlib.suppress(Exception):
+                await executor.close()
+        await self.client.close()
+        self.gpus.close()
+
+    # --- registration ----------------------------------------------------------
+
+    async def _recover(self) -> list[RunHandle]:
+        for stale in self.store.stale_dirs():
+            shutil.rmtree(stale, ignore_errors=True)
+        records = self.store.load_all()
+        handles: list[RunHandle] = []
+        for executor in self.executors.values():
+            handles.extend(await executor.recover(records, self._record_for_orphan))
+        found = {(h.record.job_id, h.record.attempt) for h in handles}
+        for record in records:
+            if (record.job_id, record.attempt) not in found:
+                log.warning(
+                    "job %s (attempt %s) ran under the %s executor, which this agent does "
+                    "not offer; start the agent with --executor %s to re-adopt it",
+                    record.job_id,
+                    record.attempt,
+                    record.executor.value,
+                    record.executor.value,
+                )
+        if handles:
+            log.info("found %d runs of an earlier agent process", len(handles))
+        return handles
+
+    def _record_for_orphan(self, job_id: int, attempt: int, container_id: str) -> JobRecord:
+        job_dir = self.store.create_job_dir(job_id, attempt)
+        record = JobRecord(
+            job_id=job_id,
+            attempt=attempt,
+            executor=Executor.DOCKER,
+            job_dir=str(job_dir),
+            checkpoint_dir=str(self.store.default_checkpoint_dir(job_id)),
+            started_at=time.time(),
+            container_id=container_id,
+        )
+        self.store.save(record)
+        return record
+
+    def registration(self, recovered: list[RunHandle]) -> NodeRegistration:
+        running = [r.report() for r in self.runners.values()]
+        running += [
+            RunningJobReport(job_id=h.record.job_id, attempt=h.record.attempt)
+            for h in recovered
+            if h.record.job_id not in self.runners
+        ]
+        return NodeRegistration(
+            name=self.config.name,
+            address=self.config.address,
+            gpus=self.gpus.inventory(),
+            cpus=self.config.cpus,
+            memory_gb=self.config.memory_gb,
+            executors=list(self.executors),
+            running=running,
+        )
+
+    async def _register(
+        self, recovered: list[RunHandle] | None = None, wait_for: asyncio.Event | None = None
+    ) -> None:
+        """Register (again), retrying until the server answers, and act on its reply."""
+        recovered = recovered or []
+        async with self._register_lock:
+            self._registered.clear()
+            backoff = Backoff(cap=5.0)
+            warned = False
+            while True:
+                try:
+                    reply = await self.client.register(self.registration(recovered))
+                    break
+                except AuthRejected as exc:
+                    raise AgentError(_token_refused(self.config.server, exc)) from exc
+                except Rejected as exc:
+                    raise AgentError(f"the server refused to register this node: {exc}") from exc
+                except ServerUnavailable as exc:
+                    if not warned:
+                        log.warning(
+                            "cannot register with %s yet (%s); retrying", self.config.server, exc
+                        )
+                        warned = True
+                    if wait_for is not None and wait_for.is_set():
+                        return
+                    await backoff.sleep()
+            await self._apply_registration(reply, recovered)
+            self._registered.set()
+
+    async def _apply_registration(
+        self, reply: RegistrationReply, recovered: list[RunHandle]
+    ) -> None:
+        self.heartbeat_seconds = max(0.2, reply.heartbeat_seconds)
+        adopt = set(reply.adopt) - set(reply.lost)
+        written_off: list[JobRunner] = []
+        for handle in recovered:
+            record = handle.record
+            runner = JobRunner(
+                self.ctx,
+                self.executors[record.executor],
+                record,
+                handle=handle,
+                on_done=self._done,
+            )
+            if record.job_id in adopt and record.job_id not in self.runners:
+                log.info("re-adopted job %s (attempt %s)", record.job_id, record.attempt)
+                self.runners[record.job_id] = runner
+                runner.launch()
+            else:
+                written_off.append(runner)
+        for job_id, runner in list(self.runners.items()):
+            if job_id not in adopt:
+                # Registering again after the server marked this node down:
+                # it has requeued these jobs, maybe onto other nodes.
+                self.runners.pop(job_id)
+                written_off.append(runner)
+        for runner in written_off:
+            log.info(
+                "the server wrote off job %s (attempt %s) here; stopping it",
+                runner.job_id,
+                runner.attempt,
+            )
+        await asyncio.gather(*(r.discard() for r in written_off))
+
+    # --- work ------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        backoff = Backoff(cap=5.0)
+        warned = False
+        while True:
+            await self._registered.wait()
+            try:
+                batch = await self.client.work(self.config.name, self.config.poll_wait_seconds)
+            except ServerUnavailable as exc:
+                if not warned:
+                    log.warning("lost contact with %s (%s); retrying", self.config.server, exc)
+                    warned = True
+                await backoff.sleep()
+                continue
+            except AuthRejected:
+                raise
+            except Rejected as exc:
+                if exc.status == 404:
+                    await self._register()
+                else:
+                    log.warning("the server refused a work request: %s", exc)
+                    await backoff.sleep()
+                continue
+            if warned:
+                log.info("back in contact with %s", self.config.server)
+                warned = False
+            backoff.reset()
+            self.handle_work(batch)
+
+    def handle_work(self, batch: WorkBatch) -> None:
+        for assignment in batch.starts:
+            self._start(assignment)
+        for order in batch.stops:
+            self._background(self._stop(order))
+
+    def _start(self, assignment: Assignment) -> None:
+        old = self.runners.get(assignment.job_id)
+        if old is not None and old.attempt >= assignment.attempt:
+            return  # delivered twice, or an older attempt than the one running
+        executor = self.executors.get(assignment.executor) or _Unoffered(
+            assignment.executor, self.config.name
+        )
+        job_dir = self.store.create_job_dir(assignment.job_id, assignment.attempt)
+        checkpoint = assignment.checkpoint_dir or str(
+            self.store.default_checkpoint_dir(assignment.job_id)
+        )
+        record = JobRecord(
+            job_id=assignment.job_id,
+            attempt=assignment.attempt,
+            executor=assignment.executor,
+            job_dir=str(job_dir),
+            checkpoint_dir=checkpoint,
+            started_at=time.time(),
+            own_checkpoint_dir=assignment.checkpoint_dir is None,
+        )
+        runner = JobRunner(self.ctx, executor, record, assignment=assignment, on_done=self._done)
+        self.runners[assignment.job_id] = runner
+        if old is None:
+            runner.launch()
+        else:
+            # A newer attempt of a job whose old run is still here: the old
+            # one is obsolete, and must let go of the GPUs first.
+            self._background(self._replace(old, runner))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _replace(self, old: JobRunner, new: JobRunner) -> None:
+        await old.discard()
+        new.launch()
+
+    async def _stop(self, order: StopOrder) -> None:
+        runner = self.runners.get(order.job_id)
+        if runner is None or runner.attempt != order.attempt:
+            # Already ended (its exit report is on its way) or never here.
+            return
+        log.info(
+            "stopping job %s (%s, grace %.0fs)",
+            order.job_id,
+            order.reason.value,
+            order.grace_seconds,
+        )
+        await runner.stop(order.reason, order.grace_seconds)
+
+    def _done(self, runner: JobRunner) -> None:
+        if self.runners.get(runner.job_id) is runner:
+            del self.runners[runner.job_id]
+
+    # --- heartbeats ------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        warned = False
+        while True:
+            await asyncio.sleep(self.heartbeat_seconds)
+            await self._registered.wait()
+            body = Heartbeat(
+                name=self.config.name,
+                gpus=self.gpus.sample(),
+                running=[r.report() for r in self.runners.values()],
+            )
+            try:
+                reply = await self.client.heartbeat(body)
+            except ServerUnavailable as exc:
+                if not warned:
+                    log.warning("heartbeat to %s failed (%s)", self.config.server, exc)
+                    warned = True
+                continue
+            except AuthRejected:
+                raise
+            except Rejected as exc:
+                if exc.status == 404:
+                    await self._register()
+                else:
+                    log.warning("the server refused a heartbeat: %s", exc)
+                continue
+            warned = False
+            self.heartbeat_seconds = max(0.2, reply.heartbeat_seconds)
+            if reply.reregister:
+                log.info("the server asked this node to register again")
+                await self._register()
+
+
+class _Unoffered:
+    """Stands in for an executor this agent does not run; every start fails."""
+
+    def __init__(self, kind: Executor, node: str) -> None:
+        self.kind = kind
+        self.node = node
+
+    async def start(self, assignment: Assignment, record: JobRecord) -> RunHandle:
+        raise StartError(
+            f"node {self.node!r} does not offer the {self.kind.value} executor; start its "
+            f"agent with --executor {self.kind.value}"
+        )
+
+    async def recover(
+        self, records: list[JobRecord], new_record: NewRecord | None = None
+    ) -> list[RunHandle]:
+        return []
+
+    async def close(self) -> None:
+        return None
+
+
+def _token_refused(server: str, exc: Rejected) -> str:
+    return (
+        f"the server {server} refused the agent token ({exc.message}); pass the agent token "
+        "the server printed at its first start (--token or SCHEDULEARN_AGENT_TOKEN)"
+    )

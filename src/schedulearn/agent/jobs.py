@@ -1,0 +1,229 @@
+"""One job run on this node, from start (or re-adoption) to its acknowledged exit.
+
+A `JobRunner` owns one run (one attempt of one job, or this node's part of
+a gang): it starts it through an executor, reports `started`, ships its
+output, waits for it to end, and reports `exited` (or `failed_to_start`),
+each report retried until the server acknowledges it. Only then does it
+clean up: the container, the state record, and the checkpoint directory
+of a job that is finished for good.
+
+Stop orders (cancel, preempt, lost, gang_failed) go through `stop`;
+`discard` stops a run the server no longer wants without reporting it;
+`abandon` lets go of a run that keeps going when the agent exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from schedulearn.agent.client import AgentClient, until_acked
+from schedulearn.agent.executors.base import ExecutorImpl, ExitStatus, RunHandle, StartError
+from schedulearn.agent.shipper import LogShipper
+from schedulearn.agent.state import JobRecord, StateStore
+from schedulearn.protocol import Assignment, EventKind, JobEvent, RunningJobReport, StopReason
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerContext:
+    """What every runner of one agent shares."""
+
+    client: AgentClient
+    store: StateStore
+    node: str
+    log_interval: float = 0.2
+
+
+class JobRunner:
+    """Drives one run; its task ends once the server has acknowledged the exit."""
+
+    def __init__(
+        self,
+        ctx: RunnerContext,
+        executor: ExecutorImpl,
+        record: JobRecord,
+        assignment: Assignment | None = None,
+        handle: RunHandle | None = None,
+        on_done: Callable[[JobRunner], None] | None = None,
+    ) -> None:
+        if (assignment is None) == (handle is None):
+            raise ValueError("a runner starts an assignment or adopts a handle, not both")
+        self.ctx = ctx
+        self.executor = executor
+        self.record = record
+        self.assignment = assignment
+        self.handle = handle
+        self._on_done = on_done
+        self._stop_reason: StopReason | None = None
+        self._stop_grace = 0.0
+        self._started = asyncio.Event()  # the run exists (started, or failed to)
+        if handle is not None:
+            self._started.set()
+        self._report = True
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def job_id(self) -> int:
+        return self.record.job_id
+
+    @property
+    def attempt(self) -> int:
+        return self.record.attempt
+
+    def report(self) -> RunningJobReport:
+        return RunningJobReport(job_id=self.job_id, attempt=self.attempt)
+
+    def launch(self) -> asyncio.Task[None]:
+        self.task = asyncio.create_task(self._run(), name=f"job-{self.job_id}.{self.attempt}")
+        return self.task
+
+    # --- orders ----------------------------------------------------------------
+
+    async def stop(self, reason: StopReason, grace_seconds: float) -> None:
+        """Stop the run (SIGTERM, grace, SIGKILL); its exit is reported as usual."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+            self._stop_grace = grace_seconds
+        await self._started.wait()
+        if self.handle is not None:
+            await self.handle.stop(grace_seconds)
+
+    async def discard(self, grace_seconds: float = 5.0) -> None:
+        """The server has written this run off: stop it and forget it, unreported.
+
+        Its checkpoints stay: the server requeues a lost job, and its next
+        attempt may land here again and resume from them.
+        """
+        self._report = False
+        if self._stop_reason is None:
+            self._stop_reason, self._stop_grace = StopReason.LOST, grace_seconds
+        await self._started.wait()
+        if self.handle is not None:
+            await self.handle.stop(grace_seconds)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        if self.handle is not None:
+            await self.handle.cleanup()
+        self.ctx.store.remove(self.record)
+
+    async def abandon(self) -> None:
+        """The agent is exiting: stop following the run, leave it running."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+    # --- the run ---------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            if self.handle is None:
+                if not await self._start():
+                    return
+            else:
+                self._started.set()
+            await self._supervise()
+        finally:
+            self._started.set()
+            if self._on_done is not None:
+                self._on_done(self)
+
+    async def _start(self) -> bool:
+        """Start the assignment; False when it did not start (and that was reported)."""
+        assert self.assignment is not None
+        store, record = self.ctx.store, self.record
+        if self._stop_reason is not None:
+            await self._finish_unstarted(f"stopped ({self._stop_reason.value}) before it started")
+            return False
+        store.save(record)
+        try:
+            self.handle = await self.executor.start(self.assignment, record)
+        except StartError as exc:
+            log.warning("job %s failed to start: %s", self.job_id, exc)
+            await self._finish_unstarted(str(exc), kind=EventKind.FAILED_TO_START)
+            return False
+        except Exception as exc:  # a bug or an engine failure: still tell the server
+            log.exception("job %s failed to start", self.job_id)
+            message = f"the agent on {self.ctx.node!r} could not start the job: {exc!r}"
+            await self._finish_unstarted(message, kind=EventKind.FAILED_TO_START)
+            return False
+        store.save(record)
+        self._started.set()
+        if self._stop_reason is not None:  # a stop order came while it was starting
+            await self.handle.stop(self._stop_grace)
+        return True
+
+    async def _finish_unstarted(self, message: str, kind: EventKind = EventKind.EXITED) -> None:
+        record = self.record
+        record.exit_message, record.ended_at = message, time.time()
+        self._started.set()
+        self.ctx.store.save(record)
+        await self._send_event(kind, None, message)
+        self.ctx.store.remove(record)
+
+    async def _supervise(self) -> None:
+        handle, record, ctx = self.handle, self.record, self.ctx
+        assert handle is not None
+        shipper = LogShipper(ctx.client, ctx.store, record, ctx.node, interval=ctx.log_interval)
+        pump = asyncio.create_task(handle.pump_logs(shipper.add))
+        shipping: asyncio.Task[None] | None = None
+        try:
+            if not record.started_acked and self._report:
+                await self._send_event(EventKind.STARTED, None, "")
+                record.started_acked = True
+                ctx.store.save(record)
+            shipping = asyncio.create_task(shipper.run())
+            status = await handle.wait()
+            await pump
+            if not record.ended:
+                record.exit_code = status.exit_code
+                record.exit_message = self._exit_message(status)
+                record.ended_at = time.time()
+                ctx.store.save(record)
+            if self._report:
+                await shipper.close()
+                await shipping
+                await self._send_event(EventKind.EXITED, record.exit_code, record.exit_message)
+        finally:
+            for task in (pump, shipping):
+                if task is not None and not task.done():
+                    task.cancel()
+        await handle.cleanup()
+        # A job that succeeded or was cancelled will not resume; a failed or
+        # preempted one may, from its checkpoints.
+        if record.exit_code == 0 or self._stop_reason is StopReason.CANCEL:
+            ctx.store.remove_checkpoints(record)
+        ctx.store.remove(record)
+
+    def _exit_message(self, status: ExitStatus) -> str:
+        if self._stop_reason is not None:
+            stopped = f"stopped by the server ({self._stop_reason.value})"
+            return f"{stopped}; {status.message}" if status.message else stopped
+        return status.message
+
+    async def _send_event(self, kind: EventKind, exit_code: int | None, message: str) -> None:
+        if not self._report:
+            return
+        record = self.record
+        body = JobEvent(
+            attempt=record.attempt,
+            node=self.ctx.node,
+            kind=kind,
+            exit_code=exit_code,
+            message=message[:4000],
+            at=record.ended_at
+            if kind is not EventKind.STARTED and record.ended_at
+            else time.time(),
+        )
+        job_id = record.job_id
+        await until_acked(
+            lambda: self.ctx.client.event(job_id, body), f"{kind.value} event of job {job_id}"
+        )

@@ -1,0 +1,174 @@
+"""`schedulearn agent`: run this host's node agent (GPU discovery, executors, log shipping).
+
+Thin over `schedulearn.agent.service`: parse the flags into an
+`AgentConfig`, run the agent until Ctrl-C or SIGTERM. The server address
+and agent token come from the flags, else `SCHEDULEARN_SERVER` and
+`SCHEDULEARN_AGENT_TOKEN`, else the CLI's config file (where `schedulearn
+up` keeps its local agent's token).
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from schedulearn.protocol import Executor
+
+
+class GpuModeOption(StrEnum):
+    AUTO = "auto"
+    DEVICE_REQUESTS = "device-requests"
+    ENV = "env"
+
+
+def _from_config_file() -> tuple[str | None, str | None]:
+    """(server, agent token) from the CLI's config file, when there is one."""
+    from schedulearn.cli import config as cli_config
+
+    saved = cli_config.load_file()
+    return saved.server, saved.agent_token
+
+
+def agent(
+    server: Annotated[
+        str | None,
+        typer.Option(envvar="SCHEDULEARN_SERVER", help="Server URL, e.g. http://gpu-head:8642"),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SCHEDULEARN_AGENT_TOKEN",
+            help="Agent token (the server prints one at its first start)",
+        ),
+    ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option(
+            help="Declare N virtual GPUs instead of reading NVIDIA GPUs (hosts without them)"
+        ),
+    ] = None,
+    gpu_type: Annotated[
+        str | None,
+        typer.Option(help="GPU type name, e.g. v100 (default: from NVML, or 'virtual')"),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Node name (default: the host name)")] = None,
+    executor: Annotated[
+        list[Executor] | None,
+        typer.Option(help="Executors to offer; repeat for both (default: subprocess)"),
+    ] = None,
+    docker_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Docker engine, e.g. unix:///run/podman/podman.sock (default: DOCKER_HOST)"
+        ),
+    ] = None,
+    network_mode: Annotated[
+        str, typer.Option(help="Network of job containers: none, host, or a network name")
+    ] = "none",
+    gpu_mode: Annotated[
+        GpuModeOption,
+        typer.Option(
+            help="Containers get GPUs as device requests (NVIDIA runtime) or by "
+            "NVIDIA_VISIBLE_DEVICES; auto picks by the runtime"
+        ),
+    ] = GpuModeOption.AUTO,
+    container_init: Annotated[
+        bool, typer.Option(help="Run an init in job containers (forwards signals, reaps)")
+    ] = True,
+    container_ulimit: Annotated[
+        list[str] | None,
+        typer.Option(help="A ulimit for job containers, e.g. memlock=-1 or nofile=1024:2048"),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where the agent keeps job records and logs (default: user state dir)"),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(help="Address other nodes reach this one at (default: route to server)"),
+    ] = None,
+    cpus: Annotated[float | None, typer.Option(help="CPUs to offer (default: all)")] = None,
+    memory_gb: Annotated[
+        float | None, typer.Option(help="Memory to offer in GB (default: all)")
+    ] = None,
+    workdir: Annotated[
+        str | None,
+        typer.Option(help="Working directory of jobs that name none (default: the current one)"),
+    ] = None,
+    stop_jobs_on_exit: Annotated[
+        bool,
+        typer.Option(
+            help="On Ctrl-C/SIGTERM stop the jobs; by default they keep running and the "
+            "next agent process re-adopts them"
+        ),
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
+) -> None:
+    """Run the node agent: register this host's GPUs, run the jobs the server sends."""
+    from schedulearn.agent.config import (
+        AgentConfig,
+        address_towards,
+        default_name,
+        default_state_dir,
+        host_cpus,
+        host_memory_gb,
+        parse_ulimit,
+    )
+    from schedulearn.agent.daemon import AgentError
+    from schedulearn.agent.service import run_agent
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per HTTP request would drown the agent's own messages.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if server is None or token is None:
+        saved_server, saved_token = _from_config_file()
+        server = server or saved_server
+        token = token or saved_token
+    if not server:
+        raise typer.BadParameter("give the server's URL with --server or SCHEDULEARN_SERVER")
+    if not token:
+        raise typer.BadParameter(
+            "give the agent token with --token or SCHEDULEARN_AGENT_TOKEN "
+            "(the server prints it at its first start)"
+        )
+    try:
+        ulimits = dict(parse_ulimit(u) for u in container_ulimit or [])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--container-ulimit") from None
+    node = name or default_name()
+    config = AgentConfig(
+        server=server.rstrip("/"),
+        token=token,
+        name=node,
+        state_dir=state_dir or default_state_dir(node),
+        address=address or address_towards(server),
+        gpus=gpus,
+        gpu_type=gpu_type,
+        cpus=host_cpus() if cpus is None else cpus,
+        memory_gb=host_memory_gb() if memory_gb is None else memory_gb,
+        executors=tuple(executor or [Executor.SUBPROCESS]),
+        docker_url=docker_url,
+        network_mode=network_mode,
+        gpu_mode=gpu_mode.value,
+        container_init=container_init,
+        container_ulimits=ulimits,
+        workdir=workdir,
+        stop_jobs_on_exit=stop_jobs_on_exit,
+    )
+    try:
+        run_agent(config)
+    except AgentError as exc:
+        typer.echo(f"schedulearn agent: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add `schedulearn agent` to the app."""
+    app.command("agent")(agent)
