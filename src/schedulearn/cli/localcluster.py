@@ -1,0 +1,136 @@
+"""A cluster of real processes on 127.0.0.1: one server and N agents.
+
+Owns the child processes and their logs. Used by the end-to-end tests,
+the crash tests and `bench/api_load.py`, which all need a server and
+agents as separate processes (so they can be killed with SIGKILL), and
+speak to them only over HTTP like any user would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "schedulearn.cli.main", *args]
+
+
+@dataclass
+class Proc:
+    """A child process with its log file; `kill` is SIGKILL, `stop` is SIGTERM."""
+
+    args: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        self.popen = subprocess.Popen(
+            self.args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no clean-up runs."""
+        if self.popen is not None and self.alive:
+            self.popen.send_signal(signal.SIGKILL)
+            self.popen.wait()
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.popen is None:
+            return None
+        if self.alive:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+    def log(self) -> str:
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text(errors="replace")
+        return ""
+
+
+class ServerProcess(Proc):
+    def __init__(
+        self,
+        database_url: str,
+        log_path: Path,
+        admin_token: str,
+        agent_token: str,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.admin_token = admin_token
+        self.agent_token = agent_token
+        args = _cli("server", "--host", "127.0.0.1", "--port", str(self.port))
+        args += ["--database-url", database_url]
+        super().__init__(
+            args,
+            log_path,
+            {
+                "SCHEDULEARN_ADMIN_TOKEN": admin_token,
+                "SCHEDULEARN_AGENT_TOKEN": agent_token,
+                "SCHEDULEARN_LOG_LEVEL": "warning",
+                **(env or {}),
+            },
+        )
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if not self.alive:
+                raise RuntimeError(f"server exited early:\n{self.log()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise TimeoutError(f"server not ready in {timeout}s:\n{self.log()[-3000:]}")
+
+
+class AgentProcess(Proc):
+    """`schedulearn agent` with virtual GPUs (the agent's own CLI)."""
+
+    def __init__(
+        self,
+        server_url: str,
+        token: str,
+        name: str,
+        gpus: int,
+        log_path: Path,
+        state_dir: Path,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        args = _cli("agent", "--server", server_url, "--token", token, "--name", name)
+        args += ["--gpus", str(gpus), "--state-dir", str(state_dir), *(extra or [])]
+        super().__init__(args, log_path, env or {})

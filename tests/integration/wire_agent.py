@@ -1,0 +1,127 @@
+"""A node that speaks the agent protocol by hand, so API tests can play the
+agent's part step by step (register, take work, report starts, exits and
+logs) without running jobs. The real agent is exercised in tests/e2e."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from schedulearn.protocol import (
+    GpuInfo,
+    Heartbeat,
+    HeartbeatReply,
+    JobEvent,
+    LogBatch,
+    LogLine,
+    NodeRegistration,
+    RegistrationReply,
+    RunningJobReport,
+    WorkBatch,
+)
+
+
+class WireAgent:
+    def __init__(self, api: Any, name: str, gpus: int = 4, gpu_type: str = "", **node: Any) -> None:
+        self.api = api
+        self.name = name
+        self.gpus = gpus
+        self.gpu_type = gpu_type
+        self.node = node
+        self.running: dict[int, int] = {}
+
+    def _post(self, path: str, body: Any) -> Any:
+        r = self.api.post(path, headers=self.api.agent, json=body.model_dump(mode="json"))
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def register(self, running: list[tuple[int, int]] = ()) -> RegistrationReply:  # type: ignore[assignment]
+        body = NodeRegistration(
+            name=self.name,
+            gpus=[
+                GpuInfo(index=i, type=self.gpu_type, uuid=f"{self.name}-{i}")
+                for i in range(self.gpus)
+            ],
+            cpus=self.node.get("cpus", 32.0),
+            memory_gb=self.node.get("memory_gb", 256.0),
+            executors=self.node.get("executors", ["subprocess"]),
+            running=[RunningJobReport(job_id=j, attempt=a) for j, a in running],
+        )
+        r = self.api.post(
+            "/api/v1/agent/register", headers=self.api.agent, json=body.model_dump(mode="json")
+        )
+        assert r.status_code == 200, r.text
+        return RegistrationReply.model_validate(r.json())
+
+    def heartbeat(self) -> HeartbeatReply:
+        body = Heartbeat(
+            name=self.name,
+            running=[RunningJobReport(job_id=j, attempt=a) for j, a in self.running.items()],
+        )
+        r = self.api.post(
+            "/api/v1/agent/heartbeat", headers=self.api.agent, json=body.model_dump(mode="json")
+        )
+        assert r.status_code == 200, r.text
+        return HeartbeatReply.model_validate(r.json())
+
+    def work(self, wait: float = 5.0) -> WorkBatch:
+        r = self.api.get(
+            "/api/v1/agent/work", headers=self.api.agent, params={"node": self.name, "wait": wait}
+        )
+        assert r.status_code == 200, r.text
+        return WorkBatch.model_validate(r.json())
+
+    def work_until(self, predicate: Any, timeout: float = 10.0) -> WorkBatch:
+        """Long-poll until a batch satisfies `predicate` (batches in between are kept)."""
+        merged = WorkBatch()
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            batch = self.work(wait=min(2.0, max(0.1, deadline - time.time())))
+            merged.starts += batch.starts
+            merged.stops += batch.stops
+            if predicate(merged):
+                return merged
+        raise AssertionError(f"{self.name}: no matching work within {timeout}s; got {merged}")
+
+    def event(
+        self, job_id: int, attempt: int, kind: str, exit_code: int | None = None, message: str = ""
+    ) -> dict[str, Any]:
+        body = JobEvent(
+            attempt=attempt,
+            node=self.name,
+            kind=kind,
+            exit_code=exit_code,
+            message=message,
+            at=time.time(),
+        )  # type: ignore[arg-type]
+        r = self.api.post(
+            f"/api/v1/agent/jobs/{job_id}/events",
+            headers=self.api.agent,
+            json=body.model_dump(mode="json"),
+        )
+        assert r.status_code == 200, r.text
+        if kind == "started":
+            self.running[job_id] = attempt
+        else:
+            self.running.pop(job_id, None)
+        return r.json()
+
+    def start(self, job_id: int, attempt: int) -> None:
+        self.event(job_id, attempt, "started")
+
+    def exit(self, job_id: int, attempt: int, code: int = 0) -> None:
+        self.event(job_id, attempt, "exited", exit_code=code)
+
+    def log(self, job_id: int, attempt: int, *texts: str) -> None:
+        now = time.time()
+        body = LogBatch(
+            attempt=attempt,
+            node=self.name,
+            lines=[LogLine(seq=i, text=t, at=now) for i, t in enumerate(texts)],
+        )
+        r = self.api.post(
+            f"/api/v1/agent/jobs/{job_id}/logs",
+            headers=self.api.agent,
+            json=body.model_dump(mode="json"),
+        )
+        assert r.status_code == 200, r.text
