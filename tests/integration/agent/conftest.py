@@ -1,0 +1,128 @@
+"""Fixtures for the node agent's tests: container engines, and real server and
+agent processes on 127.0.0.1.
+
+- `docker_image`: a running Docker engine (started by `docker_engine.sh`
+  when none answers) and the locally built busybox test image;
+- `podman_url`: Podman's Docker-compatible socket (skipped without podman);
+- `server`: `schedulearn server` as a process, on this test's database
+  (SQLite, or PostgreSQL when the integration suite runs on it);
+- `start_agent`: starts `python -m schedulearn.agent` processes, killed
+  at the end of the test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from agent_support import (
+    AdminApi,
+    AgentProc,
+    PodmanService,
+    ServerProc,
+    ensure_docker,
+)
+
+from schedulearn.agent.executors.process import start_ticks
+from schedulearn.agent.state import StateStore
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    image = ensure_docker()
+    if image is None:
+        pytest.skip(
+            "no Docker engine: tests/integration/agent/docker_engine.sh could not start one "
+            "(install docker.io and busybox-static)"
+        )
+    return image
+
+
+@pytest.fixture(scope="session")
+def podman_url(docker_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (apt-get install -y podman catatonit)")
+    service = PodmanService(tmp_path_factory.mktemp("podman"))
+    try:
+        service.start()
+    except (subprocess.CalledProcessError, AssertionError) as exc:
+        service.stop()
+        pytest.skip(f"podman's socket did not come up: {exc}")
+    try:
+        yield service.url
+    finally:
+        service.stop()
+
+
+@pytest.fixture
+def agent_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The integration suite's database (PostgreSQL on its second run), else SQLite."""
+    try:
+        return str(request.getfixturevalue("database_url"))
+    except pytest.FixtureLookupError:
+        return f"sqlite:///{tmp_path / 'schedulearn.db'}"
+
+
+@pytest.fixture
+def server(agent_database_url: str, tmp_path: Path) -> Iterator[ServerProc]:
+    proc = ServerProc(agent_database_url, tmp_path / "server.log")
+    proc.start_ready()
+    try:
+        yield proc
+    finally:
+        proc.kill()
+
+
+@pytest.fixture
+def api(server: ServerProc) -> Iterator[AdminApi]:
+    client = AdminApi(server.url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+StartAgent = Callable[..., AgentProc]
+
+
+@pytest.fixture
+def start_agent(server: ServerProc, tmp_path: Path) -> Iterator[StartAgent]:
+    started: list[AgentProc] = []
+
+    def start(name: str = "n1", gpus: int = 4, extra: tuple[str, ...] = (), **kw: str) -> AgentProc:
+        agent = AgentProc(
+            server.url,
+            name,
+            tmp_path / f"state-{name}",
+            tmp_path / f"agent-{name}.log",
+            gpus=gpus,
+            extra=extra,
+            **kw,
+        )
+        agent.start()
+        started.append(agent)
+        return agent
+
+    try:
+        yield start
+    finally:
+        for agent in started:
+            agent.kill()
+        # Jobs outlive a killed agent by design; end the ones the tests left.
+        for agent in started:
+            _kill_leftover_jobs(agent.state_dir)
+
+
+def _kill_leftover_jobs(state_dir: Path) -> None:
+    for record in StateStore(state_dir).load_all():
+        if record.pid is not None and start_ticks(record.pid) == record.pid_start_ticks:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.pid, signal.SIGKILL)
+        if record.container_id:
+            subprocess.run(["docker", "rm", "-f", record.container_id], capture_output=True)
