@@ -1,9 +1,193 @@
-"""Placeholder: replaced by the module that owns these commands."""
+"""`schedulearn simulate`: compare policies on a workload in the trace-driven simulator.
+
+Thin over `schedulearn.sim.runner`: parse the options, run every policy
+on every workload, then render a Rich table (one row per policy and
+workload), and optionally JSON (`--json`) and PNG plots (`--plot`).
+Input a user can fix (unknown policy, bad spec, missing file) is
+reported as one line saying what to change, with exit status 2.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from schedulearn.core.registry import UnknownPolicyError, available
+from schedulearn.sim.engine import PolicyError
+from schedulearn.sim.jobs import SimInputError
+from schedulearn.sim.results import SimResult
+from schedulearn.sim.runner import SpeedOptions, run_all
+from schedulearn.sim.workloads.spec import parse_workload
+
+out = Console()
+if not out.is_terminal:
+    # Piped or captured output has no width to respect; keep the table on one line per row.
+    out = Console(width=200)
+err = Console(stderr=True)
+PROGRESS_FROM_JOBS = 2000
+
+HELP = """Replay a workload on a simulated cluster under one or more policies.
+
+WORKLOAD is a trace CSV (Philly, Pollux or Tiresias format) or a spec:
+poisson:n=100:rate=0.01, uniform:n=100:window=3600, bursts:5,10,15,20,
+tetris, philly[:path=FILE], pollux[:path=FILE], tiresias[:path=FILE].
+CLUSTER is a shape such as 3x4, 2x8+4x4, 36x1:k80+24x4:v100:cpus=48:mem=256,
+or a Tiresias cluster CSV; without it the workload's own cluster is used.
+See docs/simulator.md."""
+
+
+def _fmt(seconds: float) -> str:
+    """Seconds, compact: 6,626 / 13.6h / 4.5d."""
+    if seconds < 100_000:
+        return f"{seconds:,.0f}"
+    if seconds < 100 * 3600:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def render_table(results: list[SimResult]) -> Table:
+    multi = len({r.workload for r in results}) > 1
+    deadlines = any(r.summary.deadlines for r in results)
+    table = Table(
+        title="Simulated policies (times in seconds unless marked h or d)",
+        header_style="bold",
+        caption="JCT: job completion time; wait: mean queueing delay; "
+        "fairness: Jain's index of slowdowns; wall: seconds to simulate",
+    )
+    if multi:
+        table.add_column("workload")
+    table.add_column("policy")
+    names = ["jobs", "makespan", "mean JCT", "median", "p95", "p99", "wait", "GPU util"]
+    names += ["deadlines met"] if deadlines else []
+    names += ["preempt", "migrate", "fairness", "wall"]
+    for name in names:
+        table.add_column(name, justify="right")
+    for r in results:
+        s = r.summary
+        jobs = f"{s.finished}" if not s.unfinished else f"{s.finished} (+{s.unfinished} stuck)"
+        row = [
+            r.policy,
+            jobs,
+            _fmt(s.makespan),
+            _fmt(s.mean_jct),
+            _fmt(s.median_jct),
+            _fmt(s.p95_jct),
+            _fmt(s.p99_jct),
+            _fmt(s.mean_queueing_delay),
+            f"{100 * s.gpu_utilisation:.1f}%",
+            *([f"{s.deadlines_met}/{s.deadlines}" if s.deadlines else "-"] if deadlines else []),
+            str(s.preemptions),
+            str(s.migrations),
+            f"{s.fairness:.3f}",
+            f"{r.wall_seconds:.2f}",
+        ]
+        table.add_row(*([r.workload, *row] if multi else row))
+    return table
+
+
+def simulate(
+    workload: Annotated[str, typer.Option("--workload", "-w", help="Spec or trace CSV path")],
+    policy: Annotated[
+        str, typer.Option("--policy", "-p", help="Comma-separated policy specs, e.g. fifo,tiresias")
+    ] = "fifo",
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", "-c", help="Cluster shape, e.g. 3x4 or 2x8+4x4")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for generated workloads")] = 0,
+    json_file: Annotated[
+        Path | None, typer.Option("--json", help="Write results as JSON to FILE ('-' = stdout)")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write PNG plots into this directory")
+    ] = None,
+    apps: Annotated[
+        Path | None,
+        typer.Option("--apps", help="Pollux pollux/apps directory (measured speed tables)"),
+    ] = None,
+    restart_cost: Annotated[
+        float, typer.Option("--restart-cost", help="Seconds lost per resume or resize")
+    ] = 30.0,
+    efficiency: Annotated[
+        float, typer.Option("--efficiency", help="Linear scaling efficiency per added GPU")
+    ] = 0.9,
+    spread_penalty: Annotated[
+        float, typer.Option("--spread-penalty", help="Slowdown per node beyond the fewest")
+    ] = 0.1,
+    gpu_speed: Annotated[
+        str, typer.Option("--gpu-speed", help="Relative speed per GPU type, e.g. k80=0.3,v100=1")
+    ] = "",
+    jobs_json: Annotated[
+        bool, typer.Option("--jobs-json", help="Include every job's record in the JSON")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table or progress bar")] = False,
+) -> None:
+    try:
+        workloads = parse_workload(workload, seed)
+        speed = SpeedOptions(
+            apps=apps,
+            efficiency=efficiency,
+            spread_penalty=spread_penalty,
+            restart_cost=restart_cost,
+            gpu_speed=gpu_speed,
+        )
+        policies = policy.split(",")
+        big = max(len(w) for w in workloads) >= PROGRESS_FROM_JOBS
+        if big and not quiet:
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed:,.0f}/{task.total:,.0f} jobs"),
+                TimeElapsedColumn(),
+                console=err,
+                transient=True,
+            ) as bar:
+                tasks: dict[str, int] = {}
+
+                def report(label: str, done: int, total: int) -> None:
+                    if label not in tasks:
+                        tasks[label] = bar.add_task(label, total=total)
+                    bar.update(tasks[label], completed=done)
+
+                results = run_all(workloads, policies, cluster, speed, report)
+        else:
+            results = run_all(workloads, policies, cluster, speed)
+    except (SimInputError, UnknownPolicyError, PolicyError) as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    if not quiet:
+        out.print(render_table(results))
+        stuck = [r for r in results if r.summary.unfinished]
+        for r in stuck:
+            err.print(
+                f"[yellow]warning:[/yellow] {r.policy} left {r.summary.unfinished} jobs of "
+                f"{r.workload} unfinished (it started nothing while they waited)",
+                highlight=False,
+            )
+    if json_file is not None:
+        payload = {
+            "policies_available": available(),
+            "results": [r.to_dict(jobs=jobs_json) for r in results],
+        }
+        text = json.dumps(payload, indent=2)
+        if str(json_file) == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            json_file.write_text(text + "\n")
+    if plot is not None:
+        from schedulearn.sim.plots import plot_results
+
+        for path in plot_results(results, plot):
+            if not quiet:
+                err.print(f"wrote {path}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    """Add `simulate` to the app."""
+    app.command("simulate", help=HELP)(simulate)

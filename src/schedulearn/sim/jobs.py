@@ -88,6 +88,8 @@ class Workload:
     source: str = ""
     # Parameters the workload was generated with, for reports and JSON.
     params: dict[str, str] = field(default_factory=dict)
+    # The cluster shape the workload was designed for (used when none is given).
+    default_cluster: str | None = None
 
     def __post_init__(self) -> None:
         ids = [j.id for j in self.jobs]

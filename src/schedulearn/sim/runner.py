@@ -1,0 +1,115 @@
+"""Run several policies over several workloads on one cluster, as `schedulearn simulate` does.
+
+This is the layer between the CLI (or a script) and the engine: it
+builds the speed model from `SpeedOptions`, picks the cluster (the one
+given, or the workload's own default), creates a fresh policy object
+for each run from the registry, and reports progress through a callback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from schedulearn.core.registry import UnknownPolicyError, create, parse_spec
+from schedulearn.sim.cluster import ClusterSpec, parse_cluster
+from schedulearn.sim.engine import Simulator
+from schedulearn.sim.jobs import SimInputError, Workload
+from schedulearn.sim.measured import MeasuredSpeed
+from schedulearn.sim.results import SimResult
+from schedulearn.sim.speed import LinearSpeed, SpeedModel, TypeFactors
+
+# (run label, jobs finished, jobs in the workload)
+RunProgress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedOptions:
+    """The speed model's settings, as the CLI gives them."""
+
+    apps: Path | None = None
+    efficiency: float = 0.9
+    spread_penalty: float = 0.1
+    start_cost: float = 0.0
+    restart_cost: float = 30.0
+    realloc_cost: float = 30.0
+    gpu_speed: str = ""
+
+    def build(self, workloads: Sequence[Workload] = ()) -> SpeedModel:
+        linear = LinearSpeed(
+            efficiency=self.efficiency,
+            spread_penalty=self.spread_penalty,
+            start_cost=self.start_cost,
+            restart_cost=self.restart_cost,
+            gpu_speed=TypeFactors.parse(self.gpu_speed),
+        )
+        apps = self.apps or find_apps(workloads)
+        if apps is None and not any(j.app for w in workloads for j in w.jobs):
+            return linear
+        return MeasuredSpeed(apps, linear, self.realloc_cost)
+
+
+def find_apps(workloads: Sequence[Workload]) -> Path | None:
+    """The Pollux tables next to a Pollux workload file (`.../workloads/x.csv` -> `.../apps`)."""
+    for w in workloads:
+        if w.source and any(j.app for j in w.jobs):
+            candidate = Path(w.source).resolve().parent.parent / "apps"
+            if candidate.is_dir():
+                return candidate
+    return None
+
+
+def check_policies(specs: Sequence[str]) -> list[str]:
+    """Validate policy specs before any run starts (unknown names list the valid ones)."""
+    cleaned = [s.strip() for s in specs if s.strip()]
+    if not cleaned:
+        raise SimInputError("no policy given; use --policy fifo,tiresias (any registered names)")
+    for spec in cleaned:
+        try:
+            create(spec)
+        except UnknownPolicyError as exc:
+            raise SimInputError(str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            name, _ = parse_spec(spec)
+            raise SimInputError(f"bad options for policy {name!r}: {exc}") from None
+    return cleaned
+
+
+def cluster_for(workload: Workload, given: str | None) -> ClusterSpec:
+    if given:
+        return parse_cluster(given)
+    if workload.default_cluster:
+        return parse_cluster(workload.default_cluster)
+    raise SimInputError(
+        f"workload {workload.name!r} has no default cluster; give one with --cluster, e.g. 3x4"
+    )
+
+
+def run_all(
+    workloads: Sequence[Workload],
+    policies: Sequence[str],
+    cluster: str | None = None,
+    speed: SpeedOptions | None = None,
+    on_progress: RunProgress | None = None,
+) -> list[SimResult]:
+    """Every policy on every workload, in that order; one fresh policy object per run."""
+    specs = check_policies(policies)
+    model = (speed or SpeedOptions()).build(workloads)
+    results = []
+    for workload in workloads:
+        spec_cluster = cluster_for(workload, cluster)
+        for spec in specs:
+            label = f"{workload.name} / {spec}"
+            progress = None if on_progress is None else partial(on_progress, label)
+            sim = Simulator(
+                workload,
+                spec_cluster,
+                create(spec),
+                model,
+                on_progress=progress,
+                policy_name=spec,
+            )
+            results.append(sim.run())
+    return results

@@ -1,0 +1,99 @@
+"""Turn a `--workload SPEC|PATH` argument into workloads.
+
+A PATH is a CSV in a known trace format (Philly, Pollux, Tiresias; see
+`traces`). A SPEC is `kind[:key=value...]`:
+
+  poisson:n=100:rate=0.01      Poisson arrivals (see `synthetic`)
+  uniform:n=100:window=3600    arrivals uniform over a window
+  bursts:5,10,15,20            the original Schedulearn experiment, one workload per size
+  tetris                       40 jobs x 30 tasks, the Tetris packing experiment
+  philly[:path=FILE][:limit=N] the Philly trace (default: the packaged sample)
+  pollux[:path=FILE]           a Pollux workload (default: the packaged sample)
+  tiresias[:path=FILE]         a Tiresias job CSV (default: the packaged sample)
+
+Some specs give several workloads (`bursts:5,10`), so the result is a list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+from schedulearn.sim.jobs import SimInputError, Workload
+from schedulearn.sim.workloads.options import Options
+from schedulearn.sim.workloads.synthetic import bursts, poisson, uniform
+from schedulearn.sim.workloads.tetris import tetris
+from schedulearn.sim.workloads.traces import (
+    detect,
+    load_philly,
+    load_pollux,
+    load_tiresias,
+)
+
+SAMPLES = {
+    "philly": "philly-sample.csv",
+    "pollux": "pollux-sample.csv",
+    "tiresias": "tiresias-sample.csv",
+}
+DEFAULT_CLUSTERS = {"philly": "256x8", "pollux": "16x4", "tiresias": "32x4:cpus=40:mem=256"}
+_GENERATORS: dict[str, Callable[[Options, int], Workload]] = {
+    "poisson": poisson,
+    "uniform": uniform,
+    "tetris": tetris,
+}
+KINDS = ("poisson", "uniform", "bursts", "tetris", "philly", "pollux", "tiresias")
+
+
+def sample_path(kind: str) -> Path:
+    """The packaged sample of trace format `kind`."""
+    return Path(str(resources.files("schedulearn.sim.data").joinpath(SAMPLES[kind])))
+
+
+def parse_workload(text: str, seed: int = 0) -> list[Workload]:
+    """Workloads for a `--workload` argument."""
+    text = text.strip()
+    if not text:
+        raise SimInputError(
+            "empty --workload; give a spec such as poisson:n=100 or a trace CSV path"
+        )
+    path = Path(text).expanduser()
+    if path.suffix == ".csv" or path.is_file():
+        return [_load(detect(path), path, None)]
+    opts = Options.parse(text)
+    if opts.kind in _GENERATORS:
+        return [_GENERATORS[opts.kind](opts, seed)]
+    if opts.kind == "bursts":
+        return bursts(opts, seed)
+    if opts.kind in SAMPLES:
+        given = opts.text("path", "")
+        limit = opts.integer("limit", 0, low=0)
+        opts.finish()
+        trace = Path(given).expanduser() if given else sample_path(opts.kind)
+        if given and detect(trace) != opts.kind:
+            raise SimInputError(f"{given!r} is a {detect(trace)} trace, not {opts.kind}")
+        return [_load(opts.kind, trace, limit or None)]
+    raise SimInputError(
+        f"unknown workload {opts.kind!r}; give a CSV path or one of: {', '.join(KINDS)}"
+    )
+
+
+def _load(kind: str, path: Path, limit: int | None) -> Workload:
+    if kind == "philly":
+        workload = load_philly(path, limit)
+    elif kind == "pollux":
+        workload = load_pollux(path)
+    else:
+        workload = load_tiresias(path)
+    if limit and kind != "philly":
+        workload = Workload(
+            workload.name, workload.jobs[:limit], workload.description, workload.source
+        )
+    return Workload(
+        workload.name,
+        workload.jobs,
+        workload.description,
+        workload.source,
+        workload.params,
+        DEFAULT_CLUSTERS[kind],
+    )
