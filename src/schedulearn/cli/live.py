@@ -133,8 +133,8 @@ def local_tokens(settings: ServerSettings) -> tuple[str, str]:
 
 
 def agent_command(url: str, token: str, gpus: int | None, name: str) -> list[str]:
-    """The local agent, through the agent's own `schedulearn agent` command."""
-    cmd = [sys.executable, "-m", "schedulearn.cli.main", "agent", "--server", url, "--token", token]
+    """The local agent: the agent package's own entry point, as a child process."""
+    cmd = [sys.executable, "-m", "schedulearn.agent", "--server", url, "--token", token]
     cmd += ["--name", name]
     if gpus is not None:
         cmd += ["--gpus", str(gpus)]

@@ -117,7 +117,7 @@ class ServerProcess(Proc):
 
 
 class AgentProcess(Proc):
-    """`schedulearn agent` with virtual GPUs (the agent's own CLI)."""
+    """`python -m schedulearn.agent` with virtual GPUs."""
 
     def __init__(
         self,
@@ -131,6 +131,7 @@ class AgentProcess(Proc):
         env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
-        args = _cli("agent", "--server", server_url, "--token", token, "--name", name)
+        args = [sys.executable, "-m", "schedulearn.agent", "--server", server_url]
+        args += ["--token", token, "--name", name]
         args += ["--gpus", str(gpus), "--state-dir", str(state_dir), *(extra or [])]
         super().__init__(args, log_path, env or {})

@@ -44,6 +44,7 @@ class PassResult:
     started: list[int] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    deferred: list[int] = field(default_factory=list)
     nodes: set[str] = field(default_factory=set)
     pending: int = 0
     running: int = 0
@@ -134,6 +135,14 @@ def run_pass(session: Session, policy: Policy, now: float) -> PassResult:
             if job is None:
                 continue
             if isinstance(d, Start):
+                busy = [
+                    f"{n}:{g}" for n, gpus in d.placement for g in gpus if (n, g) in snap.holders
+                ]
+                if busy:
+                    # GPUs a preemption in this pass frees are still in use
+                    # until the victim's process exits: start on a later pass.
+                    result.deferred.append(d.job_id)
+                    continue
                 _start(session, job, d.placement, now, result)
             elif isinstance(d, Preempt):
                 _preempt(session, job, now, result)

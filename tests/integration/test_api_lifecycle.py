@@ -1,0 +1,276 @@
+"""A job's life through the agent API: placement, start, exit, logs, cancel,
+gangs, preemption, lost nodes and re-registration. The agent's part is
+played by `WireAgent`, a client that speaks the protocol step by step."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from wire_agent import WireAgent
+
+from schedulearn.protocol import JobPublic
+
+
+def job(api, job_id: int) -> JobPublic:  # type: ignore[no-untyped-def]
+    return JobPublic.model_validate(api.get(f"/api/v1/jobs/{job_id}").json())
+
+
+def wait_state(api, job_id: int, *states: str, timeout: float = 10.0) -> JobPublic:  # type: ignore[no-untyped-def]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        j = job(api, job_id)
+        if j.state in states:
+            return j
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} is {j.state}, not {states}: {j.message}")
+
+
+def submit(api, **body) -> int:  # type: ignore[no-untyped-def]
+    r = api.post("/api/v1/jobs", json={"command": "x", **body})
+    assert r.status_code == 201, r.text
+    return int(r.json()["ids"][0])
+
+
+def history(api, job_id: int) -> list[str]:  # type: ignore[no-untyped-def]
+    """The job's states as seen from outside, via its message trail in the DB."""
+    from sqlmodel import Session, select
+
+    from schedulearn.server.models import JobTransition
+
+    engine = api.client.app.state.sl.db.engine
+    with Session(engine) as s:
+        rows = s.exec(
+            select(JobTransition).where(JobTransition.job_id == job_id).order_by(JobTransition.id)
+        ).all()
+    return [r.to_state for r in rows]
+
+
+def test_job_runs_through_its_states_and_logs_follow(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=2)
+    node.register()
+    job_id = submit(api, gpus=2, env={"A": "1"}, workdir="/tmp")
+    work = node.work_until(lambda b: b.starts)
+    (a,) = work.starts
+    assert (a.job_id, a.attempt, a.gpus, a.env, a.workdir, a.gang) == (
+        job_id,
+        1,
+        [0, 1],
+        {"A": "1"},
+        "/tmp",
+        None,
+    )
+    assert job(api, job_id).state == "assigned"
+    node.start(job_id, 1)
+    assert job(api, job_id).state == "running"
+    node.log(job_id, 1, "epoch 1", "epoch 2")
+    got: list[str] = []
+
+    def follow() -> None:
+        with api.client.stream(
+            "GET", f"/api/v1/jobs/{job_id}/logs", headers=api.admin, params={"follow": "true"}
+        ) as r:
+            for line in r.iter_lines():
+                got.append(line)
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    time.sleep(0.3)
+    node.log(job_id, 1, "epoch 3")
+    node.exit(job_id, 1, 0)
+    reader.join(timeout=10)
+    assert not reader.is_alive()
+    texts = [line for line in got if line.startswith("data:") and '"text"' in line]
+    assert [t.split('"text":"')[1].split('"')[0] for t in texts] == [
+        "epoch 1",
+        "epoch 2",
+        "epoch 3",
+    ]
+    assert any(line == "event: end" for line in got)
+    done = job(api, job_id)
+    assert done.state == "succeeded" and done.exit_code == 0 and done.ended_at
+    assert history(api, job_id) == ["assigned", "running", "succeeded"]
+    # Its GPUs are free again: the next job gets them.
+    nxt = submit(api, gpus=2)
+    assert node.work_until(lambda b: b.starts).starts[0].job_id == nxt
+
+
+def test_failure_and_cancel(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=2)
+    node.register()
+    bad = submit(api, gpus=1)
+    long = submit(api, gpus=1)
+    starts = node.work_until(lambda b: len(b.starts) == 2).starts
+    for s in starts:
+        node.start(s.job_id, s.attempt)
+    node.exit(bad, 1, 3)
+    failed = job(api, bad)
+    assert (
+        failed.state == "failed"
+        and failed.exit_code == 3
+        and "exited with code 3" in failed.message
+    )
+    r = api.post(f"/api/v1/jobs/{long}/cancel")
+    assert r.json()["state"] == "cancelled"
+    stops = node.work_until(lambda b: b.stops).stops
+    assert [(s.job_id, s.reason) for s in stops] == [(long, "cancel")]
+    # The GPU stays held until the process is gone.
+    queued = submit(api, gpus=2)
+    time.sleep(0.3)
+    assert job(api, queued).state == "pending"
+    node.exit(long, 1, -15)
+    assert job(api, long).state == "cancelled"  # a late exit does not change a final state
+    assert node.work_until(lambda b: b.starts).starts[0].job_id == queued
+
+
+def test_cancel_before_delivery_frees_at_once(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    first = submit(api)
+    wait_state(api, first, "assigned")
+    api.post(f"/api/v1/jobs/{first}/cancel")
+    second = submit(api)
+    batch = node.work_until(lambda b: b.starts)
+    assert [s.job_id for s in batch.starts] == [second] and not batch.stops
+
+
+def test_gang_over_two_nodes_and_its_failure(api) -> None:  # type: ignore[no-untyped-def]
+    n1, n2 = WireAgent(api, "n1", gpus=4), WireAgent(api, "n2", gpus=4)
+    n1.register()
+    n2.register()
+    job_id = submit(api, gpus=6)
+    a1 = n1.work_until(lambda b: b.starts).starts[0]
+    a2 = n2.work_until(lambda b: b.starts).starts[0]
+    assert a1.gang and a2.gang
+    assert {a1.gang.node_rank, a2.gang.node_rank} == {0, 1}
+    assert a1.gang.world_size == a2.gang.world_size == 2
+    assert a1.gang.master_port == a2.gang.master_port
+    assert sorted([len(a1.gpus), len(a2.gpus)]) == [2, 4]
+    n1.start(job_id, 1)
+    n2.start(job_id, 1)
+    n1.exit(job_id, 1, 0)
+    assert job(api, job_id).state == "running"  # the other part still runs
+    n2.exit(job_id, 1, 0)
+    assert job(api, job_id).state == "succeeded"
+    # Now one part fails: the other is stopped with gang_failed.
+    job2 = submit(api, gpus=8)
+    b1 = n1.work_until(lambda b: b.starts).starts[0]
+    n2.work_until(lambda b: b.starts)
+    n1.start(job2, b1.attempt)
+    n2.start(job2, b1.attempt)
+    n1.exit(job2, b1.attempt, 1)
+    failed = job(api, job2)
+    assert failed.state == "failed" and "stopping the other parts" in failed.message
+    stops = n2.work_until(lambda b: b.stops).stops
+    assert [(s.job_id, s.reason) for s in stops] == [(job2, "gang_failed")]
+
+
+def test_silent_node_loses_its_jobs_which_are_requeued(api) -> None:  # type: ignore[no-untyped-def]
+    dead, alive = WireAgent(api, "dead", gpus=2), WireAgent(api, "alive", gpus=2)
+    dead.register()
+    job_id = submit(api, gpus=2, max_restarts=1)
+    a = dead.work_until(lambda b: b.starts).starts[0]
+    dead.start(job_id, a.attempt)
+    alive.register()
+    # `dead` stops sending heartbeats; `alive` keeps going.
+    deadline = time.time() + 10
+    while time.time() < deadline and job(api, job_id).attempt < 2:
+        alive.heartbeat()
+        time.sleep(0.2)
+    b = alive.work_until(lambda b: b.starts).starts[0]
+    assert (b.job_id, b.attempt) == (job_id, 2)
+    requeued = job(api, job_id)
+    assert requeued.restarts == 1 and requeued.placement == {"alive": [0, 1]}
+    assert history(api, job_id) == ["assigned", "running", "lost", "pending", "assigned"]
+    nodes = {n["name"]: n for n in api.get("/api/v1/nodes").json()["items"]}
+    assert nodes["dead"]["healthy"] is False
+    assert all(g["job_id"] is None for g in nodes["dead"]["gpus"])
+    # A heartbeat from the dead node asks it to register again.
+    assert dead.heartbeat().reregister is True
+    # Lost a second time: max_restarts=1 is used up, so it fails.
+    alive.start(job_id, 2)
+    deadline = time.time() + 10
+    while time.time() < deadline and job(api, job_id).state != "failed":
+        time.sleep(0.2)
+    final = job(api, job_id)
+    assert final.state == "failed" and "max_restarts=1" in final.message
+
+
+def test_reregistration_adopts_running_and_loses_vanished(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=2)
+    node.register()
+    kept, vanished = submit(api), submit(api)
+    starts = node.work_until(lambda b: len(b.starts) == 2).starts
+    for s in starts:
+        node.start(s.job_id, s.attempt)
+    # The agent restarts: it still runs `kept`, `vanished` is gone, and it
+    # finds a process of a run the server never gave it.
+    reply = node.register(running=[(kept, 1), (999, 1)])
+    assert reply.adopt == [kept] and reply.lost == [999]
+    assert job(api, kept).state == "running"
+    v = job(api, vanished)
+    assert v.state in ("pending", "assigned") and v.restarts == 1
+
+
+def test_preempt_returns_job_to_queue(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    api.put("/api/v1/policy", json={"spec": "srtf"})
+    slow = submit(api, gpus=1, estimated_duration=3600, preemptible=True)
+    a = node.work_until(lambda b: b.starts).starts[0]
+    node.start(slow, a.attempt)
+    quick = submit(api, gpus=1, estimated_duration=10)
+    stops = node.work_until(lambda b: b.stops).stops
+    assert [(s.job_id, s.reason) for s in stops] == [(slow, "preempt")]
+    assert job(api, slow).state == "preempting"
+    node.exit(slow, a.attempt, -15)
+    back = wait_state(api, slow, "pending")
+    assert back.message.startswith("preempted")
+    b = node.work_until(lambda b: b.starts).starts[0]
+    assert b.job_id == quick
+
+
+def test_policy_switch_takes_effect_on_the_next_pass(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=4)
+    node.register()
+    blocker = submit(api, gpus=3)
+    node.work_until(lambda b: b.starts)
+    node.start(blocker, 1)
+    head = submit(api, gpus=4)
+    small = submit(api, gpus=1, estimated_duration=5)
+    time.sleep(0.3)
+    assert job(api, small).state == "pending"  # plain FIFO: it waits behind the head
+    # SRTF (without preemption) skips the blocked head and starts the short job.
+    r = api.put("/api/v1/policy", json={"spec": "srtf:preempt=false"})
+    assert r.status_code == 200
+    starts = node.work_until(lambda b: b.starts).starts
+    assert [s.job_id for s in starts] == [small]
+    assert job(api, head).state == "pending"
+
+
+def test_concurrent_submissions_never_share_a_gpu(api) -> None:  # type: ignore[no-untyped-def]
+    nodes = [WireAgent(api, f"n{i}", gpus=4) for i in range(3)]
+    for n in nodes:
+        n.register()
+    errors: list[str] = []
+
+    def burst() -> None:
+        for _ in range(10):
+            r = api.post("/api/v1/jobs", json={"command": "x", "gpus": 1 + (time.time_ns() % 3)})
+            if r.status_code != 201:
+                errors.append(r.text)
+
+    threads = [threading.Thread(target=burst) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    time.sleep(0.5)
+    held: dict[tuple[str, int], int] = {}
+    for n in nodes:
+        for a in n.work(wait=0.1).starts:
+            for g in a.gpus:
+                assert (n.name, g) not in held, f"GPU {g} of {n.name} given twice"
+                held[(n.name, g)] = a.job_id
+    assert len(held) <= 12 and len(held) >= 10  # the cluster is (nearly) full
