@@ -31,6 +31,10 @@ class _NodeState:
     owners: dict[int, int | None]
     free_cpus: float
     free_memory_gb: float
+    # The current GpuView of each GPU (with its holder), in the node's GPU
+    # order. Kept up to date per GPU as it changes hands, so a snapshot of
+    # the node copies views instead of building one per GPU each time.
+    gpus: dict[int, GpuView]
 
 
 class GpuLedger:
@@ -54,6 +58,7 @@ class GpuLedger:
             owners={g.index: None for g in node.gpus},
             free_cpus=node.cpus,
             free_memory_gb=node.memory_gb,
+            gpus={g.index: _holding(g, None) for g in node.gpus},
         )
         self._dirty.add(node.name)
 
@@ -69,13 +74,9 @@ class GpuLedger:
         """A fresh snapshot of one node, with holders and free resources."""
         state = self._nodes[name]
         base = state.view
-        gpus = tuple(
-            GpuView(g.index, g.type, g.uuid, g.memory_mb, state.owners[g.index])
-            for g in base.gpus
-        )
         return NodeView(
             name=base.name,
-            gpus=gpus,
+            gpus=tuple(state.gpus.values()),
             cpus=base.cpus,
             memory_gb=base.memory_gb,
             free_cpus=state.free_cpus,
@@ -128,7 +129,9 @@ class GpuLedger:
                     placement = self._require_held(d.job_id)
                     if not job.preemptible:
                         verb = "preempted" if isinstance(d, Preempt) else "resized or moved"
-                        raise InvalidDecision(f"job {d.job_id} is not preemptible and cannot be {verb}")
+                        raise InvalidDecision(
+                            f"job {d.job_id} is not preemptible and cannot be {verb}"
+                        )
                     self._release(d.job_id)
                     undo.append(("released", d.job_id, job, placement))
             for d in decisions:
@@ -166,6 +169,7 @@ class GpuLedger:
             state = self._nodes[name]
             for g in gpus:
                 state.owners[g] = job.id
+                state.gpus[g] = _holding(state.gpus[g], job.id)
             cpus, mem = job.demand_on(placement, len(gpus))
             state.free_cpus -= cpus
             state.free_memory_gb -= mem
@@ -178,6 +182,7 @@ class GpuLedger:
             state = self._nodes[name]
             for g in gpus:
                 state.owners[g] = None
+                state.gpus[g] = _holding(state.gpus[g], None)
             cpus, mem = job.demand_on(placement, len(gpus))
             state.free_cpus += cpus
             state.free_memory_gb += mem
@@ -187,9 +192,7 @@ class GpuLedger:
     def _check(self, job: JobView, placement: Placement) -> None:
         size = placement.num_gpus
         if not job.least_gpus <= size <= job.most_gpus:
-            want = (
-                f"{job.least_gpus}..{job.most_gpus}" if job.is_elastic else str(job.gpus)
-            )
+            want = f"{job.least_gpus}..{job.most_gpus}" if job.is_elastic else str(job.gpus)
             raise InvalidDecision(f"job {job.id} asks for {want} GPUs, not {size}")
         if placement.num_nodes == 0:
             raise InvalidDecision(f"job {job.id} was given an empty placement")
@@ -219,3 +222,10 @@ class GpuLedger:
                     f"job {job.id} needs {cpus:g} CPUs and {mem:g} GB on {name!r}; "
                     f"it has {state.free_cpus:g} CPUs and {state.free_memory_gb:g} GB free"
                 )
+
+
+def _holding(gpu: GpuView, job_id: int | None) -> GpuView:
+    """`gpu` as held by `job_id` (the same object when nothing changes)."""
+    if gpu.job_id == job_id:
+        return gpu
+    return GpuView(gpu.index, gpu.type, gpu.uuid, gpu.memory_mb, job_id)
