@@ -98,7 +98,7 @@ def _command(job: JobPublic) -> str:
 def job_table(items: list[JobPublic]) -> Table:
     table = Table(box=None, header_style="bold")
     for col in ("ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "SUBMITTED", "RAN", "COMMAND"):
-        table.add_column(col, no_wrap=col != "COMMAND")
+        table.add_column(col, no_wrap=True, overflow="ellipsis")
     for j in items:
         ran = None
         if j.started_at is not None:

@@ -135,7 +135,8 @@ def local_tokens(settings: ServerSettings) -> tuple[str, str]:
 def agent_command(url: str, token: str, gpus: int | None, name: str) -> list[str]:
     """The local agent: the agent package's own entry point, as a child process."""
     cmd = [sys.executable, "-m", "schedulearn.agent", "--server", url, "--token", token]
-    cmd += ["--name", name]
+    # Ctrl-C on `up` means "stop everything": the jobs too, not left to re-adopt.
+    cmd += ["--name", name, "--stop-jobs-on-exit"]
     if gpus is not None:
         cmd += ["--gpus", str(gpus)]
     return cmd

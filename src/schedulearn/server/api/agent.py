@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from schedulearn.protocol import (
     Ack,
@@ -47,6 +47,7 @@ async def heartbeat(body: Heartbeat, state: State, _who: Agent) -> HeartbeatRepl
 
 @router.get("/work", response_model=WorkBatch, summary="Long-poll for starts and stops")
 async def work(
+    request: Request,
     state: State,
     _who: Agent,
     node: Annotated[str, Query(min_length=1, max_length=200)],
@@ -65,8 +66,11 @@ async def work(
         left = deadline - state.clock.now()
         if batch.starts or batch.stops or left <= 0:
             return batch
-        # Also re-read now and then: another replica may have written work.
-        await wait_for(event, min(left, 5.0))
+        # Wake at least every second: to notice an agent that went away (so a
+        # shutdown does not wait on its poll), and to re-read work another
+        # replica may have written.
+        if not await wait_for(event, min(left, 1.0)) and await request.is_disconnected():
+            return WorkBatch()
 
 
 @router.post("/jobs/{job_id}/events", response_model=Ack)
