@@ -14,7 +14,9 @@ from schedulearn.sim.jobs import SimInputError, SimJob, Workload
 
 def why_unfit(job: SimJob, cluster: ClusterSpec) -> str | None:
     """Why `job` can never run on `cluster`, or None if it can."""
-    need = job.gpus if job.min_gpus is None else job.min_gpus
+    # The requested size, not an elastic job's minimum: policies that do not
+    # resize give a job exactly what it asked for.
+    need = job.gpus
     nodes = [
         n
         for n in cluster.nodes
