@@ -1,0 +1,176 @@
+"""A server and two agents of 4 virtual GPUs, as real processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import sys
+import time
+
+from conftest import ADMIN, Cluster
+
+from schedulearn.protocol import JobSpec
+
+# Each job prints where it ran and when, from inside the job.
+PROBE = (
+    'echo "GPUS=$CUDA_VISIBLE_DEVICES N=$SCHEDULEARN_NUM_GPUS START=$(date +%s.%N)"; '
+    "sleep {secs}; "
+    'echo "END=$(date +%s.%N)"'
+)
+
+
+def test_fifty_mixed_jobs_finish_and_never_share_a_gpu(cluster: Cluster) -> None:
+    rng = random.Random(7)
+    ids: list[int] = []
+    with cluster.client() as c:
+        for i in range(50):
+            gpus = rng.choice([1, 1, 1, 2, 2, 3, 4])
+            secs = rng.choice([0.1, 0.3, 0.6, 1.0])
+            spec = JobSpec(name=f"mix{i}", command=PROBE.format(secs=secs), gpus=gpus)
+            ids += c.submit(spec).ids
+            if i == 25:
+                # Switch the policy mid-run: no restart, in force from the next pass.
+                assert c.set_policy("srtf:preempt=false").spec == "srtf:preempt=false"
+    jobs = cluster.wait_final(ids, timeout=180)
+    assert {j.state for j in jobs.values()} == {"succeeded"}, {
+        i: j.message for i, j in jobs.items() if j.state != "succeeded"
+    }
+    health = subprocess.run(
+        [sys.executable, "-c", f"import httpx; print(httpx.get('{cluster.server.url}/healthz').json()['policy'])"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert health.stdout.strip() == "srtf:preempt=false"  # the loop runs the new policy
+    intervals: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+    gangs = 0
+    for job_id, job in jobs.items():
+        out = cluster.log_text(job_id)
+        # One probe line per part: a gang (a job spread over both nodes) prints two.
+        parts = re.findall(r"GPUS=([\d,]*) N=(\d+) START=([\d.]+)", out)
+        ends = [float(e) for e in re.findall(r"END=([\d.]+)", out)]
+        assert job.placement is not None
+        assert len(parts) == len(ends) == len(job.placement), f"job {job_id} printed {out!r}"
+        printed = sorted([int(g) for g in gpus.split(",") if g] for gpus, _n, _s in parts)
+        assert printed == sorted(job.placement.values()), (job_id, printed, job.placement)
+        # SCHEDULEARN_NUM_GPUS counts the GPUs this part sees.
+        assert all(int(n) == len(g.split(",")) for g, n, _s in parts)
+        gangs += len(parts) > 1
+        # The span from the first part's start to the last part's end covers
+        # every part, so it is a safe (wider) interval for each GPU the job held.
+        span = (min(float(s) for _g, _n, s in parts), max(ends), job_id)
+        for node, gpus in job.placement.items():
+            for g in gpus:
+                intervals.setdefault((node, g), []).append(span)
+        assert job.started_at is not None and job.ended_at is not None
+    for (node, g), spans in intervals.items():
+        spans.sort()
+        for (s1, e1, j1), (s2, e2, j2) in zip(spans, spans[1:], strict=False):
+            assert e1 <= s2, f"jobs {j1} and {j2} both held GPU {g} of {node}"
+    # The same from the server's records: on each GPU, one job's end precedes the next start.
+    by_gpu: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+    for job_id, job in jobs.items():
+        assert job.placement and job.started_at and job.ended_at
+        for node, gpus in job.placement.items():
+            for g in gpus:
+                by_gpu.setdefault((node, g), []).append((job.started_at, job.ended_at, job_id))
+    for spans in by_gpu.values():
+        spans.sort()
+        for (_s1, e1, j1), (s2, _e2, j2) in zip(spans, spans[1:], strict=False):
+            assert e1 <= s2, f"server records jobs {j1} and {j2} on one GPU at once"
+    assert len(intervals) == 8  # both nodes' GPUs were used
+
+
+def test_policy_switch_takes_effect_without_restart(cluster: Cluster) -> None:
+    with cluster.client() as c:
+        a = c.submit(JobSpec(command="sleep 30", gpus=4)).ids[0]
+        b = c.submit(JobSpec(command="sleep 30", gpus=3)).ids[0]
+        cluster.pids_to_reap.update(())
+        cluster.wait_state(a, {"running"})
+        cluster.wait_state(b, {"running"})
+        head = c.submit(JobSpec(command="true", gpus=8)).ids[0]
+        small = c.submit(JobSpec(command="echo small", gpus=1, estimated_duration=5)).ids[0]
+        time.sleep(1.0)
+        assert c.job(small).state == "pending"  # FIFO: behind the 8-GPU head
+        assert "1 job ahead" in (c.job(small).waiting_reason or "")
+        c.set_policy("srtf:preempt=false")
+        assert cluster.wait_state(small, {"succeeded"}, timeout=15).state == "succeeded"
+        assert c.job(head).state == "pending"
+        for j in (a, b, head):
+            c.cancel(j)
+
+
+def test_cancel_and_logs_follow_through_the_cli(cluster: Cluster) -> None:
+    with cluster.client() as c:
+        job_id = c.submit(
+            JobSpec(command="for i in $(seq 1 600); do echo line $i; sleep 0.05; done", gpus=2)
+        ).ids[0]
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "schedulearn.cli.main", "logs", "-f", str(job_id)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**__import__("os").environ, "SCHEDULEARN_SERVER": cluster.server.url, "SCHEDULEARN_TOKEN": ADMIN},
+    )  # fmt: skip
+    assert follower.stdout is not None
+    first = [follower.stdout.readline() for _ in range(5)]
+    assert first == [f"line {i}\n" for i in range(1, 6)]
+    result = cluster.cli("cancel", str(job_id))
+    assert result.returncode == 0 and f"job {job_id}: cancelled" in result.stdout
+    rest, err = follower.communicate(timeout=30)
+    assert follower.returncode == 1  # the job did not succeed
+    assert f"job {job_id} cancelled" in err
+    numbers = [int(x.split()[1]) for x in first + rest.splitlines() if x.startswith("line")]
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) < 600
+    # The GPUs are free again once the process is gone.
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        with cluster.client() as c:
+            if all(g.job_id is None for n in c.nodes().items for g in n.gpus):
+                break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("GPUs still held after cancel")
+
+
+def test_two_node_gang(cluster: Cluster) -> None:
+    probe = 'echo "RANK=$NODE_RANK WORLD=$WORLD_SIZE MASTER=$MASTER_ADDR:$MASTER_PORT GPUS=$CUDA_VISIBLE_DEVICES"'
+    with cluster.client() as c:
+        job_id = c.submit(JobSpec(name="gang", command=probe, gpus=6)).ids[0]
+    job = cluster.wait_final([job_id])[job_id]
+    assert job.state == "succeeded", job.message
+    assert job.placement is not None and sorted(len(g) for g in job.placement.values()) == [2, 4]
+    lines = sorted(
+        re.findall(r"RANK=(\d) WORLD=(\d) MASTER=(\S+) GPUS=([\d,]+)", cluster.log_text(job_id))
+    )
+    assert [(r, w) for r, w, _, _ in lines] == [("0", "2"), ("1", "2")]
+    assert lines[0][2] == lines[1][2]  # one rendezvous address
+    assert sorted(len(g.split(",")) for *_, g in lines) == [2, 4]
+
+
+def test_submit_example_through_the_cli(cluster: Cluster) -> None:
+    import shutil
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "examples", cluster.root / "examples")
+    result = cluster.cli("submit", "-f", "examples/job.yaml", "--json", cwd=cluster.root)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    (job_id,) = json.loads(result.stdout)["ids"]
+    result = cluster.cli(
+        "submit",
+        "--gpus",
+        "1",
+        "--",
+        "python",
+        "examples/train_toy.py",
+        "--epochs",
+        "2",
+        cwd=cluster.root,
+    )
+    assert result.returncode == 0 and "submitted job" in result.stdout
+    second = int(result.stdout.split()[-1])
+    done = cluster.wait_final([job_id, second], timeout=60)
+    assert {j.state for j in done.values()} == {"succeeded"}
+    assert "epoch 8/8" in cluster.log_text(job_id) and "done" in cluster.log_text(second)
+    listing = cluster.cli("jobs", "--json")
+    assert {j["id"] for j in json.loads(listing.stdout)["items"]} >= {job_id, second}
