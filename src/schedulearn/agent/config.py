@@ -12,12 +12,16 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 import platformdirs
 
-from schedulearn.agent.executors.container import GpuMode
 from schedulearn.protocol import Executor
+
+GpuMode = Literal["auto", "device-requests", "env"]
+"""How job containers get their GPUs: NVIDIA device requests, or
+NVIDIA_VISIBLE_DEVICES; `auto` picks by whether the engine has the NVIDIA runtime."""
 
 
 @dataclass(frozen=True, slots=True)

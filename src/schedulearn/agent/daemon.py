@@ -139,8 +139,9 @@ class Agent:
         if self.config.stop_jobs_on_exit and runners:
             log.info("stopping %d jobs before exiting", len(runners))
             grace = self.config.exit_grace_seconds
+            why = f"stopped because the agent on {self.config.name!r} shut down"
             await asyncio.gather(
-                *(r.stop(StopReason.CANCEL, grace) for r in runners), return_exceptions=True
+                *(r.stop(StopReason.PREEMPT, grace, why) for r in runners), return_exceptions=True
             )
             # Give the exit reports a moment; unsent ones stay on disk for next time.
             pending = [r.task for r in runners if r.task is not None]

@@ -62,6 +62,7 @@ class JobRunner:
         self._on_done = on_done
         self._stop_reason: StopReason | None = None
         self._stop_grace = 0.0
+        self._stop_why = ""
         self._started = asyncio.Event()  # the run exists (started, or failed to)
         if handle is not None:
             self._started.set()
@@ -85,11 +86,13 @@ class JobRunner:
 
     # --- orders ----------------------------------------------------------------
 
-    async def stop(self, reason: StopReason, grace_seconds: float) -> None:
-        """Stop the run (SIGTERM, grace, SIGKILL); its exit is reported as usual."""
+    async def stop(self, reason: StopReason, grace_seconds: float, why: str = "") -> None:
+        """Stop the run (SIGTERM, grace, SIGKILL); its exit is reported as usual,
+        with `why` (default: the server's stop order) as its message."""
         if self._stop_reason is None:
             self._stop_reason = reason
             self._stop_grace = grace_seconds
+            self._stop_why = why or f"stopped by the server ({reason.value})"
         await self._started.wait()
         if self.handle is not None:
             await self.handle.stop(grace_seconds)
@@ -103,6 +106,7 @@ class JobRunner:
         self._report = False
         if self._stop_reason is None:
             self._stop_reason, self._stop_grace = StopReason.LOST, grace_seconds
+            self._stop_why = "written off by the server"
         await self._started.wait()
         if self.handle is not None:
             await self.handle.stop(grace_seconds)
@@ -141,7 +145,7 @@ class JobRunner:
         assert self.assignment is not None
         store, record = self.ctx.store, self.record
         if self._stop_reason is not None:
-            await self._finish_unstarted(f"stopped ({self._stop_reason.value}) before it started")
+            await self._finish_unstarted(f"{self._stop_why} before it started")
             return False
         store.save(record)
         try:
@@ -205,8 +209,8 @@ class JobRunner:
 
     def _exit_message(self, status: ExitStatus) -> str:
         if self._stop_reason is not None:
-            stopped = f"stopped by the server ({self._stop_reason.value})"
-            return f"{stopped}; {status.message}" if status.message else stopped
+            why = self._stop_why
+            return f"{why}; {status.message}" if status.message else why
         return status.message
 
     async def _send_event(self, kind: EventKind, exit_code: int | None, message: str) -> None:

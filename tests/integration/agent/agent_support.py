@@ -97,7 +97,13 @@ class Proc:
 class ServerProc(Proc):
     """`schedulearn server` on a free port, with known tokens and quick timings."""
 
-    def __init__(self, database_url: str, log_path: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        log_path: Path,
+        port: int | None = None,
+        node_timeout: float = 15.0,
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, "-m", "schedulearn.cli.main", "server"]
@@ -109,7 +115,8 @@ class ServerProc(Proc):
                 "SCHEDULEARN_ADMIN_TOKEN": ADMIN_TOKEN,
                 "SCHEDULEARN_AGENT_TOKEN": AGENT_TOKEN,
                 "SCHEDULEARN_HEARTBEAT_SECONDS": "0.5",
-                "SCHEDULEARN_NODE_TIMEOUT_SECONDS": "4",
+                # Long enough for an agent to restart on a busy 2-core machine.
+                "SCHEDULEARN_NODE_TIMEOUT_SECONDS": str(node_timeout),
                 "SCHEDULEARN_STOP_GRACE_SECONDS": "2",
                 "SCHEDULEARN_LOG_LEVEL": "warning",
                 "SCHEDULEARN_PRINT_TOKENS": "false",

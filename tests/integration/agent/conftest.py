@@ -70,8 +70,12 @@ def agent_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def server(agent_database_url: str, tmp_path: Path) -> Iterator[ServerProc]:
-    proc = ServerProc(agent_database_url, tmp_path / "server.log")
+def server(
+    request: pytest.FixtureRequest, agent_database_url: str, tmp_path: Path
+) -> Iterator[ServerProc]:
+    """Parametrize indirectly with {"node_timeout": seconds} for a quicker node timeout."""
+    options = getattr(request, "param", {})
+    proc = ServerProc(agent_database_url, tmp_path / "server.log", **options)
     proc.start_ready()
     try:
         yield proc

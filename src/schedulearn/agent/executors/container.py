@@ -33,12 +33,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
 from docker.types import DeviceRequest, Ulimit
 
+from schedulearn.agent.config import GpuMode
 from schedulearn.agent.executors.base import (
     ExitStatus,
     LineSink,
@@ -59,7 +60,6 @@ CONTAINER_CHECKPOINT_DIR = "/schedulearn/checkpoint"
 LABEL_JOB = "schedulearn.job"
 LABEL_ATTEMPT = "schedulearn.attempt"
 LABEL_NODE = "schedulearn.node"
-GpuMode = Literal["auto", "device-requests", "env"]
 T = TypeVar("T")
 
 
