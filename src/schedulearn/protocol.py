@@ -479,3 +479,18 @@ class ErrorBody(_Wire):
 
     error: str
     detail: str | list[dict[str, object]] | None = None
+
+
+class TransitionPublic(_Wire):
+    """One change of a job's state (its history, oldest first)."""
+
+    at: float
+    from_state: JobState
+    to_state: JobState
+    attempt: int
+    message: str
+
+
+class JobHistory(_Wire):
+    job_id: int
+    transitions: list[TransitionPublic]

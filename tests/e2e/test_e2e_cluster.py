@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import random
 import re
 import subprocess
 import sys
 import time
 
+import httpx
 from conftest import ADMIN, Cluster
 
 from schedulearn.protocol import JobSpec
@@ -36,11 +39,8 @@ def test_fifty_mixed_jobs_finish_and_never_share_a_gpu(cluster: Cluster) -> None
     assert {j.state for j in jobs.values()} == {"succeeded"}, {
         i: j.message for i, j in jobs.items() if j.state != "succeeded"
     }
-    health = subprocess.run(
-        [sys.executable, "-c", f"import httpx; print(httpx.get('{cluster.server.url}/healthz').json()['policy'])"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert health.stdout.strip() == "srtf:preempt=false"  # the loop runs the new policy
+    health = httpx.get(f"{cluster.server.url}/healthz").json()
+    assert health["policy"] == "srtf:preempt=false"  # the loop runs the new policy
     intervals: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
     gangs = 0
     for job_id, job in jobs.items():
@@ -64,7 +64,7 @@ def test_fifty_mixed_jobs_finish_and_never_share_a_gpu(cluster: Cluster) -> None
         assert job.started_at is not None and job.ended_at is not None
     for (node, g), spans in intervals.items():
         spans.sort()
-        for (s1, e1, j1), (s2, e2, j2) in zip(spans, spans[1:], strict=False):
+        for (_s1, e1, j1), (s2, _e2, j2) in itertools.pairwise(spans):
             assert e1 <= s2, f"jobs {j1} and {j2} both held GPU {g} of {node}"
     # The same from the server's records: on each GPU, one job's end precedes the next start.
     by_gpu: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
@@ -75,7 +75,7 @@ def test_fifty_mixed_jobs_finish_and_never_share_a_gpu(cluster: Cluster) -> None
                 by_gpu.setdefault((node, g), []).append((job.started_at, job.ended_at, job_id))
     for spans in by_gpu.values():
         spans.sort()
-        for (_s1, e1, j1), (s2, _e2, j2) in zip(spans, spans[1:], strict=False):
+        for (_s1, e1, j1), (s2, _e2, j2) in itertools.pairwise(spans):
             assert e1 <= s2, f"server records jobs {j1} and {j2} on one GPU at once"
     assert len(intervals) == 8  # both nodes' GPUs were used
 
@@ -107,7 +107,7 @@ def test_cancel_and_logs_follow_through_the_cli(cluster: Cluster) -> None:
     follower = subprocess.Popen(
         [sys.executable, "-m", "schedulearn.cli.main", "logs", "-f", str(job_id)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**__import__("os").environ, "SCHEDULEARN_SERVER": cluster.server.url, "SCHEDULEARN_TOKEN": ADMIN},
+        env={**os.environ, "SCHEDULEARN_SERVER": cluster.server.url, "SCHEDULEARN_TOKEN": ADMIN},
     )  # fmt: skip
     assert follower.stdout is not None
     first = [follower.stdout.readline() for _ in range(5)]
@@ -131,7 +131,10 @@ def test_cancel_and_logs_follow_through_the_cli(cluster: Cluster) -> None:
 
 
 def test_two_node_gang(cluster: Cluster) -> None:
-    probe = 'echo "RANK=$NODE_RANK WORLD=$WORLD_SIZE MASTER=$MASTER_ADDR:$MASTER_PORT GPUS=$CUDA_VISIBLE_DEVICES"'
+    probe = (
+        'echo "RANK=$NODE_RANK WORLD=$WORLD_SIZE MASTER=$MASTER_ADDR:$MASTER_PORT '
+        'GPUS=$CUDA_VISIBLE_DEVICES"'
+    )
     with cluster.client() as c:
         job_id = c.submit(JobSpec(name="gang", command=probe, gpus=6)).ids[0]
     job = cluster.wait_final([job_id])[job_id]

@@ -14,6 +14,7 @@ import httpx
 
 from schedulearn.protocol import (
     API_PREFIX,
+    JobHistory,
     JobList,
     JobPublic,
     JobSpec,
@@ -92,6 +93,9 @@ class Client:
 
     def job(self, job_id: int) -> JobPublic:
         return JobPublic.model_validate(self._call("GET", f"/jobs/{job_id}").json())
+
+    def history(self, job_id: int) -> JobHistory:
+        return JobHistory.model_validate(self._call("GET", f"/jobs/{job_id}/history").json())
 
     def cancel(self, job_id: int) -> JobPublic:
         return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/cancel").json())

@@ -15,7 +15,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from schedulearn.protocol import JobList, JobPublic, JobSpec, JobState, LogPage, SubmitReply
+from schedulearn.protocol import (
+    JobHistory,
+    JobList,
+    JobPublic,
+    JobSpec,
+    JobState,
+    LogPage,
+    SubmitReply,
+)
 from schedulearn.server.api.deps import State, User
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
 from schedulearn.server.services import jobs, logs
@@ -107,6 +115,11 @@ async def list_jobs(
 @router.get("/{job_id}", response_model=JobPublic, summary="One job, with why it waits")
 async def show(job_id: int, state: State, _who: User) -> JobPublic:
     return await state.db.run(jobs.show, job_id)
+
+
+@router.get("/{job_id}/history", response_model=JobHistory, summary="The job's state changes")
+async def history(job_id: int, state: State, _who: User) -> JobHistory:
+    return await state.db.run(jobs.history, job_id)
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel (stops it if running)")

@@ -13,10 +13,18 @@ from sqlalchemy import and_, func, or_, select
 from sqlmodel import Session
 
 from schedulearn.core import JobView
-from schedulearn.protocol import Executor, JobList, JobPublic, JobSpec, JobState
+from schedulearn.protocol import (
+    Executor,
+    JobHistory,
+    JobList,
+    JobPublic,
+    JobSpec,
+    JobState,
+    TransitionPublic,
+)
 from schedulearn.server.auth import Caller
 from schedulearn.server.errors import Forbidden, NotFound, Unservable
-from schedulearn.server.models import Job
+from schedulearn.server.models import Job, JobTransition
 from schedulearn.server.services import lifecycle, snapshot
 from schedulearn.server.services.waiting import never_servable, waiting_reason
 from schedulearn.server.wakeups import Changes
@@ -214,3 +222,25 @@ def cancel(session: Session, job_id: int, caller: Caller, now: float) -> tuple[J
     changes = lifecycle.cancel(session, job, now, caller.user)
     session.commit()
     return to_public(job), changes
+
+
+def history(session: Session, job_id: int) -> JobHistory:
+    _get(session, job_id)
+    rows = session.execute(
+        select(JobTransition)
+        .where(JobTransition.job_id == job_id)  # type: ignore[arg-type]
+        .order_by(JobTransition.id)  # type: ignore[arg-type]
+    ).scalars()
+    return JobHistory(
+        job_id=job_id,
+        transitions=[
+            TransitionPublic(
+                at=r.at,
+                from_state=JobState(r.from_state),
+                to_state=JobState(r.to_state),
+                attempt=r.attempt,
+                message=r.message,
+            )
+            for r in rows
+        ],
+    )
