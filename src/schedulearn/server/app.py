@@ -8,6 +8,8 @@ events and metrics, so tests never share state.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -122,6 +124,9 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     app.add_middleware(errors.BodyLimit, limit=settings.max_body_bytes)
     for module in (jobs, cluster, agent, ops):
         app.include_router(module.router)
+    if importlib.util.find_spec("schedulearn.server.web") is not None:
+        # The web dashboard (its own package) mounts its pages under /ui.
+        importlib.import_module("schedulearn.server.web").install(app)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
