@@ -1,0 +1,107 @@
+"""`schedulearn simulate` through Typer's CliRunner: tables, JSON, plots, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schedulearn.cli.main import app
+
+runner = CliRunner()
+
+
+def run_json(tmp_path: Path, *args: str) -> dict[str, dict[str, float]]:
+    out = tmp_path / "out.json"
+    result = runner.invoke(app, ["simulate", *args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    return {r["policy"]: r["summary"] for r in data["results"]}
+
+
+def test_tetris_packs_tighter_than_fifo(tmp_path: Path) -> None:
+    # Done-when 3: Tetris's makespan at least 15% below FIFO's on the Tetris workload.
+    summary = run_json(tmp_path, "--workload", "tetris", "--policy", "fifo,tetris")
+    fifo, tetris = summary["fifo"], summary["tetris"]
+    assert fifo["jobs"] == tetris["jobs"] == 40
+    assert tetris["makespan"] <= 0.85 * fifo["makespan"]
+
+
+def test_tiresias_beats_fifo_on_pollux_workload_6(tmp_path: Path, traces: Path) -> None:
+    # Done-when 4: the measured speed model on a 16x4 cluster.
+    workload = traces / "pollux" / "workloads" / "workload-6.csv"
+    summary = run_json(
+        tmp_path,
+        "--workload",
+        str(workload),
+        "--cluster",
+        "16x4",
+        "--policy",
+        "fifo,tiresias",
+        "--apps",
+        str(traces / "pollux" / "apps"),
+    )
+    assert summary["tiresias"]["finished"] == summary["fifo"]["finished"] == 160
+    assert summary["tiresias"]["mean_jct"] < summary["fifo"]["mean_jct"]
+
+
+def test_table_has_one_row_per_policy_and_workload() -> None:
+    result = runner.invoke(
+        app, ["simulate", "--workload", "bursts:5,10", "--policy", "fifo,round-robin"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if "bursts-" in line]
+    assert len(rows) == 4
+    assert sum("round-robin" in r for r in rows) == 2
+
+
+def test_plots_and_json_series(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            "-w",
+            "poisson:n=60:rate=0.05:duration=300",
+            "-c",
+            "2x4",
+            "-p",
+            "fifo,srtf",
+            "--plot",
+            str(tmp_path / "plots"),
+            "--json",
+            str(out),
+            "--jobs-json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert names == ["poisson-60-jct-cdf.png", "poisson-60-queue.png", "poisson-60-utilisation.png"]
+    assert all((tmp_path / "plots" / n).read_bytes()[:4] == b"\x89PNG" for n in names)
+    data = json.loads(out.read_text())
+    first = data["results"][0]
+    assert len(first["jobs"]) == 60
+    assert len(first["series"]["time"]) == len(first["series"]["busy_gpus"]) > 1
+    assert "fifo" in data["policies_available"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-w", "tetris", "-p", "fifo,nosuch"], "unknown policy 'nosuch'; choose one of:"),
+        (["-w", "poisson:n=5:speed=3", "-c", "1x4"], "has no option speed"),
+        (["-w", "/no/such/trace.csv"], "does not exist"),
+        (["-w", "poisson:n=5"], "give one with --cluster"),
+        (["-w", "poisson:n=5:gpus=8", "-c", "1x4"], "use a bigger --cluster"),
+        (["-w", "tetris", "-c", "3x"], "bad cluster segment"),
+        (["-w", "tetris", "-p", "tiresias:queues=0"], "bad options for policy 'tiresias'"),
+    ],
+)
+def test_bad_input_is_one_line_saying_what_to_change(args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["simulate", *args])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert message in text
+    assert "Traceback" not in result.output

@@ -1,0 +1,118 @@
+"""The measured speed model against the Pollux application tables in ../shared/traces."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from schedulearn.core.views import Placement
+from schedulearn.sim import SimJob, parse_cluster
+from schedulearn.sim.measured import AppTables, EpochCurve, MeasuredSpeed, canonical
+from schedulearn.sim.speed import ClusterShape
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture
+def apps(traces: Path) -> Path:
+    return traces / "pollux" / "apps"
+
+
+def test_step_time_on_a_measured_placement_is_the_table_value(apps: Path) -> None:
+    bert = AppTables(apps / "bert")
+    for row in rows(apps / "bert" / "placements.csv")[:40]:
+        counts = tuple(int(c) for c in row["placement"])
+        step, sync = bert.throughput(counts, float(row["local_bsz"]))
+        # Rows that repeat a (placement, batch) pair are averaged; these are unique.
+        assert step == pytest.approx(float(row["step_time"]))
+        assert sync == pytest.approx(float(row["sync_time"]))
+
+
+def test_step_time_between_measured_batches_is_linear(apps: Path) -> None:
+    cifar = AppTables(apps / "cifar10")
+    table = [r for r in rows(apps / "cifar10" / "placements.csv") if r["placement"] == "4"]
+    a, b = table[2], table[3]
+    mid = (float(a["local_bsz"]) + float(b["local_bsz"])) / 2
+    step, _ = cifar.throughput((4,), mid)
+    assert step == pytest.approx((float(a["step_time"]) + float(b["step_time"])) / 2)
+
+
+def test_placements_are_keyed_by_their_smallest_rotation() -> None:
+    assert canonical((2, 1, 1)) == (1, 1, 2)
+    assert canonical((3, 2, 1)) == (1, 3, 2)
+    assert canonical((4, 0, 4)) == (4, 4)
+
+
+def test_placements_beyond_the_table_interpolate_between_node_counts(apps: Path) -> None:
+    cifar = AppTables(apps / "cifar10")
+    four, _ = cifar.throughput((4, 4, 4, 4), 256)
+    five, _ = cifar.throughput((4, 4, 4, 2, 2), 256)
+    six = cifar._at_nodes(6, 16, 256)[0]
+    assert min(four, six) <= five <= max(four, six) + 1e-12
+    assert five > 0
+
+
+def test_epoch_ends_are_the_smallest_progress_over_the_validation_tables(apps: Path) -> None:
+    cifar = AppTables(apps / "cifar10")
+    assert len(cifar.epoch_ends) == 100
+    tables = [rows(p) for p in sorted((apps / "cifar10").glob("validation-*.csv"))]
+    for epoch in (0, 49, 99):
+        assert cifar.epoch_ends[epoch] == min(float(t[epoch]["progress"]) for t in tables)
+
+
+def test_gain_is_one_at_the_smallest_batch(apps: Path) -> None:
+    cifar = AppTables(apps / "cifar10")
+    assert cifar.init_batch == 128
+    rates = cifar.epoch_rates((1,), 128)
+    step, _ = cifar.throughput((1,), 128)
+    assert rates[0] == pytest.approx(1.0 / step)
+    # A bigger batch makes more progress per step (gain > 1), less than linearly.
+    big = cifar.epoch_rates((4,), 2048)
+    step4, _ = cifar.throughput((4,), 512)
+    assert 1.0 / step4 < big[10] < 16.0 / step4
+
+
+def test_batch_split_follows_pollux(apps: Path) -> None:
+    ncf = AppTables(apps / "ncf")
+    # A single GPU above the smallest batch accumulates at least once.
+    assert ncf.batch_split(32768, 1) == (16384, 1)
+    yolo = AppTables(apps / "yolov3")
+    assert yolo.max_local == 8
+    assert yolo.batch_split(64, 4) == (8, 1)
+
+
+def test_curve_inverts(apps: Path) -> None:
+    cifar = AppTables(apps / "cifar10")
+    curve = EpochCurve(cifar.epoch_ends, cifar.epoch_rates((4, 2), 2048))
+    total = cifar.total_work
+    seconds = curve.seconds_to(0.0, total)
+    assert curve.advance(0.0, seconds) == pytest.approx(total)
+    half = curve.advance(0.0, seconds / 2)
+    assert curve.seconds_to(half, total) == pytest.approx(seconds / 2)
+
+
+def test_measured_jobs_run_faster_on_one_node_and_with_more_gpus(apps: Path) -> None:
+    speed = MeasuredSpeed(apps)
+    shape = ClusterShape.of(parse_cluster("16x4").nodes)
+    job = SimJob(0, 0.0, 4, app="bert", batch_size=384)
+    packed = speed.curve(job, Placement.single("n00", range(4)), shape)
+    spread = speed.curve(job, Placement.of({f"n0{i}": [0] for i in range(4)}), shape)
+    total = speed.work(job)
+    assert packed.seconds_to(0, total) < spread.seconds_to(0, total)
+    wide = SimJob(1, 0.0, 16, app="cifar10", batch_size=4096)
+    narrow = SimJob(2, 0.0, 4, app="cifar10", batch_size=4096)
+    assert speed.estimate(wide, shape) < speed.estimate(narrow, shape)
+    assert speed.switch_cost(job, first=True) == 30.0
+
+
+def test_a_job_naming_an_application_without_tables_is_a_clear_error() -> None:
+    from schedulearn.sim import SimInputError
+
+    speed = MeasuredSpeed(None)
+    with pytest.raises(SimInputError, match="--apps"):
+        speed.work(SimJob(0, 0.0, 1, app="bert", batch_size=12))
