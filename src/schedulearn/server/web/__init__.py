@@ -1,0 +1,54 @@
+"""The web dashboard: server-rendered pages under `/ui`, assets under `/ui/static`.
+
+Owns the pages (Cluster, Queue, Jobs, Job detail, Submit, Policy,
+Metrics, sign-in), their templates and static files, and the page
+session (cookie, CSRF). Pages call the server's services like the API
+does; live parts refresh with htmx and the job log streams over
+server-sent events. Every asset is served by the app itself (the
+JavaScript libraries are vendored by `scripts/vendor-js`), so the pages
+work with no network beyond the server.
+
+`install(app)` is the one hook `create_app` calls.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from schedulearn.server.web.deps import HERE, PageError, SignInNeeded, WebState, sign_in_url, viewer
+from schedulearn.server.web.render import make_templates, page
+
+STATIC_DIR = HERE / "static"
+
+
+def install(app: FastAPI) -> None:
+    """Mount the dashboard's routes, static files and error pages on `app`."""
+    from schedulearn.server.web import routes_auth, routes_cluster, routes_jobs
+
+    app.state.web = WebState(make_templates())
+    app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="web-static")
+    for module in (routes_auth, routes_cluster, routes_jobs):
+        app.include_router(module.router)
+
+    @app.exception_handler(SignInNeeded)
+    async def _sign_in(request: Request, exc: SignInNeeded) -> Response:
+        url = sign_in_url(exc.next_path)
+        if request.headers.get("hx-request") == "true":
+            # htmx would swap the sign-in page into a fragment; make it navigate.
+            return Response(status_code=204, headers={"HX-Redirect": url})
+        return RedirectResponse(url, status_code=303)
+
+    @app.exception_handler(PageError)
+    async def _page_error(request: Request, exc: PageError) -> HTMLResponse:
+        try:
+            who = await viewer(request)
+        except SignInNeeded:
+            who = None
+        return page(
+            request, "error.html", who, status=exc.status, title=exc.title, message=exc.message
+        )
+
+
+__all__ = ["STATIC_DIR", "install"]

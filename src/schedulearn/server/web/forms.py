@@ -1,0 +1,146 @@
+"""The Submit form: its fields, and turning what was typed into a `JobSpec`.
+
+Owns the mapping between form fields and the job spec, and where each
+error is shown: beside the field it is about. The spec's own validation
+(`protocol.JobSpec`) decides what is valid, so the form accepts exactly
+what the API and the CLI accept; this module only reads the form's
+strings (blank means "not given") and routes each message to its field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from schedulearn.protocol import JobSpec, Launcher
+
+# (name, label, hint) in the order the form shows them; `command` is required.
+FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("name", "Name", "a label for listings, e.g. resnet50-lr0.1"),
+    ("command", "Command", "run with /bin/sh -c on the node, e.g. python train.py --epochs 10"),
+    ("image", "Container image", "leave blank to run on the host; e.g. pytorch/pytorch:2.3.0"),
+    ("gpus", "GPUs", "how many GPUs (default 1; 0 for a CPU-only job)"),
+    ("min_gpus", "Min GPUs", "elastic jobs only: the fewest GPUs it runs on"),
+    ("max_gpus", "Max GPUs", "elastic jobs only: the most GPUs it can use"),
+    ("gpu_type", "GPU type", "e.g. a100; blank for any"),
+    ("cpus", "CPUs", "CPU cores beside the GPUs"),
+    ("memory", "Memory", "e.g. 16G or 512M"),
+    ("launcher", "Launcher", "torchrun starts one process per GPU"),
+    ("priority", "Priority", "higher runs first under priority-aware policies"),
+    ("estimated_duration", "Estimated duration", "e.g. 90s, 30m, 2h (SRTF uses it)"),
+    ("deadline", "Deadline", "EDF runs the earliest deadline first"),
+    ("model", "Model", "e.g. resnet50 (for GPU-type-aware placement)"),
+    ("preemptible", "Preemptible", "the job may be suspended and resumed from a checkpoint"),
+    ("env", "Environment", "one KEY=value per line"),
+    ("workdir", "Working directory", "where the command runs; blank for the agent's default"),
+    ("shm_size", "Shared memory", "containers only, e.g. 8g"),
+    ("count", "Count", "submit a job array of this many copies"),
+    ("max_restarts", "Max restarts", "how often to requeue it when its node is lost"),
+)
+FIELD_NAMES = tuple(f[0] for f in FIELDS)
+LAUNCHERS = tuple(launcher.value for launcher in Launcher)
+
+
+@dataclass(slots=True)
+class SubmitForm:
+    """What was typed, the spec it makes (None while it has errors) and the errors."""
+
+    values: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    spec: JobSpec | None = None
+
+    @property
+    def form_error(self) -> str | None:
+        return self.errors.get("__all__")
+
+
+_FRIENDLY = {
+    "int_parsing": "Give a whole number",
+    "int_from_float": "Give a whole number",
+    "float_parsing": "Give a number",
+    "missing": "Give a command to run, e.g. python train.py",
+}
+
+
+def _clean(message: str) -> str:
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            message = message[len(prefix) :]
+    return message
+
+
+def _parse_env(text: str) -> tuple[dict[str, str], str | None]:
+    env: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            return (
+                env,
+                f"Line {number} ({line[:40]!r}) is not KEY=value; write one KEY=value a line",
+            )
+        env[key.strip()] = value
+    return env, None
+
+
+def _field_of_model_error(message: str) -> str:
+    """Which field a whole-spec error (sizes that disagree) belongs beside."""
+    if "min_gpus" in message or "max_gpus" in message:
+        return "min_gpus"
+    return "gpus"
+
+
+def parse(form: Mapping[str, Any]) -> SubmitForm:
+    result = SubmitForm(values={k: str(form.get(k, "") or "") for k in FIELD_NAMES})
+    values = result.values
+    values["preemptible"] = "on" if form.get("preemptible") else ""
+    data: dict[str, Any] = {}
+    for key in FIELD_NAMES:
+        raw = values[key].strip()
+        if key == "preemptible":
+            data[key] = bool(raw)
+        elif key == "env":
+            env, problem = _parse_env(values[key])
+            if problem:
+                result.errors["env"] = problem
+            data["env"] = env
+        elif raw:
+            data[key] = raw
+    # Validate even when the form already has an error, so every field's
+    # problem shows at once rather than one per round trip.
+    try:
+        spec = JobSpec.model_validate(data)
+        if not result.errors:
+            result.spec = spec
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = [str(x) for x in err.get("loc", ())]
+            key = loc[0] if loc and loc[0] in FIELD_NAMES else None
+            message = _FRIENDLY.get(str(err.get("type")), _clean(str(err.get("msg", "invalid"))))
+            if key == "deadline":
+                message = "Give a date and time, e.g. 2030-06-01 18:00, or epoch seconds"
+            if key is None:
+                key = _field_of_model_error(message)
+            result.errors.setdefault(key, message)
+    return result
+
+
+def refusal_field(message: str) -> str:
+    """Beside which field a refusal ("this job can never run here: ...") is shown."""
+    text = message.lower()
+    if "container" in text or "image" in text:
+        return "image"
+    if "gpu types" in text or "gpu_type" in text:
+        return "gpu_type"
+    if " cpus" in text:
+        return "cpus"
+    if " gb" in text or "memory" in text:
+        return "memory"
+    if "gpu" in text:
+        return "gpus"
+    return "__all__"

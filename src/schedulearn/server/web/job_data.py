@@ -1,0 +1,104 @@
+"""Job detail page data: the job (with why it waits) and the timeline of its states.
+
+Owns the reading of a job's `job_transition` history for the page and
+the shape of its progress. `jobs.show` gives the job exactly as the API
+shows it; the timeline adds when each state began and how long it
+lasted. Progress is shown when the job reports one (a `progress` field on
+the job, from `schedulearn.runtime.report`); jobs that report none show
+no progress bar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from schedulearn.protocol import JobPublic, JobState
+from schedulearn.server.models import JobTransition
+from schedulearn.server.services import jobs as job_service
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One state of the job's life: when it began, how long it lasted, why."""
+
+    state: JobState
+    at: float
+    until: float | None  # None: the job is still in this state
+    attempt: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A reported progress: a fraction when one can be worked out, and the figures."""
+
+    fraction: float | None
+    figures: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class JobPage:
+    job: JobPublic
+    steps: list[Step]
+    progress: Progress | None
+
+    @property
+    def final(self) -> bool:
+        return self.job.state.is_final
+
+    @property
+    def can_cancel(self) -> bool:
+        return not self.job.state.is_final
+
+
+def progress_of(raw: Any) -> Progress | None:
+    """Read a job's reported progress: a number in [0, 1], or a record of figures."""
+    if raw is None:
+        return None
+    if hasattr(raw, "model_dump"):
+        raw = raw.model_dump(exclude_none=True)
+    if isinstance(raw, int | float):
+        return Progress(min(1.0, max(0.0, float(raw))))
+    if not isinstance(raw, dict):
+        return None
+    figures = {
+        str(k): f"{v:.4g}" if isinstance(v, float) else str(v)
+        for k, v in raw.items()
+        if k not in ("at", "fraction") and v is not None
+    }
+    fraction = raw.get("fraction")
+    if fraction is None and raw.get("epoch") is not None and raw.get("total_epochs"):
+        fraction = float(raw["epoch"]) / float(raw["total_epochs"])
+    if fraction is None and raw.get("step") is not None and raw.get("total_steps"):
+        fraction = float(raw["step"]) / float(raw["total_steps"])
+    if not isinstance(fraction, int | float):
+        return Progress(None, figures)
+    return Progress(min(1.0, max(0.0, float(fraction))), figures)
+
+
+def timeline(session: Session, job: JobPublic) -> list[Step]:
+    rows = session.execute(
+        select(
+            JobTransition.at, JobTransition.to_state, JobTransition.attempt, JobTransition.message
+        )
+        .where(JobTransition.job_id == job.id)
+        .order_by(JobTransition.id)  # type: ignore[arg-type]
+    ).all()
+    starts: list[tuple[JobState, float, int, str]] = [
+        (JobState.PENDING, job.submitted_at, 0, "submitted")
+    ]
+    starts += [(JobState(state), at, attempt, message) for at, state, attempt, message in rows]
+    steps = []
+    for i, (state, at, attempt, message) in enumerate(starts):
+        until = starts[i + 1][1] if i + 1 < len(starts) else None
+        steps.append(Step(state, at, until, attempt, message))
+    return steps
+
+
+def job_page(session: Session, job_id: int) -> JobPage:
+    job = job_service.show(session, job_id)
+    return JobPage(job, timeline(session, job), progress_of(getattr(job, "progress", None)))

@@ -1,0 +1,162 @@
+"""Read-only page data for the Cluster, Queue and Policy pages.
+
+Owns one function per page, each run in one database session and
+returning a typed bundle the template renders. They reuse the server's
+services: `nodes.list_nodes` (GPUs with their holders and latest
+heartbeat samples), `snapshot.build` (the same `ClusterView` the
+scheduler hands the policy), `waiting.waiting_reason` (the words
+`schedulearn show` uses) and `policy` (the spec in force).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlmodel import Session
+
+from schedulearn.core import JobView, NodeView
+from schedulearn.core.registry import describe, options_of
+from schedulearn.protocol import GpuSample, JobState, NodePublic, PolicyPublic
+from schedulearn.server.models import Job
+from schedulearn.server.services import nodes as node_service
+from schedulearn.server.services import policy as policy_service
+from schedulearn.server.services import snapshot
+from schedulearn.server.services.waiting import waiting_reason
+from schedulearn.server.web.queue_order import consideration_order
+
+
+@dataclass(frozen=True, slots=True)
+class JobBrief:
+    """Enough of a job to label the GPUs it holds."""
+
+    id: int
+    name: str
+    user: str
+    state: JobState
+    started_at: float | None
+
+
+@dataclass(slots=True)
+class ClusterPage:
+    nodes: list[NodePublic]
+    holders: dict[int, JobBrief]
+    by_state: dict[str, int]
+    policy: str
+    gpus_total: int = 0
+    gpus_busy: int = 0
+    gpus_down: int = 0
+    nodes_down: int = 0
+    mean_util: float | None = None
+
+
+def _by_state(session: Session) -> dict[str, int]:
+    rows = session.execute(select(Job.state, func.count()).group_by(Job.state)).all()  # type: ignore[arg-type]
+    return {str(state): int(n) for state, n in rows}
+
+
+def cluster_page(
+    session: Session, samples: Mapping[str, list[GpuSample]], default_policy: str
+) -> ClusterPage:
+    listing = node_service.list_nodes(session, samples)
+    held = {g.job_id for n in listing.items for g in n.gpus if g.job_id is not None}
+    holders: dict[int, JobBrief] = {}
+    if held:
+        rows = session.execute(
+            select(Job.id, Job.name, Job.user, Job.state, Job.started_at).where(
+                Job.id.in_(held)  # type: ignore[union-attr]
+            )
+        )
+        holders = {r[0]: JobBrief(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows}
+    page = ClusterPage(
+        nodes=listing.items,
+        holders=holders,
+        by_state=_by_state(session),
+        policy=policy_service.current_spec(session, default_policy),
+    )
+    utils = []
+    for node in listing.items:
+        if not node.healthy:
+            page.nodes_down += 1
+            page.gpus_down += len(node.gpus)
+            continue
+        page.gpus_total += len(node.gpus)
+        page.gpus_busy += sum(1 for g in node.gpus if g.job_id is not None)
+        utils += [g.utilization_pct for g in node.gpus if g.utilization_pct is not None]
+    page.mean_util = sum(utils) / len(utils) if utils else None
+    return page
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    position: int
+    job: JobView
+    reason: str
+
+
+@dataclass(slots=True)
+class QueuePage:
+    rows: list[QueueRow]
+    policy: str
+    rule: str
+    exact: bool
+    nodes: tuple[NodeView, ...]
+    running: int
+    free_gpus: int = 0
+    total_gpus: int = 0
+    per_node_free: list[tuple[str, int, int, bool]] = field(default_factory=list)
+
+
+def queue_page(session: Session, default_policy: str, now: float) -> QueuePage:
+    spec = policy_service.current_spec(session, default_policy)
+    policy = policy_service.build(spec)
+    snap = snapshot.build(session, now)
+    view = snap.view
+    ordered = consideration_order(policy, view)
+    rows = [
+        QueueRow(i + 1, job, waiting_reason(job, view.nodes, i))
+        for i, job in enumerate(ordered.jobs)
+    ]
+    page = QueuePage(
+        rows=rows,
+        policy=spec,
+        rule=ordered.rule,
+        exact=ordered.exact,
+        nodes=view.nodes,
+        running=len(view.running),
+    )
+    for node in view.nodes:
+        page.per_node_free.append((node.name, node.num_free_gpus, node.num_gpus, node.healthy))
+        if node.healthy:
+            page.free_gpus += node.num_free_gpus
+            page.total_gpus += node.num_gpus
+    return page
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    name: str
+    description: str
+    options: dict[str, str]
+
+
+@dataclass(slots=True)
+class PolicyPage:
+    current: PolicyPublic
+    policies: list[PolicyInfo]
+
+
+def policy_infos(names: list[str]) -> list[PolicyInfo]:
+    infos = []
+    for name in names:
+        options = {
+            k: repr(v) if isinstance(v, str) else str(v) for k, v in options_of(name).items()
+        }
+        infos.append(PolicyInfo(name, describe(name), options))
+    return infos
+
+
+def policy_page(session: Session, default_policy: str) -> PolicyPage:
+    current = policy_service.get(session, default_policy)
+    return PolicyPage(current, policy_infos(current.available))

@@ -1,0 +1,105 @@
+"""Sign in with a token, sign out; `/` and `/ui` lead to the Cluster page.
+
+Routers parse, call one service function, render.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from schedulearn.server.api.deps import State
+from schedulearn.server.auth import Role
+from schedulearn.server.web import session as sessions
+from schedulearn.server.web.deps import Signed, check_csrf, safe_next, web_state
+from schedulearn.server.web.render import page, redirect
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/")
+@router.get("/ui")
+@router.get("/ui/")
+async def home() -> RedirectResponse:
+    return RedirectResponse("/ui/cluster", status_code=307)
+
+
+def _login_form(
+    request: Request, next_path: str, error: str | None = None, status: int = 200
+) -> HTMLResponse:
+    nonce = sessions.new_login_nonce()
+    response = page(
+        request, "login.html", None, status=status, next=next_path, nonce=nonce, error=error
+    )
+    response.set_cookie(
+        sessions.LOGIN_COOKIE,
+        nonce,
+        max_age=3600,
+        path="/ui/login",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.get("/ui/login", response_class=HTMLResponse)
+async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
+    return _login_form(request, safe_next(next))
+
+
+@router.post("/ui/login", response_model=None)
+async def login(
+    request: Request,
+    state: State,
+    token: Annotated[str, Form(max_length=500)] = "",
+    nonce: Annotated[str, Form(max_length=100)] = "",
+    next: Annotated[str, Form(max_length=2000)] = "",
+) -> Response:
+    target = safe_next(next)
+    if not sessions.same_token(request.cookies.get(sessions.LOGIN_COOKIE), nonce):
+        return _login_form(request, target, "The sign-in form expired; try again.", 403)
+    token = token.strip()
+    if not token:
+        return _login_form(request, target, "Paste your token to sign in.", 400)
+    digest, who = state.tokens.cached(token)
+    if who is None:
+        who = await state.db.run(state.tokens.load, digest)
+    if who is None:
+        return _login_form(
+            request,
+            target,
+            "Unknown token. Use the one `schedulearn up` wrote to your CLI config, "
+            "or ask an admin for one (schedulearn token create USER).",
+            401,
+        )
+    if who.role is Role.AGENT:
+        return _login_form(
+            request, target, "That is an agent token; sign in with a user or admin token.", 403
+        )
+    secret = await web_state(request).secret(state)
+    ws = sessions.new_session(digest, state.clock.now())
+    response = redirect(target, f"Signed in as {who.user} ({who.role.value}).")
+    response.set_cookie(
+        sessions.SESSION_COOKIE,
+        sessions.encode(ws, secret),
+        max_age=int(sessions.SESSION_SECONDS),
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+    )
+    response.delete_cookie(sessions.LOGIN_COOKIE, path="/ui/login")
+    return response
+
+
+@router.post("/ui/logout")
+async def logout(
+    request: Request, who: Signed, csrf: Annotated[str, Form(max_length=200)] = ""
+) -> RedirectResponse:
+    check_csrf(request, who, csrf)
+    response = redirect("/ui/login", "Signed out.")
+    response.delete_cookie(sessions.SESSION_COOKIE, path="/")
+    return response
