@@ -13,7 +13,7 @@ importing it as one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from schedulearn.core.placement import FreePool
 from schedulearn.core.views import JobView, NodeView, Placement
@@ -22,7 +22,7 @@ from schedulearn.core.views import JobView, NodeView, Placement
 def make_room(
     pool: FreePool,
     job: JobView,
-    victims: Sequence[JobView],
+    victims: Iterable[JobView],
     free: int,
     gpus: int | None = None,
 ) -> tuple[Placement, list[JobView]] | None:

@@ -20,6 +20,8 @@ the front, ranked by how late they are.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import islice
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Preempt, Start
@@ -44,16 +46,10 @@ class Edf:
             return []
         pool = FreePool(view)
         free = pool.total_free()
-        # Victims: latest deadline first (no deadline is latest), then the
-        # one started last (least work lost since it began).
-        victims: list[JobView] = []
-        if self.preempt:
-            victims = sorted(
-                (j for j in view.running if j.preemptible),
-                key=lambda j: (-_deadline(j), -(j.started_at or 0.0), -j.id),
-            )
-        if free == 0 and not victims:
+        if free == 0 and not self.preempt:
             return []
+        # Built only when a job with a deadline does not fit.
+        victims: list[JobView] | None = None if self.preempt else []
         with_deadline = sorted(
             (j for j in view.pending if j.deadline is not None),
             key=lambda j: (_deadline(j), j.submitted_at, j.id),
@@ -67,13 +63,15 @@ class Edf:
                 free -= placement.num_gpus
                 decisions.append(Start(job.id, placement))
                 continue
+            if victims is None and job.deadline is not None:
+                victims = _victims(view)
             if job.deadline is None or not victims:
                 if free == 0:
                     break
                 continue
-            deadline = job.deadline
-            eligible = [v for v in victims if _deadline(v) > deadline]
-            room = make_room(pool, job, eligible, free) if eligible else None
+            # Victims are sorted latest deadline first: the eligible ones are a prefix.
+            eligible = bisect_left(victims, -job.deadline, key=lambda v: -_deadline(v))
+            room = make_room(pool, job, islice(victims, eligible), free) if eligible else None
             if room is None:
                 continue
             placement, used = room
@@ -85,6 +83,15 @@ class Edf:
             victims = [v for v in victims if v.id not in gone]
             decisions.append(Start(job.id, placement))
         return decisions
+
+
+def _victims(view: ClusterView) -> list[JobView]:
+    """Preemptible running jobs, latest deadline first (none is latest); among
+    equals the one started last (least work since it began to lose)."""
+    return sorted(
+        (j for j in view.running if j.preemptible),
+        key=lambda j: (-_deadline(j), -(j.started_at or 0.0), -j.id),
+    )
 
 
 def _deadline(job: JobView) -> float:

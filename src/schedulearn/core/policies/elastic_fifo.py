@@ -47,8 +47,28 @@ class ElasticFifo:
         if min_age < 0:
             raise ValueError(f"elastic-fifo: min_age must be 0 or more seconds, not {min_age}")
         self.min_age = float(min_age)
+        # A cache, not state: the elastic preemptible jobs of the last
+        # `running` tuple seen, so ticks over an unchanged cluster skip the scan.
+        self._seen: tuple[tuple[JobView, ...], list[JobView]] = ((), [])
+
+    def _elastic(self, view: ClusterView) -> list[JobView]:
+        """Running jobs this policy may ever resize (preemptible and elastic)."""
+        running = view.running
+        if self._seen[0] is not running:
+            found = [
+                j
+                for j in running
+                if (j.min_gpus is not None or j.max_gpus is not None)
+                and j.preemptible
+                and j.is_elastic
+            ]
+            self._seen = (running, found)
+        return self._seen[1]
 
     def decide(self, view: ClusterView) -> list[Decision]:
+        elastic = self._elastic(view)
+        if not view.pending and not elastic:
+            return []
         pool = FreePool(view)
         free = pool.total_free()
         if free == 0 and not view.pending:
@@ -65,7 +85,7 @@ class ElasticFifo:
                 pool.take(job, placement)
                 free -= size
             else:
-                placement = self._shrink_for(view, pool, job, size, changed, shrunk)
+                placement = self._shrink_for(view, elastic, pool, job, size, changed, shrunk)
                 if placement is None:
                     blocked = True
                     break
@@ -73,24 +93,22 @@ class ElasticFifo:
                 free = pool.total_free()
             decisions.append(Start(job.id, placement))
         if not blocked:
-            self._grow(view, pool, changed, shrunk)
-        running = {job.id: job for job in view.running}
-        for job_id, placement in changed.items():
-            if placement != running[job_id].placement:
-                decisions.append(Resize(job_id, placement))
+            self._grow(view.now, elastic, pool, changed, shrunk)
+        if changed:
+            for job in elastic:
+                placement = changed.get(job.id)
+                if placement is not None and placement != job.placement:
+                    decisions.append(Resize(job.id, placement))
         return decisions
 
-    def _resizable(self, job: JobView, now: float) -> bool:
-        return (
-            job.preemptible
-            and job.is_elastic
-            and job.placement is not None
-            and (job.started_at is None or now - job.started_at >= self.min_age)
-        )
+    def _of_age(self, job: JobView, now: float) -> bool:
+        """Has the job run on its placement long enough to be resized?"""
+        return job.started_at is None or now - job.started_at >= self.min_age
 
     def _shrink_for(
         self,
         view: ClusterView,
+        elastic: list[JobView],
         pool: FreePool,
         job: JobView,
         size: int,
@@ -99,7 +117,7 @@ class ElasticFifo:
     ) -> Placement | None:
         """Shrink the youngest elastic jobs until `job` fits at `size`; undo if it never does."""
         victims = sorted(
-            (j for j in view.running if self._resizable(j, view.now)),
+            (j for j in elastic if self._of_age(j, view.now)),
             key=lambda j: (-j.submitted_at, -j.id),
         )
         if not victims:
@@ -109,8 +127,7 @@ class ElasticFifo:
         for victim in victims:
             if job.gpu_type and not _has_type(view, victim, job.gpu_type):
                 continue
-            current = changed.get(victim.id, victim.placement)
-            assert current is not None
+            current = _current(victim, changed)
             while current.num_gpus > victim.least_gpus:
                 smaller = shrink_one(pool, victim, current)
                 if smaller is None:
@@ -134,22 +151,25 @@ class ElasticFifo:
 
     def _grow(
         self,
-        view: ClusterView,
+        now: float,
+        elastic: list[JobView],
         pool: FreePool,
         changed: dict[int, Placement],
         shrunk: set[int],
     ) -> None:
         """Hand spare GPUs one at a time, round-robin, to elastic jobs in arrival order."""
+        if not elastic:
+            return
         free = pool.total_free()
         if free == 0:
             return
         growing = sorted(
             (
                 j
-                for j in view.running
+                for j in elastic
                 if j.id not in shrunk
-                and self._resizable(j, view.now)
-                and j.allocated_gpus < j.most_gpus
+                and self._of_age(j, now)
+                and _current(j, changed).num_gpus < j.most_gpus
             ),
             key=lambda j: (j.submitted_at, j.id),
         )
@@ -158,8 +178,7 @@ class ElasticFifo:
             for job in growing:
                 if free == 0:
                     break
-                current = changed.get(job.id, job.placement)
-                assert current is not None
+                current = _current(job, changed)
                 bigger = grow_one(pool, job, current)
                 if bigger is None:
                     continue
@@ -168,6 +187,13 @@ class ElasticFifo:
                 if bigger.num_gpus < job.most_gpus:
                     still.append(job)
             growing = still
+
+
+def _current(job: JobView, changed: dict[int, Placement]) -> Placement:
+    """A running job's placement as this pass has left it so far."""
+    placement = changed.get(job.id, job.placement)
+    assert placement is not None, "only running jobs are resized"
+    return placement
 
 
 def _has_type(view: ClusterView, job: JobView, gpu_type: str) -> bool:

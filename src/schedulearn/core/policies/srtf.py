@@ -23,6 +23,8 @@ without an estimate never preempts anyone.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import islice
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Preempt, Start
@@ -54,16 +56,10 @@ class Srtf:
         now = view.now
         pool = FreePool(view)
         free = pool.total_free()
-        # Victims, longest remaining first; later started first among equals
-        # (it has less work since its last checkpoint to lose).
-        victims: list[tuple[float, JobView]] = []
-        if self.preempt:
-            victims = sorted(
-                ((_remaining(j, now), j) for j in view.running if j.preemptible),
-                key=lambda rj: (-rj[0], -(rj[1].started_at or 0.0), -rj[1].id),
-            )
-        if free == 0 and not victims:
+        if free == 0 and not self.preempt:
             return []
+        # Built only when a job does not fit (most passes start everything).
+        victims: list[tuple[float, JobView]] | None = None if self.preempt else []
         decisions: list[Decision] = []
         for job in sorted(view.pending, key=lambda j: _rank(j, now)):
             placement = pool.pack(job) if job.gpus <= free else None
@@ -73,18 +69,21 @@ class Srtf:
                 decisions.append(Start(job.id, placement))
                 continue
             remaining = job.remaining_at(now)
+            if victims is None and remaining is not None:
+                victims = _victims(view, now)
             if remaining is None or not victims:
                 if free == 0:
                     break
                 continue
             bound = max(remaining * (1.0 + self.margin), remaining + self.min_gain)
-            eligible = [j for r, j in victims if r > bound]
+            # Victims are sorted longest first: the eligible ones are a prefix.
+            eligible = bisect_left(victims, -bound, key=lambda rj: -rj[0])
             if not eligible:
                 # Later jobs are longer: no one else can preempt either.
                 if free == 0:
                     break
                 continue
-            room = make_room(pool, job, eligible, free)
+            room = make_room(pool, job, (j for _, j in islice(victims, eligible)), free)
             if room is None:
                 continue
             placement, used = room
@@ -96,6 +95,15 @@ class Srtf:
             victims = [(r, j) for r, j in victims if j.id not in gone]
             decisions.append(Start(job.id, placement))
         return decisions
+
+
+def _victims(view: ClusterView, now: float) -> list[tuple[float, JobView]]:
+    """Preemptible running jobs with their remaining time, longest first; among
+    equals the one started last (least work since it began to lose)."""
+    return sorted(
+        ((_remaining(j, now), j) for j in view.running if j.preemptible),
+        key=lambda rj: (-rj[0], -(rj[1].started_at or 0.0), -rj[1].id),
+    )
 
 
 def _remaining(job: JobView, now: float) -> float:

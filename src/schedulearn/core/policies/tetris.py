@@ -22,8 +22,10 @@ type has) is placed afterwards, in arrival order, as a gang over the
 fewest nodes.
 
 Tasks may ask for no GPU (CPU and memory only). Jobs with the same
-demand vector are scored once per node, which keeps a pass cheap when an
-array has many identical tasks.
+demand vector are scored together, once per node, which keeps a pass
+cheap when an array has many identical tasks; after a start only the
+demands whose best node was that node are scored again (a node's scores
+only fall as it fills, so every other best pair stays the best).
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
 from schedulearn.core.registry import register
-from schedulearn.core.views import ClusterView, JobView, NodeView
+from schedulearn.core.views import ClusterView, JobView
+
+_EPS = 1e-9
 
 
 class _Demand:
-    """Pending jobs with one demand vector, in arrival order."""
+    """Pending jobs with one demand vector, in arrival order, and its best node."""
 
-    __slots__ = ("cpus", "gpu_type", "gpus", "jobs", "mem", "next", "ranks")
+    __slots__ = ("best", "cpus", "gpu_type", "gpus", "jobs", "mem", "next", "ranks", "score")
 
     def __init__(self, job: JobView) -> None:
         self.gpus = job.gpus
@@ -49,65 +53,92 @@ class _Demand:
         self.jobs: list[JobView] = []
         self.ranks: list[int] = []
         self.next = 0
-
-    @property
-    def empty(self) -> bool:
-        return self.next >= len(self.jobs)
-
-    @property
-    def head_rank(self) -> int:
-        return self.ranks[self.next]
+        self.best = -1  # position of the best-aligned node that fits, -1 if none
+        self.score = -1.0
 
 
-class _Node:
-    """One node's capacity and free vector during the pass."""
+class _Nodes:
+    """The healthy nodes' capacity weights and free vectors, as parallel lists.
 
-    __slots__ = ("cap", "free", "index", "view")
+    Plain lists and a loop without calls keep scoring cheap on clusters
+    of hundreds of nodes: it runs for every demand on every pass.
+    """
 
-    def __init__(self, index: int, view: NodeView, pool: FreePool) -> None:
-        self.index = index
-        self.view = view
-        self.cap = (float(view.num_gpus), view.cpus, view.memory_gb)
-        self.free = (0.0, 0.0, 0.0)
-        self.refresh(pool)
+    __slots__ = ("cpu", "fc", "fg", "fm", "mem", "types", "views", "wc", "wg", "wm")
 
-    def refresh(self, pool: FreePool) -> None:
-        self.free = (
-            float(pool.num_free(self.view)),
-            pool.free_cpus(self.view),
-            pool.free_memory_gb(self.view),
+    def __init__(self, view: ClusterView, cpu: bool, mem: bool, typed: bool) -> None:
+        """Build only the dimensions some pending demand uses (`cpu`, `mem`, GPU
+        type `typed`); the others are zeros, which score and constrain nothing."""
+        views = [n for n in view.nodes if n.healthy]
+        zeros = [0.0] * len(views)
+        self.cpu, self.mem = cpu, mem
+        self.views = views
+        self.types = [n.gpu_type for n in views] if typed else [""] * len(views)
+        # Each dimension is divided by the node's capacity twice (demand and
+        # free), hence 1 / capacity squared; a dimension the node lacks counts 0.
+        self.wg = [1.0 / (k * k) if (k := len(n.gpus)) else 0.0 for n in views]
+        self.fg = [len(n.free_gpu_indices) for n in views]
+        if cpu:
+            self.wc = [1.0 / n.cpus**2 if n.cpus > 0 else 0.0 for n in views]
+            self.fc = [n.free_cpus for n in views]
+        else:
+            self.wc, self.fc = zeros, zeros
+        if mem:
+            self.wm = [1.0 / n.memory_gb**2 if n.memory_gb > 0 else 0.0 for n in views]
+            self.fm = [n.free_memory_gb for n in views]
+        else:
+            self.wm, self.fm = zeros, zeros
+
+    def refresh(self, i: int, pool: FreePool) -> None:
+        node = self.views[i]
+        self.fg[i] = pool.num_free(node)
+        if self.cpu:
+            self.fc[i] = pool.free_cpus(node)
+        if self.mem:
+            self.fm[i] = pool.free_memory_gb(node)
+
+    def score_best(self, d: _Demand) -> None:
+        """Set `d.best` and `d.score`: the fitting node with the highest alignment
+        (the first listed among equals)."""
+        g, c, m, t = d.gpus, d.cpus, d.mem, d.gpu_type
+        fg, fc, fm, wg, wc, wm = self.fg, self.fc, self.fm, self.wg, self.wc, self.wm
+        if not (c or m or t) and g:
+            # GPUs only (the common case in GPU traces): one C-speed pass.
+            scores = [f * w if f >= g else -1.0 for f, w in zip(fg, wg, strict=True)]
+            top = max(scores, default=-1.0)
+            if top < 0:
+                d.best, d.score = -1, -1.0
+            else:
+                d.best, d.score = scores.index(top), g * top
+            return
+        types = self.types
+        best, best_s = -1, -1.0
+        for i in range(len(fg)):
+            free_g = fg[i]
+            if g > free_g:
+                continue
+            free_c = fc[i]
+            if c and free_c + _EPS < c:
+                continue
+            free_m = fm[i]
+            if m and free_m + _EPS < m:
+                continue
+            if t and g and types[i] != t:
+                continue
+            s = g * free_g * wg[i] + c * free_c * wc[i] + m * free_m * wm[i]
+            if s > best_s:
+                best, best_s = i, s
+        d.best, d.score = best, best_s
+
+    def could_hold(self, d: _Demand) -> bool:
+        """Could some node hold `d` whole if it were empty?"""
+        return any(
+            d.gpus <= n.num_gpus
+            and not (d.cpus and n.cpus + _EPS < d.cpus)
+            and not (d.mem and n.memory_gb + _EPS < d.mem)
+            and not (d.gpu_type and d.gpus and n.gpu_type != d.gpu_type)
+            for n in self.views
         )
-
-    def holds(self, d: _Demand) -> bool:
-        """Could this node hold `d` whole if it were empty?"""
-        cg, cc, cm = self.cap
-        return (
-            d.gpus <= cg
-            and not (d.cpus and cc + 1e-9 < d.cpus)
-            and not (d.mem and cm + 1e-9 < d.mem)
-            and not (d.gpu_type and d.gpus and self.view.gpu_type != d.gpu_type)
-        )
-
-    def score(self, d: _Demand) -> float | None:
-        """Alignment of `d` with this node's free vector; None if it does not fit."""
-        fg, fc, fm = self.free
-        if d.gpus > fg:
-            return None
-        if d.cpus and fc + 1e-9 < d.cpus:
-            return None
-        if d.mem and fm + 1e-9 < d.mem:
-            return None
-        if d.gpu_type and d.gpus and self.view.gpu_type != d.gpu_type:
-            return None
-        cg, cc, cm = self.cap
-        s = 0.0
-        if cg > 0:
-            s += (d.gpus / cg) * (fg / cg)
-        if cc > 0:
-            s += (d.cpus / cc) * (fc / cc)
-        if cm > 0:
-            s += (d.mem / cm) * (fm / cm)
-        return s
 
 
 @register
@@ -118,8 +149,6 @@ class Tetris:
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:
             return []
-        pool = FreePool(view)
-        nodes = [_Node(i, n, pool) for i, n in enumerate(view.nodes) if n.healthy]
         demands: dict[tuple[int, float, float, str], _Demand] = {}
         for rank, job in enumerate(view.pending):
             key = (job.gpus, job.cpus, job.memory_gb, job.gpu_type or "")
@@ -128,61 +157,50 @@ class Tetris:
                 d = demands[key] = _Demand(job)
             d.jobs.append(job)
             d.ranks.append(rank)
-        # A demand that no node could hold even when empty can only run as a gang.
-        live: list[_Demand] = []
-        gangs: list[tuple[int, JobView]] = []
-        for d in demands.values():
-            if any(n.holds(d) for n in nodes):
-                live.append(d)
-            else:
-                gangs.extend(zip(d.ranks, d.jobs, strict=True))
+        pool = FreePool(view)
+        nodes = _Nodes(
+            view,
+            cpu=any(d.cpus for d in demands.values()),
+            mem=any(d.mem for d in demands.values()),
+            typed=any(d.gpu_type for d in demands.values()),
+        )
+        live = list(demands.values())
+        for d in live:
+            nodes.score_best(d)
         decisions: list[Decision] = []
-        best: list[tuple[float, _Demand] | None] = [_best(n, live) for n in nodes]
         while True:
-            chosen: _Node | None = None
-            top: tuple[float, int, int] | None = None
-            for node, b in zip(nodes, best, strict=True):
-                if b is None:
+            chosen: _Demand | None = None
+            top = (-1.0, 0, 0)
+            for d in live:
+                if d.best < 0:
                     continue
-                key3 = (b[0], -b[1].head_rank, -node.index)
-                if top is None or key3 > top:
-                    top, chosen = key3, node
+                order = (d.score, -d.ranks[d.next], -d.best)
+                if chosen is None or order > top:
+                    chosen, top = d, order
             if chosen is None:
                 break
-            entry = best[nodes.index(chosen)]
-            assert entry is not None
-            d = entry[1]
-            job = d.jobs[d.next]
-            d.next += 1
-            placement = pool.on_node(chosen.view, job.gpus)
+            i = chosen.best
+            job = chosen.jobs[chosen.next]
+            chosen.next += 1
+            placement = pool.on_node(nodes.views[i], job.gpus)
             pool.take(job, placement)
             decisions.append(Start(job.id, placement))
-            chosen.refresh(pool)
-            if d.empty:
-                live = [x for x in live if not x.empty]
-                best = [
-                    _best(n, live) if n is chosen or (b is not None and b[1] is d) else b
-                    for n, b in zip(nodes, best, strict=True)
-                ]
-            else:
-                best[nodes.index(chosen)] = _best(chosen, live)
-        for _, job in sorted(gangs, key=lambda rj: rj[0]):
+            nodes.refresh(i, pool)
+            if chosen.next == len(chosen.jobs):
+                live.remove(chosen)
+            for d in live:
+                if d.best == i:
+                    nodes.score_best(d)
+        # What is left and fits no node even when empty can only run as a gang.
+        gangs = sorted(
+            (rank, job)
+            for d in live
+            if not nodes.could_hold(d)
+            for rank, job in zip(d.ranks[d.next :], d.jobs[d.next :], strict=True)
+        )
+        for _, job in gangs:
             spread = pool.gang(job)
             if spread is not None:
                 pool.take(job, spread)
                 decisions.append(Start(job.id, spread))
         return decisions
-
-
-def _best(node: _Node, demands: list[_Demand]) -> tuple[float, _Demand] | None:
-    """The best-aligned demand that fits `node` (earliest head on ties)."""
-    found: tuple[float, _Demand] | None = None
-    for d in demands:
-        if d.empty:
-            continue
-        s = node.score(d)
-        if s is None:
-            continue
-        if found is None or s > found[0] or (s == found[0] and d.head_rank < found[1].head_rank):
-            found = (s, d)
-    return found

@@ -35,7 +35,8 @@ ends; several comma-separated values give every boundary, e.g.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from itertools import islice
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Preempt, Start
@@ -141,8 +142,13 @@ class Tiresias:
                     ),
                     key=lambda qj: (-qj[0], -qj[1].submitted_at, -qj[1].id),
                 )
-            eligible = [j for q, j in victims if q > queue]
-            room = make_room(pool, job, eligible, free) if eligible else None
+            # Victims are sorted lowest queue first: the eligible ones are a prefix.
+            eligible = bisect_left(victims, -queue, key=lambda qj: -qj[0])
+            room = (
+                make_room(pool, job, (j for _, j in islice(victims, eligible)), free)
+                if eligible
+                else None
+            )
             if room is None:
                 continue
             placement, used = room
