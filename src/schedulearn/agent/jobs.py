@@ -222,7 +222,7 @@ class JobRunner:
             node=self.ctx.node,
             kind=kind,
             exit_code=exit_code,
-            message=message[:4000],
+            message=message[:4000].replace("\x00", "\ufffd"),
             at=record.ended_at
             if kind is not EventKind.STARTED and record.ended_at
             else time.time(),

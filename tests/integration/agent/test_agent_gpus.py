@@ -77,3 +77,61 @@ def test_no_declaration_and_no_nvidia_driver_means_no_gpus() -> None:
 def test_a_negative_gpu_count_is_refused_with_what_to_change() -> None:
     with pytest.raises(GpuDiscoveryError, match="--gpus must be 0 or more"):
         discover_gpus(-1, None, "n1")
+
+
+class _FakeNvml:
+    """NVML's Python surface for two GPUs. This machine has no NVIDIA driver,
+    so the real library cannot run here; the agent's use of it is checked
+    against the same calls (GPU tests run the real thing on a GPU host)."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self) -> None:
+        self.broken: set[int] = set()
+        self.shut_down = False
+
+    def nvmlDeviceGetName(self, handle: int) -> bytes | str:
+        # Older nvidia-ml-py releases return bytes.
+        return b"Tesla V100-SXM2-32GB" if handle == 0 else "NVIDIA A100-SXM4-80GB"
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return f"GPU-{handle:04d}"
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> object:
+        if handle in self.broken:
+            raise self.NVMLError("GPU is lost")
+        gib = 1024**3
+        total = 32 * gib if handle == 0 else 80 * gib
+        return type("Mem", (), {"total": total, "used": (handle + 1) * gib})()
+
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> object:
+        if handle in self.broken:
+            raise self.NVMLError("GPU is lost")
+        return type("Util", (), {"gpu": 40 + handle})()
+
+    def nvmlShutdown(self) -> None:
+        self.shut_down = True
+
+
+def test_nvml_gpus_are_listed_typed_and_sampled() -> None:
+    from schedulearn.agent.gpus import NvmlGpus
+
+    nvml = _FakeNvml()
+    gpus = NvmlGpus(nvml, [0, 1])
+    inventory = gpus.inventory()
+    assert [(g.index, g.uuid, g.type, g.memory_mb) for g in inventory] == [
+        (0, "GPU-0000", "v100-32gb", 32 * 1024),
+        (1, "GPU-0001", "a100-80gb", 80 * 1024),
+    ]
+    samples = gpus.sample()
+    assert [(s.index, s.utilization_pct, s.memory_used_mb) for s in samples] == [
+        (0, 40.0, 1024),
+        (1, 41.0, 2048),
+    ]
+    # A GPU that fell off the bus reads idle; the heartbeat still goes out.
+    nvml.broken.add(1)
+    assert [(s.index, s.utilization_pct) for s in gpus.sample()] == [(0, 40.0), (1, 0.0)]
+    assert NvmlGpus(nvml, [0], type_override="v100").inventory()[0].type == "v100"
+    gpus.close()
+    assert nvml.shut_down

@@ -229,6 +229,15 @@ def test_processes_a_finished_job_left_behind_are_killed(store: StateStore) -> N
     run(go())
 
 
+def test_binary_output_arrives_as_valid_text(store: StateStore) -> None:
+    async def go() -> None:
+        job = Assignment(job_id=17, attempt=1, command=r"printf 'a\000b\377c\n'")
+        code, lines = await run_to_end(await executor().start(job, new_record(store, 17)))
+        assert (code, [ln.text for ln in lines]) == (0, ["a\ufffdb\ufffdc"])
+
+    run(go())
+
+
 def test_long_lines_are_cut_and_nothing_is_lost(store: StateStore) -> None:
     async def go() -> None:
         size = MAX_LINE_CHARS * 2 + 10

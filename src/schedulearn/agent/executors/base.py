@@ -126,4 +126,6 @@ def split_lines(buffer: bytes, final: bool) -> list[tuple[bytes, int]]:
 
 
 def decode(line: bytes) -> str:
-    return line.decode("utf-8", errors="replace")
+    """Output bytes as text: invalid UTF-8 and NUL (which neither JSON text nor
+    PostgreSQL keeps) become U+FFFD."""
+    return line.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
