@@ -34,10 +34,35 @@ ENV_CHECKPOINT_DIR = "SCHEDULEARN_CHECKPOINT_DIR"
 GANG_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")
 
 
-class _Wire(BaseModel):
-    """Base of every wire model: unknown fields are refused, so typos fail loudly."""
+def _no_nul(value: object) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("text may not contain NUL characters")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _no_nul(k)
+            _no_nul(v)
+    elif isinstance(value, list):
+        for v in value:
+            _no_nul(v)
 
-    model_config = ConfigDict(extra="forbid")
+
+class _Wire(BaseModel):
+    """Base of every wire model: unknown fields are refused, so typos fail loudly;
+    numbers are finite and text has no NUL (neither survives JSON or PostgreSQL)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_nul(cls, data: object) -> object:
+        _no_nul(data)
+        return data
+
+
+# Integers that fit every database's 64-bit (ids) or 32-bit (small) columns.
+Id = Annotated[int, Field(ge=0, le=2**62)]
+Small = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 
 # --- enums --------------------------------------------------------------------
@@ -102,27 +127,36 @@ class LogStream(StrEnum):
 
 
 class GpuInfo(_Wire):
-    index: int = Field(ge=0)
-    uuid: str = ""
-    type: str = ""
-    memory_mb: int = Field(default=0, ge=0)
+    index: int = Field(ge=0, le=4096)
+    uuid: str = Field(default="", max_length=200)
+    type: str = Field(default="", max_length=100)
+    memory_mb: int = Field(default=0, ge=0, le=2**31 - 1)
 
 
 class RunningJobReport(_Wire):
     """A job an agent still runs (sent on registration and in every heartbeat)."""
 
-    job_id: int
-    attempt: int
+    job_id: Id
+    attempt: Small
 
 
 class NodeRegistration(_Wire):
     name: str = Field(min_length=1, max_length=200)
-    address: str = Field(default="127.0.0.1", description="Address other nodes reach it at")
+    address: str = Field(
+        default="127.0.0.1", max_length=200, description="Address other nodes reach it at"
+    )
     gpus: list[GpuInfo] = Field(default_factory=list)
     cpus: float = Field(default=0.0, ge=0)
     memory_gb: float = Field(default=0.0, ge=0)
     executors: list[Executor] = Field(default_factory=lambda: [Executor.SUBPROCESS])
     running: list[RunningJobReport] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _distinct_gpus(self) -> NodeRegistration:
+        indices = [g.index for g in self.gpus]
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"GPU indices must be distinct; got {sorted(indices)}")
+        return self
 
 
 class RegistrationReply(_Wire):
@@ -134,13 +168,13 @@ class RegistrationReply(_Wire):
 
 
 class GpuSample(_Wire):
-    index: int
-    utilization_pct: float = 0.0
-    memory_used_mb: int = 0
+    index: int = Field(ge=0, le=4096)
+    utilization_pct: float = Field(default=0.0, ge=0, le=100)
+    memory_used_mb: int = Field(default=0, ge=0, le=2**31 - 1)
 
 
 class Heartbeat(_Wire):
-    name: str
+    name: str = Field(min_length=1, max_length=200)
     gpus: list[GpuSample] = Field(default_factory=list)
     running: list[RunningJobReport] = Field(default_factory=list)
 
@@ -194,24 +228,28 @@ class WorkBatch(_Wire):
 
 
 class JobEvent(_Wire):
-    attempt: int
-    node: str = Field(default="", description="The reporting node (tells a gang's parts apart)")
+    attempt: Small
+    node: str = Field(
+        default="", max_length=200, description="The reporting node (tells a gang's parts apart)"
+    )
     kind: EventKind
-    exit_code: int | None = None
-    message: str = ""
+    exit_code: Small | None = None
+    message: str = Field(default="", max_length=10_000)
     at: float
 
 
 class LogLine(_Wire):
-    seq: int
+    seq: Id
     stream: LogStream = LogStream.STDOUT
-    text: str
+    text: str = Field(max_length=1_000_000)
     at: float
 
 
 class LogBatch(_Wire):
-    attempt: int
-    node: str = Field(default="", description="The reporting node (tells a gang's parts apart)")
+    attempt: Small
+    node: str = Field(
+        default="", max_length=200, description="The reporting node (tells a gang's parts apart)"
+    )
     lines: list[LogLine] = Field(max_length=10_000)
 
 
@@ -280,7 +318,7 @@ class JobSpec(_Wire):
     workdir: str | None = Field(default=None, max_length=4096)
     shm_size: str | None = Field(default=None, max_length=50)
     launcher: Launcher = Launcher.NONE
-    count: int = Field(default=1, ge=1, le=10_000, description="Submit a job array of this size")
+    count: int = Field(default=1, ge=1, le=1000, description="Submit a job array of this size")
     max_restarts: int = Field(default=3, ge=0, le=100)
 
     @field_validator("command")

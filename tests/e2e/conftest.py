@@ -59,7 +59,7 @@ class Cluster:
             gpus,
             self.root / f"agent-{name}.log",
             self.root / f"state-{name}",
-            extra=["--workdir", str(self.root)],
+            extra=["--workdir", str(self.root), "--stop-jobs-on-exit"],
         )
         agent.start()
         self.agents[name] = agent
@@ -128,7 +128,7 @@ class Cluster:
 
     def stop(self) -> None:
         for agent in self.agents.values():
-            agent.kill()
+            agent.stop(timeout=15)  # SIGTERM: it stops its jobs first
         self.server.kill()
         for pid in self.pids_to_reap:
             with contextlib.suppress(ProcessLookupError, PermissionError):

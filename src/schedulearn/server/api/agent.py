@@ -16,7 +16,7 @@ from schedulearn.protocol import (
     RegistrationReply,
     WorkBatch,
 )
-from schedulearn.server.api.deps import Agent, State
+from schedulearn.server.api.deps import Agent, JobId, State
 from schedulearn.server.errors import ERROR_RESPONSES
 from schedulearn.server.services import agents, logs
 from schedulearn.server.wakeups import wait_for
@@ -74,14 +74,14 @@ async def work(
 
 
 @router.post("/jobs/{job_id}/events", response_model=Ack)
-async def event(job_id: int, body: JobEvent, state: State, _who: Agent) -> Ack:
+async def event(job_id: JobId, body: JobEvent, state: State, _who: Agent) -> Ack:
     changes = await state.db.run(agents.record_event, job_id, body, state.clock.now())
     state.wakeups.notify(changes)
     return Ack(ignored=not changes.jobs)
 
 
 @router.post("/jobs/{job_id}/logs", response_model=Ack)
-async def job_logs(job_id: int, body: LogBatch, state: State, _who: Agent) -> Ack:
+async def job_logs(job_id: JobId, body: LogBatch, state: State, _who: Agent) -> Ack:
     changes = await state.db.run(logs.append, job_id, body)
     state.wakeups.notify(changes)
     return Ack()

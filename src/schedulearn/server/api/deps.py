@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from schedulearn.server.auth import Caller, Role
@@ -54,3 +54,5 @@ async def agent(who: Annotated[Caller, Depends(caller)]) -> Caller:
 User = Annotated[Caller, Depends(user)]
 Admin = Annotated[Caller, Depends(admin)]
 Agent = Annotated[Caller, Depends(agent)]
+
+JobId = Annotated[int, Path(ge=1, le=2**62, description="A job's number")]

@@ -24,7 +24,7 @@ from schedulearn.protocol import (
     LogPage,
     SubmitReply,
 )
-from schedulearn.server.api.deps import State, User
+from schedulearn.server.api.deps import JobId, State, User
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
 from schedulearn.server.services import jobs, logs
 from schedulearn.server.services.jobs import Submitted
@@ -113,17 +113,17 @@ async def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, summary="One job, with why it waits")
-async def show(job_id: int, state: State, _who: User) -> JobPublic:
+async def show(job_id: JobId, state: State, _who: User) -> JobPublic:
     return await state.db.run(jobs.show, job_id)
 
 
 @router.get("/{job_id}/history", response_model=JobHistory, summary="The job's state changes")
-async def history(job_id: int, state: State, _who: User) -> JobHistory:
+async def history(job_id: JobId, state: State, _who: User) -> JobHistory:
     return await state.db.run(jobs.history, job_id)
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel (stops it if running)")
-async def cancel(job_id: int, state: State, who: User) -> JobPublic:
+async def cancel(job_id: JobId, state: State, who: User) -> JobPublic:
     public, changes = await state.db.run(jobs.cancel, job_id, who, state.clock.now())
     state.wakeups.notify(changes)
     return public
@@ -136,7 +136,7 @@ async def cancel(job_id: int, state: State, who: User) -> JobPublic:
     responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
 )
 async def job_logs(
-    job_id: int,
+    job_id: JobId,
     state: State,
     _who: User,
     after: Annotated[int, Query(ge=0, le=2**62)] = 0,
