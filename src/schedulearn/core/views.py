@@ -23,6 +23,12 @@ class Placement:
     """
 
     parts: tuple[tuple[str, tuple[int, ...]], ...]
+    # Derived once: the ledger, the policies and the simulator read it many
+    # times per pass. Not part of equality, hashing or the constructor.
+    num_gpus: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_gpus", sum(len(g) for _, g in self.parts))
 
     @classmethod
     def of(cls, gpus_by_node: Mapping[str, Iterable[int]]) -> Placement:
@@ -39,10 +45,6 @@ class Placement:
     @property
     def num_nodes(self) -> int:
         return len(self.parts)
-
-    @property
-    def num_gpus(self) -> int:
-        return sum(len(g) for _, g in self.parts)
 
     def gpus_on(self, node: str) -> tuple[int, ...]:
         for name, gpus in self.parts:
