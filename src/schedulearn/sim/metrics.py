@@ -44,20 +44,37 @@ def jain(values: Sequence[float]) -> float:
 
 def busy_gpu_seconds(series: Series, start: float, end: float) -> float:
     """Integral of busy GPUs over [start, end] of a step series."""
-    total = 0.0
     times, busy = series.times, series.busy_gpus
-    for i, t in enumerate(times):
-        t_next = times[i + 1] if i + 1 < len(times) else end
-        lo, hi = max(t, start), min(t_next, end)
+    total = 0.0
+    # Pairs (t_i, t_{i+1}); the last step lasts until `end`.
+    for t, t_next, b in zip(times, (*times[1:], end), busy, strict=True):
+        lo = t if t > start else start
+        hi = t_next if t_next < end else end
         if hi > lo:
-            total += busy[i] * (hi - lo)
+            total += b * (hi - lo)
     return total
 
 
 def summarize(records: Sequence[JobRecord], series: Series, total_gpus: int) -> Summary:
-    units = job_units(list(records))
-    jcts = sorted(u.jct for u in units if u.jct is not None)
-    delays = [d for u in units if (d := u.queueing_delay) is not None]
+    units = job_units(records)
+    jcts: list[float] = []
+    delays: list[float] = []
+    slowdowns: list[float] = []
+    deadlines = met = 0
+    for u in units:
+        if u.first_start is not None:
+            delays.append(u.first_start - u.submitted_at)
+        if u.deadline is not None:
+            deadlines += 1
+            if u.end is not None and u.end <= u.deadline + 1e-9:
+                met += 1
+        if u.end is None:
+            continue
+        jct = u.end - u.submitted_at
+        jcts.append(jct)
+        if u.isolated > 0:
+            slowdowns.append(jct / u.isolated)
+    jcts.sort()
     ends = [r.end for r in records if r.end is not None]
     first = min((r.submitted_at for r in records), default=0.0)
     last = max(ends, default=first)
@@ -66,13 +83,6 @@ def summarize(records: Sequence[JobRecord], series: Series, total_gpus: int) -> 
         busy_gpu_seconds(series, first, last) / (total_gpus * span)
         if span > 0 and total_gpus > 0
         else 0.0
-    )
-    slowdowns = [jct / u.isolated for u in units if (jct := u.jct) is not None and u.isolated > 0]
-    with_deadline = [u for u in units if u.deadline is not None]
-    met = sum(
-        1
-        for u in with_deadline
-        if u.end is not None and u.deadline is not None and u.end <= u.deadline + 1e-9
     )
     return Summary(
         jobs=len(units),
@@ -85,7 +95,7 @@ def summarize(records: Sequence[JobRecord], series: Series, total_gpus: int) -> 
         p99_jct=percentile(jcts, 99),
         mean_queueing_delay=sum(delays) / len(delays) if delays else 0.0,
         gpu_utilisation=util,
-        deadlines=len(with_deadline),
+        deadlines=deadlines,
         deadlines_met=met,
         preemptions=sum(r.preemptions for r in records),
         migrations=sum(r.migrations for r in records),

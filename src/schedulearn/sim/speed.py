@@ -173,9 +173,11 @@ class LinearSpeed:
         extra = placement.num_nodes - shape.min_nodes(n)
         if extra > 0 and self.spread_penalty:
             rate /= 1.0 + self.spread_penalty * extra
-        if n:
+        gpu_speed = self.gpu_speed
+        # An empty factor table (the default) rates every type 1.0: skip the lookups.
+        if n and not (isinstance(gpu_speed, TypeFactors) and not gpu_speed.factors):
             types = {shape.gpu_type.get(name, "") for name, gpus in placement if gpus}
-            rate *= min(self.gpu_speed.factor(job.model, t) for t in types)
+            rate *= min(gpu_speed.factor(job.model, t) for t in types)
         return rate
 
     def work(self, job: SimJob) -> float:
