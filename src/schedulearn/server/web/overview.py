@@ -26,6 +26,8 @@ from schedulearn.server.services import snapshot
 from schedulearn.server.services.waiting import waiting_reason
 from schedulearn.server.web.queue_order import consideration_order
 
+VIRTUAL = "virtual"  # the GPU type an agent declares for --gpus N
+
 
 @dataclass(frozen=True, slots=True)
 class JobBrief:
@@ -83,7 +85,12 @@ def cluster_page(
             continue
         page.gpus_total += len(node.gpus)
         page.gpus_busy += sum(1 for g in node.gpus if g.job_id is not None)
-        utils += [g.utilization_pct for g in node.gpus if g.utilization_pct is not None]
+        # Virtual GPUs (agents started with --gpus N) have no meter: they always read 0.
+        utils += [
+            g.utilization_pct
+            for g in node.gpus
+            if g.utilization_pct is not None and g.type != VIRTUAL
+        ]
     page.mean_util = sum(utils) / len(utils) if utils else None
     return page
 

@@ -48,7 +48,9 @@ SECURITY_HEADERS = {
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "—"
-    s = max(0, round(seconds))
+    if seconds < 9.95:
+        return f"{max(0.0, seconds):.1f} s"
+    s = round(seconds)
     if s < 60:
         return f"{s} s"
     m, s = divmod(s, 60)

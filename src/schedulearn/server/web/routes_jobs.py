@@ -97,8 +97,10 @@ async def job_list(
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_detail(request: Request, state: State, who: Signed, job_id: str) -> HTMLResponse:
     data = await call(state, job_data.job_page, _job_id(job_id))
-    name = "_job_live.html" if is_partial(request) else "job.html"
-    return page(request, name, who, active="jobs", data=data, job=data.job)
+    partial = is_partial(request)
+    name = "_job_live.html" if partial else "job.html"
+    # A partial also carries the timeline, swapped out of band into the side column.
+    return page(request, name, who, active="jobs", data=data, job=data.job, oob=partial)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=None)

@@ -6,11 +6,30 @@
 
   function duration(s) {
     if (s == null) return "";
+    if (s < 10) return (Math.round(s * 10) / 10) + " s";
     s = Math.round(s);
     if (s < 60) return s + " s";
     if (s < 3600) return Math.floor(s / 60) + " min" + (s % 60 ? " " + (s % 60) + " s" : "");
     if (s < 172800) return Math.floor(s / 3600) + " h" + (Math.floor(s / 60) % 60 ? " " + (Math.floor(s / 60) % 60) + " min" : "");
     return Math.floor(s / 86400) + " d";
+  }
+
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+
+  // 24-hour clock like the rest of the dashboard; the date too over long windows.
+  function clockTicks(u, splits) {
+    var span = u.scales.x.max - u.scales.x.min;
+    return splits.map(function (ts) {
+      var d = new Date(ts * 1000);
+      var hm = pad(d.getHours()) + ":" + pad(d.getMinutes());
+      return span > 36 * 3600 ? (d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + hm : hm;
+    });
+  }
+
+  function clockValue(u, ts) {
+    if (ts == null) return "—";
+    var d = new Date(ts * 1000);
+    return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
   }
 
   var INK = "#5f6b7d";
@@ -40,8 +59,8 @@
         legend: { show: true },
         cursor: { drag: { x: false, y: false } },
         scales: { y: { range: [0, 100] } },
-        axes: [axis(), axis({ values: function (u, v) { return v.map(function (x) { return x + "%"; }); } })],
-        series: [{}, { label: "GPUs held", stroke: "#4f46e5", width: 2, fill: "rgba(79,70,229,.12)",
+        axes: [axis({ values: clockTicks }), axis({ values: function (u, v) { return v.map(function (x) { return x + "%"; }); } })],
+        series: [{ value: clockValue }, { label: "GPUs held", stroke: "#4f46e5", width: 2, fill: "rgba(79,70,229,.12)",
           value: function (u, v) { return v == null ? "—" : v.toFixed(1) + "%"; } }],
       }, [d.times, d.util])]);
     }
@@ -51,8 +70,8 @@
       plots.push([queue, make(queue, {
         cursor: { drag: { x: false, y: false } },
         scales: { y: { range: function (u, min, max) { return [0, Math.max(1, max)]; } } },
-        axes: [axis(), axis({ values: function (u, v) { return v.map(function (x) { return Number.isInteger(x) ? x : ""; }); } })],
-        series: [{}, { label: "Waiting jobs", stroke: "#d97706", width: 2, fill: "rgba(217,119,6,.12)", paths: stepped }],
+        axes: [axis({ values: clockTicks }), axis({ values: function (u, v) { return v.map(function (x) { return Number.isInteger(x) ? x : ""; }); } })],
+        series: [{ value: clockValue }, { label: "Waiting jobs", stroke: "#d97706", width: 2, fill: "rgba(217,119,6,.12)", paths: stepped }],
       }, [d.times, d.queue])]);
     }
 
@@ -69,7 +88,7 @@
         ],
         series: [
           { label: "JCT", value: function (u, v) { return duration(v); } },
-          { label: "Jobs done by then", stroke: "#16a34a", width: 2, paths: stepped,
+          { label: "Jobs done by then", stroke: "#16a34a", width: 2, paths: stepped, points: { show: false },
             value: function (u, v) { return v == null ? "—" : Math.round(v * 100) + "%"; } },
         ],
       }, [d.jct, ys])]);

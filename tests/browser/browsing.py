@@ -1,0 +1,151 @@
+"""Helpers of the browser tests: the running cluster (server and agents as
+processes, spoken to over the API), a signed-in browser page that records
+every URL it requests, and screenshots into docs/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from schedulearn.cli.localcluster import AgentProcess, ServerProcess
+
+CHROMIUM = os.environ.get("SCHEDULEARN_CHROMIUM", "/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+ADMIN = "browser-admin-token"
+AGENT = "browser-agent-token"
+VIEWPORT = {"width": 1440, "height": 900}
+
+
+@dataclass
+class Cluster:
+    """The running server and agents, with helpers that use the API directly."""
+
+    server: ServerProcess
+    agents: dict[str, AgentProcess]
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def api(self, token: str | None = None) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token or ADMIN}"},
+            timeout=10,
+        )
+
+    def token_for(self, user: str, role: str = "user") -> str:
+        if user not in self.tokens:
+            with self.api() as api:
+                reply = api.post("/api/v1/tokens", json={"user": user, "role": role})
+                reply.raise_for_status()
+                self.tokens[user] = reply.json()["token"]
+        return self.tokens[user]
+
+    def submit(self, user: str, **spec: object) -> int:
+        with self.api(self.token_for(user)) as api:
+            reply = api.post("/api/v1/jobs", json=spec)
+            assert reply.status_code == 201, reply.text
+            return int(reply.json()["ids"][0])
+
+    def job(self, job_id: int) -> dict[str, object]:
+        with self.api() as api:
+            reply = api.get(f"/api/v1/jobs/{job_id}")
+            reply.raise_for_status()
+            return dict(reply.json())
+
+    def wait_job(self, job_id: int, done: Callable[[dict[str, object]], bool], timeout: float = 30):
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if done(job):
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} never got there: {job}")
+            time.sleep(0.1)
+
+    def cancel_all(self) -> None:
+        with self.api() as api:
+            listing = api.get("/api/v1/jobs", params={"limit": 1000}).json()
+            for job in listing["items"]:
+                if job["state"] not in ("succeeded", "failed", "cancelled"):
+                    api.post(f"/api/v1/jobs/{job['id']}/cancel")
+
+    def wait_node_down(self, name: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.api() as api:
+                nodes = {n["name"]: n for n in api.get("/api/v1/nodes").json()["items"]}
+            if name in nodes and not nodes[name]["healthy"]:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"node {name} was never marked down")
+
+    def wait_nodes(self, count: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.api() as api:
+                nodes = api.get("/api/v1/nodes").json()["items"]
+            if sum(1 for n in nodes if n["healthy"]) >= count:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"only {nodes} registered")
+
+
+@dataclass
+class Visitor:
+    """A signed-in browser page, and every URL its context requested."""
+
+    page: object
+    requested: list[str]
+    failed: list[str]
+
+
+def open_visitor(browser: object, cluster: Cluster, token: str | None) -> Visitor:
+    context = browser.new_context(viewport=VIEWPORT, locale="en-GB")  # type: ignore[attr-defined]
+    context.set_default_timeout(15_000)
+    requested: list[str] = []
+    failed: list[str] = []
+    context.on("request", lambda request: requested.append(request.url))
+    context.on(
+        "response",
+        lambda response: (
+            failed.append(f"{response.status} {response.url}")
+            if response.status >= 400 and "/ui/static/" in response.url
+            else None
+        ),
+    )
+    page = context.new_page()
+    if token is not None:
+        page.goto(f"{cluster.url}/ui/login")
+        page.fill("#token", token)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/ui/cluster")
+    return Visitor(page, requested, failed)
+
+
+def assert_only_server(visitor: Visitor, cluster: Cluster) -> None:
+    """Every request went to the server itself (no CDN, no font host, nothing else)."""
+    server = urlsplit(cluster.url).netloc
+    foreign = [
+        url
+        for url in visitor.requested
+        if urlsplit(url).scheme in ("http", "https", "ws", "wss") and urlsplit(url).netloc != server
+    ]
+    assert not foreign, f"pages requested other hosts: {foreign}"
+    assert not visitor.failed, f"static assets failed to load: {visitor.failed}"
+
+
+def screenshot(page: object, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
+    return path
