@@ -48,7 +48,7 @@ def _position(nodes: tuple[NodeView, ...], name: str) -> int:
 class FreePool:
     """What is free on each node, as seen by one policy pass."""
 
-    __slots__ = ("_counts", "_cpus", "_free", "_mem", "_nodes")
+    __slots__ = ("_counts", "_cpus", "_free", "_given", "_mem", "_nodes")
 
     def __init__(self, view: ClusterView | tuple[NodeView, ...]) -> None:
         self._nodes: tuple[NodeView, ...] = view.nodes if isinstance(view, ClusterView) else view
@@ -58,6 +58,8 @@ class FreePool:
         self._mem: dict[str, float] = {}
         # Free GPUs per node position, built on first use, kept current by take/release.
         self._counts: list[int] | None = None
+        # The counts the host handed over with the snapshot, if it keeps them.
+        self._given = view.free_counts if isinstance(view, ClusterView) else None
 
     # --- reading -----------------------------------------------------------
 
@@ -85,8 +87,13 @@ class FreePool:
     def _count_list(self) -> list[int]:
         counts = self._counts
         if counts is None:
+            given = self._given
             # Unhealthy nodes have no free_gpu_indices, so they count 0.
-            counts = self._counts = [len(node.free_gpu_indices) for node in self._nodes]
+            counts = self._counts = (
+                list(given)
+                if given is not None
+                else [len(node.free_gpu_indices) for node in self._nodes]
+            )
             for name, free in self._free.items():
                 counts[_position(self._nodes, name)] = len(free)
         return counts

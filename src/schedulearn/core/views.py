@@ -220,9 +220,16 @@ class ClusterView:
     nodes: tuple[NodeView, ...]
     pending: tuple[JobView, ...]
     running: tuple[JobView, ...] = ()
+    # Optional: free GPUs per node, aligned with `nodes` (0 for an unhealthy
+    # node). A host that keeps these counts current as GPUs change hands
+    # (the simulator does) passes them so that policies need not count every
+    # node on every pass; when given they must agree with `nodes`.
+    free_counts: tuple[int, ...] | None = None
 
     @property
     def free_gpus(self) -> int:
+        if self.free_counts is not None:
+            return sum(self.free_counts)
         return sum(n.num_free_gpus for n in self.nodes)
 
     @property

@@ -176,6 +176,10 @@ class Simulator:
         self._node_list: list[NodeView] = list(cluster.nodes)
         self._node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
         self._nodes: tuple[NodeView, ...] = tuple(cluster.nodes)
+        # Free GPUs per node, kept with the node views and handed to policies
+        # (ClusterView.free_counts) so that they need not count every node.
+        self._count_list = [n.num_free_gpus for n in cluster.nodes]
+        self._counts: tuple[int, ...] = tuple(self._count_list)
         self.ledger.take_dirty()
         self._pending: dict[int, JobView] = {}
         self._running: dict[int, JobView] = {}
@@ -315,7 +319,8 @@ class Simulator:
     # --- policy passes -----------------------------------------------------
 
     def _pass(self, t: float) -> int:
-        view = ClusterView(t, self._node_tuple(), self._pending_view(), self._running_view())
+        nodes = self._node_tuple()
+        view = ClusterView(t, nodes, self._pending_view(), self._running_view(), self._counts)
         self.passes += 1
         decisions = self.policy.decide(view)
         if not decisions:
@@ -374,10 +379,15 @@ class Simulator:
         dirty = self.ledger.take_dirty()
         if dirty:
             nodes = self._node_list
+            counts = self._count_list
             index = self._node_index
             for name in dirty:
-                nodes[index[name]] = self.ledger.node_view(name)
+                node = self.ledger.node_view(name)
+                i = index[name]
+                nodes[i] = node
+                counts[i] = len(node.free_gpu_indices)
             self._nodes = tuple(nodes)
+            self._counts = tuple(counts)
         return self._nodes
 
     def _pending_view(self) -> tuple[JobView, ...]:

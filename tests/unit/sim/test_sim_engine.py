@@ -181,3 +181,27 @@ def test_views_built_by_the_engine_keep_every_field() -> None:
         preemptions=2,
         progress=0.5,
     )
+
+
+def test_free_counts_handed_to_policies_match_the_nodes() -> None:
+    # The engine passes ClusterView.free_counts, kept up to date incrementally;
+    # a policy that checks them on every pass sees them agree with the nodes.
+    from schedulearn.core.decisions import Decision
+    from schedulearn.core.views import ClusterView
+
+    inner = create("tiresias:threshold=200")
+    seen = []
+
+    class Checking:
+        name = "checking"
+        tick_seconds = inner.tick_seconds
+
+        def decide(self, view: ClusterView) -> list[Decision]:
+            assert view.free_counts == tuple(n.num_free_gpus for n in view.nodes)
+            seen.append(view.free_gpus)
+            return inner.decide(view)
+
+    specs = [(t * 7.0, 1 + t % 4, 50.0 + 13 * t) for t in range(40)]
+    r = simulate(jobs(*specs), parse_cluster("2x4+1x8"), Checking())
+    assert r.summary.finished == 40 and len(seen) == r.passes
+    assert min(seen) == 0 and max(seen) == 16
