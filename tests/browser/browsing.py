@@ -109,7 +109,7 @@ class Visitor:
     failed: list[str]
 
 
-def open_visitor(browser: object, cluster: Cluster, token: str | None) -> Visitor:
+def open_visitor(browser: object, base_url: str, token: str | None) -> Visitor:
     context = browser.new_context(viewport=VIEWPORT, locale="en-GB")  # type: ignore[attr-defined]
     context.set_default_timeout(15_000)
     requested: list[str] = []
@@ -125,16 +125,16 @@ def open_visitor(browser: object, cluster: Cluster, token: str | None) -> Visito
     )
     page = context.new_page()
     if token is not None:
-        page.goto(f"{cluster.url}/ui/login")
+        page.goto(f"{base_url}/ui/login")
         page.fill("#token", token)
         page.click("button[type=submit]")
         page.wait_for_url("**/ui/cluster")
     return Visitor(page, requested, failed)
 
 
-def assert_only_server(visitor: Visitor, cluster: Cluster) -> None:
+def assert_only_server(visitor: Visitor, base_url: str) -> None:
     """Every request went to the server itself (no CDN, no font host, nothing else)."""
-    server = urlsplit(cluster.url).netloc
+    server = urlsplit(base_url).netloc
     foreign = [
         url
         for url in visitor.requested
@@ -142,6 +142,27 @@ def assert_only_server(visitor: Visitor, cluster: Cluster) -> None:
     ]
     assert not foreign, f"pages requested other hosts: {foreign}"
     assert not visitor.failed, f"static assets failed to load: {visitor.failed}"
+
+
+class Visits:
+    """Opens browser contexts on one server; each checks, at the end, that its
+    pages requested nothing from any other host."""
+
+    def __init__(self, browser: object, base_url: str) -> None:
+        self.browser = browser
+        self.base_url = base_url
+        self.opened: list[Visitor] = []
+
+    def __call__(self, token: str | None) -> Visitor:
+        visitor = open_visitor(self.browser, self.base_url, token)
+        self.opened.append(visitor)
+        return visitor
+
+    def close_and_check(self) -> None:
+        for visitor in self.opened:
+            visitor.page.context.close()  # type: ignore[attr-defined]
+        for visitor in self.opened:
+            assert_only_server(visitor, self.base_url)
 
 
 def screenshot(page: object, name: str) -> Path:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browsing import ADMIN, AGENT, CHROMIUM, Cluster, Visitor, assert_only_server, open_visitor
+from browsing import ADMIN, AGENT, CHROMIUM, Cluster, Visits
 
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 
@@ -85,17 +85,31 @@ def browser(chromium_path: str) -> Iterator[object]:
 
 
 @pytest.fixture
-def visit(browser: object, cluster: Cluster) -> Iterator[Callable[[str | None], Visitor]]:
+def visit(browser: object, cluster: Cluster) -> Iterator[Visits]:
     """`visit(token)` -> a fresh browser context signed in with `token` (None: not signed in)."""
-    opened: list[Visitor] = []
+    visits = Visits(browser, cluster.url)
+    yield visits
+    visits.close_and_check()
 
-    def open_as(token: str | None) -> Visitor:
-        visitor = open_visitor(browser, cluster, token)
-        opened.append(visitor)
-        return visitor
 
-    yield open_as
-    for visitor in opened:
-        visitor.page.context.close()  # type: ignore[attr-defined]
-    for visitor in opened:
-        assert_only_server(visitor, cluster)
+@pytest.fixture(scope="session")
+def empty_server() -> Iterator[ServerProcess]:
+    """A server no agent has joined and no job was submitted to."""
+    work = Path(tempfile.mkdtemp(prefix="sl-browser-empty-"))
+    server = ServerProcess(
+        f"sqlite:///{work / 'schedulearn.db'}", work / "server.log", ADMIN, AGENT
+    )
+    server.start()
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture
+def visit_empty(browser: object, empty_server: ServerProcess) -> Iterator[Visits]:
+    visits = Visits(browser, empty_server.url)
+    yield visits
+    visits.close_and_check()

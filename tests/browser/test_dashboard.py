@@ -14,7 +14,7 @@ import re
 import time
 
 import pytest
-from browsing import ADMIN, Cluster, screenshot
+from browsing import ADMIN, Cluster, Visits, screenshot
 from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.browser
 PAGES = ("cluster", "queue", "jobs", "submit", "policy", "metrics")
 
 
-def test_sign_in_with_a_token(cluster: Cluster, visit) -> None:
+def test_sign_in_with_a_token(cluster: Cluster, visit: Visits) -> None:
     page = visit(None).page
     page.goto(f"{cluster.url}/ui/jobs")
     expect(page).to_have_url(re.compile(r"/ui/login\?next=/ui/jobs"))
@@ -42,7 +42,7 @@ def test_sign_in_with_a_token(cluster: Cluster, visit) -> None:
     expect(page.get_by_test_id("login-error")).to_contain_text("agent token")
 
 
-def test_submit_through_the_form_and_watch_the_log_stream_in(cluster: Cluster, visit) -> None:
+def test_submit_by_form_and_watch_the_log_stream_in(cluster: Cluster, visit: Visits) -> None:
     page = visit(cluster.token_for("ana")).page
     page.goto(f"{cluster.url}/ui/submit")
 
@@ -98,7 +98,7 @@ def test_submit_through_the_form_and_watch_the_log_stream_in(cluster: Cluster, v
     screenshot(page, "job-detail")
 
 
-def test_cancel_a_running_job(cluster: Cluster, visit) -> None:
+def test_cancel_a_running_job(cluster: Cluster, visit: Visits) -> None:
     job_id = cluster.submit("ana", name="long-run", command="echo started; sleep 300", gpus=1)
     page = visit(cluster.token_for("ana")).page
     page.goto(f"{cluster.url}/ui/jobs/{job_id}")
@@ -112,7 +112,7 @@ def test_cancel_a_running_job(cluster: Cluster, visit) -> None:
     assert cluster.job(job_id)["state"] == "cancelled"
 
 
-def test_a_user_may_not_cancel_someone_elses_job(cluster: Cluster, visit) -> None:
+def test_a_user_may_not_cancel_someone_elses_job(cluster: Cluster, visit: Visits) -> None:
     job_id = cluster.submit("ana", name="anas-job", command="sleep 300", gpus=1)
     page = visit(cluster.token_for("bob")).page
     page.goto(f"{cluster.url}/ui/jobs/{job_id}")
@@ -123,7 +123,7 @@ def test_a_user_may_not_cancel_someone_elses_job(cluster: Cluster, visit) -> Non
     cluster.cancel_all()
 
 
-def test_cluster_queue_and_jobs_pages_show_the_live_cluster(cluster: Cluster, visit) -> None:
+def test_cluster_queue_and_jobs_pages_are_live(cluster: Cluster, visit: Visits) -> None:
     cluster.cancel_all()
     # A node that stops answering is marked down, and stands out on the Cluster page.
     cluster.agents["gpu-node-c"].kill()
@@ -186,7 +186,7 @@ def test_cluster_queue_and_jobs_pages_show_the_live_cluster(cluster: Cluster, vi
     cluster.cancel_all()
 
 
-def test_jobs_list_pages_and_filters(cluster: Cluster, visit) -> None:
+def test_jobs_list_pages_and_filters(cluster: Cluster, visit: Visits) -> None:
     with cluster.api(cluster.token_for("dora")) as api:
         reply = api.post(
             "/api/v1/jobs", json={"name": "array-run", "command": "echo x", "gpus": 1, "count": 30}
@@ -206,7 +206,7 @@ def test_jobs_list_pages_and_filters(cluster: Cluster, visit) -> None:
     expect(page.get_by_test_id("jobs-empty")).to_contain_text("No job matches")
 
 
-def test_policy_switch_is_for_admins_only(cluster: Cluster, visit) -> None:
+def test_policy_switch_is_for_admins_only(cluster: Cluster, visit: Visits) -> None:
     with cluster.api() as api:
         before = api.get("/api/v1/policy").json()["spec"]
 
@@ -250,7 +250,7 @@ def test_policy_switch_is_for_admins_only(cluster: Cluster, visit) -> None:
     expect(admin.get_by_test_id("current-policy")).to_have_text(before)
 
 
-def test_metrics_charts_draw_from_the_job_history(cluster: Cluster, visit) -> None:
+def test_metrics_charts_draw_from_the_job_history(cluster: Cluster, visit: Visits) -> None:
     job_id = cluster.submit("ana", name="quick", command="echo done", gpus=1)
     cluster.wait_job(job_id, lambda j: j["state"] == "succeeded")
     page = visit(cluster.token_for("ana")).page
@@ -262,7 +262,7 @@ def test_metrics_charts_draw_from_the_job_history(cluster: Cluster, visit) -> No
     screenshot(page, "metrics")
 
 
-def test_every_page_loads_everything_from_the_server_alone(cluster: Cluster, visit) -> None:
+def test_every_page_loads_everything_from_the_server_alone(cluster: Cluster, visit: Visits) -> None:
     """The `visit` fixture fails the test if any page asked another host."""
     job_id = cluster.submit("ana", name="tiny", command="echo hello from a tiny job", gpus=1)
     cluster.wait_job(job_id, lambda j: j["state"] == "succeeded")
@@ -275,3 +275,19 @@ def test_every_page_loads_everything_from_the_server_alone(cluster: Cluster, vis
     statics = [u for u in v.requested if "/ui/static/" in u]
     assert any(u.endswith("htmx.min.js") for u in statics)
     assert any(u.endswith("uPlot.iife.min.js") for u in statics)
+
+
+def test_empty_states_say_what_to_do(visit_empty: Visits) -> None:
+    page = visit_empty(ADMIN).page
+    base = page.url.split("/ui/")[0]
+    expect(page.get_by_test_id("no-nodes")).to_contain_text("No node has joined yet")
+    expect(page.get_by_test_id("no-nodes")).to_contain_text("schedulearn agent --server")
+    screenshot(page, "cluster-empty")
+    page.goto(f"{base}/ui/queue")
+    expect(page.get_by_test_id("queue-empty")).to_contain_text("Nothing is waiting")
+    page.goto(f"{base}/ui/jobs")
+    expect(page.get_by_test_id("jobs-empty")).to_contain_text("No jobs yet")
+    page.goto(f"{base}/ui/metrics")
+    expect(page.get_by_test_id("metrics-empty")).to_contain_text("Nothing ran")
+    page.goto(f"{base}/ui/jobs/12345")
+    expect(page.get_by_test_id("error")).to_contain_text("no job 12345")

@@ -1,0 +1,236 @@
+"""The dashboard's parts that need no browser: the session cookie, the Submit
+form's parsing, the queue's consideration order, the metrics' reconstruction
+of the past from the job history, and progress reading.
+
+They run with the rest of the suite (no Chromium needed); the history tests
+use a real SQLite database migrated like the server's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from schedulearn.core import ClusterView, JobView, create
+from schedulearn.protocol import JobState
+from schedulearn.server import db
+from schedulearn.server.models import Job, JobTransition
+from schedulearn.server.web import forms, history, job_data, queue_order
+from schedulearn.server.web import session as sessions
+
+# --- session cookie ----------------------------------------------------------
+
+
+def test_session_cookie_round_trips_and_refuses_forgery_and_expiry() -> None:
+    secret = b"k" * 32
+    ws = sessions.new_session("abc123", now=1000.0)
+    value = sessions.encode(ws, secret)
+    assert sessions.decode(value, secret, now=1001.0) == ws
+    assert sessions.decode(value, b"other" * 8, now=1001.0) is None
+    signature = value.rsplit(".", 1)[1]
+    forged = sessions.encode(sessions.WebSession("admin-hash", ws.csrf, ws.expires), b"x" * 32)
+    assert sessions.decode(forged.rsplit(".", 1)[0] + "." + signature, secret, 1001.0) is None
+    assert sessions.decode(value, secret, now=ws.expires + 1) is None
+    assert sessions.decode("garbage", secret, now=1001.0) is None
+    assert sessions.decode(None, secret, now=1001.0) is None
+    assert not sessions.same_token("", ws.csrf)
+    assert sessions.same_token(ws.csrf, ws.csrf)
+
+
+# --- the Submit form -----------------------------------------------------------
+
+
+def test_a_valid_form_makes_the_spec_the_api_would_accept() -> None:
+    form = forms.parse(
+        {
+            "name": "train",
+            "command": "python train.py",
+            "gpus": "2",
+            "memory": "16G",
+            "env": "A=1\n# a comment\nB = two=2\n",
+            "launcher": "torchrun",
+            "preemptible": "on",
+            "estimated_duration": "30m",
+            "count": "1",
+            "max_restarts": "3",
+        }
+    )
+    assert form.errors == {}
+    assert form.spec is not None
+    assert form.spec.requested_gpus == 2
+    assert form.spec.memory_gb == 16
+    assert form.spec.env == {"A": "1", "B": " two=2"}
+    assert form.spec.launcher.value == "torchrun"
+    assert form.spec.preemptible is True
+    assert form.spec.estimated_seconds == 1800
+
+
+def test_every_bad_field_gets_its_own_message_at_once() -> None:
+    form = forms.parse(
+        {"command": "", "gpus": "two", "memory": "lots", "deadline": "soon", "env": "NOEQUALS"}
+    )
+    assert form.spec is None
+    assert set(form.errors) == {"command", "gpus", "memory", "deadline", "env"}
+    assert "Give a command" in form.errors["command"]
+    assert "whole number" in form.errors["gpus"]
+    assert "not a size" in form.errors["memory"]
+    assert "line 1" in form.errors["env"].lower()
+
+
+def test_sizes_that_disagree_are_shown_beside_min_gpus() -> None:
+    form = forms.parse({"command": "x", "min_gpus": "4", "max_gpus": "2"})
+    assert form.spec is None
+    assert "above max_gpus" in form.errors["min_gpus"]
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        ("this job can never run here: no node has 16 GPUs; the largest has 8", "gpus"),
+        ("this job can never run here: no node runs container images; drop --image", "image"),
+        ("no node has h100 GPUs; the GPU types here are a100; change gpu_type", "gpu_type"),
+        ("no node with 2 GPUs has 64 CPUs; the most is 32; ask for at most 32 CPUs", "cpus"),
+        ("no node with 2 GPUs has 900 GB of memory; the most is 512 GB", "memory"),
+        ("the server is on fire", "__all__"),
+    ],
+)
+def test_a_refusal_is_shown_beside_the_field_it_is_about(message: str, field: str) -> None:
+    assert forms.refusal_field(message) == field
+
+
+# --- queue order ---------------------------------------------------------------
+
+
+def _view(*jobs: JobView, now: float = 1000.0) -> ClusterView:
+    return ClusterView(now=now, nodes=(), pending=tuple(jobs), running=())
+
+
+def test_fifo_considers_jobs_in_arrival_order() -> None:
+    a, b = JobView(id=1, submitted_at=1, gpus=1), JobView(id=2, submitted_at=2, gpus=1)
+    ordered = queue_order.consideration_order(create("fifo"), _view(a, b))
+    assert [j.id for j in ordered.jobs] == [1, 2] and ordered.exact
+
+
+def test_srtf_considers_the_shortest_estimate_first_and_unknown_last() -> None:
+    long = JobView(id=1, submitted_at=1, gpus=1, estimated_duration=3600)
+    unknown = JobView(id=2, submitted_at=2, gpus=1)
+    short = JobView(id=3, submitted_at=3, gpus=1, estimated_duration=60)
+    ordered = queue_order.consideration_order(create("srtf"), _view(long, unknown, short))
+    assert [j.id for j in ordered.jobs] == [3, 1, 2]
+
+
+def test_edf_considers_the_earliest_deadline_first() -> None:
+    late = JobView(id=1, submitted_at=1, gpus=1, deadline=5000)
+    none = JobView(id=2, submitted_at=2, gpus=1)
+    soon = JobView(id=3, submitted_at=3, gpus=1, deadline=2000)
+    ordered = queue_order.consideration_order(create("edf"), _view(late, none, soon))
+    assert [j.id for j in ordered.jobs] == [3, 1, 2]
+
+
+def test_tiresias_puts_jobs_with_much_attained_service_behind() -> None:
+    policy = create("tiresias:threshold=100")
+    served = JobView(id=1, submitted_at=1, gpus=1, attained_gpu_seconds=500)
+    fresh = JobView(id=2, submitted_at=2, gpus=1)
+    ordered = queue_order.consideration_order(policy, _view(served, fresh))
+    assert [j.id for j in ordered.jobs] == [2, 1]
+
+
+def test_a_policy_with_its_own_order_is_shown_in_it() -> None:
+    class Reverse:
+        name = "reverse"
+        tick_seconds = None
+
+        def decide(self, view: ClusterView) -> list[object]:
+            return []
+
+        def order(self, view: ClusterView) -> list[JobView]:
+            return list(reversed(view.pending))
+
+    a, b = JobView(id=1, submitted_at=1, gpus=1), JobView(id=2, submitted_at=2, gpus=1)
+    ordered = queue_order.consideration_order(Reverse(), _view(a, b))  # type: ignore[arg-type]
+    assert [j.id for j in ordered.jobs] == [2, 1]
+
+
+# --- metrics history -------------------------------------------------------------
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> db.Database:
+    database = db.Database(f"sqlite:///{tmp_path / 'h.db'}")
+    db.migrate(database.engine)
+    return database
+
+
+def _job(session, job_id: int, gpus: int, submitted: float, steps: list[tuple[float, str]]):  # type: ignore[no-untyped-def]
+    state = steps[-1][1] if steps else "pending"
+    started = next((at for at, s in steps if s == "running"), None)
+    ended = steps[-1][0] if JobState(state).is_final else None
+    session.add(
+        Job(
+            id=job_id,
+            name=f"j{job_id}",
+            user="u",
+            state=state,
+            command="x",
+            gpus=gpus,
+            submitted_at=submitted,
+            queued_at=submitted,
+            started_at=started,
+            ended_at=ended,
+        )
+    )
+    previous = "pending"
+    for at, to in steps:
+        session.add(JobTransition(job_id=job_id, at=at, from_state=previous, to_state=to))
+        previous = to
+
+
+def test_metrics_rebuild_gpus_held_queue_length_and_jct(database: db.Database) -> None:
+    now = 10_000.0
+    start = now - history.WINDOWS["15m"]
+    width = (now - start) / history.BUCKETS  # 7.5 s
+    with database.session() as session:
+        # Job 1: waits one bucket, then holds 4 GPUs for two buckets, succeeds.
+        t0 = start
+        _job(
+            session,
+            1,
+            4,
+            t0,
+            [(t0 + width, "assigned"), (t0 + width, "running"), (t0 + 3 * width, "succeeded")],
+        )
+        # Job 2: waits the whole window.
+        _job(session, 2, 2, start - 100, [])
+        # Job 3: cancelled while it waited: no JCT, counted as cancelled.
+        _job(session, 3, 1, t0, [(t0 + width / 2, "cancelled")])
+        session.commit()
+        page = history.metrics_page(session, now, "15m")
+    assert len(page.times) == history.BUCKETS
+    assert page.queue[0] == 3  # jobs 1, 2 and 3 waited in the first bucket
+    assert page.queue[1] == 1 and page.queue[-1] == 1  # only job 2 from then on
+    assert page.gpus_held[0] == 0
+    assert page.gpus_held[1] == pytest.approx(4) and page.gpus_held[2] == pytest.approx(4)
+    assert page.gpus_held[3] == 0
+    assert page.jct == [pytest.approx(3 * width)]
+    assert page.waits == [pytest.approx(width)]
+    assert (page.finished, page.failed, page.cancelled) == (1, 0, 1)
+    assert page.total_gpus == 0 and page.util_pct[1] is None  # no node registered
+
+
+def test_an_unknown_window_falls_back_to_the_default(database: db.Database) -> None:
+    with database.session() as session:
+        page = history.metrics_page(session, 5000.0, "1y")
+    assert page.window == history.DEFAULT_WINDOW and not page.has_activity
+
+
+# --- progress ------------------------------------------------------------------
+
+
+def test_progress_is_read_from_a_fraction_or_from_epochs() -> None:
+    assert job_data.progress_of(None) is None
+    assert job_data.progress_of(0.25) == job_data.Progress(0.25)
+    progress = job_data.progress_of({"epoch": 3, "total_epochs": 12, "loss": 0.5, "at": 1.0})
+    assert progress is not None and progress.fraction == 0.25
+    assert progress.figures == {"epoch": "3", "total_epochs": "12", "loss": "0.5"}
+    assert job_data.progress_of({"step": 10}) == job_data.Progress(None, {"step": "10"})
