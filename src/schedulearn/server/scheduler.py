@@ -25,7 +25,7 @@ from schedulearn.clock import Clock
 from schedulearn.core import Policy
 from schedulearn.server.db import Database
 from schedulearn.server.metrics import Metrics
-from schedulearn.server.services import agents, policy, scheduling
+from schedulearn.server.services import agents, policy, scheduling, snapshot
 from schedulearn.server.wakeups import Changes, Wakeups, wait_for
 from schedulearn.settings import ServerSettings
 
@@ -58,6 +58,7 @@ class Scheduler:
         self.spec = ""
         self.policy: Policy | None = None
         self.passes = 0
+        self.pending = snapshot.PendingCache()
         self._leader_conn = None
         self._task: asyncio.Task[None] | None = None
 
@@ -100,7 +101,7 @@ class Scheduler:
             self.spec = spec
         assert self.policy is not None
         started = time.perf_counter()
-        result = scheduling.run_pass(session, self.policy, now)
+        result = scheduling.run_pass(session, self.policy, now, self.pending)
         self.metrics.passes.observe(time.perf_counter() - started)
         return Round(changes, result, spec)
 
@@ -127,12 +128,20 @@ class Scheduler:
 
     async def loop(self) -> None:
         while True:
+            started = time.perf_counter()
             try:
                 await self.run_once()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("scheduling round failed; retrying on the next wake-up")
+            took = time.perf_counter() - started
+            if took > 0.002:
+                # Under a stream of wake-ups, passes would run back to back and
+                # starve the requests that share the database thread. Resting
+                # as long as the pass took caps the loop at half of it; the
+                # wake-ups that land meanwhile are served by the next pass.
+                await asyncio.sleep(min(took, 0.05))
             await wait_for(self.wakeups.scheduler, self._timeout())
 
     def start(self) -> None:

@@ -13,7 +13,14 @@ from schedulearn.server.state import AppState, get_state
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `schedulearn up` or an admin")
 
-State = Annotated[AppState, Depends(get_state)]
+
+async def _state(request: Request) -> AppState:
+    # async, so FastAPI calls it on the event loop (a plain def would cost a
+    # thread-pool hop on every request).
+    return get_state(request)
+
+
+State = Annotated[AppState, Depends(_state)]
 
 
 async def caller(

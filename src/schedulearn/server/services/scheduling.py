@@ -113,8 +113,12 @@ def check(
     return kept
 
 
-def run_pass(session: Session, policy: Policy, now: float) -> PassResult:
-    snap = snapshot.build(session, now)
+def run_pass(
+    session: Session, policy: Policy, now: float, cache: snapshot.PendingCache | None = None
+) -> PassResult:
+    if not snapshot.could_change(session):
+        return PassResult()
+    snap = snapshot.build(session, now, cache)
     result = PassResult(pending=len(snap.view.pending), running=len(snap.view.running))
     if not snap.view.pending and not policy.tick_seconds:
         return result

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 from sqlmodel import Session
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
@@ -122,13 +122,14 @@ def load_nodes(
     """Every known node with its GPUs' holders and its unreserved CPUs and memory."""
     nodes = {n.name: n for n in session.execute(select(Node)).scalars()}
     gpus: dict[str, list[tuple[int, str, str, int]]] = defaultdict(list)
-    for node, index, uuid, gtype, mem in session.execute(
+    # Column reads go straight to the connection: no ORM row processing.
+    for node, index, uuid, gtype, mem in session.connection().execute(
         select(Gpu.node, Gpu.index, Gpu.uuid, Gpu.type, Gpu.memory_mb)
     ):
         gpus[node].append((index, uuid, gtype, mem))
     holders: dict[tuple[str, int], tuple[int, int]] = {
         (node, gpu): (job, attempt)
-        for node, gpu, job, attempt in session.execute(
+        for node, gpu, job, attempt in session.connection().execute(
             select(Allocation.node, Allocation.gpu_index, Allocation.job_id, Allocation.attempt)
         )
     }
@@ -164,7 +165,7 @@ def load_nodes(
 
 def pending_views(session: Session) -> list[JobView]:
     """The queue, in arrival order (a preempted job re-enters at the back)."""
-    rows = session.execute(
+    rows = session.connection().execute(
         select(*_JOB_COLUMNS)
         .where(Job.state == JobState.PENDING.value)
         .order_by(Job.queued_at, Job.id)
@@ -172,10 +173,44 @@ def pending_views(session: Session) -> list[JobView]:
     return [job_view_from_row(tuple(r)) for r in rows]
 
 
-def build(session: Session, now: float) -> Snapshot:
+class PendingCache:
+    """Views of pending jobs kept between passes (owned by the scheduler loop).
+
+    A pending job's view changes only when it re-enters the queue, which
+    gives it a new `queued_at`; so each pass reads just (id, queued_at)
+    for the queue and builds views only for jobs it has not seen. With
+    thousands of queued jobs this keeps a pass cheap.
+    """
+
+    def __init__(self) -> None:
+        self._views: dict[int, tuple[float, JobView]] = {}
+
+    def load(self, session: Session) -> list[JobView]:
+        order = (
+            session.connection()
+            .execute(
+                select(Job.id, Job.queued_at)
+                .where(Job.state == JobState.PENDING.value)
+                .order_by(Job.queued_at, Job.id)
+            )
+            .all()
+        )
+        views = self._views
+        missing = [i for i, q in order if (hit := views.get(i)) is None or hit[0] != q]
+        for start in range(0, len(missing), 500):
+            chunk = missing[start : start + 500]
+            for r in session.connection().execute(select(*_JOB_COLUMNS).where(Job.id.in_(chunk))):  # type: ignore[union-attr]
+                row = tuple(r)
+                views[row[0]] = (row[15], job_view_from_row(row))
+        if len(views) > 2 * len(order) + 1000:
+            self._views = views = {i: views[i] for i, _ in order}
+        return [views[i][1] for i, _ in order]
+
+
+def build(session: Session, now: float, cache: PendingCache | None = None) -> Snapshot:
     running: list[JobView] = []
     attempts: dict[int, int] = {}
-    for r in session.execute(
+    for r in session.connection().execute(
         select(*_JOB_COLUMNS, Job.attempt).where(Job.state.in_(HOLDING))  # type: ignore[attr-defined]
     ):
         row = tuple(r)
@@ -183,7 +218,7 @@ def build(session: Session, now: float) -> Snapshot:
             continue
         running.append(job_view_from_row(row[:22]))
         attempts[row[0]] = row[22]
-    pending = pending_views(session)
+    pending = cache.load(session) if cache is not None else pending_views(session)
     nodes, holders, rows = load_nodes(session, running)
     # GPUs held by anything but the current attempt of a running job: a job
     # being preempted, or an old attempt (or a cancelled job) still exiting.
@@ -201,3 +236,35 @@ def build(session: Session, now: float) -> Snapshot:
         addresses={n: r.address for n, r in rows.items()},
         executors={n: list(r.executors) for n, r in rows.items()},
     )
+
+
+def could_change(session: Session) -> bool:
+    """False when no pass could start or preempt anything: no free GPU on a
+    healthy node, no running job that may be preempted and no queued job
+    that needs no GPU. Saves the full snapshot while the cluster is full."""
+    conn = session.connection()
+    healthy = select(Node.name).where(Node.healthy == True)  # type: ignore[arg-type]  # noqa: E712
+    gpus = conn.execute(
+        select(func.count()).select_from(Gpu).where(Gpu.node.in_(healthy))  # type: ignore[attr-defined]
+    ).scalar_one()
+    held = conn.execute(
+        select(func.count()).select_from(Allocation).where(Allocation.node.in_(healthy))  # type: ignore[attr-defined]
+    ).scalar_one()
+    if gpus > held:
+        return True
+    preemptible = conn.execute(
+        select(Job.id)
+        .where(Job.state.in_(HOLDING), Job.preemptible == True)  # type: ignore[attr-defined]  # noqa: E712
+        .limit(1)
+    ).first()
+    if preemptible is not None:
+        return True
+    gpuless = conn.execute(
+        select(Job.id)
+        .where(
+            Job.state == JobState.PENDING.value,
+            or_(Job.gpus == 0, Job.min_gpus == 0),
+        )
+        .limit(1)
+    ).first()
+    return gpuless is not None
