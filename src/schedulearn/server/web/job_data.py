@@ -1,9 +1,9 @@
 """Job detail page data: the job (with why it waits) and the timeline of its states.
 
-Owns the reading of a job's `job_transition` history for the page and
-the shape of its progress. `jobs.show` gives the job exactly as the API
-shows it; the timeline adds when each state began and how long it
-lasted. Progress is shown when the job reports one (a `progress` field on
+Owns the shape of the page's timeline and of a job's progress.
+`jobs.show` gives the job exactly as the API shows it and `jobs.history`
+its transitions; the timeline adds when each state began and how long
+it lasted. Progress is shown when the job reports one (a `progress` field on
 the job, from `schedulearn.runtime.report`); jobs that report none show
 no progress bar.
 """
@@ -13,11 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
 from sqlmodel import Session
 
-from schedulearn.protocol import JobPublic, JobState
-from schedulearn.server.models import JobTransition
+from schedulearn.protocol import JobHistory, JobPublic, JobState
 from schedulearn.server.services import jobs as job_service
 
 
@@ -80,18 +78,12 @@ def progress_of(raw: Any) -> Progress | None:
     return Progress(min(1.0, max(0.0, float(fraction))), figures)
 
 
-def timeline(session: Session, job: JobPublic) -> list[Step]:
-    rows = session.execute(
-        select(
-            JobTransition.at, JobTransition.to_state, JobTransition.attempt, JobTransition.message
-        )
-        .where(JobTransition.job_id == job.id)
-        .order_by(JobTransition.id)  # type: ignore[arg-type]
-    ).all()
+def timeline(job: JobPublic, history: JobHistory) -> list[Step]:
+    """The job's states with when each began and ended; submission opens the first."""
     starts: list[tuple[JobState, float, int, str]] = [
         (JobState.PENDING, job.submitted_at, 0, "submitted")
     ]
-    starts += [(JobState(state), at, attempt, message) for at, state, attempt, message in rows]
+    starts += [(t.to_state, t.at, t.attempt, t.message) for t in history.transitions]
     steps = []
     for i, (state, at, attempt, message) in enumerate(starts):
         until = starts[i + 1][1] if i + 1 < len(starts) else None
@@ -101,4 +93,5 @@ def timeline(session: Session, job: JobPublic) -> list[Step]:
 
 def job_page(session: Session, job_id: int) -> JobPage:
     job = job_service.show(session, job_id)
-    return JobPage(job, timeline(session, job), progress_of(getattr(job, "progress", None)))
+    steps = timeline(job, job_service.history(session, job_id))
+    return JobPage(job, steps, progress_of(getattr(job, "progress", None)))
