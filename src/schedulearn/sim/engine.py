@@ -225,6 +225,11 @@ class Simulator:
         report_every = max(1, n // 200)
         last_report = 0
         inf = float("inf")
+        # The dicts are updated in place by the event handlers; bind them once.
+        pending, running = self._pending, self._running
+        times, busy_series, queued_series = self._times, self._busy_series, self._queued_series
+        last_busy, last_queued = -1, -1
+        events = 0
         while True:
             while heap:
                 _, _, jid, version = heap[0]
@@ -241,9 +246,10 @@ class Simulator:
                 break
             changed = False
             while ai < n and jobs[ai].submitted_at <= t:
-                self._arrive(jobs[ai])
+                job = jobs[ai]
+                pending[job.id] = job.view(runs[job.id].estimate)
+                self._pending_changed = changed = True
                 ai += 1
-                changed = True
             while heap and heap[0][0] <= t:
                 _, _, jid, version = heapq.heappop(heap)
                 run = runs[jid]
@@ -252,30 +258,33 @@ class Simulator:
                     changed = True
             due = next_tick is not None and next_tick <= t
             acted = self._pass(t) if changed or due else 0
-            self.events += 1
+            events += 1
             if tick is not None:
-                if self._pending or self._running:
+                if pending or running:
                     if next_tick is None or next_tick <= t:
                         next_tick = t + tick
                 else:
                     next_tick = None
-            self._record(t)
+            # The series: busy GPUs and queue length after this event time.
+            busy, queued = self._busy, len(pending)
+            if busy != last_busy or queued != last_queued:
+                last_busy, last_queued = busy, queued
+                times.append(t)
+                busy_series.append(busy)
+                queued_series.append(queued)
             if self.on_progress is not None and self._finished - last_report >= report_every:
                 last_report = self._finished
                 self.on_progress(self._finished, n)
-            if not acted and not self._running and not heap and ai >= n:
+            if not acted and not running and not heap and ai >= n:
                 # Nothing runs, nothing will arrive, and the policy starts nothing:
                 # no later pass could see a different cluster. Stop here.
                 break
+        self.events = events
         if self.on_progress is not None:
             self.on_progress(self._finished, n)
         return self._result(time.perf_counter() - started_wall)
 
     # --- events ------------------------------------------------------------
-
-    def _arrive(self, job: SimJob) -> None:
-        self._pending[job.id] = job.view(self._runs[job.id].estimate)
-        self._pending_changed = True
 
     def _complete(self, run: _Run, t: float) -> None:
         jid = run.job.id
@@ -395,7 +404,9 @@ class Simulator:
             if self._pending_unordered:
                 # A preempted job rejoins the queue at its place in arrival order.
                 ordered = sorted(self._pending.values(), key=lambda v: (v.submitted_at, v.id))
-                self._pending = {v.id: v for v in ordered}
+                # In place: the loop holds a reference to this dict.
+                self._pending.clear()
+                self._pending.update((v.id, v) for v in ordered)
                 self._pending_unordered = False
             self._pending_tuple = tuple(self._pending.values())
             self._pending_changed = False
@@ -408,18 +419,6 @@ class Simulator:
         return self._running_tuple
 
     # --- output ------------------------------------------------------------
-
-    def _record(self, t: float) -> None:
-        busy, queued = self._busy, len(self._pending)
-        if self._times and self._busy_series[-1] == busy and self._queued_series[-1] == queued:
-            return
-        if self._times and self._times[-1] == t:
-            self._busy_series[-1] = busy
-            self._queued_series[-1] = queued
-            return
-        self._times.append(t)
-        self._busy_series.append(busy)
-        self._queued_series.append(queued)
 
     def _result(self, wall: float) -> SimResult:
         records = tuple(
