@@ -79,6 +79,17 @@ class Cluster:
                 if job["state"] not in ("succeeded", "failed", "cancelled"):
                     api.post(f"/api/v1/jobs/{job['id']}/cancel")
 
+    def wait_idle(self, timeout: float = 30) -> None:
+        """Until no GPU is held (cancelled jobs take a grace period to stop)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.api() as api:
+                nodes = api.get("/api/v1/nodes").json()["items"]
+            if all(g["job_id"] is None for n in nodes for g in n["gpus"]):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"GPUs still held: {nodes}")
+
     def wait_node_down(self, name: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -125,6 +125,7 @@ def test_a_user_may_not_cancel_someone_elses_job(cluster: Cluster, visit: Visits
 
 def test_cluster_queue_and_jobs_pages_are_live(cluster: Cluster, visit: Visits) -> None:
     cluster.cancel_all()
+    cluster.wait_idle()
     # A node that stops answering is marked down, and stands out on the Cluster page.
     cluster.agents["gpu-node-c"].kill()
     cluster.wait_node_down("gpu-node-c")

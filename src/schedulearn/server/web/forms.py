@@ -120,13 +120,13 @@ def parse(form: Mapping[str, Any]) -> SubmitForm:
     except ValidationError as exc:
         for err in exc.errors():
             loc = [str(x) for x in err.get("loc", ())]
-            key = loc[0] if loc and loc[0] in FIELD_NAMES else None
+            where = loc[0] if loc and loc[0] in FIELD_NAMES else None
             message = _FRIENDLY.get(str(err.get("type")), _clean(str(err.get("msg", "invalid"))))
-            if key == "deadline":
+            if where == "deadline":
                 message = "Give a date and time, e.g. 2030-06-01 18:00, or epoch seconds"
-            if key is None:
-                key = _field_of_model_error(message)
-            result.errors.setdefault(key, message)
+            if where is None:
+                where = _field_of_model_error(message)
+            result.errors.setdefault(where, message)
     return result
 
 
