@@ -191,11 +191,12 @@ class Tetris:
             for d in live:
                 if d.best == i:
                     nodes.score_best(d)
-        # What is left and fits no node even when empty can only run as a gang.
+        # What is left and fits no node even when empty can only run as a gang
+        # (which takes at least two GPUs: CPU-only tasks are never spread).
         gangs = sorted(
             (rank, job)
             for d in live
-            if not nodes.could_hold(d)
+            if d.gpus > 1 and not nodes.could_hold(d)
             for rank, job in zip(d.ranks[d.next :], d.jobs[d.next :], strict=True)
         )
         for _, job in gangs:

@@ -1,0 +1,132 @@
+"""Tiresias: queues by attained GPU-seconds, FIFO inside, preemption across, starvation guard."""
+
+from __future__ import annotations
+
+import pytest
+from core_scenario import Scenario, job, node, preempts, started_ids, starts
+
+from schedulearn.core import create
+from schedulearn.core.policies.tiresias import Tiresias
+
+HOUR = 3600.0
+
+
+def test_defaults_follow_the_pollux_artifact() -> None:
+    t = create("tiresias")
+    assert isinstance(t, Tiresias)
+    assert t.thresholds == [16 * HOUR]
+    assert t.tick_seconds == 60
+
+
+def test_queue_is_set_by_attained_gpu_seconds() -> None:
+    t = Tiresias(queues=3, threshold="100,1000", starvation_factor=0)
+    assert t.queue_of(job(1, attained_gpu_seconds=99.0), 0) == 0
+    assert t.queue_of(job(1, attained_gpu_seconds=100.0), 0) == 1
+    assert t.queue_of(job(1, attained_gpu_seconds=5000.0), 0) == 2
+    # A running job accrues GPUs x seconds: 4 GPUs for 30 s = 120 GPU-seconds.
+    s = Scenario(node("a", 4))
+    running = s.run(job(2, gpus=4), {"a": [0, 1, 2, 3]}, started_at=0.0)
+    assert t.queue_of(running, 20) == 0
+    assert t.queue_of(running, 30) == 1
+
+
+def test_missing_thresholds_grow_tenfold() -> None:
+    assert Tiresias(queues=4, threshold=10).thresholds == [10.0, 100.0, 1000.0]
+
+
+def test_bad_thresholds_say_what_to_change() -> None:
+    with pytest.raises(ValueError, match="ascending"):
+        create("tiresias:queues=3:threshold=500,100")
+    with pytest.raises(ValueError, match="at most 1"):
+        create("tiresias:threshold=1,2")
+    with pytest.raises(ValueError, match="GPU-seconds"):
+        create("tiresias:threshold=lots")
+
+
+def test_fifo_inside_a_queue() -> None:
+    s = Scenario(node("a", 1))
+    pending = [job(2, submitted_at=5.0), job(1, submitted_at=1.0)]
+    assert started_ids(s.decide(create("tiresias"), 10, pending)) == [1]
+
+
+def test_a_higher_queue_goes_before_an_earlier_submission() -> None:
+    s = Scenario(node("a", 1))
+    old = job(1, submitted_at=0.0, attained_gpu_seconds=20 * HOUR, service_seconds=20 * HOUR)
+    new = job(2, submitted_at=100.0)
+    policy = create("tiresias:starvation_factor=0")
+    assert started_ids(s.decide(policy, 200, [old, new])) == [2]
+
+
+def test_a_waiting_job_preempts_a_job_of_a_lower_queue() -> None:
+    s = Scenario(node("a", 2))
+    s.run(job(90, preemptible=True, attained_gpu_seconds=17 * HOUR), {"a": [0]})
+    s.run(job(91, preemptible=True), {"a": [1]}, started_at=0.0)
+    decisions = s.decide(create("tiresias"), 100, [job(1)])
+    assert preempts(decisions) == {90}
+    assert starts(decisions)[1].gpus_on("a") == (0,)
+
+
+def test_jobs_of_the_same_queue_never_preempt_each_other() -> None:
+    s = Scenario(node("a", 1))
+    s.run(job(90, preemptible=True), {"a": [0]}, started_at=0.0)
+    assert s.decide(create("tiresias"), 100, [job(1)]) == []
+
+
+def test_non_preemptible_jobs_keep_running_in_any_queue() -> None:
+    s = Scenario(node("a", 1))
+    s.run(job(90, attained_gpu_seconds=100 * HOUR), {"a": [0]})
+    assert s.decide(create("tiresias"), 100, [job(1)]) == []
+
+
+def test_starvation_guard_promotes_a_long_waiting_job() -> None:
+    # Job 1 ran 2 h (reaching queue 1), was preempted at t=10,000 and has
+    # waited 25 h since: more than 10 x its 2 h of service.
+    starving = job(
+        1,
+        submitted_at=0.0,
+        queued_at=10_000.0,
+        service_seconds=2 * HOUR,
+        attained_gpu_seconds=17 * HOUR,
+    )
+    newcomer = job(2, submitted_at=90_000.0)
+    now = 10_000.0 + 25 * HOUR
+    assert started_ids(
+        Scenario(node("a", 1)).decide(create("tiresias"), now, [starving, newcomer])
+    ) == [1]
+    off = create("tiresias:starvation_factor=0")
+    assert started_ids(Scenario(node("a", 1)).decide(off, now, [starving, newcomer])) == [2]
+
+
+def test_a_promoted_job_keeps_the_top_queue_while_it_runs() -> None:
+    s = Scenario(node("a", 1))
+    # It waited 30 h before this run began, against 2 h of earlier service:
+    # it was promoted, so a newcomer in queue 0 does not preempt it.
+    s.run(
+        job(
+            90,
+            preemptible=True,
+            queued_at=0.0,
+            service_seconds=2 * HOUR,
+            attained_gpu_seconds=17 * HOUR,
+        ),
+        {"a": [0]},
+        started_at=30 * HOUR,
+    )
+    assert s.decide(create("tiresias"), 31 * HOUR, [job(1, submitted_at=31 * HOUR)]) == []
+    # Without the guard it is a queue-1 job and yields.
+    assert preempts(
+        s.decide(
+            create("tiresias:starvation_factor=0"), 31 * HOUR, [job(2, submitted_at=31 * HOUR)]
+        )
+    ) == {90}
+
+
+def test_preempts_the_lowest_queue_first_and_only_what_it_needs() -> None:
+    s = Scenario(node("a", 3))
+    t = create("tiresias:queues=3:threshold=100,1000:starvation_factor=0")
+    s.run(job(90, preemptible=True, attained_gpu_seconds=500.0), {"a": [0]})  # queue 1
+    s.run(job(91, preemptible=True, attained_gpu_seconds=5000.0), {"a": [1]})  # queue 2
+    s.run(job(92, preemptible=True, attained_gpu_seconds=6000.0, submitted_at=95.0), {"a": [2]})
+    decisions = s.decide(t, 100, [job(1)])
+    # Both 91 and 92 are in queue 2; 92 was submitted later, so it yields.
+    assert preempts(decisions) == {92}
