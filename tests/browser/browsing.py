@@ -118,6 +118,7 @@ class Visitor:
     page: object
     requested: list[str]
     failed: list[str]
+    script_errors: list[str]
 
 
 def open_visitor(browser: object, base_url: str, token: str | None) -> Visitor:
@@ -135,12 +136,23 @@ def open_visitor(browser: object, base_url: str, token: str | None) -> Visitor:
         ),
     )
     page = context.new_page()
+    # Uncaught script errors, and anything the Content-Security-Policy blocked.
+    script_errors: list[str] = []
+    page.on("pageerror", lambda exc: script_errors.append(f"uncaught: {exc}"))
+    page.on(
+        "console",
+        lambda msg: (
+            script_errors.append(f"console: {msg.text}")
+            if msg.type == "error" and "Content Security Policy" in msg.text
+            else None
+        ),
+    )
     if token is not None:
         page.goto(f"{base_url}/ui/login")
         page.fill("#token", token)
         page.click("button[type=submit]")
         page.wait_for_url("**/ui/cluster")
-    return Visitor(page, requested, failed)
+    return Visitor(page, requested, failed, script_errors)
 
 
 def assert_only_server(visitor: Visitor, base_url: str) -> None:
@@ -153,6 +165,7 @@ def assert_only_server(visitor: Visitor, base_url: str) -> None:
     ]
     assert not foreign, f"pages requested other hosts: {foreign}"
     assert not visitor.failed, f"static assets failed to load: {visitor.failed}"
+    assert not visitor.script_errors, f"scripts failed on the pages: {visitor.script_errors}"
 
 
 class Visits:
