@@ -147,7 +147,8 @@ class JobRunner:
         if self._stop_reason is not None:
             await self._finish_unstarted(f"{self._stop_why} before it started")
             return False
-        store.save(record)
+        # The record is first written once the run exists (with its pid or
+        # container): a record without one could not be found again anyway.
         try:
             self.handle = await self.executor.start(self.assignment, record)
         except StartError as exc:
@@ -182,8 +183,8 @@ class JobRunner:
         try:
             if not record.started_acked and self._report:
                 await self._send_event(EventKind.STARTED, None, "")
+                # Written with the next save: a repeated "started" is harmless.
                 record.started_acked = True
-                ctx.store.save(record)
             shipping = asyncio.create_task(shipper.run())
             status = await handle.wait()
             await pump

@@ -19,6 +19,13 @@ def registered(api: AdminApi, name: str, timeout: float = 20.0) -> None:
     wait_until(lambda: api.node(name), timeout, f"node {name} to register")
 
 
+def settle() -> None:
+    """Give the agent a moment to record the server's acknowledgement of the lines
+    a test has just seen: a SIGKILL between the server's commit and that record
+    makes the next agent send those lines again (with the same sequence numbers)."""
+    time.sleep(0.5)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -111,6 +118,7 @@ def test_a_restarted_agent_readopts_its_running_job(
     wait_until(lambda: "before" in api.texts(job_id), 10, "the first lines")
     pid = int(line_starting(api, job_id, "pid ").split()[1])  # type: ignore[union-attr]
 
+    settle()
     agent.kill()  # SIGKILL: the agent cannot tidy up; the job must live on
     assert pid_alive(pid)
     again = start_agent("n1", gpus=2)
@@ -134,6 +142,7 @@ def test_an_exit_while_the_agent_was_down_is_reported_by_the_next_agent(
     )
     api.wait_state(job_id, {"running"})
     wait_until(lambda: "started" in api.texts(job_id), 10, "the first line")
+    settle()
     agent.kill()
     gate.touch()
     time.sleep(0.5)  # the job ends while no agent watches it
@@ -236,6 +245,7 @@ def test_a_container_job_runs_is_cancelled_and_is_readopted_after_a_restart(
     first = wait_until(
         lambda: line_starting(api, job_id, "in container"), 20, "the container's first line"
     )
+    settle()
     agent.kill()
     again = start_agent("d1", gpus=2, extra=extra)
     wait_until(lambda: "re-adopted job" in again.log(), 20, "the container's re-adoption")
