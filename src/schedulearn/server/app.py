@@ -29,6 +29,7 @@ from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services import jobs as job_service
 from schedulearn.server.services.agents import AgentTiming
+from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.state import AppState
 from schedulearn.server.wakeups import Wakeups
 from schedulearn.settings import ServerSettings
@@ -101,7 +102,8 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         description="Schedule deep-learning training jobs on GPU servers.",
         lifespan=lifespan,
     )
-    scheduler = Scheduler(database, wakeups, settings, clock, metrics)
+    shape = ShapeCache()
+    scheduler = Scheduler(database, wakeups, settings, clock, metrics, shape)
     sl = AppState(
         settings=settings,
         db=database,
@@ -110,7 +112,8 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         tokens=auth.TokenCache(),
         metrics=metrics,
         scheduler=scheduler,
-        submitter=Batcher(database, job_service.submit, clock.now),
+        submitter=Batcher(database, job_service.submit, clock.now, lambda: shape),
+        shape=shape,
         timing=AgentTiming(
             heartbeat_seconds=settings.heartbeat_seconds,
             node_timeout_seconds=settings.node_timeout_seconds,

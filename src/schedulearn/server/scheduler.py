@@ -48,12 +48,14 @@ class Scheduler:
         settings: ServerSettings,
         clock: Clock,
         metrics: Metrics,
+        shape: snapshot.ShapeCache | None = None,
     ) -> None:
         self.db = db
         self.wakeups = wakeups
         self.settings = settings
         self.clock = clock
         self.metrics = metrics
+        self.shape = shape or snapshot.ShapeCache()
         self.started_at = clock.now()
         self.spec = ""
         self.policy: Policy | None = None
@@ -111,6 +113,8 @@ class Scheduler:
     async def run_once(self) -> Round:
         round_ = await self.db.run(self._round)
         self.passes += 1
+        if round_.changes.nodes:
+            self.shape.invalidate()  # a node went down
         self.wakeups.notify(round_.changes)
         if round_.result is not None:
             self.wakeups.wake_nodes(round_.result.nodes)

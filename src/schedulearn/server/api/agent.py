@@ -27,6 +27,7 @@ router = APIRouter(prefix="/api/v1/agent", tags=["agent"], responses=ERROR_RESPO
 @router.post("/register", response_model=RegistrationReply)
 async def register(body: NodeRegistration, state: State, _who: Agent) -> RegistrationReply:
     done = await state.db.run(agents.register, body, state.clock.now(), state.timing)
+    state.shape.invalidate()
     state.orphan_stops.pop(body.name, None)
     state.wakeups.notify(done.changes)
     return done.reply

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import yaml
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
 
 from schedulearn.protocol import (
@@ -91,9 +91,11 @@ async def submit(request: Request, state: State, who: User) -> Any:
         raise
     state.wakeups.notify(result.changes)
     state.metrics.submitted.inc(len(result.jobs))
-    return SubmitReply(
+    reply = SubmitReply(
         ids=[j.id or 0 for j in result.jobs], jobs=[jobs.to_public(j) for j in result.jobs]
     )
+    # Serialised once here (a returned model would be validated again).
+    return Response(reply.model_dump_json(), status_code=201, media_type="application/json")
 
 
 @router.get("", response_model=JobList, summary="List jobs, newest first, with filters")

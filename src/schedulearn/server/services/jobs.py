@@ -127,7 +127,10 @@ _COLUMNS = [c.name for c in Job.__table__.columns if c.name != "id"]  # type: ig
 
 
 def submit(
-    session: Session, specs: list[tuple[JobSpec, Caller]], now: float
+    session: Session,
+    specs: list[tuple[JobSpec, Caller]],
+    now: float,
+    shape: snapshot.ShapeCache | None = None,
 ) -> list[Submitted | Exception]:
     """Accept a batch of submissions in one transaction (one commit for all).
 
@@ -135,8 +138,7 @@ def submit(
     entry does not affect the others. Rows go in with one multi-row
     INSERT ... RETURNING, not through the ORM: this is the hot path.
     """
-    nodes, _, node_rows = snapshot.load_nodes(session)
-    docker = {n for n, r in node_rows.items() if Executor.DOCKER.value in r.executors}
+    nodes, docker = (shape or snapshot.ShapeCache()).get(session)
     results: list[Submitted | Exception] = []
     batches: list[list[Job]] = []
     for spec, caller in specs:

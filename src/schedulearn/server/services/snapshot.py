@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import select, text
 from sqlmodel import Session
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
@@ -173,6 +173,9 @@ def pending_views(session: Session) -> list[JobView]:
     return [job_view_from_row(tuple(r)) for r in rows]
 
 
+_QUEUE_ORDER = "SELECT id, queued_at FROM job WHERE state = 'pending' ORDER BY queued_at, id"
+
+
 class PendingCache:
     """Views of pending jobs kept between passes (owned by the scheduler loop).
 
@@ -186,15 +189,15 @@ class PendingCache:
         self._views: dict[int, tuple[float, JobView]] = {}
 
     def load(self, session: Session) -> list[JobView]:
-        order = (
-            session.connection()
-            .execute(
-                select(Job.id, Job.queued_at)
-                .where(Job.state == JobState.PENDING.value)
-                .order_by(Job.queued_at, Job.id)
-            )
-            .all()
-        )
+        # The one query of a pass that grows with the queue: run it on the
+        # driver's cursor (no parameters, so the SQL is the same for SQLite
+        # and PostgreSQL), skipping SQLAlchemy's per-row processing.
+        cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(_QUEUE_ORDER)
+            order = cursor.fetchall()
+        finally:
+            cursor.close()
         views = self._views
         missing = [i for i, q in order if (hit := views.get(i)) is None or hit[0] != q]
         for start in range(0, len(missing), 500):
@@ -238,33 +241,48 @@ def build(session: Session, now: float, cache: PendingCache | None = None) -> Sn
     )
 
 
+class ShapeCache:
+    """The nodes as `check_servable` needs them, kept between submissions.
+
+    Nodes change rarely (an agent registers, a node goes down), and every
+    submission is checked against them; `invalidate` is called on those
+    changes. What it caches is only used to refuse impossible jobs, so a
+    briefly stale copy can at worst accept a job that will wait.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: tuple[NodeView, ...] | None = None
+        self._docker: set[str] = set()
+
+    def invalidate(self) -> None:
+        self._nodes = None
+
+    def get(self, session: Session) -> tuple[tuple[NodeView, ...], set[str]]:
+        if self._nodes is None:
+            nodes, _, rows = load_nodes(session)
+            self._docker = {n for n, r in rows.items() if "docker" in r.executors}
+            self._nodes = nodes
+        return self._nodes, self._docker
+
+
+# One statement, built once: is there anything a pass could do?
+_COULD_CHANGE = text(
+    """
+    SELECT
+      (SELECT count(*) FROM gpu JOIN node ON gpu.node = node.name WHERE node.healthy)
+      - (SELECT count(*) FROM allocation JOIN node ON allocation.node = node.name
+         WHERE node.healthy),
+      EXISTS (SELECT 1 FROM job WHERE job.state IN ('assigned', 'running', 'preempting')
+              AND job.preemptible),
+      EXISTS (SELECT 1 FROM job WHERE job.state = 'pending'
+              AND (job.gpus = 0 OR job.min_gpus = 0))
+    """
+)
+
+
 def could_change(session: Session) -> bool:
     """False when no pass could start or preempt anything: no free GPU on a
     healthy node, no running job that may be preempted and no queued job
     that needs no GPU. Saves the full snapshot while the cluster is full."""
-    conn = session.connection()
-    healthy = select(Node.name).where(Node.healthy == True)  # type: ignore[arg-type]  # noqa: E712
-    gpus = conn.execute(
-        select(func.count()).select_from(Gpu).where(Gpu.node.in_(healthy))  # type: ignore[attr-defined]
-    ).scalar_one()
-    held = conn.execute(
-        select(func.count()).select_from(Allocation).where(Allocation.node.in_(healthy))  # type: ignore[attr-defined]
-    ).scalar_one()
-    if gpus > held:
-        return True
-    preemptible = conn.execute(
-        select(Job.id)
-        .where(Job.state.in_(HOLDING), Job.preemptible == True)  # type: ignore[attr-defined]  # noqa: E712
-        .limit(1)
-    ).first()
-    if preemptible is not None:
-        return True
-    gpuless = conn.execute(
-        select(Job.id)
-        .where(
-            Job.state == JobState.PENDING.value,
-            or_(Job.gpus == 0, Job.min_gpus == 0),
-        )
-        .limit(1)
-    ).first()
-    return gpuless is not None
+    free, preemptible, gpuless = session.connection().execute(_COULD_CHANGE).one()
+    return bool(free > 0 or preemptible or gpuless)
