@@ -56,6 +56,14 @@ def test_ties_go_to_the_earlier_job_and_the_first_node() -> None:
     assert got == {1: place({"a": [0, 1]}), 2: place({"b": [0, 1]})}
 
 
+def test_ties_go_to_the_first_node_with_cpu_and_memory_demands_too() -> None:
+    s = Scenario(node("a", 2, cpus=8, memory_gb=16), node("b", 2, cpus=8, memory_gb=16))
+    pending = [job(1, gpus=1, cpus=2.0, memory_gb=4.0), job(2, gpus=1, cpus=2.0, memory_gb=4.0)]
+    got = starts(s.decide(create("tetris"), 0, pending))
+    # Job 1 takes the first of two equal nodes; job 2 then prefers the emptier b.
+    assert got == {1: place({"a": [0]}), 2: place({"b": [0]})}
+
+
 def test_a_task_without_gpus_is_placed_by_cpu_and_memory() -> None:
     s = Scenario(node("a", 2, cpus=8, memory_gb=32), node("b", 2, cpus=8, memory_gb=32))
     s.run(job(90, gpus=0, cpus=6.0, memory_gb=4.0), {"a": []})
