@@ -1,6 +1,10 @@
 """Helpers of the browser tests: the running cluster (server and agents as
 processes, spoken to over the API), a signed-in browser page that records
-every URL it requests, and screenshots into docs/screenshots/.
+every URL it requests, and screenshots.
+
+Screenshots go to out/screenshots/ (ignored by git) so a test run leaves
+the tree clean; `SCHEDULEARN_SCREENSHOT_DIR=docs/screenshots` refreshes the
+ones the README shows.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import httpx
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 
 CHROMIUM = os.environ.get("SCHEDULEARN_CHROMIUM", "/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+_REPO = Path(__file__).resolve().parents[2]
+SCREENSHOTS = _REPO / os.environ.get("SCHEDULEARN_SCREENSHOT_DIR", "out/screenshots")
 ADMIN = "browser-admin-token"
 AGENT = "browser-agent-token"
 VIEWPORT = {"width": 1440, "height": 900}

@@ -5,7 +5,7 @@ sign in with a token, submit through the form, watch the job start and its
 output stream in without a reload, cancel a job, switch the policy as an
 admin and be refused as a user. Every page visited is checked to request
 nothing but the server, and the tests save screenshots of every page with
-real data into docs/screenshots/.
+real data (see browsing.SCREENSHOTS).
 """
 
 from __future__ import annotations
