@@ -361,26 +361,14 @@ class ContainerHandle:
     ) -> None:
         """Read one stream to its end, skipping lines already shipped."""
         assert self.container_id is not None
+        cid = self.container_id
+        which = {"stdout": stream is LogStream.STDOUT, "stderr": stream is LogStream.STDERR}
         skip = self.record.log_positions.get(stream.value, 0)
         count = 0
         buffer = b""
-        try:
-            chunks = self.client.api.logs(
-                self.container_id,
-                stdout=stream is LogStream.STDOUT,
-                stderr=stream is LogStream.STDERR,
-                stream=True,
-                follow=True,
-            )
-        except docker.errors.NotFound:
-            return
 
-        def emit(final: bool) -> None:
-            nonlocal buffer, count
-            lines = split_lines(buffer, final=final)
-            if not lines:
-                return
-            buffer = buffer[lines[-1][1] :]
+        def emit(lines: list[tuple[bytes, int]]) -> None:
+            nonlocal count
             now = time.time()
             out = []
             for line, _ in lines:
@@ -390,7 +378,22 @@ class ContainerHandle:
             if out:
                 loop.call_soon_threadsafe(deliver, out)
 
-        for chunk in chunks:
-            buffer += chunk
-            emit(final=False)
-        emit(final=True)
+        try:
+            for chunk in self.client.api.logs(cid, stream=True, follow=True, **which):
+                buffer += chunk
+                lines = split_lines(buffer, final=False)
+                if lines:
+                    buffer = buffer[lines[-1][1] :]
+                    emit(lines)
+        except docker.errors.NotFound:
+            return
+        except Exception as exc:  # the engine went away mid-stream
+            log.warning("following the output of container %s: %s", cid[:12], exc)
+        emit(split_lines(buffer, final=True))
+        # Catch up once the stream has ended: a follow stream may end before the
+        # engine has stored the last output of a container that just exited.
+        try:
+            whole = self.client.api.logs(cid, stream=False, follow=False, **which)
+        except Exception:
+            return
+        emit(split_lines(whole, final=True)[count:])
