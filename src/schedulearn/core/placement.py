@@ -147,6 +147,9 @@ class FreePool:
         n = job.gpus if gpus is None else gpus
         counts = self._count_list()
         nodes = self._nodes
+        # A job that asks for GPUs only fits on any healthy node with enough
+        # free GPUs, so the count decides without the full check.
+        gpus_only = n > 0 and not (job.cpus or job.memory_gb or job.gpu_type)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
         for k in sorted(c for c in set(counts) if c >= n):
@@ -157,7 +160,7 @@ class FreePool:
                 except ValueError:
                     break
                 node = nodes[i]
-                if self.fits(node, job, n):
+                if (gpus_only and node.healthy) or self.fits(node, job, n):
                     return self.on_node(node, n)
         return None
 
