@@ -254,3 +254,24 @@ def test_a_missing_image_or_no_image_is_refused_with_what_to_change(
             await executor.start(no_image, new_record(store, 37))
 
     run(go())
+
+
+def test_gpus_go_as_device_requests_and_an_engine_without_them_says_what_to_change(
+    docker_image: str, store: StateStore, node_name: str
+) -> None:
+    async def go() -> None:
+        ex = DockerExecutor(node_name, gpu_mode="device-requests")
+        try:
+            if "nvidia" in (ex.client.info().get("Runtimes") or {}):
+                pytest.skip("this engine has the NVIDIA runtime")
+            with pytest.raises(StartError, match="--gpu-mode env"):
+                await ex.start(job(docker_image, 38, "true", gpus=[0, 2]), new_record(store, 38))
+            # The refused container was removed, not left behind.
+            left = ex.client.containers.list(
+                all=True, filters={"label": f"schedulearn.node={node_name}"}
+            )
+            assert left == []
+        finally:
+            ex.client.close()
+
+    run(go())

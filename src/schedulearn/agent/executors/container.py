@@ -211,19 +211,31 @@ class DockerExecutor:
             client.containers.get(options["name"]).remove(force=True)
         try:
             container = client.containers.create(image, **options)
+        except docker.errors.APIError as exc:
+            raise StartError(self._refused(exc)) from exc
+        try:
             container.start()
         except docker.errors.APIError as exc:
-            reason = str(exc.explanation or exc)
+            # Created but not started: nothing of it must stay behind.
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)
+            raise StartError(self._refused(exc)) from exc
+        return container
+
+    def _refused(self, exc: docker.errors.APIError) -> str:
+        reason = str(exc.explanation or exc)
+        hint = ""
+        if "init" in reason:
             hint = (
                 "; install the engine's init (tini for Docker, catatonit for Podman) "
                 "or start the agent with --no-container-init"
-                if "init" in reason
-                else ""
             )
-            raise StartError(
-                f"the container engine on {self.node_name!r} refused the job: {reason}{hint}"
-            ) from exc
-        return container
+        elif "device driver" in reason or "nvidia" in reason.lower():
+            hint = (
+                "; this engine cannot hand out GPUs: install the NVIDIA Container Toolkit, "
+                "or start the agent with --gpu-mode env"
+            )
+        return f"the container engine on {self.node_name!r} refused the job: {reason}{hint}"
 
     # --- recover ---------------------------------------------------------------
 
