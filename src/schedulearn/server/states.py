@@ -12,6 +12,7 @@ row, the job's history.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import update
@@ -50,9 +51,21 @@ def can_move(current: JobState | str, to: JobState) -> bool:
     return to in TRANSITIONS[JobState(current)]
 
 
+@dataclass(slots=True)
+class JobRef:
+    """Just what a transition needs, for hot paths that do not load the whole row."""
+
+    id: int
+    state: str
+    attempt: int
+
+
+_HISTORY = JobTransition.__table__  # type: ignore[attr-defined]
+
+
 def transition(
     session: Session,
-    job: Job,
+    job: Job | JobRef,
     to: JobState,
     at: float,
     message: str | None = None,
@@ -85,9 +98,13 @@ def transition(
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise StaleState(f"job {job.id} is no longer {current}")
     for key, value in values.items():
-        set_committed_value(job, key, value)
-    session.add(
-        JobTransition(
+        if isinstance(job, JobRef):
+            if hasattr(job, key):
+                setattr(job, key, value)
+        else:
+            set_committed_value(job, key, value)
+    session.execute(
+        _HISTORY.insert().values(
             job_id=job.id or 0,
             at=at,
             from_state=current.value,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlmodel import Session
 
 from schedulearn.protocol import (
@@ -25,6 +25,7 @@ from schedulearn.protocol import (
     GangInfo,
     Heartbeat,
     JobEvent,
+    JobState,
     NodeRegistration,
     RegistrationReply,
     RunningJobReport,
@@ -35,6 +36,7 @@ from schedulearn.protocol import (
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Gpu, Job, JobPart, Node
 from schedulearn.server.services import lifecycle
+from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
 
 LIVE = lifecycle.LIVE
@@ -258,6 +260,8 @@ def _assignment(session: Session, job: Job, part: JobPart, timing: AgentTiming) 
 
 
 def record_event(session: Session, job_id: int, event: JobEvent, now: float) -> Changes:
+    if event.kind is EventKind.STARTED:
+        return _record_start(session, job_id, event, now)
     job = session.get(Job, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}")
@@ -282,6 +286,32 @@ def record_event(session: Session, job_id: int, event: JobEvent, now: float) -> 
         )
     session.commit()
     return changes
+
+
+def _record_start(session: Session, job_id: int, event: JobEvent, now: float) -> Changes:
+    """A part started: the hot path of every job, in three small statements."""
+    conn = session.connection()
+    row = conn.execute(
+        select(Job.state, Job.attempt).where(Job.id == job_id)  # type: ignore[arg-type]
+    ).first()
+    if row is None:
+        raise NotFound(f"no job {job_id}")
+    conds = [
+        JobPart.job_id == job_id,
+        JobPart.attempt == event.attempt,
+        JobPart.status == "assigned",
+    ]
+    if event.node:
+        conds.append(JobPart.node == event.node)
+    conn.execute(
+        update(JobPart.__table__)  # type: ignore[arg-type]
+        .where(*conds)
+        .values(status="running", last_reported=now)
+    )
+    if row.attempt == event.attempt and row.state == JobState.ASSIGNED.value:
+        transition(session, JobRef(job_id, row.state, row.attempt), JobState.RUNNING, now)
+    session.commit()
+    return Changes(jobs={job_id})
 
 
 def orphan_orders(orphans: list[RunningJobReport], timing: AgentTiming) -> list[StopOrder]:
