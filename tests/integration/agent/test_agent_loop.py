@@ -173,6 +173,28 @@ def test_an_agent_back_too_late_stops_the_run_the_server_wrote_off(
     assert "wrote off job" in again.log()
 
 
+@pytest.mark.parametrize("server", [{"node_timeout": 3.0}], indirect=True)
+def test_an_agent_silent_too_long_registers_again_and_stops_the_written_off_run(
+    api: AdminApi, start_agent: StartAgent
+) -> None:
+    agent = start_agent("n1", gpus=1)
+    registered(api, "n1")
+    job_id = api.submit(command="echo pid $$; sleep 120", gpus=1)
+    api.wait_state(job_id, {"running"})
+    line = wait_until(lambda: line_starting(api, job_id, "pid "), 10, "the pid line")
+    old_pid = int(line.split()[1])
+    assert agent.popen is not None
+    agent.popen.send_signal(signal.SIGSTOP)  # a hung agent: no heartbeats
+    try:
+        api.wait_state(job_id, {"pending", "lost"}, timeout=30)
+    finally:
+        agent.popen.send_signal(signal.SIGCONT)
+    wait_until(lambda: not pid_alive(old_pid), 30, "the written-off run to be stopped")
+    job = api.wait_state(job_id, {"running"}, timeout=30)
+    assert job["attempt"] >= 2
+    assert "asked this node to register again" in agent.log()
+
+
 def test_no_exit_report_is_lost_while_the_server_is_down(
     api: AdminApi, server: ServerProc, start_agent: StartAgent, tmp_path: Path
 ) -> None:
