@@ -85,7 +85,8 @@ def main() -> int:
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         s = result.summary
         print(
-            f"{spec:<12} {wall:>8.2f} {cpu:>8.2f} {len(workload) / wall:>10,.0f} {result.passes:>9,} "
+            f"{spec:<12} {wall:>8.2f} {cpu:>8.2f} {len(workload) / wall:>10,.0f} "
+            f"{result.passes:>9,} "
             f"{s.mean_jct:>11,.0f} {s.p99_jct:>11,.0f} {s.mean_queueing_delay:>8,.0f} "
             f"{s.preemptions:>8,}"
         )

@@ -150,7 +150,7 @@ def check_run(cluster: ClusterSpec, workload: Workload, speed: LinearSpeed, poli
 
 @pytest.mark.parametrize("policy", available())
 @settings(
-    max_examples=40,
+    max_examples=80,
     deadline=None,
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )
