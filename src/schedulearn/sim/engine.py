@@ -30,117 +30,17 @@ from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.feasibility import check_feasible
-from schedulearn.sim.jobs import SimJob, Workload
+from schedulearn.sim.jobs import Workload
 from schedulearn.sim.metrics import summarize
 from schedulearn.sim.results import JobRecord, Segment, Series, SimResult
-from schedulearn.sim.speed import ClusterShape, Curve, LinearSpeed, SpeedModel
+from schedulearn.sim.runstate import RunState, running_view, stopped_view
+from schedulearn.sim.speed import ClusterShape, LinearSpeed, SpeedModel
 
 ProgressFn = Callable[[int, int], None]
 
 
 class PolicyError(RuntimeError):
     """A policy asked for something the ledger refused; the run stopped."""
-
-
-class _Run:
-    """Mutable run state of one job."""
-
-    __slots__ = (
-        "curve",
-        "done",
-        "end",
-        "estimate",
-        "first_start",
-        "isolated",
-        "job",
-        "migrations",
-        "placement",
-        "preemptions",
-        "ready",
-        "resizes",
-        "started",
-        "version",
-        "work",
-    )
-
-    def __init__(self, job: SimJob, work: float, estimate: float, isolated: float) -> None:
-        self.job = job
-        self.work = work
-        self.estimate = estimate
-        self.isolated = isolated
-        self.done = 0.0
-        self.started = 0.0
-        self.ready = 0.0
-        self.curve: Curve | None = None
-        self.placement: Placement | None = None
-        self.version = 0
-        self.first_start: float | None = None
-        self.end: float | None = None
-        self.preemptions = 0
-        self.migrations = 0
-        self.resizes = 0
-
-
-def running_view(pending: JobView, placement: Placement, now: float, progress: float) -> JobView:
-    """The view of a job that starts (or restarts) on `placement` at `now`.
-
-    Spelled out field by field because it runs once per start and
-    `dataclasses.replace` costs half again as much.
-    """
-    return JobView(
-        id=pending.id,
-        submitted_at=pending.submitted_at,
-        gpus=pending.gpus,
-        name=pending.name,
-        user=pending.user,
-        group=pending.group,
-        min_gpus=pending.min_gpus,
-        max_gpus=pending.max_gpus,
-        cpus=pending.cpus,
-        memory_gb=pending.memory_gb,
-        gpu_type=pending.gpu_type,
-        priority=pending.priority,
-        deadline=pending.deadline,
-        estimated_duration=pending.estimated_duration,
-        model=pending.model,
-        preemptible=pending.preemptible,
-        queued_at=pending.queued_at,
-        placement=placement,
-        started_at=now,
-        service_seconds=pending.service_seconds,
-        attained_gpu_seconds=pending.attained_gpu_seconds,
-        preemptions=pending.preemptions,
-        progress=progress,
-    )
-
-
-def stopped_view(running: JobView, now: float, progress: float, preempted: bool) -> JobView:
-    """The pending view of a job suspended at `now` (service accrued up to now)."""
-    return JobView(
-        id=running.id,
-        submitted_at=running.submitted_at,
-        gpus=running.gpus,
-        name=running.name,
-        user=running.user,
-        group=running.group,
-        min_gpus=running.min_gpus,
-        max_gpus=running.max_gpus,
-        cpus=running.cpus,
-        memory_gb=running.memory_gb,
-        gpu_type=running.gpu_type,
-        priority=running.priority,
-        deadline=running.deadline,
-        estimated_duration=running.estimated_duration,
-        model=running.model,
-        preemptible=running.preemptible,
-        queued_at=now if preempted else running.queued_at,
-        placement=None,
-        started_at=None,
-        service_seconds=running.service_at(now),
-        attained_gpu_seconds=running.attained_at(now),
-        preemptions=running.preemptions + (1 if preempted else 0),
-        progress=progress,
-    )
 
 
 class Simulator:
@@ -166,12 +66,12 @@ class Simulator:
         self.on_progress = on_progress
         check_feasible(workload, cluster)
         self.ledger = GpuLedger(cluster.nodes)
-        self._runs: dict[int, _Run] = {}
+        self._runs: dict[int, RunState] = {}
         for job in workload.jobs:
             work = self.speed.work(job)
             estimate = self.speed.estimate(job, self.shape)
             isolated = estimate + self.speed.switch_cost(job, True)
-            self._runs[job.id] = _Run(job, work, estimate, isolated)
+            self._runs[job.id] = RunState(job, work, estimate, isolated)
         # Snapshot caches, rebuilt only when they change.
         self._node_list: list[NodeView] = list(cluster.nodes)
         self._node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
@@ -286,7 +186,7 @@ class Simulator:
 
     # --- events ------------------------------------------------------------
 
-    def _complete(self, run: _Run, t: float) -> None:
+    def _complete(self, run: RunState, t: float) -> None:
         jid = run.job.id
         run.done = run.work
         run.end = t
@@ -296,7 +196,7 @@ class Simulator:
         del self._running[jid]
         self._running_changed = True
 
-    def _stop_segment(self, run: _Run, t: float, reason: str) -> None:
+    def _stop_segment(self, run: RunState, t: float, reason: str) -> None:
         placement = run.placement
         assert placement is not None
         self._busy -= placement.num_gpus
@@ -306,7 +206,7 @@ class Simulator:
         run.curve = None
         run.version += 1
 
-    def _start_segment(self, run: _Run, placement: Placement, t: float, first: bool) -> None:
+    def _start_segment(self, run: RunState, placement: Placement, t: float, first: bool) -> None:
         job = run.job
         curve = self.speed.curve(job, placement, self.shape)
         run.curve = curve
@@ -321,7 +221,7 @@ class Simulator:
         self._seq += 1
         heapq.heappush(self._heap, (finish, self._seq, job.id, run.version))
 
-    def _progress_at(self, run: _Run, t: float) -> float:
+    def _progress_at(self, run: RunState, t: float) -> float:
         assert run.curve is not None
         return min(run.work, run.curve.advance(run.done, max(0.0, t - run.ready)))
 

@@ -7,7 +7,7 @@ import pytest
 from schedulearn.core import create
 from schedulearn.core.views import JobView, Placement
 from schedulearn.sim import LinearSpeed, SimInputError, SimJob, Workload, parse_cluster, simulate
-from schedulearn.sim.engine import running_view, stopped_view
+from schedulearn.sim.runstate import running_view, stopped_view
 
 
 def jobs(*specs: tuple[float, int, float]) -> Workload:
