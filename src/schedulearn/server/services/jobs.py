@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlmodel import Session
 
 from schedulearn.core import JobView, NodeView
@@ -153,11 +153,11 @@ def submit(
     flat = [job for rows in batches for job in rows]
     if flat:
         values = [{c: getattr(job, c) for c in _COLUMNS} for job in flat]
+        table = Job.__table__  # type: ignore[attr-defined]
+        # Core, not the ORM's bulk path: a third of the cost per row.
         ids = (
-            session.execute(
-                insert(Job).returning(Job.id, sort_by_parameter_order=True),
-                values,  # type: ignore[arg-type]
-            )
+            session.connection()
+            .execute(table.insert().returning(table.c.id, sort_by_parameter_order=True), values)
             .scalars()
             .all()
         )
