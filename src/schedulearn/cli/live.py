@@ -75,6 +75,9 @@ def _uvicorn_config(settings: ServerSettings) -> uvicorn.Config:
         log_level=settings.log_level,
         access_log=False,  # per-request lines cost more than the request at 500/s
         timeout_graceful_shutdown=5,
+        # Agents and busy clients keep connections open; a longer keep-alive
+        # makes it rarer that a request races the server closing an idle one.
+        timeout_keep_alive=30,
     )
 
 
