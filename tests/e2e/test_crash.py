@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from conftest import ADMIN, Cluster
+from e2e_cluster import ADMIN, Cluster
 
 from schedulearn.protocol import JobSpec
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 import httpx
-from conftest import ADMIN, Cluster
+from e2e_cluster import ADMIN, Cluster
 
 from schedulearn.protocol import JobSpec
 

@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from server_api import ADMIN, AGENT, Api
 
 from schedulearn.cli.localcluster import free_port
 from schedulearn.server import create_app
 from schedulearn.settings import ServerSettings
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-ADMIN = "admin-token-for-tests"
-AGENT = "agent-token-for-tests"
 _db_numbers = itertools.count(1)
 
 
@@ -111,29 +110,6 @@ def settings(database_url: str) -> ServerSettings:
         tick_seconds=0.2,
         stop_grace_seconds=1.0,
     )
-
-
-class Api:
-    """A TestClient with the tokens at hand."""
-
-    def __init__(self, client: TestClient) -> None:
-        self.client = client
-        self.admin = {"Authorization": f"Bearer {ADMIN}"}
-        self.agent = {"Authorization": f"Bearer {AGENT}"}
-
-    def get(self, path: str, headers: dict[str, str] | None = None, **kw: object):  # type: ignore[no-untyped-def]
-        return self.client.get(path, headers=headers or self.admin, **kw)  # type: ignore[arg-type]
-
-    def post(self, path: str, headers: dict[str, str] | None = None, **kw: object):  # type: ignore[no-untyped-def]
-        return self.client.post(path, headers=headers or self.admin, **kw)  # type: ignore[arg-type]
-
-    def put(self, path: str, headers: dict[str, str] | None = None, **kw: object):  # type: ignore[no-untyped-def]
-        return self.client.put(path, headers=headers or self.admin, **kw)  # type: ignore[arg-type]
-
-    def user_token(self, user: str) -> dict[str, str]:
-        r = self.post("/api/v1/tokens", json={"user": user, "role": "user"})
-        assert r.status_code == 201, r.text
-        return {"Authorization": f"Bearer {r.json()['token']}"}
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import pytest
 import schemathesis
-from conftest import ADMIN, AGENT
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -18,6 +17,7 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from server_api import ADMIN, AGENT
 
 from schedulearn.cli.localcluster import ServerProcess
 

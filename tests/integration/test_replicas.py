@@ -22,7 +22,7 @@ def test_one_replica_holds_the_scheduler_lock(settings: ServerSettings) -> None:
             for c in (first, second)
         ]
         assert sorted(leaders) == [False, True]
-        from conftest import Api
+        from server_api import Api
 
         a, b = Api(first), Api(second)
         WireAgent(a, "n1", gpus=2).register()

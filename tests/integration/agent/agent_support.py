@@ -286,3 +286,7 @@ class PodmanService:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+StartAgent = Callable[..., AgentProc]
+"""What the `start_agent` fixture hands a test: start an agent by name."""

@@ -17,7 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from agent_support import (
     AgentProc,
     PodmanService,
     ServerProc,
+    StartAgent,
     ensure_docker,
 )
 
@@ -96,9 +97,6 @@ def api(server: ServerProc) -> Iterator[AdminApi]:
         yield client
     finally:
         client.close()
-
-
-StartAgent = Callable[..., AgentProc]
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_support import AdminApi, ServerProc, wait_until
-from conftest import StartAgent
+from agent_support import AdminApi, ServerProc, StartAgent, wait_until
 
 
 def registered(api: AdminApi, name: str, timeout: float = 20.0) -> None:
