@@ -69,7 +69,10 @@ def cluster() -> Iterator[Cluster]:
             shutil.rmtree(work, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an asyncio loop
+# running on the main thread while it lives, and later test directories call
+# asyncio.run(), which refuses to start inside a running loop.
+@pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
