@@ -167,6 +167,7 @@ class _UpServer(uvicorn.Server):
         self.log_path = log_path
         self.agent: subprocess.Popen[bytes] | None = None
         self._stopping = False
+        self._stop_asked = 0.0
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -191,12 +192,17 @@ class _UpServer(uvicorn.Server):
             self.should_exit = True
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._stopping and time.monotonic() - self._stop_asked < 2.0:
+            # One Ctrl-C delivered twice: the terminal signals the whole
+            # process group, and `uv run` without a TTY forwards it too.
+            return
         if self._stopping:  # a second Ctrl-C: stop now
             if self.agent and self.agent.poll() is None:
                 self.agent.kill()
             super().handle_exit(sig, frame)
             return
         self._stopping = True
+        self._stop_asked = time.monotonic()
         err.print("stopping the agent, then the server...")
         threading.Thread(
             target=self._stop_agent_then_server, args=(sig, frame), daemon=True
@@ -240,6 +246,7 @@ def up(
     what = f"{gpus} virtual GPUs" if gpus else "NVIDIA GPUs"
     err.print(f"  local agent {name!r}: {what}, log {log_path}")
     err.print(f"  CLI configured in {path}; try: schedulearn submit --gpus 1 -- echo hello")
+    err.print(f"  web page: {url}/ui (sign in with the token in {path})")
     err.print("  Ctrl-C stops both.")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     server_ = _UpServer(_uvicorn_config(settings), cmd, log_path)
