@@ -1,0 +1,140 @@
+"""Forecasts of a live snapshot, on scenarios worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedulearn.core import create
+from schedulearn.core.views import ClusterView, GpuView, JobView, NodeView, Placement
+from schedulearn.sim.forecast import forecast
+
+NOW = 1_000_000.0
+
+
+def node(
+    name: str, gpus: int, held: dict[int, int] | None = None, healthy: bool = True
+) -> NodeView:
+    held = held or {}
+    views = tuple(GpuView(i, "", f"{name}-{i}", 0, held.get(i)) for i in range(gpus))
+    return NodeView(name, views, 48.0, 128.0, 48.0, 128.0, healthy)
+
+
+def running(job_id: int, node_name: str, gpus: list[int], ran: float, **kw: object) -> JobView:
+    return JobView(
+        id=job_id,
+        submitted_at=NOW - ran - 10,
+        gpus=len(gpus),
+        placement=Placement.single(node_name, gpus),
+        started_at=NOW - ran,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def pending(job_id: int, gpus: int, waited: float = 5.0, **kw: object) -> JobView:
+    return JobView(id=job_id, submitted_at=NOW - waited, gpus=gpus, **kw)  # type: ignore[arg-type]
+
+
+def test_fifo_queue_behind_a_running_job() -> None:
+    # 4 GPUs, all held by job 1 (ran 100 s of 300). Jobs 2 and 3 (2 GPUs
+    # each) start together when it ends; each then runs its own duration.
+    view = ClusterView(
+        NOW,
+        (node("a", 4, {0: 1, 1: 1, 2: 1, 3: 1}),),
+        (pending(2, 2, waited=20), pending(3, 2, waited=10)),
+        (running(1, "a", [0, 1, 2, 3], ran=100),),
+    )
+    f = forecast(view, {1: 300.0, 2: 50.0, 3: 100.0}, create("fifo"))
+    assert f.of(1) is not None and f.of(1).start == NOW - 100  # type: ignore[union-attr]
+    assert f.jobs[1].end == pytest.approx(NOW + 200)
+    assert (f.jobs[2].start, f.jobs[2].end) == (pytest.approx(NOW + 200), pytest.approx(NOW + 250))
+    assert (f.jobs[3].start, f.jobs[3].end) == (pytest.approx(NOW + 200), pytest.approx(NOW + 300))
+    s = f.summary
+    assert (s.jobs, s.predicted, s.unknown) == (3, 3, 0)
+    assert s.makespan == pytest.approx(300)
+    # JCTs from real submission: job 1 at NOW-110, job 2 at NOW-20, job 3 at NOW-10.
+    assert s.mean_jct == pytest.approx((310 + 270 + 310) / 3)
+    # Busy: 4 GPUs for 200 s, then 4 for 50 s, then 2 for 50 s, of 4 x 300.
+    assert s.utilisation == pytest.approx((800 + 200 + 100) / 1200)
+
+
+def test_an_unknown_duration_gives_no_end_and_nothing_behind_it() -> None:
+    # Job 1 holds node a with no estimate; job 3 fits on node b and is
+    # predicted normally; job 2 needs node a's size and waits on job 1.
+    view = ClusterView(
+        NOW,
+        (node("a", 4, {0: 1, 1: 1, 2: 1, 3: 1}), node("b", 2)),
+        (pending(3, 1, waited=9), pending(2, 4, waited=8)),
+        (running(1, "a", [0, 1, 2, 3], ran=50),),
+    )
+    f = forecast(view, {2: 60.0, 3: 30.0}, create("fifo"))
+    assert f.jobs[1].end is None
+    assert f.jobs[2].start is None and f.jobs[2].end is None
+    assert f.jobs[3].start == pytest.approx(NOW)
+    assert f.jobs[3].end == pytest.approx(NOW + 30)
+    assert (f.summary.predicted, f.summary.unknown) == (1, 2)
+
+
+def test_work_already_done_counts_for_a_preempted_job() -> None:
+    view = ClusterView(NOW, (node("a", 1),), (pending(5, 1, service_seconds=70.0),), ())
+    f = forecast(view, {5: 100.0}, create("fifo"))
+    assert f.jobs[5].end == pytest.approx(NOW + 30)
+
+
+def test_an_overdue_job_is_taken_as_nearly_done() -> None:
+    view = ClusterView(NOW, (node("a", 1, {0: 1}),), (), (running(1, "a", [0], ran=500),))
+    f = forecast(view, {1: 100.0}, create("fifo"))
+    assert NOW < f.jobs[1].end <= NOW + 1.0  # type: ignore[operator]
+
+
+def test_srtf_predicts_a_lower_mean_jct_than_fifo_for_short_jobs_behind_a_long_one() -> None:
+    queue = (
+        pending(1, 1, waited=3, estimated_duration=1000.0, preemptible=True),
+        pending(2, 1, waited=2, estimated_duration=10.0, preemptible=True),
+        pending(3, 1, waited=1, estimated_duration=10.0, preemptible=True),
+    )
+    view = ClusterView(NOW, (node("a", 1),), queue, ())
+    durations = {1: 1000.0, 2: 10.0, 3: 10.0}
+    fifo = forecast(view, durations, create("fifo")).summary
+    srtf = forecast(view, durations, create("srtf")).summary
+    assert fifo.makespan == pytest.approx(srtf.makespan)  # type: ignore[arg-type]
+    assert srtf.mean_jct < fifo.mean_jct  # type: ignore[operator]
+    # fifo: 1000, 1010, 1020 (+ waits); srtf: 10, 20, 1020.
+    assert fifo.mean_jct == pytest.approx((1003 + 1012 + 1021) / 3)
+    assert srtf.mean_jct == pytest.approx((12 + 21 + 1023) / 3)
+
+
+def test_the_policy_sees_the_live_queue_order() -> None:
+    # Job 9 was submitted before job 4 (e.g. ids of another replica); fifo
+    # must start job 9 first because it has waited longer.
+    queue = (pending(9, 1, waited=100), pending(4, 1, waited=50))
+    view = ClusterView(NOW, (node("a", 1),), queue, ())
+    f = forecast(view, {9: 10.0, 4: 10.0}, create("fifo"))
+    assert f.jobs[9].start == pytest.approx(NOW)
+    assert f.jobs[4].start == pytest.approx(NOW + 10)
+
+
+def test_a_job_no_healthy_node_can_hold_gets_no_prediction() -> None:
+    view = ClusterView(
+        NOW, (node("a", 2), node("b", 8, healthy=False)), (pending(1, 8), pending(2, 1)), ()
+    )
+    f = forecast(view, {1: 10.0, 2: 10.0}, create("fifo:backfill=true"))
+    assert 1 not in f.jobs
+    assert f.jobs[2].end == pytest.approx(NOW + 10)
+    assert f.summary.unknown == 1
+
+
+def test_nothing_is_predicted_past_the_horizon() -> None:
+    view = ClusterView(NOW, (node("a", 1),), (pending(1, 1), pending(2, 1)), ())
+    f = forecast(view, {1: 500.0, 2: 10.0}, create("fifo"), horizon=100.0)
+    assert f.jobs[1].start == pytest.approx(NOW)
+    assert f.jobs[1].end is None
+    assert f.jobs[2].start is None
+
+
+def test_a_tick_policy_with_an_endless_job_stops_at_the_horizon() -> None:
+    view = ClusterView(
+        NOW, (node("a", 1, {0: 1}),), (pending(2, 1),), (running(1, "a", [0], ran=5),)
+    )
+    f = forecast(view, {2: 10.0}, create("tiresias"), horizon=3600.0)
+    assert f.jobs[1].end is None
+    assert f.wall_seconds < 5
