@@ -426,6 +426,28 @@ class JobPublic(_Wire):
         default=None, description="1 for the head of the queue; None unless pending"
     )
     waiting_reason: str | None = None
+    duration_estimate: float | None = Field(
+        default=None,
+        description="Expected total run time in seconds (see `duration_source`); "
+        "None when unknown. Pending and running jobs only",
+    )
+    duration_source: Literal["progress", "estimate", "history"] | None = Field(
+        default=None,
+        description="progress: extrapolated from the progress the job reports; estimate: "
+        "the submitted estimated_duration; history: median run time of similar "
+        "finished jobs (same user and name, or same command)",
+    )
+    predicted_start_at: float | None = Field(
+        default=None,
+        description="Pending jobs: when the job is expected to start (epoch seconds), "
+        "from simulating the current cluster forward under the policy in force; None "
+        "when it cannot be predicted (it waits on a job of unknown duration)",
+    )
+    predicted_end_at: float | None = Field(
+        default=None,
+        description="Pending and running jobs: when the job is expected to end (epoch "
+        "seconds), by the same forecast; None when unknown",
+    )
 
 
 class JobList(_Wire):
@@ -470,6 +492,37 @@ class PolicyPublic(_Wire):
     name: str
     tick_seconds: float | None
     available: list[str]
+
+
+class PolicyForecast(_Wire):
+    """One policy's predicted figures for the current queue (see `PolicyPreview`)."""
+
+    spec: str
+    in_force: bool
+    mean_jct: float | None = Field(
+        description="Mean job completion time in seconds, from each job's submission, "
+        "over the jobs whose end is predicted"
+    )
+    makespan: float | None = Field(description="Seconds from now until the last predicted end")
+    utilisation: float | None = Field(
+        description="Busy GPU-seconds over healthy GPU-seconds, from now to the makespan"
+    )
+    predicted: int = Field(description="Jobs whose end is predicted")
+    unknown: int = Field(description="Jobs whose end is not (no duration estimate, or behind one)")
+    preemptions: int
+    wall_seconds: float = Field(description="How long the simulation took")
+
+
+class PolicyPreview(_Wire):
+    """The current queue simulated forward under each policy, for comparison."""
+
+    at: float
+    in_force: str
+    pending: int
+    running: int
+    without_estimate: int = Field(description="Pending or running jobs with no duration estimate")
+    horizon_seconds: float
+    policies: list[PolicyForecast]
 
 
 class PolicySet(_Wire):
