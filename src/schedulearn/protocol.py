@@ -511,6 +511,7 @@ class PolicyForecast(_Wire):
     unknown: int = Field(description="Jobs whose end is not (no duration estimate, or behind one)")
     preemptions: int
     wall_seconds: float = Field(description="How long the simulation took")
+    error: str | None = Field(default=None, description="Why this policy has no figures")
 
 
 class PolicyPreview(_Wire):

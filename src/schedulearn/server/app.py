@@ -29,6 +29,7 @@ from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services import jobs as job_service
 from schedulearn.server.services.agents import AgentTiming
+from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.state import AppState
 from schedulearn.server.wakeups import Wakeups
@@ -114,6 +115,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         scheduler=scheduler,
         submitter=Batcher(database, job_service.submit, clock.now, lambda: shape),
         shape=shape,
+        predictions=Predictor(database, clock, settings.default_policy),
         timing=AgentTiming(
             heartbeat_seconds=settings.heartbeat_seconds,
             node_timeout_seconds=settings.node_timeout_seconds,

@@ -21,6 +21,7 @@ from schedulearn.server.db import Database
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services.agents import AgentTiming
+from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.wakeups import Wakeups
 from schedulearn.settings import ServerSettings
@@ -38,6 +39,7 @@ class AppState:
     submitter: Batcher  # type: ignore[type-arg]
     timing: AgentTiming
     shape: ShapeCache
+    predictions: Predictor
     samples: dict[str, list[GpuSample]] = field(default_factory=dict)
     orphan_stops: dict[str, list[StopOrder]] = field(default_factory=lambda: defaultdict(list))
 

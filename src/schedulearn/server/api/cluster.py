@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from schedulearn.protocol import NodeList, PolicyPublic, PolicySet, TokenCreate, TokenPublic, WhoAmI
+from fastapi import APIRouter, Query
+
+from schedulearn.protocol import (
+    NodeList,
+    PolicyPreview,
+    PolicyPublic,
+    PolicySet,
+    TokenCreate,
+    TokenPublic,
+    WhoAmI,
+)
 from schedulearn.server import auth
 from schedulearn.server.api.deps import Admin, State, User
 from schedulearn.server.errors import ERROR_RESPONSES
@@ -21,6 +31,27 @@ async def list_nodes(state: State, _who: User) -> NodeList:
 @router.get("/policy", response_model=PolicyPublic, tags=["policy"], summary="The policy in force")
 async def get_policy(state: State, _who: User) -> PolicyPublic:
     return await state.db.run(policy.get, state.settings.default_policy)
+
+
+@router.get(
+    "/policy/preview",
+    response_model=PolicyPreview,
+    tags=["policy"],
+    summary="The current queue simulated under each policy: predicted mean JCT, "
+    "makespan and utilisation side by side",
+)
+async def preview_policy(
+    state: State,
+    _who: User,
+    policies: Annotated[
+        str | None,
+        Query(
+            max_length=2000,
+            description="Comma-separated policy specs (default: every registered policy)",
+        ),
+    ] = None,
+) -> PolicyPreview:
+    return await state.predictions.preview(policies)
 
 
 @router.put(

@@ -109,14 +109,20 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
 ) -> JobList:
-    return await state.db.run(
+    listing = await state.db.run(
         jobs.list_jobs, job_state or [], user, name, offset, limit, order == "desc"
     )
+    return listing.model_copy(update={"items": await state.predictions.annotate(listing.items)})
 
 
-@router.get("/{job_id}", response_model=JobPublic, summary="One job, with why it waits")
+@router.get(
+    "/{job_id}",
+    response_model=JobPublic,
+    summary="One job, with why it waits and when it is expected to start and end",
+)
 async def show(job_id: JobId, state: State, _who: User) -> JobPublic:
-    return await state.db.run(jobs.show, job_id)
+    job = await state.db.run(jobs.show, job_id)
+    return (await state.predictions.annotate([job]))[0]
 
 
 @router.get("/{job_id}/history", response_model=JobHistory, summary="The job's state changes")

@@ -1,0 +1,288 @@
+"""Predicted start and end times, and `policy preview`: the live queue simulated forward.
+
+Owns `Predictor`, the app's cache of forecasts. A forecast reads the
+cluster (`snapshot.build`), the duration estimates (`durations`) and the
+policy in force, and runs `schedulearn.sim.forecast` — the simulator's
+engine over the same policy code as the live scheduler — forward from
+now. It is recomputed only when the state it rests on changed: a new
+job, a state change (start, end, preemption, cancel), a node change or
+a policy switch (a `Fingerprint` read in one cheap query), or after
+`ttl` seconds (run times and reported progress drift); never once per
+request. The simulation runs off the database thread, so a slow one
+does not hold up the API.
+
+Jobs being preempted are forecast as queued again (their GPUs are about
+to be freed, and they come back to the queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import select, text
+from sqlmodel import Session
+
+from schedulearn.clock import Clock
+from schedulearn.core import ClusterView, JobView, Policy
+from schedulearn.protocol import JobPublic, JobState, PolicyForecast, PolicyPreview
+from schedulearn.server.db import Database
+from schedulearn.server.errors import BadRequest
+from schedulearn.server.models import Job
+from schedulearn.server.services import policy as policy_service
+from schedulearn.server.services import snapshot
+from schedulearn.server.services.durations import DurationEstimate, JobFacts, estimate_all
+from schedulearn.sim.forecast import DEFAULT_HORIZON, Forecast, ForecastSummary, forecast
+
+log = logging.getLogger(__name__)
+
+ACTIVE = {JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING}
+
+_FINGERPRINT = text(
+    """
+    SELECT (SELECT max(id) FROM job), (SELECT max(id) FROM job_transition),
+           (SELECT count(*) FROM node WHERE healthy), (SELECT count(*) FROM gpu)
+    """
+)
+# Optional column added by the progress work (issue 5): read it when it exists.
+_PROGRESS = getattr(Job, "progress", None)
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What a forecast rests on, read in one database call."""
+
+    view: ClusterView
+    durations: dict[int, DurationEstimate]
+    spec: str
+    fingerprint: tuple[object, ...]
+
+
+def fingerprint(session: Session, default_policy: str) -> tuple[object, ...]:
+    row = tuple(session.connection().execute(_FINGERPRINT).one())
+    return (*row, policy_service.current_spec(session, default_policy))
+
+
+def _facts(session: Session, views: list[JobView], now: float) -> list[JobFacts]:
+    ids = [v.id for v in views]
+    extra: dict[int, tuple[object, object]] = {}
+    columns = [Job.id, Job.command] + ([_PROGRESS] if _PROGRESS is not None else [])
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        for row in session.execute(select(*columns).where(Job.id.in_(chunk))):  # type: ignore[union-attr]
+            extra[row[0]] = (row[1], row[2] if len(row) > 2 else None)
+    return [
+        JobFacts(
+            id=v.id,
+            user=v.user,
+            name=v.name,
+            command=extra.get(v.id, (None, None))[0],
+            estimated_duration=v.estimated_duration,
+            service_seconds=v.service_at(now),
+            progress=extra.get(v.id, (None, None))[1],
+        )
+        for v in views
+    ]
+
+
+def _preempting(session: Session, now: float) -> list[JobView]:
+    """Jobs being preempted, as the queued jobs they are about to be again."""
+    rows = session.connection().execute(
+        select(*snapshot._JOB_COLUMNS).where(Job.state == JobState.PREEMPTING.value)  # type: ignore[call-overload]
+    )
+    views = []
+    for r in rows:
+        v = snapshot.job_view_from_row(tuple(r))
+        views.append(
+            dataclasses.replace(
+                v,
+                placement=None,
+                started_at=None,
+                queued_at=now,
+                service_seconds=v.service_at(now),
+                attained_gpu_seconds=v.attained_at(now),
+            )
+        )
+    return views
+
+
+def read_inputs(session: Session, now: float, default_policy: str) -> Inputs:
+    mark = fingerprint(session, default_policy)
+    snap = snapshot.build(session, now)
+    pending = [*snap.view.pending, *_preempting(session, now)]
+    view = dataclasses.replace(snap.view, pending=tuple(pending))
+    jobs = [*view.pending, *view.running]
+    durations = estimate_all(session, _facts(session, jobs, now))
+    return Inputs(view, durations, str(mark[-1]), mark)
+
+
+def run(inputs: Inputs, spec: str, policy: Policy | None = None) -> Forecast:
+    """Simulate `inputs` under `spec` (a fresh policy object: policies keep state)."""
+    try:
+        built = policy or policy_service.build(spec)
+    except BadRequest:
+        # An invalid stored spec: the scheduler runs fifo then, and so does this.
+        built = policy_service.build("fifo")
+    seconds = {job_id: d.seconds for job_id, d in inputs.durations.items()}
+    return forecast(inputs.view, seconds, built, horizon=DEFAULT_HORIZON, policy_name=spec)
+
+
+def _nothing(inputs: Inputs) -> Forecast:
+    """A forecast that predicts nothing (what a failed simulation leaves)."""
+    count = len(inputs.view.pending) + len(inputs.view.running)
+    summary = ForecastSummary(count, 0, count, None, None, None, 0)
+    return Forecast(inputs.view.now, inputs.spec, DEFAULT_HORIZON, {}, summary, 0.0)
+
+
+def annotate(job: JobPublic, inputs: Inputs, result: Forecast) -> JobPublic:
+    """`job` with its duration estimate and predicted times (active jobs only)."""
+    if job.state not in ACTIVE:
+        return job
+    estimate = inputs.durations.get(job.id)
+    predicted = result.of(job.id)
+    update: dict[str, object] = {}
+    if estimate is not None:
+        update["duration_estimate"] = round(estimate.seconds, 3)
+        update["duration_source"] = estimate.source.value
+    if predicted is not None:
+        if job.state is JobState.PENDING or job.state is JobState.PREEMPTING:
+            update["predicted_start_at"] = predicted.start
+        update["predicted_end_at"] = predicted.end
+    return job.model_copy(update=update) if update else job
+
+
+def preview(inputs: Inputs, specs: list[str]) -> PolicyPreview:
+    rows = []
+    for spec in specs:
+        try:
+            result = run(inputs, spec)
+        except Exception as exc:
+            # One policy failing (a bug, or a third-party policy) must not
+            # hide the others' figures.
+            log.exception("policy preview of %s failed", spec)
+            rows.append(
+                PolicyForecast(
+                    spec=spec,
+                    in_force=spec == inputs.spec,
+                    mean_jct=None,
+                    makespan=None,
+                    utilisation=None,
+                    predicted=0,
+                    unknown=len(inputs.view.pending) + len(inputs.view.running),
+                    preemptions=0,
+                    wall_seconds=0.0,
+                    error=f"the simulation failed: {exc}",
+                )
+            )
+            continue
+        s = result.summary
+        rows.append(
+            PolicyForecast(
+                spec=spec,
+                in_force=spec == inputs.spec,
+                mean_jct=s.mean_jct,
+                makespan=s.makespan,
+                utilisation=s.utilisation,
+                predicted=s.predicted,
+                unknown=s.unknown,
+                preemptions=s.preemptions,
+                wall_seconds=result.wall_seconds,
+            )
+        )
+    active = [*inputs.view.pending, *inputs.view.running]
+    return PolicyPreview(
+        at=inputs.view.now,
+        in_force=inputs.spec,
+        pending=len(inputs.view.pending),
+        running=len(inputs.view.running),
+        without_estimate=sum(1 for j in active if j.id not in inputs.durations),
+        horizon_seconds=DEFAULT_HORIZON,
+        policies=rows,
+    )
+
+
+def preview_specs(requested: str | None, in_force: str) -> list[str]:
+    """The policies to preview: those named (validated), or every registered one.
+
+    The policy in force keeps its options (e.g. `fifo:backfill=true`) in the
+    default list, in place of its bare name.
+    """
+    if requested:
+        specs = [s.strip() for s in requested.split(",") if s.strip()]
+        for spec in specs:
+            policy_service.build(spec)  # BadRequest naming the valid policies
+        return list(dict.fromkeys(specs))
+    name = policy_service.build(in_force).name
+    return [in_force if n == name else n for n in policy_service.public(in_force).available]
+
+
+class Predictor:
+    """The app's forecast under the policy in force, recomputed when the state changes."""
+
+    def __init__(
+        self, db: Database, clock: Clock, default_policy: str, ttl_seconds: float = 10.0
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.default_policy = default_policy
+        self.ttl_seconds = ttl_seconds
+        self._lock = asyncio.Lock()
+        self._cached: tuple[Inputs, Forecast, float] | None = None
+        self._previews: dict[tuple[object, ...], tuple[PolicyPreview, float]] = {}
+        self.computed = 0  # how many forecasts were run (for tests and metrics)
+
+    def _fresh(self, mark: tuple[object, ...]) -> tuple[Inputs, Forecast] | None:
+        cached = self._cached
+        if cached is None:
+            return None
+        inputs, result, made = cached
+        if inputs.fingerprint != mark or self.clock.now() - made > self._ttl(result):
+            return None
+        return inputs, result
+
+    def _ttl(self, result: Forecast) -> float:
+        # A slow forecast is redone less often, so it never dominates the server.
+        return max(self.ttl_seconds, 20 * result.wall_seconds)
+
+    async def current(self) -> tuple[Inputs, Forecast]:
+        mark = await self.db.run(fingerprint, self.default_policy)
+        hit = self._fresh(mark)
+        if hit is not None:
+            return hit
+        async with self._lock:
+            hit = self._fresh(mark)
+            if hit is not None:
+                return hit
+            inputs = await self.db.run(read_inputs, self.clock.now(), self.default_policy)
+            try:
+                result = await asyncio.to_thread(run, inputs, inputs.spec)
+            except Exception:
+                # Predictions are an extra: a failing forecast must not break
+                # the job listing; it shows no predictions until the next try.
+                log.exception("forecast under %s failed; no predictions", inputs.spec)
+                result = _nothing(inputs)
+            self.computed += 1
+            self._cached = (inputs, result, self.clock.now())
+            return inputs, result
+
+    async def annotate(self, jobs: list[JobPublic]) -> list[JobPublic]:
+        """The jobs with their predictions (one forecast serves them all)."""
+        if not any(j.state in ACTIVE for j in jobs):
+            return jobs
+        inputs, result = await self.current()
+        return [annotate(j, inputs, result) for j in jobs]
+
+    async def preview(self, requested: str | None) -> PolicyPreview:
+        inputs, _ = await self.current()
+        specs = preview_specs(requested, inputs.spec)
+        key = (*inputs.fingerprint, *specs)
+        hit = self._previews.get(key)
+        if hit is not None and self.clock.now() - hit[1] <= self.ttl_seconds:
+            return hit[0]
+        result = await asyncio.to_thread(preview, inputs, specs)
+        # One entry per queue state and list of policies; old states are dropped.
+        self._previews = {k: v for k, v in self._previews.items() if k[:5] == key[:5]}
+        self._previews[key] = (result, self.clock.now())
+        return result

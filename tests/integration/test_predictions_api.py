@@ -1,0 +1,167 @@
+"""Predicted start and end times on the job API, and `GET /api/v1/policy/preview`,
+against a real app and database; the node is a `WireAgent` (no real jobs run)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from wire_agent import WireAgent
+
+from schedulearn.protocol import JobList, JobPublic, PolicyPreview
+
+
+def submit(api, **body) -> int:  # type: ignore[no-untyped-def]
+    r = api.post("/api/v1/jobs", json={"command": ["sleep", "1"], **body})
+    assert r.status_code == 201, r.text
+    return int(r.json()["ids"][0])
+
+
+def job(api, job_id: int) -> JobPublic:  # type: ignore[no-untyped-def]
+    r = api.get(f"/api/v1/jobs/{job_id}")
+    assert r.status_code == 200, r.text
+    return JobPublic.model_validate(r.json())
+
+
+def running_blocker(api, node: WireAgent, seconds: float) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    """A non-preemptible job that holds the node's only GPU, reported started."""
+    blocker = submit(api, name="blocker", estimated_duration=seconds)
+    (start,) = node.work_until(lambda b: b.starts).starts
+    node.start(blocker, start.attempt)
+    began = time.time()
+    deadline = began + 10
+    while job(api, blocker).state != "running":
+        assert time.time() < deadline, "the blocker never ran"
+        time.sleep(0.05)
+    return blocker, began
+
+
+def preview(api, headers=None, **params) -> PolicyPreview:  # type: ignore[no-untyped-def]
+    r = api.get("/api/v1/policy/preview", headers=headers, params=params)
+    assert r.status_code == 200, r.text
+    return PolicyPreview.model_validate(r.json())
+
+
+def test_pending_jobs_get_start_and_end_from_the_policy_in_force(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    blocker, began = running_blocker(api, node, 100)
+    first = submit(api, name="a", estimated_duration=50)
+    second = submit(api, name="b", estimated_duration="2m")
+
+    b = job(api, blocker)
+    assert b.duration_estimate == 100 and b.duration_source == "estimate"
+    assert b.predicted_start_at is None  # it has started: see started_at
+    assert b.predicted_end_at == pytest.approx(began + 100, abs=2)
+    a = job(api, first)
+    assert a.predicted_start_at == pytest.approx(began + 100, abs=2)
+    assert a.predicted_end_at == pytest.approx(began + 150, abs=2)
+    c = job(api, second)
+    assert c.predicted_start_at == pytest.approx(began + 150, abs=2)
+    assert c.predicted_end_at == pytest.approx(began + 270, abs=2)
+
+    # The listing carries the same figures.
+    listing = JobList.model_validate(api.get("/api/v1/jobs").json())
+    by_id = {j.id: j for j in listing.items}
+    assert by_id[second].predicted_end_at == pytest.approx(c.predicted_end_at, abs=0.5)
+
+
+def test_a_job_of_unknown_duration_is_said_to_be_unknown(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    mystery = submit(api, name="mystery", command=["python", "never-seen.py"])
+    (start,) = node.work_until(lambda b: b.starts).starts
+    node.start(mystery, start.attempt)
+    behind = submit(api, name="behind", estimated_duration=10)
+    m = job(api, mystery)
+    assert (m.duration_estimate, m.duration_source, m.predicted_end_at) == (None, None, None)
+    waiting = job(api, behind)
+    assert waiting.duration_estimate == 10
+    assert waiting.predicted_start_at is None and waiting.predicted_end_at is None
+
+
+def test_history_of_the_same_name_gives_an_estimate(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    done = submit(api, name="nightly", command=["python", "train.py"])
+    (start,) = node.work_until(lambda b: b.starts).starts
+    node.start(done, start.attempt)
+    time.sleep(0.3)
+    node.exit(done, start.attempt, 0)
+    deadline = time.time() + 10
+    while job(api, done).state != "succeeded":
+        assert time.time() < deadline
+        time.sleep(0.05)
+    again = submit(api, name="nightly", command=["python", "train.py", "--other"])
+    j = job(api, again)
+    assert j.duration_source == "history"
+    assert j.duration_estimate == pytest.approx(0.3, abs=0.25)
+    # Finished jobs carry no predictions.
+    assert job(api, done).duration_estimate is None
+
+
+def test_preview_shows_srtf_below_fifo_for_short_jobs_behind_a_long_one(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    running_blocker(api, node, 100)
+    for seconds in (1000, 10, 10):
+        submit(api, estimated_duration=seconds, preemptible=True)
+
+    result = preview(api, policies="fifo,srtf")
+    assert [p.spec for p in result.policies] == ["fifo", "srtf"]
+    assert (result.in_force, result.pending, result.running, result.without_estimate) == (
+        "fifo",
+        3,
+        1,
+        0,
+    )
+    fifo, srtf = result.policies
+    assert fifo.in_force and not srtf.in_force
+    assert (fifo.predicted, srtf.predicted) == (4, 4)
+    # Both drain the same work on one GPU: ~100 s left + 1020 s.
+    assert fifo.makespan == pytest.approx(1120, abs=3)
+    assert srtf.makespan == pytest.approx(1120, abs=3)
+    assert srtf.mean_jct < fifo.mean_jct - 400  # type: ignore[operator]
+    assert fifo.utilisation == pytest.approx(1.0, abs=0.01)
+
+    # The default preview lists every registered policy, the one in force marked.
+    everything = preview(api)
+    specs = [p.spec for p in everything.policies]
+    assert {"fifo", "srtf", "tiresias", "edf"} <= set(specs)
+    assert [p.spec for p in everything.policies if p.in_force] == ["fifo"]
+    assert all(p.error is None for p in everything.policies), everything.policies
+
+
+def test_preview_follows_the_queue(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    running_blocker(api, node, 100)
+    before = preview(api, policies="fifo").policies[0]
+    submit(api, estimated_duration=500)
+    after = preview(api, policies="fifo").policies[0]
+    assert after.makespan == pytest.approx(before.makespan + 500, abs=3)  # type: ignore[operator]
+
+
+def test_preview_is_open_to_users_and_refuses_unknown_policies(api) -> None:  # type: ignore[no-untyped-def]
+    WireAgent(api, "n1", gpus=1).register()
+    user = api.user_token("alice")
+    assert preview(api, headers=user, policies="fifo").policies[0].spec == "fifo"
+    r = api.get("/api/v1/policy/preview", headers=user, params={"policies": "fifo,nope"})
+    assert r.status_code == 400
+    assert "nope" in r.text and "srtf" in r.text  # names the valid policies
+
+
+def test_forecasts_are_reused_until_the_state_changes(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    running_blocker(api, node, 100)
+    submit(api, estimated_duration=5)
+    predictor = api.client.app.state.sl.predictions
+    api.get("/api/v1/jobs")
+    runs = predictor.computed
+    for _ in range(5):
+        api.get("/api/v1/jobs")
+    assert predictor.computed == runs
+    submit(api, estimated_duration=5)
+    api.get("/api/v1/jobs")
+    assert predictor.computed == runs + 1
