@@ -61,6 +61,14 @@ class Job(SQLModel, table=True):
     service_seconds: float = 0.0
     attained_gpu_seconds: float = 0.0
     preemptions: int = 0
+    # Live preemption (issue 5): how often the job was moved or resized, and
+    # the placement a resize or migration in flight resumes it on.
+    migrations: int = 0
+    resizes: int = 0
+    resume_placement: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
+    resume_kind: str | None = None
+    # The latest progress report (`protocol.ProgressReport` as JSON).
+    progress: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
     exit_code: int | None = None
     message: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     placement: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
@@ -126,6 +134,33 @@ class JobPart(SQLModel, table=True):
     stop_sent: bool = False
     exit_code: int | None = None
     last_reported: float = 0.0
+
+
+class JobCheckpoint(SQLModel, table=True):
+    """The last checkpoint an agent uploaded for a job (the file lives under
+    the server's data directory; this row says which attempt and its hash)."""
+
+    __tablename__ = "job_checkpoint"
+
+    job_id: int = Field(primary_key=True)
+    attempt: int
+    node: str = ""
+    sha256: str
+    size_bytes: int
+    uploaded_at: float
+
+
+class ProgressRecord(SQLModel, table=True):
+    """A short history of a job's progress reports (the latest is also on `Job`)."""
+
+    __tablename__ = "progress_record"
+    __table_args__ = (Index("ix_progress_record_job_id", "job_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int
+    attempt: int
+    at: float
+    report: Any = Field(sa_column=Column(JSON, nullable=False))
 
 
 class LogRecord(SQLModel, table=True):
