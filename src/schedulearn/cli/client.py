@@ -21,6 +21,7 @@ from schedulearn.protocol import (
     LogLinePublic,
     LogPage,
     NodeList,
+    PolicyPreview,
     PolicyPublic,
     SubmitReply,
     TokenPublic,
@@ -137,6 +138,11 @@ class Client:
 
     def set_policy(self, spec: str) -> PolicyPublic:
         return PolicyPublic.model_validate(self._call("PUT", "/policy", json={"spec": spec}).json())
+
+    def policy_preview(self, policies: str | None = None) -> PolicyPreview:
+        params = {"policies": policies} if policies else {}
+        response = self._call("GET", "/policy/preview", params=params)
+        return PolicyPreview.model_validate(response.json())
 
     def create_token(self, user: str, role: str = "user") -> TokenPublic:
         body = {"user": user, "role": role}

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from schedulearn.cli import forecasts
 from schedulearn.cli.client import ApiError, Client
 from schedulearn.cli.config import resolve
 from schedulearn.protocol import JobPublic, JobSpec, JobState, LogLinePublic
@@ -95,9 +96,17 @@ def _command(job: JobPublic) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _until(t: float | None, active: bool) -> str:
+    """A predicted time as 'in 5m02s'; '?' when an active job's is unknown."""
+    if t is None:
+        return "?" if active else "-"
+    return "now" if t <= time.time() else "in " + _span(t - time.time())
+
+
 def job_table(items: list[JobPublic]) -> Table:
     table = Table(box=None, header_style="bold")
-    for col in ("ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "SUBMITTED", "RAN", "COMMAND"):
+    columns = ("ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "SUBMITTED", "RAN")
+    for col in (*columns, "STARTS ~", "ENDS ~", "COMMAND"):
         table.add_column(col, no_wrap=True, overflow="ellipsis")
     for j in items:
         ran = None
@@ -113,6 +122,8 @@ def job_table(items: list[JobPublic]) -> Table:
             _placement(j),
             _ago(j.submitted_at),
             _span(ran),
+            _until(j.predicted_start_at, j.state is JobState.PENDING),
+            _until(j.predicted_end_at, not j.state.is_final),
             _command(j),
         )
     return table
@@ -254,7 +265,14 @@ def show(
         if value in (None, {}, "") and key not in ("message",):
             continue
         if key.endswith("_at") and isinstance(value, float):
-            value = f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(value))} ({_ago(value)})"
+            when = _until(value, True) if value > time.time() else _ago(value)
+            value = f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(value))} ({when})"
+            if key.startswith("predicted_"):
+                value = "~ " + value
+        elif key == "duration_estimate" and isinstance(value, float):
+            value = f"{_span(value)} (from {job.duration_source or '?'})"
+        elif key == "duration_source":
+            continue
         table.add_row(key, str(value))
     out.print(table)
 
@@ -340,12 +358,32 @@ def nodes(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = F
 
 
 def policy(
-    spec: Annotated[str | None, typer.Argument(help="Switch to this policy (admin)")] = None,
+    spec: Annotated[
+        str | None,
+        typer.Argument(help="Switch to this policy (admin), or `preview` to compare policies"),
+    ] = None,
+    policies: Annotated[
+        str | None,
+        typer.Option("--policy", "-p", help="With preview: comma-separated specs [all]"),
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show the policy in force, or switch it: `schedulearn policy fifo:backfill=true`."""
+    """Show the policy in force, switch it (`schedulearn policy fifo:backfill=true`),
+    or simulate the current queue under each policy (`schedulearn policy preview
+    [--policy fifo,srtf]`)."""
+    if spec == "preview":
+        with connect(server, token) as client:
+            preview = client.policy_preview(policies)
+        if as_json:
+            _dump(preview)
+            return
+        out.print(forecasts.preview_table(preview))
+        out.print(f"[dim]{forecasts.preview_note(preview)}[/dim]", highlight=False)
+        return
+    if policies:
+        raise typer.BadParameter("--policy goes with `schedulearn policy preview`")
     with connect(server, token) as client:
         current = client.set_policy(spec) if spec else client.policy()
     if as_json:
