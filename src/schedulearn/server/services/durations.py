@@ -3,9 +3,10 @@
 Owns the rule that turns what the server knows into one figure per job,
 in this order of preference:
 
-1. `progress`: a running job that reports how far it is (a fraction, or
-   step/total_steps, epoch/total_epochs) is extrapolated: total = run
-   time so far / fraction done, once it is at least 2% done;
+1. `progress`: a running job that reports how far it is
+   (`schedulearn.runtime.report(epoch=e, total_epochs=n)`, or step with a
+   `total_steps=` keyword, or a `fraction=` keyword) is extrapolated:
+   total = run time so far / fraction done, once it is at least 2% done;
 2. `estimate`: the user's `estimated_duration`;
 3. `history`: the median run time of similar jobs that succeeded —
    the same user and job name, or else the same command;
@@ -76,6 +77,10 @@ def fraction_done(progress: Any) -> float | None:
         return min(1.0, max(0.0, float(progress)))
     if not isinstance(progress, Mapping):
         return None
+    extra = progress.get("metrics")
+    if isinstance(extra, Mapping):
+        # Keywords beyond the named ones (e.g. total_steps, fraction) arrive here.
+        progress = {**extra, **{k: v for k, v in progress.items() if v is not None}}
     for done, total in (("fraction", None), ("step", "total_steps"), ("epoch", "total_epochs")):
         value = progress.get(done)
         if not isinstance(value, int | float):

@@ -1,0 +1,74 @@
+"""The duration-estimate rule: progress, then the user's estimate, then history."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedulearn.server.services.durations import (
+    DurationSource,
+    History,
+    JobFacts,
+    command_key,
+    estimate,
+    fraction_done,
+    from_progress,
+)
+
+
+def facts(**kw: object) -> JobFacts:
+    base: dict[str, object] = {
+        "id": 1,
+        "user": "ann",
+        "name": "train",
+        "command": ["python", "train.py"],
+        "estimated_duration": None,
+        "service_seconds": 0.0,
+    }
+    return JobFacts(**{**base, **kw})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("report", "fraction"),
+    [
+        ({"at": 1.0, "epoch": 2, "total_epochs": 10}, 0.2),
+        ({"at": 1.0, "step": 50, "metrics": {"total_steps": 200.0}}, 0.25),
+        ({"at": 1.0, "metrics": {"fraction": 0.5}}, 0.5),
+        ({"at": 1.0, "epoch": 12, "total_epochs": 10}, 1.0),
+        ({"at": 1.0, "step": 5}, None),  # no total: no fraction
+        (0.4, 0.4),
+        (None, None),
+    ],
+)
+def test_fraction_done_reads_what_the_runtime_reports(
+    report: object, fraction: float | None
+) -> None:
+    assert fraction_done(report) == fraction
+
+
+def test_progress_extrapolates_only_past_two_percent() -> None:
+    assert from_progress(100.0, {"epoch": 1, "total_epochs": 4}) == 400.0
+    assert from_progress(1.0, {"epoch": 1, "total_epochs": 100}) is None
+    assert from_progress(0.0, {"epoch": 1, "total_epochs": 4}) is None
+
+
+def test_progress_beats_the_estimate_which_beats_history() -> None:
+    history = History({("ann", "train"): [30.0, 50.0, 40.0]}, {})
+    running = facts(
+        estimated_duration=600.0, service_seconds=100.0, progress={"epoch": 1, "total_epochs": 2}
+    )
+    assert estimate(running, history) is not None
+    assert estimate(running, history).source is DurationSource.PROGRESS  # type: ignore[union-attr]
+    assert estimate(running, history).seconds == 200.0  # type: ignore[union-attr]
+    given = estimate(facts(estimated_duration=600.0), history)
+    assert given is not None and (given.seconds, given.source) == (600.0, DurationSource.ESTIMATE)
+    learned = estimate(facts(), history)
+    assert learned is not None
+    assert (learned.seconds, learned.source, learned.samples) == (40.0, DurationSource.HISTORY, 3)
+
+
+def test_history_falls_back_to_the_same_command_and_never_invents() -> None:
+    history = History({}, {command_key(["python", "train.py"]): [10.0, 20.0]})
+    same_command = estimate(facts(name="other"), history)
+    assert same_command is not None and same_command.seconds == 15.0
+    assert estimate(facts(name="other", command="python eval.py"), history) is None
+    assert estimate(facts(), None) is None
