@@ -5,7 +5,8 @@ with --database-url) and two agents with virtual GPUs, as processes on
 127.0.0.1, then measures over HTTP:
 
 1. submissions/s: `--submissions` single-job submissions from `--clients`
-   concurrent connections (each reply means the job is committed), before
+   concurrent keep-alive connections (each reply means the job is
+   committed; the client is the lean one in bench/rawhttp.py), before
    the agents join, so the figure is the API's alone; the agents then
    start and drain that queue (also printed);
 2. finished jobs/s: `--jobs` trivial jobs (`true`) submitted at once,
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import statistics
@@ -31,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from rawhttp import Connection, HttpError
 
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 
@@ -52,70 +54,63 @@ def machine() -> str:
 
 
 async def submit_many(url: str, n: int, clients: int, body: dict) -> tuple[float, list[int]]:
-    headers = {"Authorization": f"Bearer {ADMIN}"}
+    """`n` single-job submissions from `clients` keep-alive connections."""
+    conns = [Connection(url, ADMIN) for _ in range(clients)]
+    request = conns[0].request_bytes("POST", "/api/v1/jobs", body)
     ids: list[int] = []
-    errors: list[int] = []
     left = n
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
 
-    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=60) as http:
+    async def worker(conn: Connection) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            status, data = await conn.send(request)
+            if status != 201:
+                raise HttpError(status, data)
+            ids.extend(json.loads(data)["ids"])
 
-        async def worker() -> None:
-            nonlocal left
-            while left > 0:
-                left -= 1
-                for _attempt in range(5):
-                    try:
-                        r = await http.post("/api/v1/jobs", json=body)
-                        break
-                    except httpx.TransportError:
-                        # A keep-alive connection closed under us: send again.
-                        errors.append(1)
-                else:
-                    raise RuntimeError("the server stopped answering")
-                r.raise_for_status()
-                ids.extend(r.json()["ids"])
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(clients)))
-        if errors:
-            print(f"  ({len(errors)} requests resent after a dropped connection)")
-        return time.perf_counter() - start, ids
+    start = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker(conn) for conn in conns))
+    finally:
+        for conn in conns:
+            conn.close()
+    return time.perf_counter() - start, ids
 
 
 async def wait_all_final(url: str, ids: list[int], timeout: float) -> float:
     """Poll the job list until every id is final; returns when that happened."""
-    headers = {"Authorization": f"Bearer {ADMIN}"}
-    wanted = set(ids)
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as http:
-        deadline = time.perf_counter() + timeout
+    conn = Connection(url, ADMIN)
+    path = "/api/v1/jobs?state=pending&state=assigned&state=running&state=lost&limit=1"
+    deadline = time.perf_counter() + timeout
+    try:
         while time.perf_counter() < deadline:
-            r = await http.get(
-                "/api/v1/jobs",
-                params={"state": ["pending", "assigned", "running", "lost"], "limit": 1},
-            )
-            if r.json()["total"] == 0:
+            if (await conn.json("GET", path))["total"] == 0:
                 return time.perf_counter()
             await asyncio.sleep(0.05)
-    raise TimeoutError(f"{len(wanted)} jobs did not all end in {timeout}s")
+    finally:
+        conn.close()
+    raise TimeoutError(f"{len(ids)} jobs did not all end in {timeout}s")
 
 
 async def latency(url: str, n: int) -> list[float]:
-    headers = {"Authorization": f"Bearer {ADMIN}"}
+    conn = Connection(url, ADMIN)
     out: list[float] = []
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as http:
+    try:
         for _ in range(n):
-            r = await http.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1})
-            job_id = r.json()["ids"][0]
+            reply = await conn.json("POST", "/api/v1/jobs", {"command": ["true"], "gpus": 1})
+            job_id = reply["ids"][0]
             while True:
-                j = (await http.get(f"/api/v1/jobs/{job_id}")).json()
+                j = await conn.json("GET", f"/api/v1/jobs/{job_id}")
                 if j["started_at"] is not None:
                     out.append(j["started_at"] - j["submitted_at"])
                     break
                 await asyncio.sleep(0.002)
             # Let the cluster go idle again, so each job meets an empty queue.
-            while (await http.get(f"/api/v1/jobs/{job_id}")).json()["ended_at"] is None:
+            while (await conn.json("GET", f"/api/v1/jobs/{job_id}"))["ended_at"] is None:
                 await asyncio.sleep(0.005)
+    finally:
+        conn.close()
     return out
 
 
@@ -162,10 +157,10 @@ async def main() -> None:
         for a in agents:
             a.start()
         start = time.perf_counter()
-        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
-            headers = {"Authorization": f"Bearer {ADMIN}"}
-            while len((await http.get("/api/v1/nodes", headers=headers)).json()["items"]) < 2:
-                await asyncio.sleep(0.1)
+        conn = Connection(server.url, ADMIN)
+        while len((await conn.json("GET", "/api/v1/nodes"))["items"]) < 2:
+            await asyncio.sleep(0.1)
+        conn.close()
         end = await wait_all_final(server.url, ids, timeout=600)
         print(
             f"  the agents then drained that queue in {end - start:.2f}s "
