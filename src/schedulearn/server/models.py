@@ -184,6 +184,29 @@ class Token(SQLModel, table=True):
     created_at: float
 
 
+class ThroughputRecord(SQLModel, table=True):
+    """A throughput profile: how fast a model trains on a number of GPUs of one type.
+
+    Filled from the samples/s that running jobs report and from imported
+    tables (Gavel's format). `batch_size` 0 means not known; the speed
+    is then kept in samples/s (relative speeds between GPU types, which
+    is what placement needs, do not depend on the unit).
+    """
+
+    __tablename__ = "throughput_profile"
+
+    model: str = Field(primary_key=True)
+    batch_size: int = Field(default=0, primary_key=True)
+    gpu_type: str = Field(primary_key=True)
+    gpu_count: int = Field(default=1, primary_key=True)
+    spread: bool = Field(default=False, primary_key=True)
+    steps_per_sec: float
+    samples_per_sec: float | None = None
+    source: str = ""
+    reports: int = 1
+    updated_at: float = 0.0
+
+
 class Setting(SQLModel, table=True):
     key: str = Field(primary_key=True)
     value: str
