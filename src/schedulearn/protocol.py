@@ -31,6 +31,7 @@ AGENT_PREFIX = "/api/v1/agent"
 ENV_JOB_ID = "SCHEDULEARN_JOB_ID"
 ENV_NUM_GPUS = "SCHEDULEARN_NUM_GPUS"
 ENV_CHECKPOINT_DIR = "SCHEDULEARN_CHECKPOINT_DIR"
+ENV_PROGRESS_FILE = "SCHEDULEARN_PROGRESS_FILE"
 GANG_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")
 
 
@@ -194,6 +195,37 @@ class GangInfo(_Wire):
     nproc_per_node: int
 
 
+class CheckpointRef(_Wire):
+    """A checkpoint the server holds for a job (uploaded by the agent of an earlier attempt)."""
+
+    attempt: int = Field(description="The attempt that saved it")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size_bytes: int = Field(ge=0)
+
+
+class ProgressReport(_Wire):
+    """One `schedulearn.runtime.report(...)` call of a job, as the agent read it."""
+
+    at: float
+    step: int | None = None
+    epoch: int | None = None
+    loss: float | None = None
+    accuracy: float | None = None
+    samples_per_sec: float | None = None
+    total_epochs: int | None = None
+    metrics: dict[Annotated[str, Field(max_length=100)], float] = Field(
+        default_factory=dict, max_length=50, description="Any other keyword the job reported"
+    )
+
+
+class ProgressBatch(_Wire):
+    """New progress reports of one run, oldest first (`POST .../jobs/{id}/progress`)."""
+
+    attempt: Small
+    node: str = Field(default="", max_length=200)
+    reports: list[ProgressReport] = Field(max_length=1000)
+
+
 class Assignment(_Wire):
     """Start one job (or one node's part of a gang) on these GPUs."""
 
@@ -213,6 +245,16 @@ class Assignment(_Wire):
     executor: Executor = Executor.SUBPROCESS
     gang: GangInfo | None = None
     checkpoint_dir: str | None = None
+    checkpoint: CheckpointRef | None = Field(
+        default=None,
+        description="Download this checkpoint from the server into the job's checkpoint "
+        "directory before starting (no shared checkpoint path)",
+    )
+    upload_checkpoint: bool = Field(
+        default=False,
+        description="After a preemption, pack the checkpoint directory and upload it to "
+        "the server before reporting the exit (rank 0 of a job without a shared path)",
+    )
 
 
 class StopOrder(_Wire):
@@ -448,6 +490,20 @@ class JobPublic(_Wire):
         description="Pending and running jobs: when the job is expected to end (epoch "
         "seconds), by the same forecast; None when unknown",
     )
+    preemptions: int = Field(default=0, description="Times the job was suspended and requeued")
+    migrations: int = Field(default=0, description="Times the job was moved to other GPUs")
+    resizes: int = Field(default=0, description="Times the job was restarted at a new size")
+    progress: ProgressReport | None = Field(
+        default=None, description="The latest progress the job reported (any attempt)"
+    )
+    checkpoint: CheckpointRef | None = Field(
+        default=None, description="The checkpoint the server holds for the job, if any"
+    )
+
+
+class ProgressHistory(_Wire):
+    job_id: int
+    reports: list[ProgressReport] = Field(description="Oldest first; the server keeps the last 200")
 
 
 class JobList(_Wire):

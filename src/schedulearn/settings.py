@@ -64,6 +64,21 @@ class ServerSettings(BaseSettings):
         description="Per-job checkpoint directories go under this path on the agent hosts; "
         "unset lets each agent choose",
     )
+    checkpoint_store_dir: str | None = Field(
+        default=None,
+        description="Where the server keeps checkpoints agents upload when no shared "
+        "checkpoint_dir is set (default: a `checkpoints` folder next to the SQLite file, "
+        "or under the user's data directory)",
+    )
+    checkpoint_max_bytes: int = Field(
+        default=2 * 1024**3, gt=0, description="Largest checkpoint upload accepted (bytes)"
+    )
+    min_resize_age_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        description="Default `min_age` of policies that resize jobs (elastic-fifo): a job is "
+        "never resized sooner than this after it (re)started; a policy spec's own min_age wins",
+    )
     gang_base_port: int = Field(
         default=29500, description="MASTER_PORT of a gang is this + job id % 10000"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -114,6 +115,11 @@ def install(app: FastAPI) -> None:
         return error_json(500, f"internal error: {type(exc).__name__}")
 
 
+# Checkpoint uploads have their own, larger limit (`checkpoint_max_bytes`),
+# enforced by the route while it streams the body to disk.
+OWN_BODY_LIMIT = re.compile(r"^/api/v1/agent/jobs/\d+/checkpoint$")
+
+
 class BodyLimit:
     """ASGI middleware: refuse request bodies over `limit` bytes with a JSON 413."""
 
@@ -122,7 +128,7 @@ class BodyLimit:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or OWN_BODY_LIMIT.match(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         for key, value in scope.get("headers", ()):

@@ -92,7 +92,7 @@ class Scheduler:
         spec = policy.current_spec(session, self.settings.default_policy)
         if spec != self.spec or self.policy is None:
             try:
-                self.policy = policy.build(spec)
+                self.policy = policy.build(spec, self.settings.min_resize_age_seconds)
             except Exception:
                 log.exception("stored policy %r is invalid; keeping %r", spec, self.spec)
                 if self.policy is None:
@@ -120,6 +120,12 @@ class Scheduler:
             self.wakeups.wake_nodes(round_.result.nodes)
             self.metrics.started.inc(len(round_.result.started))
             self.metrics.preempted.inc(len(round_.result.preempted))
+            if round_.result.resized or round_.result.resumed:
+                log.info(
+                    "resizing/moving jobs %s; resumed %s",
+                    round_.result.resized,
+                    round_.result.resumed,
+                )
             for why in round_.result.skipped:
                 log.warning("pass skipped a decision: %s", why)
         return round_

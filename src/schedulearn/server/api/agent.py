@@ -4,21 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import FileResponse
 
 from schedulearn.protocol import (
     Ack,
+    CheckpointRef,
     Heartbeat,
     HeartbeatReply,
     JobEvent,
     LogBatch,
     NodeRegistration,
+    ProgressBatch,
     RegistrationReply,
     WorkBatch,
 )
 from schedulearn.server.api.deps import Agent, JobId, State
 from schedulearn.server.errors import ERROR_RESPONSES
-from schedulearn.server.services import agents, logs
+from schedulearn.server.services import agents, checkpoints, logs, progress
 from schedulearn.server.wakeups import wait_for
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"], responses=ERROR_RESPONSES)
@@ -86,3 +89,55 @@ async def job_logs(job_id: JobId, body: LogBatch, state: State, _who: Agent) -> 
     changes = await state.db.run(logs.append, job_id, body)
     state.wakeups.notify(changes)
     return Ack()
+
+
+@router.post("/jobs/{job_id}/progress", response_model=Ack, summary="New progress reports")
+async def job_progress(job_id: JobId, body: ProgressBatch, state: State, _who: Agent) -> Ack:
+    changes = await state.db.run(progress.record, job_id, body)
+    state.wakeups.notify(changes)
+    return Ack()
+
+
+@router.put(
+    "/jobs/{job_id}/checkpoint",
+    response_model=CheckpointRef,
+    summary="Upload a preempted job's checkpoint directory (a tar, streamed)",
+    responses={413: {"description": "Over the server's checkpoint_max_bytes"}},
+)
+async def put_checkpoint(
+    job_id: JobId,
+    request: Request,
+    state: State,
+    _who: Agent,
+    attempt: Annotated[int, Query(ge=1, le=2**31 - 1)],
+    sha256: Annotated[str, Header(alias="X-Checkpoint-Sha256", max_length=64)],
+    node: Annotated[str, Query(max_length=200)] = "",
+) -> CheckpointRef:
+    store = checkpoints.store_dir(state.settings)
+    length = request.headers.get("content-length")
+    upload = await checkpoints.receive(
+        request.stream(),
+        store,
+        job_id,
+        attempt,
+        node,
+        sha256,
+        state.settings.checkpoint_max_bytes,
+        int(length) if length and length.isdigit() else None,
+    )
+    return await state.db.run(checkpoints.commit, store, upload, state.clock.now())
+
+
+@router.get(
+    "/jobs/{job_id}/checkpoint",
+    summary="Download the job's latest checkpoint (a tar; its hash in X-Checkpoint-Sha256)",
+    response_class=FileResponse,
+)
+async def get_checkpoint(job_id: JobId, state: State, _who: Agent) -> FileResponse:
+    store = checkpoints.store_dir(state.settings)
+    path, ref = await state.db.run(checkpoints.download, store, job_id)
+    return FileResponse(
+        path,
+        media_type="application/x-tar",
+        headers={"X-Checkpoint-Sha256": ref.sha256, "X-Checkpoint-Attempt": str(ref.attempt)},
+    )

@@ -22,11 +22,12 @@ from schedulearn.protocol import (
     JobSpec,
     JobState,
     LogPage,
+    ProgressHistory,
     SubmitReply,
 )
 from schedulearn.server.api.deps import JobId, State, User
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
-from schedulearn.server.services import jobs, logs
+from schedulearn.server.services import jobs, logs, progress
 from schedulearn.server.services.jobs import Submitted
 from schedulearn.server.wakeups import wait_for
 
@@ -128,6 +129,15 @@ async def show(job_id: JobId, state: State, _who: User) -> JobPublic:
 @router.get("/{job_id}/history", response_model=JobHistory, summary="The job's state changes")
 async def history(job_id: JobId, state: State, _who: User) -> JobHistory:
     return await state.db.run(jobs.history, job_id)
+
+
+@router.get(
+    "/{job_id}/progress",
+    response_model=ProgressHistory,
+    summary="The job's recent progress reports (the last 200), oldest first",
+)
+async def progress_history(job_id: JobId, state: State, _who: User) -> ProgressHistory:
+    return await state.db.run(progress.history, job_id)
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel (stops it if running)")

@@ -21,6 +21,7 @@ from sqlmodel import Session
 
 from schedulearn.protocol import (
     Assignment,
+    CheckpointRef,
     EventKind,
     GangInfo,
     Heartbeat,
@@ -35,7 +36,7 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Gpu, Job, JobPart, Node
-from schedulearn.server.services import lifecycle
+from schedulearn.server.services import checkpoints, lifecycle
 from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
 
@@ -200,11 +201,14 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
     if not new and not stops:
         return WorkBatch()
     batch = WorkBatch()
+    carried: dict[int, CheckpointRef | None] = {}
     for part, job in new:
         part.delivered = True
         part.last_reported = now
         session.add(part)
-        batch.starts.append(_assignment(session, job, part, timing))
+        if timing.checkpoint_dir is None and part.job_id not in carried:
+            carried[part.job_id] = checkpoints.current(session, part.job_id)
+        batch.starts.append(_assignment(session, job, part, timing, carried.get(part.job_id)))
     for part in stops:
         part.stop_sent = True
         session.add(part)
@@ -220,7 +224,13 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
     return batch
 
 
-def _assignment(session: Session, job: Job, part: JobPart, timing: AgentTiming) -> Assignment:
+def _assignment(
+    session: Session,
+    job: Job,
+    part: JobPart,
+    timing: AgentTiming,
+    checkpoint: CheckpointRef | None = None,
+) -> Assignment:
     gang = None
     placement: dict[str, list[int]] = job.placement or {}
     if len(placement) > 1:
@@ -238,7 +248,7 @@ def _assignment(session: Session, job: Job, part: JobPart, timing: AgentTiming) 
             nproc_per_node=max(1, len(part.gpus)),
         )
     share = len(part.gpus) / max(1, sum(len(g) for g in placement.values()))
-    checkpoint = f"{timing.checkpoint_dir}/job-{job.id}" if timing.checkpoint_dir else None
+    shared = f"{timing.checkpoint_dir}/job-{job.id}" if timing.checkpoint_dir else None
     return Assignment(
         job_id=job.id or 0,
         attempt=part.attempt,
@@ -255,7 +265,11 @@ def _assignment(session: Session, job: Job, part: JobPart, timing: AgentTiming) 
         launcher=job.launcher,  # type: ignore[arg-type]
         executor=job.executor,  # type: ignore[arg-type]
         gang=gang,
-        checkpoint_dir=checkpoint,
+        checkpoint_dir=shared,
+        # Without a shared path the server carries the checkpoint: every part
+        # downloads it before starting, rank 0 uploads it after a preemption.
+        checkpoint=checkpoint if shared is None else None,
+        upload_checkpoint=shared is None and job.preemptible and part.rank == 0,
     )
 
 

@@ -25,7 +25,7 @@ from schedulearn.protocol import (
 from schedulearn.server.auth import Caller
 from schedulearn.server.errors import Forbidden, NotFound, Unservable
 from schedulearn.server.models import Job, JobTransition
-from schedulearn.server.services import lifecycle, snapshot
+from schedulearn.server.services import checkpoints, lifecycle, progress, snapshot
 from schedulearn.server.services.waiting import never_servable, waiting_reason
 from schedulearn.server.wakeups import Changes
 
@@ -66,6 +66,10 @@ def to_public(job: Job, position: int | None = None, reason: str | None = None) 
         placement=job.placement,
         queue_position=position,
         waiting_reason=reason,
+        preemptions=job.preemptions,
+        migrations=job.migrations,
+        resizes=job.resizes,
+        progress=progress.latest(job),
     )
 
 
@@ -236,11 +240,14 @@ def queue_position(session: Session, job: Job) -> int:
 def show(session: Session, job_id: int) -> JobPublic:
     job = _get(session, job_id)
     if job.state != JobState.PENDING.value:
-        return to_public(job)
-    position = queue_position(session, job)
-    nodes, _, _ = snapshot.load_nodes(session)
-    reason = waiting_reason(snapshot.job_view(job), nodes, position - 1)
-    return to_public(job, position, reason)
+        public = to_public(job)
+    else:
+        position = queue_position(session, job)
+        nodes, _, _ = snapshot.load_nodes(session)
+        reason = waiting_reason(snapshot.job_view(job), nodes, position - 1)
+        public = to_public(job, position, reason)
+    public.checkpoint = checkpoints.current(session, job_id)
+    return public
 
 
 def cancel(session: Session, job_id: int, caller: Caller, now: float) -> tuple[JobPublic, Changes]:

@@ -7,6 +7,9 @@ to the job's state, through `server.states.transition`:
   current attempt has exited 0; one failing part fails the job and the
   other parts get a `gang_failed` stop order;
 - a job being preempted returns to the queue when its last part exits;
+  a resize or migration in flight (`Job.resume_kind`) keeps its target
+  placement, and the GPUs of the target that were free are reserved for
+  the next attempt (`Allocation` rows of attempt + 1) until it resumes;
 - a part whose node died is lost: its GPUs are freed, the job becomes
   `lost` and is requeued (up to `max_restarts`, then failed);
 - GPUs are released part by part, only when that part's process is gone
@@ -46,6 +49,40 @@ def free_part(session: Session, part: JobPart) -> None:
             Allocation.attempt == part.attempt,  # type: ignore[arg-type]
         )
     )
+
+
+def release_reservation(session: Session, job: Job) -> None:
+    """Free the GPUs reserved for a resize or migration that will not happen."""
+    session.execute(
+        delete(Allocation).where(
+            Allocation.job_id == job.id,  # type: ignore[arg-type]
+            Allocation.attempt == job.attempt + 1,  # type: ignore[arg-type]
+        )
+    )
+
+
+def _requeue_counter(job: Job) -> dict[str, int]:
+    """Which counter a return to the queue after a stop order adds to."""
+    if job.resume_kind == "migrate":
+        return {"migrations": job.migrations + 1}
+    if job.resume_kind == "resize":
+        return {"resizes": job.resizes + 1}
+    return {"preemptions": job.preemptions + 1}
+
+
+def requeue_message(job: Job, agent_message: str) -> str:
+    """What the job's history says when a stopped job goes back to the queue."""
+    what = {"migrate": "migrating", "resize": "resizing"}.get(job.resume_kind or "", "preempted")
+    where = ""
+    if job.resume_placement:
+        where = " to " + " ".join(
+            f"{n}:{','.join(map(str, g))}" for n, g in sorted(job.resume_placement.items())
+        )
+    text = f"{what}{where}; waiting to resume"
+    # The agent says whether it saved the checkpoint (or why it could not).
+    if "checkpoint" in agent_message:
+        text += " (" + agent_message[agent_message.find("checkpoint") :][:500] + ")"
+    return text
 
 
 def _accrue(job: Job, now: float) -> dict[str, float | None]:
@@ -131,10 +168,10 @@ def part_exited(
             job,
             JobState.PENDING,
             now,
-            "preempted; waiting to resume",
+            requeue_message(job, message),
             placement=None,
             started_at=None,
-            preemptions=job.preemptions + 1,
+            **_requeue_counter(job),
             **_accrue(job, now),
         )
     return changes
@@ -156,7 +193,17 @@ def part_lost(session: Session, job: Job, part: JobPart, now: float, why: str) -
         return changes
     others = [p for p in live_parts(session, part.job_id, part.attempt) if p.id != part.id]
     stop_parts(others, StopReason.LOST, changes, session)
-    transition(session, job, JobState.LOST, now, why, **_accrue(job, now))
+    release_reservation(session, job)
+    transition(
+        session,
+        job,
+        JobState.LOST,
+        now,
+        why,
+        resume_placement=None,
+        resume_kind=None,
+        **_accrue(job, now),
+    )
     if job.restarts < job.max_restarts:
         transition(
             session,
@@ -185,6 +232,16 @@ def cancel(session: Session, job: Job, now: float, by: str) -> Changes:
     changes = Changes(scheduler=True, jobs={job.id or 0})
     state = JobState(job.state)
     parts = live_parts(session, job.id or 0, job.attempt) if state.holds_gpus else []
-    transition(session, job, JobState.CANCELLED, now, f"cancelled by {by}", **_accrue(job, now))
+    release_reservation(session, job)
+    transition(
+        session,
+        job,
+        JobState.CANCELLED,
+        now,
+        f"cancelled by {by}",
+        resume_placement=None,
+        resume_kind=None,
+        **_accrue(job, now),
+    )
     stop_parts(parts, StopReason.CANCEL, changes, session)
     return changes

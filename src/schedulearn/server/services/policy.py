@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlmodel import Session
 
 from schedulearn.core import Policy, UnknownPolicyError, available, create
+from schedulearn.core.registry import options_of, parse_spec
 from schedulearn.protocol import PolicyPublic
 from schedulearn.server.errors import BadRequest
 from schedulearn.server.models import Setting
@@ -22,10 +23,23 @@ def current_spec(session: Session, default: str) -> str:
     return row.value if row is not None else default
 
 
-def build(spec: str) -> Policy:
-    """The policy object for `spec`; BadRequest (listing valid names) if invalid."""
+def build(spec: str, min_resize_age: float | None = None) -> Policy:
+    """The policy object for `spec`; BadRequest (listing valid names) if invalid.
+
+    `min_resize_age` (the server's `min_resize_age_seconds`) is the default
+    `min_age` of a policy that resizes jobs, when the spec does not set one:
+    the rule itself lives in the policy.
+    """
     try:
-        return create(spec)
+        name, options = parse_spec(spec)
+        defaults: dict[str, float] = {}
+        if (
+            min_resize_age is not None
+            and "min_age" in options_of(name)
+            and "min_age" not in options
+        ):
+            defaults["min_age"] = min_resize_age
+        return create(spec, **defaults)
     except (UnknownPolicyError, TypeError, ValueError) as exc:
         raise BadRequest(str(exc)) from None
 

@@ -9,6 +9,20 @@ and gets one `Allocation` row per GPU (their primary key makes a double
 booking impossible even with several writers) and one `JobPart` per
 node; each preempted job moves to `preempting` and its parts get a
 preempt stop order.
+
+A `Resize` (grow, shrink, or a migration: the same size elsewhere; a
+`Preempt` and a `Start` of one job in one pass mean the same) goes
+through checkpoint and restart: the job is stopped like a preempted one,
+remembers its target placement (`Job.resume_placement`), and the GPUs of
+the target that are free now are reserved for its next attempt. Once its
+last part has exited (and its checkpoint is safe), `resume` starts it on
+that placement at the head of the next pass, before the policy runs; if
+the target is no longer usable (a node went down) the reservation is
+dropped and the job waits in the queue like any other.
+
+Defence in depth: whatever a policy asks, a job not marked preemptible
+is never preempted, moved or resized (the ledger refuses it, and the
+writers below check the row again).
 """
 
 from __future__ import annotations
@@ -16,6 +30,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
@@ -43,6 +58,8 @@ log = logging.getLogger(__name__)
 class PassResult:
     started: list[int] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
+    resized: list[int] = field(default_factory=list)
+    resumed: list[int] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     deferred: list[int] = field(default_factory=list)
     nodes: set[str] = field(default_factory=set)
@@ -113,26 +130,36 @@ def check(
     return kept
 
 
+def as_moves(decisions: list[Decision]) -> list[Decision]:
+    """A `Preempt` and a `Start` of the same job in one pass is a move: a `Resize`."""
+    preempted = {d.job_id for d in decisions if isinstance(d, Preempt)}
+    starts = {d.job_id: d for d in decisions if isinstance(d, Start) and d.job_id in preempted}
+    if not starts:
+        return decisions
+    out: list[Decision] = []
+    for d in decisions:
+        if isinstance(d, Preempt) and d.job_id in starts:
+            out.append(Resize(d.job_id, starts[d.job_id].placement))
+        elif not (isinstance(d, Start) and d.job_id in starts):
+            out.append(d)
+    return out
+
+
 def run_pass(
     session: Session, policy: Policy, now: float, cache: snapshot.PendingCache | None = None
 ) -> PassResult:
+    resumed = resume(session, now)
     if not snapshot.could_change(session):
-        return PassResult()
+        return resumed
     snap = snapshot.build(session, now, cache)
     result = PassResult(pending=len(snap.view.pending), running=len(snap.view.running))
+    result.resumed, result.started, result.nodes = resumed.resumed, resumed.started, resumed.nodes
     if not snap.view.pending and not policy.tick_seconds:
         return result
     decisions = policy.decide(snap.view)
     if not decisions:
         return result
-    live: list[Decision] = []
-    for d in decisions:
-        if isinstance(d, Resize):
-            # Live resizing comes with live preemption/resume (a later issue).
-            result.skipped.append(f"job {d.job_id}: resize is not supported live yet")
-        else:
-            live.append(d)
-    decisions = check(_ledger(snap), live, snap.jobs, result)
+    decisions = check(_ledger(snap), as_moves(decisions), snap.jobs, result)
     try:
         for d in decisions:
             job = session.get(Job, d.job_id)
@@ -150,6 +177,8 @@ def run_pass(
                 _start(session, job, d.placement, now, result)
             elif isinstance(d, Preempt):
                 _preempt(session, job, now, result)
+            elif isinstance(d, Resize):
+                _resize(session, job, d.placement, now, result, snap.holders)
         session.commit()
     except (IntegrityError, StaleState) as exc:
         # Another writer got there first (a cancel, or another replica):
@@ -166,15 +195,27 @@ def _start(
     placement: Placement,
     now: float,
     result: PassResult,
+    reserved: frozenset[tuple[str, int]] = frozenset(),
+    message: str = "",
 ) -> None:
     attempt = job.attempt + 1
     transition(
-        session, job, JobState.ASSIGNED, now, "", attempt=attempt, placement=placement.as_dict()
+        session,
+        job,
+        JobState.ASSIGNED,
+        now,
+        message,
+        attempt=attempt,
+        placement=placement.as_dict(),
+        resume_placement=None,
+        resume_kind=None,
     )
     # Rank 0 (the rendezvous master) is the part with the most GPUs.
     parts = sorted(placement, key=lambda p: (-len(p[1]), p[0]))
     for rank, (node, gpus) in enumerate(parts):
         for g in gpus:
+            if (node, g) in reserved:
+                continue  # already held for this attempt since the resize began
             session.add(Allocation(node=node, gpu_index=g, job_id=job.id or 0, attempt=attempt))
         session.add(
             JobPart(
@@ -190,8 +231,18 @@ def _start(
     result.started.append(job.id or 0)
 
 
+def _refuse_unpreemptible(job: Job, verb: str, result: PassResult) -> bool:
+    if job.preemptible:
+        return False
+    # The ledger refuses this already; a policy bug must never get this far.
+    result.skipped.append(f"job {job.id} is not preemptible and cannot be {verb}")
+    return True
+
+
 def _preempt(session: Session, job: Job, now: float, result: PassResult) -> None:
     if job.state not in (JobState.RUNNING.value, JobState.ASSIGNED.value):
+        return
+    if _refuse_unpreemptible(job, "preempted", result):
         return
     parts = lifecycle.live_parts(session, job.id or 0, job.attempt)
     transition(session, job, JobState.PREEMPTING, now, "preempted by the policy")
@@ -211,3 +262,123 @@ def _preempt(session: Session, job: Job, now: float, result: PassResult) -> None
             preemptions=job.preemptions + 1,
         )
     result.preempted.append(job.id or 0)
+
+
+def _resize(
+    session: Session,
+    job: Job,
+    placement: Placement,
+    now: float,
+    result: PassResult,
+    holders: dict[tuple[str, int], tuple[int, int]],
+) -> None:
+    """Stop `job` (checkpoint and exit) to restart it on `placement`."""
+    if job.state not in (JobState.RUNNING.value, JobState.ASSIGNED.value):
+        return
+    old = Placement.of(job.placement or {})
+    kind = "migrate" if placement.num_gpus == old.num_gpus else "resize"
+    if _refuse_unpreemptible(job, "moved" if kind == "migrate" else "resized", result):
+        return
+    if placement == old:
+        return
+    what = (
+        f"migrating from {old} to {placement}"
+        if kind == "migrate"
+        else f"resizing from {old.num_gpus} to {placement.num_gpus} GPUs ({placement})"
+    )
+    parts = lifecycle.live_parts(session, job.id or 0, job.attempt)
+    transition(
+        session,
+        job,
+        JobState.PREEMPTING,
+        now,
+        f"{what}, by the policy",
+        resume_placement=placement.as_dict(),
+        resume_kind=kind,
+    )
+    # Hold the target's free GPUs for the next attempt; the job's own GPUs
+    # are held by its current attempt until its process is gone.
+    for node, gpus in placement:
+        for g in gpus:
+            if (node, g) not in holders:
+                session.add(
+                    Allocation(node=node, gpu_index=g, job_id=job.id or 0, attempt=job.attempt + 1)
+                )
+    changes = Changes()
+    lifecycle.stop_parts(parts, StopReason.PREEMPT, changes, session)
+    result.nodes |= changes.nodes
+    if not lifecycle.live_parts(session, job.id or 0, job.attempt):
+        transition(
+            session,
+            job,
+            JobState.PENDING,
+            now,
+            lifecycle.requeue_message(job, ""),
+            placement=None,
+            started_at=None,
+            **({"migrations": job.migrations + 1} if kind == "migrate" else {}),
+            **({"resizes": job.resizes + 1} if kind == "resize" else {}),
+        )
+    result.resized.append(job.id or 0)
+
+
+def resume(session: Session, now: float) -> PassResult:
+    """Start the jobs whose resize or migration has drained, on their target placement."""
+    result = PassResult()
+    waiting = (
+        session.execute(
+            select(Job)
+            .where(Job.state == JobState.PENDING.value, Job.resume_kind != None)  # type: ignore[arg-type]  # noqa: E711
+            .order_by(Job.queued_at, Job.id)  # type: ignore[arg-type]
+        )
+        .scalars()
+        .all()
+    )
+    if not waiting:
+        return result
+    nodes, holders, _ = snapshot.load_nodes(session)
+    usable = {(n.name, g.index) for n in nodes if n.healthy for g in n.gpus}
+    try:
+        for job in waiting:
+            placement = Placement.of(job.resume_placement or {})
+            mine = (job.id or 0, job.attempt + 1)
+            wanted = [(n, g) for n, gpus in placement for g in gpus]
+            reserved = frozenset(k for k in wanted if holders.get(k) == mine)
+            blocked = [
+                f"{n}:{g}"
+                for n, g in wanted
+                if (n, g) not in usable or holders.get((n, g)) not in (None, mine)
+            ]
+            if blocked or placement.num_nodes == 0:
+                lifecycle.release_reservation(session, job)
+                session.execute(
+                    update(Job)
+                    .where(Job.id == job.id)  # type: ignore[arg-type]
+                    .values(resume_placement=None, resume_kind=None)
+                )
+                log.info(
+                    "job %s cannot resume on %s (%s unavailable); it waits in the queue",
+                    job.id,
+                    placement,
+                    ", ".join(blocked),
+                )
+                continue
+            what = "migrated" if job.resume_kind == "migrate" else "resized"
+            _start(
+                session,
+                job,
+                placement,
+                now,
+                result,
+                reserved=reserved,
+                message=f"{what}: resumes on {placement}",
+            )
+            for k in wanted:
+                holders[k] = mine
+            result.resumed.append(job.id or 0)
+        session.commit()
+    except (IntegrityError, StaleState) as exc:
+        session.rollback()
+        log.info("resuming moved jobs abandoned: %s", exc)
+        return PassResult()
+    return result

@@ -1,0 +1,85 @@
+"""Training progress reported by jobs (`schedulearn.runtime.report`).
+
+Owns `Job.progress` (the latest report, shown by `show`, the API and the
+web page) and the `progress_record` table, a short history of reports
+per job (the last `KEEP`). Agents tail each job's progress file and send
+new reports in batches; a report of an older attempt is still history,
+and the latest report is the newest by time of any attempt.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, insert, select, update
+from sqlmodel import Session
+
+from schedulearn.protocol import ProgressBatch, ProgressHistory, ProgressReport
+from schedulearn.server.errors import NotFound
+from schedulearn.server.models import Job, ProgressRecord
+from schedulearn.server.wakeups import Changes
+
+KEEP = 200
+
+
+def record(session: Session, job_id: int, batch: ProgressBatch) -> Changes:
+    if not batch.reports:
+        return Changes()
+    found = session.execute(
+        select(Job.progress).where(Job.id == job_id)  # type: ignore[arg-type]
+    ).first()
+    if found is None:
+        raise NotFound(f"no job {job_id}")
+    newest = max(batch.reports, key=lambda r: r.at)
+    latest = found[0]
+    if latest is None or float(latest.get("at", 0.0)) <= newest.at:
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id)  # type: ignore[arg-type]
+            .values(progress=newest.model_dump(mode="json", exclude_defaults=True))
+        )
+    session.execute(
+        insert(ProgressRecord),
+        [
+            {
+                "job_id": job_id,
+                "attempt": batch.attempt,
+                "at": r.at,
+                "report": r.model_dump(mode="json", exclude_defaults=True),
+            }
+            for r in batch.reports[-KEEP:]
+        ],
+    )
+    _prune(session, job_id)
+    session.commit()
+    return Changes(jobs={job_id})
+
+
+def _prune(session: Session, job_id: int) -> None:
+    cutoff = session.execute(
+        select(ProgressRecord.id)
+        .where(ProgressRecord.job_id == job_id)  # type: ignore[arg-type]
+        .order_by(ProgressRecord.id.desc())  # type: ignore[union-attr]
+        .offset(KEEP)
+        .limit(1)
+    ).scalar()
+    if cutoff is not None:
+        session.execute(
+            delete(ProgressRecord).where(
+                ProgressRecord.job_id == job_id,  # type: ignore[arg-type]
+                ProgressRecord.id <= cutoff,  # type: ignore[arg-type, operator]
+            )
+        )
+
+
+def latest(job: Job) -> ProgressReport | None:
+    return None if not job.progress else ProgressReport.model_validate(job.progress)
+
+
+def history(session: Session, job_id: int) -> ProgressHistory:
+    if session.get(Job, job_id) is None:
+        raise NotFound(f"no job {job_id}; list jobs with `schedulearn jobs`")
+    rows = session.execute(
+        select(ProgressRecord.report)
+        .where(ProgressRecord.job_id == job_id)  # type: ignore[arg-type]
+        .order_by(ProgressRecord.id)  # type: ignore[arg-type]
+    ).scalars()
+    return ProgressHistory(job_id=job_id, reports=[ProgressReport.model_validate(r) for r in rows])
