@@ -642,3 +642,47 @@ class TransitionPublic(_Wire):
 class JobHistory(_Wire):
     job_id: int
     transitions: list[TransitionPublic]
+
+
+# --- throughput profiles ------------------------------------------------------
+
+
+class ProfileIn(_Wire):
+    """One measured speed to store (`POST /api/v1/profiles`)."""
+
+    model: str = Field(min_length=1, max_length=200)
+    batch_size: int | None = Field(default=None, ge=1, le=10**7)
+    gpu_type: str = Field(min_length=1, max_length=100)
+    gpu_count: int = Field(default=1, ge=1, le=4096)
+    spread: bool = Field(default=False, description="The GPUs sat on more than one server")
+    steps_per_sec: float = Field(gt=0, description="Training steps (iterations) per second")
+
+
+class ProfileImport(_Wire):
+    """Profiles to store, e.g. read from a Gavel throughput file by the CLI."""
+
+    source: str = Field(default="import", max_length=200)
+    profiles: list[ProfileIn] = Field(max_length=100_000)
+
+
+class ProfilePublic(_Wire):
+    model: str
+    batch_size: int | None
+    gpu_type: str
+    gpu_count: int
+    spread: bool
+    steps_per_sec: float
+    samples_per_sec: float | None = Field(
+        description="As reported by jobs (None for imported profiles)"
+    )
+    source: str = Field(description="'job N' for a profile measured live, or the import's name")
+    reports: int
+    updated_at: float
+
+
+class ProfileList(_Wire):
+    items: list[ProfilePublic]
+
+
+class ProfileImportReply(_Wire):
+    stored: int
