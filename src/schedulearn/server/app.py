@@ -23,7 +23,7 @@ from fastapi.openapi.utils import get_openapi
 from schedulearn.clock import Clock, SystemClock
 from schedulearn.protocol import JobSpec
 from schedulearn.server import auth, db, errors
-from schedulearn.server.api import agent, cluster, jobs, ops
+from schedulearn.server.api import agent, cluster, jobs, ops, profiles
 from schedulearn.server.batching import Batcher
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
@@ -127,7 +127,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     app.state.sl = sl
     errors.install(app)
     app.add_middleware(errors.BodyLimit, limit=settings.max_body_bytes)
-    for module in (jobs, cluster, agent, ops):
+    for module in (jobs, cluster, agent, ops, profiles):
         app.include_router(module.router)
     if importlib.util.find_spec("schedulearn.server.web") is not None:
         # The web dashboard (its own package) mounts its pages under /ui.

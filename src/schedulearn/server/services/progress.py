@@ -15,6 +15,7 @@ from sqlmodel import Session
 from schedulearn.protocol import ProgressBatch, ProgressHistory, ProgressReport
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Job, ProgressRecord
+from schedulearn.server.services import profiles
 from schedulearn.server.wakeups import Changes
 
 KEEP = 200
@@ -49,6 +50,13 @@ def record(session: Session, job_id: int, batch: ProgressBatch) -> Changes:
         ],
     )
     _prune(session, job_id)
+    rated = [r for r in batch.reports if r.samples_per_sec]
+    if rated:
+        # The newest speed feeds the throughput profiles (issue 6).
+        newest_rate = max(rated, key=lambda r: r.at)
+        profiles.record_throughput(
+            session, job_id, batch.attempt, newest_rate.samples_per_sec or 0.0, newest_rate.at
+        )
     session.commit()
     return Changes(jobs={job_id})
 

@@ -1,0 +1,130 @@
+"""Throughput profiles live: measured from the samples/s that running jobs report,
+imported by an admin (Gavel's format, read by the CLI), listed by anyone."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from wire_agent import WireAgent
+
+from schedulearn.core.throughput import ProfileTable
+from schedulearn.protocol import ProfileList, ProgressBatch, ProgressReport
+from schedulearn.server.services import profiles
+
+GAVEL = Path(__file__).resolve().parents[3] / "shared" / "traces" / "gavel"
+
+
+def listed(api, headers=None) -> ProfileList:  # type: ignore[no-untyped-def]
+    r = api.get("/api/v1/profiles", headers=headers)
+    assert r.status_code == 200, r.text
+    return ProfileList.model_validate(r.json())
+
+
+def report(api, job_id: int, attempt: int, samples: float) -> None:  # type: ignore[no-untyped-def]
+    body = ProgressBatch(
+        attempt=attempt,
+        node="n1",
+        reports=[ProgressReport(at=time.time(), samples_per_sec=samples)],
+    )
+    r = api.post(
+        f"/api/v1/agent/jobs/{job_id}/progress",
+        headers=api.agent,
+        json=body.model_dump(mode="json"),
+    )
+    assert r.status_code == 200, r.text
+
+
+def running_job(api, node: WireAgent, **spec) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    r = api.post("/api/v1/jobs", json={"command": ["python", "train.py"], **spec})
+    assert r.status_code == 201, r.text
+    job_id = r.json()["ids"][0]
+    (start,) = node.work_until(lambda b: b.starts).starts
+    node.start(job_id, start.attempt)
+    return job_id, start.attempt
+
+
+def test_reported_samples_per_second_become_a_profile(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=2, gpu_type="v100")
+    node.register()
+    job_id, attempt = running_job(api, node, gpus=2, model="ResNet-50 (batch size 64)")
+    report(api, job_id, attempt, 640.0)
+    (p,) = listed(api).items
+    assert (p.model, p.batch_size, p.gpu_type, p.gpu_count, p.spread) == (
+        "ResNet-50",
+        64,
+        "v100",
+        2,
+        False,
+    )
+    assert (p.samples_per_sec, p.steps_per_sec, p.source, p.reports) == (
+        640.0,
+        10.0,
+        f"job {job_id}",
+        1,
+    )
+    report(api, job_id, attempt, 740.0)  # smoothed: 640 + 0.3 x 100
+    (p,) = listed(api).items
+    assert p.samples_per_sec == pytest.approx(670.0)
+    assert p.reports == 2
+    # The live table is what the estimator reads.
+    with api.client.app.state.sl.db.session() as session:
+        table = profiles.load_table(session)
+    assert table.lookup("ResNet-50", "v100", gpu_count=2, batch_size=64) == pytest.approx(670 / 64)
+
+
+def test_reports_that_cannot_be_attributed_make_no_profile(api) -> None:  # type: ignore[no-untyped-def]
+    typed = WireAgent(api, "n1", gpus=1, gpu_type="v100")
+    typed.register()
+    no_model, attempt = running_job(api, typed)
+    report(api, no_model, attempt, 100.0)
+    report(api, no_model, attempt + 1, 100.0)  # an old or unknown attempt
+    assert listed(api).items == []
+
+
+def test_admin_imports_gavel_profiles_and_users_may_only_read(api) -> None:  # type: ignore[no-untyped-def]
+    path = GAVEL / "simulation_throughputs.json"
+    if not path.is_file():
+        pytest.skip(f"Gavel throughputs not found at {path}")
+    table = ProfileTable.from_gavel(json.loads(path.read_text()))
+    body = {
+        "source": "gavel",
+        "profiles": [
+            {
+                "model": p.model,
+                "batch_size": p.batch_size,
+                "gpu_type": p.gpu_type,
+                "gpu_count": p.gpu_count,
+                "spread": p.spread,
+                "steps_per_sec": p.steps_per_second,
+            }
+            for p in table.profiles()
+        ],
+    }
+    user = api.user_token("bob")
+    assert api.post("/api/v1/profiles", headers=user, json=body).status_code == 403
+    r = api.post("/api/v1/profiles", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["stored"] == len(table) > 100
+    items = listed(api, headers=user).items
+    assert len(items) == len(table)
+    stored = {(p.model, p.batch_size, p.gpu_type, p.gpu_count, p.spread): p for p in items}
+    resnet = stored[("ResNet-50", 64, "v100", 1, False)]
+    assert resnet.source == "gavel" and resnet.samples_per_sec is None
+    assert resnet.steps_per_sec == pytest.approx(
+        table.lookup("ResNet-50", "v100", batch_size=64)  # type: ignore[arg-type]
+    )
+    # Importing again replaces, never duplicates.
+    assert api.post("/api/v1/profiles", json=body).status_code == 200
+    assert len(listed(api).items) == len(table)
+
+
+def test_a_bad_profile_is_refused_with_what_to_change(api) -> None:  # type: ignore[no-untyped-def]
+    r = api.post(
+        "/api/v1/profiles",
+        json={"profiles": [{"model": "x", "gpu_type": "v100", "steps_per_sec": 0}]},
+    )
+    assert r.status_code == 422
+    assert "steps_per_sec" in r.text
