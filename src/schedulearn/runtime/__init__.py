@@ -16,7 +16,7 @@ Horovod. It imports only the standard library.
 """
 
 from schedulearn.runtime.checkpoint import checkpoint_dir, load_checkpoint, save_checkpoint
-from schedulearn.runtime.env import is_main_process, rank, world_size
+from schedulearn.runtime.env import is_main_process, job_id, local_rank, rank, world_size
 from schedulearn.runtime.preemption import should_stop
 from schedulearn.runtime.progress import report
 from schedulearn.runtime.scaling import ScaledHyperparameters, scale_for_world
@@ -25,7 +25,9 @@ __all__ = [
     "ScaledHyperparameters",
     "checkpoint_dir",
     "is_main_process",
+    "job_id",
     "load_checkpoint",
+    "local_rank",
     "rank",
     "report",
     "save_checkpoint",

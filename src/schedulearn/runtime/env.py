@@ -1,15 +1,25 @@
 """Where this process stands in its job: rank and world size, whatever launched it.
 
-Reads the variables set by the Schedulearn agent, by `torchrun`
-(`RANK`, `WORLD_SIZE`) and by Horovod/Open MPI (`HOROVOD_RANK`,
-`OMPI_COMM_WORLD_RANK`, ...), in that order of precedence.
+Reads the variables set by `torchrun` (`RANK`, `WORLD_SIZE`,
+`LOCAL_RANK`), by Horovod/Open MPI (`HOROVOD_RANK`, `OMPI_COMM_WORLD_RANK`,
+...) and by the Schedulearn agent (`NODE_RANK` and `WORLD_SIZE` for a
+gang over several nodes, `SCHEDULEARN_NUM_GPUS`), in that order of
+precedence: a launcher's own numbering wins over the agent's.
 """
 
 from __future__ import annotations
 
 import os
 
-_RANK_VARS = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+# NODE_RANK last: without a launcher, a multi-node gang runs one process per
+# node, and the agent numbers the nodes.
+_RANK_VARS = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "NODE_RANK")
+_LOCAL_RANK_VARS = (
+    "LOCAL_RANK",
+    "HOROVOD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+)
 _SIZE_VARS = ("WORLD_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 JOB_ID = "SCHEDULEARN_JOB_ID"
@@ -34,6 +44,11 @@ def _first_int(names: tuple[str, ...]) -> int | None:
 def rank() -> int:
     """This process's rank among the job's processes (0 when alone)."""
     return _first_int(_RANK_VARS) or 0
+
+
+def local_rank() -> int:
+    """This process's rank on its own node (0 when alone): which of the node's GPUs it drives."""
+    return _first_int(_LOCAL_RANK_VARS) or 0
 
 
 def world_size() -> int:

@@ -149,3 +149,91 @@ def test_linear_scaling_rule() -> None:
     assert halved.learning_rate == pytest.approx(0.2)
     with pytest.raises(ValueError):
         scale_for_world(0, 0.1)
+
+
+_LAUNCHER_VARS = (
+    "RANK",
+    "HOROVOD_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "NODE_RANK",
+    "LOCAL_RANK",
+    "HOROVOD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected_rank", "expected_local"),
+    [
+        ({}, 0, 0),
+        # torchrun: global and local rank
+        ({"RANK": "5", "LOCAL_RANK": "1", "NODE_RANK": "2"}, 5, 1),
+        # horovodrun (gloo) and mpirun
+        ({"HOROVOD_RANK": "3", "HOROVOD_LOCAL_RANK": "3"}, 3, 3),
+        ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}, 2, 0),
+        # a plain-Python gang: one process per node, numbered by the agent
+        ({"NODE_RANK": "1"}, 1, 0),
+    ],
+)
+def test_rank_follows_the_launcher(
+    env: dict[str, str],
+    expected_rank: int,
+    expected_local: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from schedulearn import runtime
+
+    for name in _LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert runtime.rank() == expected_rank
+    assert runtime.local_rank() == expected_local
+    assert runtime.is_main_process() is (expected_rank == 0)
+
+
+def test_horovod_rank_one_neither_reports_nor_checkpoints(tmp_path: Path) -> None:
+    progress = tmp_path / "progress.jsonl"
+    env = {
+        "SCHEDULEARN_CHECKPOINT_DIR": str(tmp_path / "c"),
+        "SCHEDULEARN_PROGRESS_FILE": str(progress),
+        "HOROVOD_RANK": "1",
+        "HOROVOD_SIZE": "2",
+    }
+    proc = _run(tmp_path, 2, **env)
+    out, _ = proc.communicate(timeout=10)
+    assert "done at 2" in out
+    assert not progress.exists()
+    assert not (tmp_path / "c" / "checkpoint.pkl").exists()
+
+
+def test_checkpoint_is_replaced_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from schedulearn import runtime
+
+    monkeypatch.setenv("SCHEDULEARN_CHECKPOINT_DIR", str(tmp_path))
+    for name in _LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    assert runtime.checkpoint_dir() == tmp_path
+    assert runtime.load_checkpoint(default="none yet") == "none yet"
+    runtime.save_checkpoint({"epoch": 1})
+    runtime.save_checkpoint({"epoch": 2})
+    assert runtime.load_checkpoint() == {"epoch": 2}
+    # Only the checkpoint itself is left: no temporary file from either save.
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pkl"]
+
+
+def test_report_drops_values_json_cannot_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from schedulearn import runtime
+
+    progress = tmp_path / "p.jsonl"
+    monkeypatch.setenv("SCHEDULEARN_PROGRESS_FILE", str(progress))
+    for name in _LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    runtime.report(epoch=3, loss=float("nan"), accuracy=0.5, top5=0.9)
+    (record,) = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert record["epoch"] == 3 and record["accuracy"] == 0.5 and record["top5"] == 0.9
+    assert "loss" not in record
