@@ -16,6 +16,7 @@ from pathlib import Path
 from schedulearn.core.registry import UnknownPolicyError, create, parse_spec
 from schedulearn.sim.cluster import ClusterSpec, parse_cluster
 from schedulearn.sim.engine import Simulator
+from schedulearn.sim.gavel import GavelSpeed
 from schedulearn.sim.jobs import SimInputError, Workload
 from schedulearn.sim.measured import MeasuredSpeed
 from schedulearn.sim.results import SimResult
@@ -38,13 +39,17 @@ class SpeedOptions:
     gpu_speed: str = ""
 
     def build(self, workloads: Sequence[Workload] = ()) -> SpeedModel:
+        # `--gpu-speed gavel`, or a Gavel workload: measured steps/s per GPU type.
+        gavel = self.gpu_speed.strip().lower() == "gavel"
         linear = LinearSpeed(
             efficiency=self.efficiency,
             spread_penalty=self.spread_penalty,
             start_cost=self.start_cost,
             restart_cost=self.restart_cost,
-            gpu_speed=TypeFactors.parse(self.gpu_speed),
+            gpu_speed=TypeFactors() if gavel else TypeFactors.parse(self.gpu_speed),
         )
+        if gavel or any(w.source == "gavel" for w in workloads):
+            return GavelSpeed(linear=linear)
         apps = self.apps or find_apps(workloads)
         if apps is None and not any(j.app for w in workloads for j in w.jobs):
             return linear

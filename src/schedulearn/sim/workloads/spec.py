@@ -7,6 +7,7 @@ A PATH is a CSV in a known trace format (Philly, Pollux, Tiresias; see
   uniform:n=100:window=3600    arrivals uniform over a window
   bursts:5,10,15,20            the original Schedulearn experiment, one workload per size
   tetris                       40 jobs x 30 tasks, the Tetris packing experiment
+  gavel[:n=300][:rate=2]       Gavel's models on K80/P100/V100 (see `gavel`)
   philly[:path=FILE][:limit=N] the Philly trace (default: the packaged sample)
   pollux[:path=FILE]           a Pollux workload (default: the packaged sample)
   tiresias[:path=FILE]         a Tiresias job CSV (default: the packaged sample)
@@ -21,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 from schedulearn.sim.jobs import SimInputError, Workload
+from schedulearn.sim.workloads.gavel import gavel
 from schedulearn.sim.workloads.options import Options
 from schedulearn.sim.workloads.synthetic import bursts, poisson, uniform
 from schedulearn.sim.workloads.tetris import tetris
@@ -41,8 +43,9 @@ _GENERATORS: dict[str, Callable[[Options, int], Workload]] = {
     "poisson": poisson,
     "uniform": uniform,
     "tetris": tetris,
+    "gavel": gavel,
 }
-KINDS = ("poisson", "uniform", "bursts", "tetris", "philly", "pollux", "tiresias")
+KINDS = ("poisson", "uniform", "bursts", "tetris", "gavel", "philly", "pollux", "tiresias")
 
 
 def sample_path(kind: str) -> Path:

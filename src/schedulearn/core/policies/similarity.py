@@ -1,0 +1,357 @@
+"""Similarity: each job goes to the GPU type where its model gains most against the
+cluster's average type, its speed on each type estimated from measured profiles or, for
+a model never measured, from the most similar profiled models; jobs that waited past
+`max_wait` go first in arrival order. Source: the model-similarity policy of Thanapol
+et al., "Scheduling Deep Learning Training in GPU Cluster Using the Model-Similarity-Based
+Policy" (ACIIDS 2023), and Gavel's heterogeneity-aware throughput matching (Narayanan
+et al., OSDI 2020).
+
+Rule, on every pass:
+1. For each job, the estimator (`core.estimator`) gives its expected
+   speed on every GPU type present, at its GPU count (spread over
+   servers where the type's servers are too small to hold it). Its
+   affinity for type t is its speed on t over its GPU-weighted
+   geometric-mean speed across the cluster's types: 2.0 means "twice
+   as fast on t as on the average GPU here". A model nobody measured
+   and nothing resembles gets 1.0 everywhere (type-agnostic).
+2. Starvation guard: jobs that have waited `max_wait` seconds or more
+   (since they last entered the queue) are served first, oldest first,
+   each on its fastest type with room (a mix of types only for a job
+   bigger than any one type). If the oldest of them cannot start, nothing else starts in
+   this pass: like FIFO's head of line, it then starts as soon as
+   running jobs free enough GPUs, so every job's wait is bounded by
+   `max_wait` plus the time the jobs ahead of it take.
+3. The other jobs are matched to free GPUs: every (job, type) pair
+   where the type has room for the job is ranked by the job's
+   affinity for that type, highest first (the longest-waiting first
+   among equals), and started in that order while room lasts. So when
+   V100s free up they go to the jobs that gain most from a V100, and
+   K80s to the jobs that lose least on one. A job stays on one type
+   (a synchronous gang runs at its slowest GPU); one that needs more
+   GPUs than any type has in total may mix types.
+4. Exchanges: a job A just given GPUs of type f trades them for the
+   same number of GPUs of type s held by a running preemptible job R
+   when R gains at least `min_gain` times more from f over s than A
+   does: (aff_R(f) / aff_R(s)) / (aff_A(f) / aff_A(s)) >= min_gain.
+   A starts on s and R migrates to f (one checkpoint and restore).
+   Each exchange raises the product of all jobs' affinities by at
+   least `min_gain`, so exchanges cannot cycle.
+5. Upgrades: a running preemptible job moves (one checkpoint and
+   restore) to free GPUs of a type where it runs at least `min_gain`
+   times faster than where it runs now (its slowest type), biggest gain
+   first; an upgrade never takes the room the biggest job waiting for
+   that type needs. Before step 3 an upgrade must also beat, by
+   `min_gain`, the best ratio between the two types of any waiting job
+   (so it only takes GPUs a waiting job would gain less from, and the
+   GPUs it leaves go to the matching); after step 4 it may take any
+   GPUs still idle. A job only moves up, so it never bounces.
+   `migrate=false` turns steps 4 and 5 off (the policy then never
+   moves a job).
+A job that names a GPU type only goes on that type.
+
+Options: `profiles` names the throughput table (`gavel`, shipped with
+Schedulearn) or is a `ProfileTable` the host passes in (the live server
+passes the profiles its jobs reported: `create("similarity",
+profiles=table)`); `neighbours` is the estimator's k; `max_wait` the
+starvation guard in seconds; `min_gain` and `migrate` the
+exchanges and upgrades.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from schedulearn.core.decisions import Decision, Resize, Start
+from schedulearn.core.estimator import Estimator, builtin_table
+from schedulearn.core.placement import FreePool
+from schedulearn.core.policies._room import can_retake
+from schedulearn.core.registry import register
+from schedulearn.core.throughput import ProfileTable
+from schedulearn.core.views import ClusterView, JobView, Placement
+
+# (model, GPUs, ((type, GPUs of that type, largest server of that type), ...))
+_AffinityKey = tuple[str | None, int, tuple[tuple[str, int, int], ...]]
+
+
+class _Types:
+    """The cluster by GPU type during one pass: sizes, and free GPUs as the pass hands them out."""
+
+    def __init__(self, view: ClusterView, pool: FreePool) -> None:
+        self.total: dict[str, int] = {}
+        self.largest_node: dict[str, int] = {}
+        self.free: dict[str, int] = {}
+        self.of: dict[str, str] = {}
+        for node in view.nodes:
+            self.of[node.name] = node.gpu_type
+            if node.healthy and node.num_gpus:
+                t = node.gpu_type
+                self.total[t] = self.total.get(t, 0) + node.num_gpus
+                self.largest_node[t] = max(self.largest_node.get(t, 0), node.num_gpus)
+                self.free[t] = self.free.get(t, 0) + pool.num_free(node)
+        self.shape = tuple(sorted((t, n, self.largest_node[t]) for t, n in self.total.items()))
+        self.largest = max(self.total.values(), default=0)
+
+    def single(self, placement: Placement) -> str | None:
+        """The placement's one GPU type, or None when it mixes types."""
+        kinds = {self.of[name] for name, gpus in placement if gpus}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    def take(self, placement: Placement, sign: int = 1) -> None:
+        for name, gpus in placement:
+            self.free[self.of[name]] = self.free.get(self.of[name], 0) - sign * len(gpus)
+
+
+@register
+class Similarity:
+    name: ClassVar[str] = "similarity"
+    tick_seconds: ClassVar[float | None] = None
+
+    def __init__(
+        self,
+        profiles: str | ProfileTable = "gavel",
+        neighbours: int = 3,
+        max_wait: float = 6 * 3600.0,
+        min_gain: float = 1.5,
+        migrate: bool = True,
+    ) -> None:
+        if max_wait < 0:
+            raise ValueError(f"max_wait must not be negative, not {max_wait}")
+        if min_gain <= 1.0:
+            raise ValueError(f"min_gain must be above 1 (a move must pay), not {min_gain}")
+        table = builtin_table(profiles) if isinstance(profiles, str) else profiles
+        self.estimator = Estimator(table, neighbours)
+        self.max_wait = float(max_wait)
+        self.min_gain = float(min_gain)
+        self.migrate = migrate
+        # A pure function of its key, cached: the estimator's answers per job shape.
+        self._affinity: dict[_AffinityKey, dict[str, float]] = {}
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        if not view.pending and not (self.migrate and view.running):
+            return []
+        pool = FreePool(view)
+        types = _Types(view, pool)
+        decisions: list[Decision] = []
+        urgent = [j for j in view.pending if view.now - j.waiting_since >= self.max_wait]
+        for job in sorted(urgent, key=lambda j: (j.waiting_since, j.id)):
+            placement = self._place_urgent(pool, job, types)
+            if placement is None:
+                return decisions  # the guard: the oldest starving job holds the line
+            _start(pool, types, job, placement, decisions)
+        moving = self.migrate and len(types.total) > 1
+        if moving:
+            self._upgrade(view, pool, types, decisions, compete=True)
+        self._match(view, pool, types, decisions)
+        if moving:
+            decisions = self._exchange(view, pool, types, decisions)
+            self._upgrade(view, pool, types, decisions, compete=False)
+        return decisions
+
+    # --- the rule ------------------------------------------------------------
+
+    def affinity(self, job: JobView, types: _Types, gpus: int | None = None) -> dict[str, float]:
+        """The job's speed on each type over its GPU-weighted mean speed on the cluster."""
+        n = max(1, job.gpus if gpus is None else gpus)
+        key = (job.model, n, types.shape)
+        cached = self._affinity.get(key)
+        if cached is not None:
+            return cached
+        names = [t for t, _, _ in types.shape]
+        # A type whose servers are too small runs the job spread over servers.
+        spread = {t: n > largest for t, _, largest in types.shape}
+        estimates = {s: self.estimator.speeds(job.model, names, n, s) for s in set(spread.values())}
+        picked = {t: estimates[spread[t]].of(t) for t in names}
+        absolute = all(p.steps_per_second is not None for p in picked.values())
+        logs = {
+            t: math.log(p.steps_per_second if absolute and p.steps_per_second else p.relative)
+            for t, p in picked.items()
+        }
+        total = sum(types.total.values()) or 1
+        centre = sum(types.total[t] * logs[t] for t in names) / total
+        result = self._affinity[key] = {t: math.exp(logs[t] - centre) for t in names}
+        return result
+
+    def _place_urgent(self, pool: FreePool, job: JobView, types: _Types) -> Placement | None:
+        if not job.gpus or not types.total or (job.gpus > types.largest and not job.gpu_type):
+            return pool.pack(job)
+        affinity = self.affinity(job, types)
+        for gpu_type in sorted(affinity, key=lambda t: (-affinity[t], t)):
+            if _allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
+                placement = pool.pack(_as(job, gpu_type))
+                if placement is not None:
+                    return placement
+        return None
+
+    def _match(
+        self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
+    ) -> None:
+        started = {d.job_id for d in decisions}
+        pairs: list[tuple[float, float, int, str, JobView]] = []
+        mixed: list[JobView] = []
+        for job in view.pending:
+            if job.id in started:
+                continue
+            if not job.gpus or not types.total or (job.gpus > types.largest and not job.gpu_type):
+                mixed.append(job)  # CPU-only, or bigger than any one type
+                continue
+            for gpu_type, score in self.affinity(job, types).items():
+                if _allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
+                    pairs.append((-score, job.waiting_since, job.id, gpu_type, job))
+        pairs.sort(key=lambda p: p[:4])
+        for _, _, job_id, gpu_type, job in pairs:
+            if job_id in started or types.free.get(gpu_type, 0) < job.gpus:
+                continue
+            placement = pool.pack(_as(job, gpu_type))
+            if placement is not None:
+                _start(pool, types, job, placement, decisions)
+                started.add(job_id)
+        for job in sorted(mixed, key=lambda j: (j.waiting_since, j.id)):
+            placement = pool.pack(job)
+            if placement is not None:
+                _start(pool, types, job, placement, decisions)
+
+    def _exchange(
+        self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
+    ) -> list[Decision]:
+        pending = {j.id: j for j in view.pending}
+        movable = [
+            j
+            for j in view.running
+            if j.preemptible and j.placement is not None and j.placement.num_gpus
+        ]
+        moved = {d.job_id for d in decisions if isinstance(d, Resize)}
+        out: list[Decision] = []
+        for d in decisions:
+            if not isinstance(d, Start):
+                out.append(d)
+                continue
+            a = pending[d.job_id]
+            f = types.single(d.placement)
+            if f is None or not a.gpus:
+                out.append(d)
+                continue
+            aff_a = self.affinity(a, types)
+            best: tuple[float, JobView, str] | None = None
+            for r in movable:
+                assert r.placement is not None
+                s = types.single(r.placement)
+                if r.id in moved or s is None or s == f or r.placement.num_gpus != a.gpus:
+                    continue
+                if not (_allowed(a, s) and _allowed(r, f)):
+                    continue
+                aff_r = self.affinity(r, types, r.placement.num_gpus)
+                gain = (aff_r[f] / aff_r[s]) / (aff_a[f] / aff_a[s])
+                if gain >= self.min_gain and (best is None or gain > best[0]):
+                    best = (gain, r, s)
+            if best is None or not _swap(pool, a, d.placement, best[1]):
+                out.append(d)
+                continue
+            r = best[1]
+            assert r.placement is not None
+            moved.add(r.id)
+            out.append(Start(a.id, r.placement))
+            out.append(Resize(r.id, d.placement))
+        return out
+
+    def _upgrade(
+        self,
+        view: ClusterView,
+        pool: FreePool,
+        types: _Types,
+        decisions: list[Decision],
+        compete: bool,
+    ) -> None:
+        started = {d.job_id for d in decisions}
+        # Before the matching (`compete`), a move must also beat every waiting job's
+        # own ratio between the two types, by `min_gain`: it then takes GPUs that job
+        # would gain less from, and leaves it the ones it gives up.
+        rival: dict[tuple[str, str], float] = {}
+        if compete:
+            for job in view.pending:
+                if job.id in started or not job.gpus or job.gpus > types.largest:
+                    continue
+                aff = self.affinity(job, types)
+                for f in aff:
+                    for s_ in aff:
+                        if f != s_ and _allowed(job, f):
+                            key = (f, s_)
+                            rival[key] = max(rival.get(key, 1.0), aff[f] / aff[s_])
+        # Room the biggest still-waiting job could use on each type: keep it free.
+        keep = dict.fromkeys(types.total, 0)
+        for job in view.pending:
+            if job.id not in started and job.gpus:
+                for gpu_type, total in types.total.items():
+                    if _allowed(job, gpu_type) and job.gpus <= total:
+                        keep[gpu_type] = max(keep[gpu_type], job.gpus)
+        moves: list[tuple[float, float, int, str, JobView, int]] = []
+        for job in view.running:
+            if job.id in started or not job.preemptible or job.placement is None:
+                continue
+            n = job.placement.num_gpus
+            if not n:
+                continue
+            affinity = self.affinity(job, types, n)
+            now = min((types.of[name] for name, g in job.placement if g), key=affinity.__getitem__)
+            for gpu_type, speed in affinity.items():
+                gain = speed / affinity[now]
+                bar = self.min_gain * rival.get((gpu_type, now), 1.0)
+                if gain >= bar and _allowed(job, gpu_type):
+                    moves.append((-gain, job.started_at or 0.0, job.id, gpu_type, job, n))
+        moves.sort(key=lambda m: m[:4])
+        moved: set[int] = set()
+        for _, _, job_id, gpu_type, job, n in moves:
+            if job_id in moved or types.free.get(gpu_type, 0) - keep[gpu_type] < n:
+                continue
+            placement = pool.pack(_as(job, gpu_type, n), n)
+            if placement is None:
+                continue
+            pool.take(job, placement)
+            types.take(placement)
+            decisions.append(Resize(job_id, placement))
+            moved.add(job_id)
+
+
+def _allowed(job: JobView, gpu_type: str) -> bool:
+    return not job.gpu_type or job.gpu_type == gpu_type
+
+
+def _as(job: JobView, gpu_type: str, gpus: int | None = None) -> JobView:
+    """The job as if it had asked for `gpu_type` and, when given, `gpus` GPUs, so that
+    the pool only offers those."""
+    if (job.gpu_type == gpu_type or not gpu_type) and gpus in (None, job.gpus):
+        return job
+    return JobView(
+        id=job.id,
+        submitted_at=job.submitted_at,
+        gpus=job.gpus if gpus is None else gpus,
+        cpus=job.cpus,
+        memory_gb=job.memory_gb,
+        gpu_type=gpu_type or job.gpu_type,
+        model=job.model,
+    )
+
+
+def _start(
+    pool: FreePool, types: _Types, job: JobView, placement: Placement, decisions: list[Decision]
+) -> None:
+    pool.take(job, placement)
+    types.take(placement)
+    decisions.append(Start(job.id, placement))
+
+
+def _swap(pool: FreePool, a: JobView, a_placement: Placement, r: JobView) -> bool:
+    """Give `a` the GPUs `r` holds and `r` those `a` was given, if CPUs and memory allow."""
+    assert r.placement is not None
+    r_placement = r.placement
+    pool.release(a, a_placement)
+    pool.release(r)
+    if can_retake(pool, a, r_placement):
+        pool.take(a, r_placement)
+        if can_retake(pool, r, a_placement):
+            pool.take(r, a_placement)
+            return True
+        pool.release(a, r_placement)
+    pool.take(a, a_placement)
+    pool.take(r, r_placement)
+    return False
