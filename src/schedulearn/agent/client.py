@@ -14,9 +14,11 @@ stop and tell the admin), `Rejected` (this request will never succeed).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import httpx
@@ -25,12 +27,14 @@ from pydantic import BaseModel, ValidationError
 from schedulearn.protocol import (
     AGENT_PREFIX,
     Ack,
+    CheckpointRef,
     ErrorBody,
     Heartbeat,
     HeartbeatReply,
     JobEvent,
     LogBatch,
     NodeRegistration,
+    ProgressBatch,
     RegistrationReply,
     WorkBatch,
 )
@@ -113,6 +117,69 @@ class AgentClient:
 
     async def logs(self, job_id: int, body: LogBatch) -> Ack:
         return await self._call("POST", f"/jobs/{job_id}/logs", Ack, body)
+
+    async def progress(self, job_id: int, body: ProgressBatch) -> Ack:
+        return await self._call("POST", f"/jobs/{job_id}/progress", Ack, body)
+
+    async def put_checkpoint(
+        self, job_id: int, attempt: int, node: str, path: Path, sha256: str, size: int
+    ) -> CheckpointRef:
+        """Stream a packed checkpoint to the server."""
+
+        async def chunks() -> AsyncIterator[bytes]:
+            with path.open("rb") as src:
+                while chunk := src.read(1024 * 1024):
+                    yield chunk
+
+        url = f"/jobs/{job_id}/checkpoint"
+        try:
+            response = await self._http.put(
+                url,
+                content=chunks(),
+                params={"attempt": str(attempt), "node": node},
+                headers={
+                    "X-Checkpoint-Sha256": sha256,
+                    "Content-Length": str(size),
+                    "Content-Type": "application/x-tar",
+                },
+                timeout=httpx.Timeout(600.0, connect=15.0),
+            )
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(f"PUT {url}: {exc!r}") from exc
+        return self._reply(response, "PUT", url, CheckpointRef)
+
+    async def get_checkpoint(self, job_id: int, dest: Path) -> str:
+        """Download the job's checkpoint to `dest`; returns the sha256 of what arrived."""
+        url = f"/jobs/{job_id}/checkpoint"
+        digest = hashlib.sha256()
+        try:
+            async with self._http.stream(
+                "GET", url, timeout=httpx.Timeout(600.0, connect=15.0)
+            ) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    self._reply(response, "GET", url, Ack)
+                with dest.open("wb") as out:
+                    async for chunk in response.aiter_bytes(1024 * 1024):
+                        digest.update(chunk)
+                        out.write(chunk)
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(f"GET {url}: {exc!r}") from exc
+        return digest.hexdigest()
+
+    def _reply(self, response: httpx.Response, method: str, path: str, reply: type[M]) -> M:
+        status = response.status_code
+        if status >= 500 or status in _RETRYABLE_STATUS:
+            raise ServerUnavailable(f"{method} {path}: HTTP {status}")
+        if status >= 400:
+            message = _error_message(response)
+            if status in (401, 403):
+                raise AuthRejected(status, message)
+            raise Rejected(status, message)
+        try:
+            return reply.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise Rejected(status, f"unexpected reply to {method} {path}: {exc}") from exc
 
     async def _call(
         self,

@@ -7,6 +7,13 @@ each report retried until the server acknowledges it. Only then does it
 clean up: the container, the state record, and the checkpoint directory
 of a job that is finished for good.
 
+Checkpoints move with the job when no shared path is configured: before
+starting, the checkpoint the assignment names is downloaded into the
+job's checkpoint directory; after a preemption the directory is uploaded
+(`agent.checkpoints`) before the exit is reported, and the exit message
+says whether it was saved. Progress reports are tailed from the run's
+progress file (`agent.progress`) while it runs.
+
 Stop orders (cancel, preempt, lost, gang_failed) go through `stop`;
 `discard` stops a run the server no longer wants without reporting it;
 `abandon` lets go of a run that keeps going when the agent exits.
@@ -20,9 +27,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from schedulearn.agent import checkpoints
 from schedulearn.agent.client import AgentClient, until_acked
 from schedulearn.agent.executors.base import ExecutorImpl, ExitStatus, RunHandle, StartError
+from schedulearn.agent.progress import ProgressTail
 from schedulearn.agent.shipper import LogShipper
 from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.protocol import Assignment, EventKind, JobEvent, RunningJobReport, StopReason
@@ -93,6 +103,7 @@ class JobRunner:
             self._stop_reason = reason
             self._stop_grace = grace_seconds
             self._stop_why = why or f"stopped by the server ({reason.value})"
+            self.record.stop_reason = reason.value
         await self._started.wait()
         if self.handle is not None:
             await self.handle.stop(grace_seconds)
@@ -147,6 +158,22 @@ class JobRunner:
         if self._stop_reason is not None:
             await self._finish_unstarted(f"{self._stop_why} before it started")
             return False
+        record.upload_checkpoint = self.assignment.upload_checkpoint
+        ref = self.assignment.checkpoint
+        if ref is not None and self.assignment.checkpoint_dir is None:
+            try:
+                note = await checkpoints.fetch(
+                    self.ctx.client, self.job_id, ref, Path(record.checkpoint_dir)
+                )
+            except (checkpoints.CheckpointError, OSError) as exc:
+                message = (
+                    f"could not restore the job's checkpoint on {self.ctx.node!r}: {exc}; "
+                    "resubmit the job, or configure a shared checkpoint path"
+                )
+                await self._finish_unstarted(message, kind=EventKind.FAILED_TO_START)
+                return False
+            if note:
+                log.info("job %s: %s", self.job_id, note)
         # The record is first written once the run exists (with its pid or
         # container): a record without one could not be found again anyway.
         try:
@@ -178,14 +205,18 @@ class JobRunner:
         handle, record, ctx = self.handle, self.record, self.ctx
         assert handle is not None
         shipper = LogShipper(ctx.client, ctx.store, record, ctx.node, interval=ctx.log_interval)
+        tail = ProgressTail(ctx.client, ctx.store, record, ctx.node)
         pump = asyncio.create_task(handle.pump_logs(shipper.add))
         shipping: asyncio.Task[None] | None = None
+        tailing: asyncio.Task[None] | None = None
         try:
             if not record.started_acked and self._report:
                 await self._send_event(EventKind.STARTED, None, "")
                 # Written with the next save: a repeated "started" is harmless.
                 record.started_acked = True
             shipping = asyncio.create_task(shipper.run())
+            if self._report:
+                tailing = asyncio.create_task(tail.run())
             status = await handle.wait()
             await pump
             if not record.ended:
@@ -196,9 +227,14 @@ class JobRunner:
             if self._report:
                 await shipper.close()
                 await shipping
+                if tailing is not None:
+                    await tail.close()
+                    await tailing
+                if self._carries_checkpoint():
+                    await self._carry_checkpoint()
                 await self._send_event(EventKind.EXITED, record.exit_code, record.exit_message)
         finally:
-            for task in (pump, shipping):
+            for task in (pump, shipping, tailing):
                 if task is not None and not task.done():
                     task.cancel()
         await handle.cleanup()
@@ -207,6 +243,43 @@ class JobRunner:
         if record.exit_code == 0 or self._stop_reason is StopReason.CANCEL:
             ctx.store.remove_checkpoints(record)
         ctx.store.remove(record)
+
+    def _carries_checkpoint(self) -> bool:
+        record = self.record
+        return (
+            record.upload_checkpoint
+            and record.stop_reason == StopReason.PREEMPT.value
+            and "checkpoint" not in record.exit_message  # not carried already
+        )
+
+    async def _carry_checkpoint(self) -> None:
+        """Upload the checkpoint of a preempted run; the exit message says how it went.
+
+        Only then is the exit reported, so the server requeues the job with
+        its checkpoint in hand. A failed upload is said in the message (and
+        so in the job's history): the job then resumes from the last
+        checkpoint the server holds, or from the start, and the newer one
+        stays on this node.
+        """
+        record = self.record
+        try:
+            note = await checkpoints.upload(
+                self.ctx.client,
+                record.job_id,
+                record.attempt,
+                self.ctx.node,
+                Path(record.checkpoint_dir),
+                Path(record.job_dir),
+            )
+        except (checkpoints.CheckpointError, OSError) as exc:
+            log.warning("job %s: checkpoint upload failed: %s", record.job_id, exc)
+            note = (
+                f"checkpoint upload failed: {exc}; it stays in {record.checkpoint_dir} on "
+                f"{self.ctx.node!r}, and the job resumes from the last checkpoint the server "
+                "holds (or from the start)"
+            )
+        record.exit_message = f"{record.exit_message}; {note}" if record.exit_message else note
+        self.ctx.store.save(record)
 
     def _exit_message(self, status: ExitStatus) -> str:
         if self._stop_reason is not None:

@@ -7,6 +7,7 @@ starts a process, so every command line can be checked in a test.
 
 Environment (DESIGN.md section 3): `CUDA_VISIBLE_DEVICES`,
 `SCHEDULEARN_JOB_ID`, `SCHEDULEARN_NUM_GPUS`, `SCHEDULEARN_CHECKPOINT_DIR`,
+`SCHEDULEARN_PROGRESS_FILE` (where `runtime.report` writes),
 and for a gang over several nodes `MASTER_ADDR`, `MASTER_PORT`,
 `WORLD_SIZE` (the number of nodes) and `NODE_RANK`. In a container also
 `NVIDIA_VISIBLE_DEVICES`. The job's own `env` cannot override these: they
@@ -25,6 +26,7 @@ from schedulearn.protocol import (
     ENV_CHECKPOINT_DIR,
     ENV_JOB_ID,
     ENV_NUM_GPUS,
+    ENV_PROGRESS_FILE,
     Assignment,
     Launcher,
 )
@@ -115,6 +117,7 @@ def job_env(
     checkpoint_dir: str,
     in_container: bool = False,
     renumber_gpus: bool = False,
+    progress_file: str | None = None,
 ) -> dict[str, str]:
     """The variables Schedulearn sets for a job, on top of the job's own `env`.
 
@@ -132,6 +135,8 @@ def job_env(
             ENV_CHECKPOINT_DIR: checkpoint_dir,
         }
     )
+    if progress_file is not None:
+        env[ENV_PROGRESS_FILE] = progress_file
     if in_container:
         # "void" hides every GPU from the NVIDIA runtime; an empty value
         # would mean "the default", which may be all of them.
@@ -154,9 +159,10 @@ def plan_launch(
     checkpoint_dir: str,
     in_container: bool = False,
     renumber_gpus: bool = False,
+    progress_file: str | None = None,
 ) -> LaunchPlan:
     """The argv and environment of `assignment`'s process on this node."""
-    env = job_env(assignment, checkpoint_dir, in_container, renumber_gpus)
+    env = job_env(assignment, checkpoint_dir, in_container, renumber_gpus, progress_file)
     gang = assignment.gang
     local_gpus = len(assignment.gpus)
     if assignment.launcher is Launcher.NONE:

@@ -8,6 +8,7 @@ lives on disk, not in memory:
     <state_dir>/jobs/<job_id>.<attempt>/stdout.log    subprocess output
     <state_dir>/jobs/<job_id>.<attempt>/stderr.log
     <state_dir>/jobs/<job_id>.<attempt>/exit_code     written by the job's shim
+    <state_dir>/jobs/<job_id>.<attempt>/progress/     the job's progress file
     <state_dir>/checkpoints/<job_id>/                 default checkpoint volume
 
 A record is written when the job starts, updated as log batches and
@@ -59,6 +60,12 @@ class JobRecord:
     ended_at: float | None = None
     # True when Schedulearn chose the checkpoint dir (and may delete it).
     own_checkpoint_dir: bool = True
+    # After a preemption, upload the checkpoint dir before reporting the exit.
+    upload_checkpoint: bool = False
+    # Bytes of the progress file already acknowledged by the server.
+    progress_position: int = 0
+    # The stop order this run got (kept so a restarted agent still uploads).
+    stop_reason: str | None = None
 
     @property
     def ended(self) -> bool:
@@ -138,3 +145,5 @@ class StateStore:
     def remove_checkpoints(self, record: JobRecord) -> None:
         if record.own_checkpoint_dir:
             shutil.rmtree(record.checkpoint_dir, ignore_errors=True)
+            path = Path(record.checkpoint_dir)
+            path.with_name(path.name + ".attempt").unlink(missing_ok=True)

@@ -51,6 +51,8 @@ from schedulearn.agent.executors.base import (
     split_lines,
 )
 from schedulearn.agent.launchers import LaunchError, plan_launch
+from schedulearn.agent.progress import CONTAINER_PROGRESS_DIR, progress_file
+from schedulearn.agent.progress import FILE_NAME as PROGRESS_FILE_NAME
 from schedulearn.agent.state import JobRecord
 from schedulearn.protocol import Assignment, Executor, LogStream
 
@@ -145,6 +147,7 @@ class DockerExecutor:
                 CONTAINER_CHECKPOINT_DIR,
                 in_container=True,
                 renumber_gpus=self.device_requests,
+                progress_file=f"{CONTAINER_PROGRESS_DIR}/{PROGRESS_FILE_NAME}",
             )
         except LaunchError as exc:
             raise StartError(str(exc)) from exc
@@ -164,7 +167,10 @@ class DockerExecutor:
             "labels": labels,
             "name": container_name(self.node_name, assignment.job_id, assignment.attempt),
             "network_mode": self.network_mode,
-            "volumes": {record.checkpoint_dir: {"bind": CONTAINER_CHECKPOINT_DIR, "mode": "rw"}},
+            "volumes": {
+                record.checkpoint_dir: {"bind": CONTAINER_CHECKPOINT_DIR, "mode": "rw"},
+                str(progress_file(record).parent): {"bind": CONTAINER_PROGRESS_DIR, "mode": "rw"},
+            },
             "init": self.init,
             "detach": True,
         }

@@ -48,6 +48,7 @@ from schedulearn.agent.executors.base import (
     split_lines,
 )
 from schedulearn.agent.launchers import LaunchError, plan_launch
+from schedulearn.agent.progress import progress_file
 from schedulearn.agent.state import JobRecord
 from schedulearn.protocol import Assignment, Executor, LogStream
 
@@ -96,7 +97,9 @@ class SubprocessExecutor:
 
     async def start(self, assignment: Assignment, record: JobRecord) -> RunHandle:
         try:
-            plan = plan_launch(assignment, record.checkpoint_dir)
+            plan = plan_launch(
+                assignment, record.checkpoint_dir, progress_file=str(progress_file(record))
+            )
         except LaunchError as exc:
             raise StartError(str(exc)) from exc
         env = {**self._base_env, **plan.env}

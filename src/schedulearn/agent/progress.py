@@ -1,0 +1,144 @@
+"""Progress tailing: a job's `report(...)` lines, read and sent to the server.
+
+The agent gives each run a progress file (`SCHEDULEARN_PROGRESS_FILE`,
+`<job_dir>/progress/progress.jsonl`; in a container the `progress`
+folder is mounted at `/schedulearn/progress`). `schedulearn.runtime.report`
+appends one JSON object per line. `ProgressTail` reads complete new
+lines every `interval` seconds, turns them into `ProgressReport`s and
+sends them (`POST .../jobs/{id}/progress`); the read position in the
+job's record advances only on the server's acknowledgement, so a
+restarted agent sends exactly what was not acknowledged. A line that is
+not a JSON object is skipped: progress is advisory, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+from pathlib import Path
+
+from schedulearn.agent.client import AgentClient, until_acked
+from schedulearn.agent.state import JobRecord, StateStore
+from schedulearn.protocol import ProgressBatch, ProgressReport
+
+log = logging.getLogger(__name__)
+
+CONTAINER_PROGRESS_DIR = "/schedulearn/progress"
+FILE_NAME = "progress.jsonl"
+_NAMED = ("step", "epoch", "loss", "accuracy", "samples_per_sec", "total_epochs")
+_INTS = ("step", "epoch", "total_epochs")
+_MAX_BATCH = 500
+_MAX_READ = 4 * 1024 * 1024
+
+
+def progress_dir(record: JobRecord) -> Path:
+    return Path(record.job_dir) / "progress"
+
+
+def progress_file(record: JobRecord) -> Path:
+    """The file on this host the job's reports land in (created empty)."""
+    folder = progress_dir(record)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / FILE_NAME
+    path.touch(exist_ok=True)
+    return path
+
+
+def parse_line(line: str) -> ProgressReport | None:
+    """One `report()` line as a `ProgressReport`; None when it is not one."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("at"), int | float):
+        return None
+    fields: dict[str, object] = {"at": float(data["at"])}
+    metrics: dict[str, float] = {}
+    for key, value in data.items():
+        if key == "at" or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not math.isfinite(value):
+            continue
+        if key in _NAMED:
+            fields[key] = int(value) if key in _INTS else float(value)
+        elif len(metrics) < 50 and len(key) <= 100:
+            metrics[key] = float(value)
+    try:
+        return ProgressReport.model_validate({**fields, "metrics": metrics})
+    except ValueError:
+        return None
+
+
+class ProgressTail:
+    """Follows one run's progress file; `run()` is its task, `close()` sends the rest."""
+
+    def __init__(
+        self,
+        client: AgentClient,
+        store: StateStore,
+        record: JobRecord,
+        node: str,
+        interval: float = 1.0,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.record = record
+        self.node = node
+        self.interval = interval
+        self.path = progress_dir(record) / FILE_NAME
+        self._closing = asyncio.Event()
+        self.sent = 0
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), timeout=self.interval)
+            closing = self._closing.is_set()
+            while await self._send_new():
+                pass  # more than one batch was waiting
+            if closing:
+                return
+
+    async def close(self) -> None:
+        self._closing.set()
+
+    def _read_new(self) -> tuple[list[ProgressReport], int]:
+        start = self.record.progress_position
+        try:
+            with self.path.open("rb") as src:
+                src.seek(start)
+                chunk = src.read(_MAX_READ)
+        except FileNotFoundError:
+            return [], start
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return [], start  # no complete line yet
+        reports: list[ProgressReport] = []
+        used = 0
+        for raw in chunk[: end + 1].splitlines(keepends=True):
+            used += len(raw)
+            report = parse_line(raw.decode("utf-8", "replace"))
+            if report is not None:
+                reports.append(report)
+            if len(reports) >= _MAX_BATCH:
+                break
+        return reports, start + used
+
+    async def _send_new(self) -> bool:
+        """Send one batch of new reports; True if there may be more to read."""
+        reports, position = self._read_new()
+        if position == self.record.progress_position:
+            return False
+        if reports:
+            body = ProgressBatch(attempt=self.record.attempt, node=self.node, reports=reports)
+            job_id = self.record.job_id
+            await until_acked(
+                lambda: self.client.progress(job_id, body), f"progress of job {job_id}"
+            )
+            self.sent += len(reports)
+        self.record.progress_position = position
+        self.store.save(self.record)
+        return len(reports) >= _MAX_BATCH
