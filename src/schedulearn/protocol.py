@@ -501,6 +501,17 @@ class JobPublic(_Wire):
     )
 
 
+class JobMove(_Wire):
+    """Move (or resize) a running preemptible job, through checkpoint and restart."""
+
+    placement: dict[Annotated[str, Field(min_length=1, max_length=200)], list[int]] = Field(
+        min_length=1,
+        max_length=64,
+        description='Target GPUs by node, e.g. {"n2": [0, 1]}; the same number of GPUs is '
+        "a migration, another number (within min_gpus..max_gpus) a resize",
+    )
+
+
 class ProgressHistory(_Wire):
     job_id: int
     reports: list[ProgressReport] = Field(description="Oldest first; the server keeps the last 200")
@@ -557,9 +568,11 @@ class PolicyForecast(_Wire):
     in_force: bool
     mean_jct: float | None = Field(
         description="Mean job completion time in seconds, from each job's submission, "
-        "over the jobs whose end is predicted"
+        "over the compared jobs (see `PolicyPreview.compared`)"
     )
-    makespan: float | None = Field(description="Seconds from now until the last predicted end")
+    makespan: float | None = Field(
+        description="Seconds from now until the last predicted end of a compared job"
+    )
     utilisation: float | None = Field(
         description="Busy GPU-seconds over healthy GPU-seconds, from now to the makespan"
     )
@@ -578,6 +591,11 @@ class PolicyPreview(_Wire):
     pending: int
     running: int
     without_estimate: int = Field(description="Pending or running jobs with no duration estimate")
+    compared: int = Field(
+        default=0,
+        description="Jobs whose end every listed policy predicts: mean JCT, makespan and "
+        "utilisation are over these, so the rows compare like with like",
+    )
     horizon_seconds: float
     policies: list[PolicyForecast]
 

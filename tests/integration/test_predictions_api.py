@@ -165,3 +165,19 @@ def test_forecasts_are_reused_until_the_state_changes(api) -> None:  # type: ign
     submit(api, estimated_duration=5)
     api.get("/api/v1/jobs")
     assert predictor.computed == runs + 1
+
+
+def test_preview_compares_policies_over_the_jobs_all_of_them_predict(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    running_blocker(api, node, 100)
+    submit(api, name="mystery", command=["python", "explore.py"])  # no estimate, no history
+    short = submit(api, estimated_duration=10)
+    result = preview(api, policies="fifo,srtf")
+    fifo, srtf = result.policies
+    # fifo starts the mystery job next and the short job waits on it forever;
+    # srtf runs the short job first. Only the blocker ends under both.
+    assert (fifo.predicted, srtf.predicted) == (1, 2)
+    assert result.compared == 1 and result.without_estimate == 1
+    assert fifo.mean_jct == pytest.approx(srtf.mean_jct, abs=0.5)  # type: ignore[arg-type]
+    assert job(api, short).predicted_start_at is None  # under fifo, in force

@@ -23,6 +23,9 @@ from schedulearn.protocol import (
     NodeList,
     PolicyPreview,
     PolicyPublic,
+    ProfileImport,
+    ProfileImportReply,
+    ProfileList,
     SubmitReply,
     TokenPublic,
     WhoAmI,
@@ -143,6 +146,13 @@ class Client:
         params = {"policies": policies} if policies else {}
         response = self._call("GET", "/policy/preview", params=params)
         return PolicyPreview.model_validate(response.json())
+
+    def profiles(self) -> ProfileList:
+        return ProfileList.model_validate(self._call("GET", "/profiles").json())
+
+    def import_profiles(self, body: ProfileImport) -> ProfileImportReply:
+        response = self._call("POST", "/profiles", json=body.model_dump(mode="json"))
+        return ProfileImportReply.model_validate(response.json())
 
     def create_token(self, user: str, role: str = "user") -> TokenPublic:
         body = {"user": user, "role": role}

@@ -54,14 +54,20 @@ def preview_table(preview: PolicyPreview) -> Table:
 
 
 def preview_note(preview: PolicyPreview) -> str:
+    jobs = preview.pending + preview.running
     unknown = (
-        f"; {preview.without_estimate} without a duration estimate (they hold their GPUs "
-        "past the horizon and are left out of the figures)"
+        f"; {preview.without_estimate} without a duration estimate (they run past the horizon)"
         if preview.without_estimate
+        else ""
+    )
+    compared = (
+        f" Figures are over the {preview.compared} of {jobs} jobs every policy above "
+        "predicts an end for."
+        if preview.compared < jobs
         else ""
     )
     return (
         f"current queue: {preview.pending} pending, {preview.running} running{unknown}. "
         f"* = in force ({preview.in_force}); simulated up to {span(preview.horizon_seconds)} "
-        "ahead; JCT counts from each job's submission."
+        f"ahead; JCT counts from each job's submission.{compared}"
     )

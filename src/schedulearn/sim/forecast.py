@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from schedulearn.core.decisions import Start
 from schedulearn.core.ledger import InvalidDecision
@@ -95,9 +95,26 @@ class Forecast:
     jobs: dict[int, JobForecast]
     summary: ForecastSummary
     wall_seconds: float
+    # For summaries over a subset of the jobs (`summary_over`).
+    submitted: dict[int, float] = field(default_factory=dict)
+    series: Series = field(default_factory=lambda: Series((), (), ()))
+    total_gpus: int = 0
+    preemptions: int = 0
 
     def of(self, job_id: int) -> JobForecast | None:
         return self.jobs.get(job_id)
+
+    def summary_over(self, job_ids: Iterable[int]) -> ForecastSummary:
+        """The summary counting only `job_ids` (e.g. the jobs every compared
+        policy predicts, so that mean JCTs are over the same jobs)."""
+        wanted = set(job_ids)
+        ends = [
+            (jid, f.end)
+            for jid, f in self.jobs.items()
+            if jid in wanted and f.end is not None and jid in self.submitted
+        ]
+        return _summary(ends, self.submitted, self.series, self.now, self.total_gpus,
+                        len(wanted), self.preemptions)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +280,10 @@ def forecast(
         jobs=jobs,
         summary=summary,
         wall_seconds=time.perf_counter() - started_wall,
+        submitted={j.id: j.submitted_at for j in (*view.pending, *view.running)},
+        series=series,
+        total_gpus=view.total_gpus,
+        preemptions=summary.preemptions,
     )
 
 
@@ -274,15 +295,25 @@ def _summarize(
     now: float,
 ) -> ForecastSummary:
     submitted = {j.id: j.submitted_at for j in (*view.pending, *view.running)}
-    ends = [(jid, f.end) for jid, f in jobs.items() if f.end is not None]
-    everyone: Sequence[int] = list(submitted)
-    total = len(everyone)
+    ends = [(jid, f.end) for jid, f in jobs.items() if f.end is not None and jid in submitted]
+    preemptions = sum(r.preemptions for r in runs.values())
+    return _summary(ends, submitted, series, now, view.total_gpus, len(submitted), preemptions)
+
+
+def _summary(
+    ends: Sequence[tuple[int, float]],
+    submitted: Mapping[int, float],
+    series: Series,
+    now: float,
+    gpus: int,
+    total: int,
+    preemptions: int,
+) -> ForecastSummary:
     if not ends:
-        return ForecastSummary(total, 0, total, None, None, None, 0)
+        return ForecastSummary(total, 0, total, None, None, None, preemptions)
     jcts = [end - submitted[jid] for jid, end in ends]
     last = max(end for _, end in ends)
     makespan = last - now
-    gpus = view.total_gpus
     util = None
     if makespan > 0 and gpus > 0:
         util = busy_gpu_seconds(series, now, last) / (gpus * makespan)
@@ -293,5 +324,5 @@ def _summarize(
         mean_jct=sum(jcts) / len(jcts),
         makespan=makespan,
         utilisation=util,
-        preemptions=sum(r.preemptions for r in runs.values()),
+        preemptions=preemptions,
     )

@@ -154,14 +154,30 @@ def annotate(job: JobPublic, inputs: Inputs, result: Forecast) -> JobPublic:
 
 
 def preview(inputs: Inputs, specs: list[str]) -> PolicyPreview:
-    rows = []
+    """Each policy's forecast of the current queue, figures over the same jobs.
+
+    A job some policy cannot predict (it waits behind a job of unknown
+    duration there) is left out of every row's mean JCT and makespan, so
+    that a policy is not made to look better by the jobs it leaves stuck;
+    each row still says how many jobs it predicts.
+    """
+    results: dict[str, Forecast | Exception] = {}
     for spec in specs:
         try:
-            result = run(inputs, spec)
+            results[spec] = run(inputs, spec)
         except Exception as exc:
             # One policy failing (a bug, or a third-party policy) must not
             # hide the others' figures.
             log.exception("policy preview of %s failed", spec)
+            results[spec] = exc
+    ran = [r for r in results.values() if isinstance(r, Forecast)]
+    everyone = {j.id for j in (*inputs.view.pending, *inputs.view.running)}
+    common = set(everyone)
+    for r in ran:
+        common &= {jid for jid, f in r.jobs.items() if f.end is not None}
+    rows = []
+    for spec, result in results.items():
+        if isinstance(result, Exception):
             rows.append(
                 PolicyForecast(
                     spec=spec,
@@ -170,34 +186,35 @@ def preview(inputs: Inputs, specs: list[str]) -> PolicyPreview:
                     makespan=None,
                     utilisation=None,
                     predicted=0,
-                    unknown=len(inputs.view.pending) + len(inputs.view.running),
+                    unknown=len(everyone),
                     preemptions=0,
                     wall_seconds=0.0,
-                    error=f"the simulation failed: {exc}",
+                    error=f"the simulation failed: {result}",
                 )
             )
             continue
-        s = result.summary
+        own = result.summary
+        over = result.summary_over(common)
         rows.append(
             PolicyForecast(
                 spec=spec,
                 in_force=spec == inputs.spec,
-                mean_jct=s.mean_jct,
-                makespan=s.makespan,
-                utilisation=s.utilisation,
-                predicted=s.predicted,
-                unknown=s.unknown,
-                preemptions=s.preemptions,
+                mean_jct=over.mean_jct,
+                makespan=over.makespan,
+                utilisation=over.utilisation,
+                predicted=own.predicted,
+                unknown=own.unknown,
+                preemptions=own.preemptions,
                 wall_seconds=result.wall_seconds,
             )
         )
-    active = [*inputs.view.pending, *inputs.view.running]
     return PolicyPreview(
         at=inputs.view.now,
         in_force=inputs.spec,
         pending=len(inputs.view.pending),
         running=len(inputs.view.running),
-        without_estimate=sum(1 for j in active if j.id not in inputs.durations),
+        without_estimate=sum(1 for j in everyone if j not in inputs.durations),
+        compared=len(common),
         horizon_seconds=DEFAULT_HORIZON,
         policies=rows,
     )
