@@ -128,3 +128,28 @@ def test_a_bad_profile_is_refused_with_what_to_change(api) -> None:  # type: ign
     )
     assert r.status_code == 422
     assert "steps_per_sec" in r.text
+
+
+def test_the_live_similarity_policy_places_by_the_stored_profiles(api) -> None:  # type: ignore[no-untyped-def]
+    # MyNet is known only from the profiles stored here: 10x faster on the
+    # v100. Without them similarity sees an unknown model (the same speed
+    # everywhere) and its tie-break picks the k80 node; with them, the v100.
+    fast = WireAgent(api, "a-v100", gpus=1, gpu_type="v100")
+    slow = WireAgent(api, "b-k80", gpus=1, gpu_type="k80")
+    fast.register()
+    slow.register()
+    body = {
+        "source": "bench",
+        "profiles": [
+            {"model": "MyNet", "gpu_type": "k80", "steps_per_sec": 1.0},
+            {"model": "MyNet", "gpu_type": "v100", "steps_per_sec": 10.0},
+        ],
+    }
+    assert api.post("/api/v1/profiles", json=body).status_code == 200
+    assert api.put("/api/v1/policy", json={"spec": "similarity"}).status_code == 200
+    r = api.post("/api/v1/jobs", json={"command": ["true"], "model": "MyNet"})
+    job_id = r.json()["ids"][0]
+    (start,) = fast.work_until(lambda b: b.starts).starts
+    assert start.job_id == job_id
+    placed = api.get(f"/api/v1/jobs/{job_id}").json()["placement"]
+    assert placed == {"a-v100": [0]}

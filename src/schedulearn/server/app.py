@@ -115,7 +115,12 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         scheduler=scheduler,
         submitter=Batcher(database, job_service.submit, clock.now, lambda: shape),
         shape=shape,
-        predictions=Predictor(database, clock, settings.default_policy),
+        predictions=Predictor(
+            database,
+            clock,
+            settings.default_policy,
+            min_resize_age=settings.min_resize_age_seconds,
+        ),
         timing=AgentTiming(
             heartbeat_seconds=settings.heartbeat_seconds,
             node_timeout_seconds=settings.node_timeout_seconds,

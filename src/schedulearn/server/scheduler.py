@@ -25,7 +25,7 @@ from schedulearn.clock import Clock
 from schedulearn.core import Policy
 from schedulearn.server.db import Database
 from schedulearn.server.metrics import Metrics
-from schedulearn.server.services import agents, policy, scheduling, snapshot
+from schedulearn.server.services import agents, policy, profiles, scheduling, snapshot
 from schedulearn.server.wakeups import Changes, Wakeups, wait_for
 from schedulearn.settings import ServerSettings
 
@@ -59,6 +59,7 @@ class Scheduler:
         self.started_at = clock.now()
         self.spec = ""
         self.policy: Policy | None = None
+        self.profiles_mark: tuple[int, float] | None = None
         self.passes = 0
         self.pending = snapshot.PendingCache()
         self._leader_conn = None
@@ -90,9 +91,18 @@ class Scheduler:
             return Round(Changes(), None, self.spec)
         changes = agents.reap(session, now, self.settings.node_timeout_seconds, self.started_at)
         spec = policy.current_spec(session, self.settings.default_policy)
-        if spec != self.spec or self.policy is None:
+        # A policy that takes throughput profiles (similarity) is rebuilt with
+        # the live ones when they change (issue 6).
+        marked = profiles.mark(session) if profiles.takes_profiles(spec) else None
+        if spec != self.spec or self.policy is None or marked != self.profiles_mark:
+            self.profiles_mark = marked
             try:
-                self.policy = policy.build(spec, self.settings.min_resize_age_seconds)
+                table = profiles.live_table(session) if marked is not None else None
+                self.policy = policy.build(
+                    spec,
+                    self.settings.min_resize_age_seconds,
+                    **profiles.policy_overrides(spec, table),
+                )
             except Exception:
                 log.exception("stored policy %r is invalid; keeping %r", spec, self.spec)
                 if self.policy is None:

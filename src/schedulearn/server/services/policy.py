@@ -7,6 +7,8 @@ one its policy object was built from and rebuilds on a change.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlmodel import Session
 
 from schedulearn.core import Policy, UnknownPolicyError, available, create
@@ -23,16 +25,18 @@ def current_spec(session: Session, default: str) -> str:
     return row.value if row is not None else default
 
 
-def build(spec: str, min_resize_age: float | None = None) -> Policy:
+def build(spec: str, min_resize_age: float | None = None, **supplied: Any) -> Policy:
     """The policy object for `spec`; BadRequest (listing valid names) if invalid.
 
     `min_resize_age` (the server's `min_resize_age_seconds`) is the default
     `min_age` of a policy that resizes jobs, when the spec does not set one:
-    the rule itself lives in the policy.
+    the rule itself lives in the policy. `supplied` are other options the
+    server provides itself (the live throughput profiles, see
+    `services.profiles.policy_overrides`).
     """
     try:
         name, options = parse_spec(spec)
-        defaults: dict[str, float] = {}
+        defaults: dict[str, Any] = dict(supplied)
         if (
             min_resize_age is not None
             and "min_age" in options_of(name)

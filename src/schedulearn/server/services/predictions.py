@@ -27,12 +27,13 @@ from sqlmodel import Session
 
 from schedulearn.clock import Clock
 from schedulearn.core import ClusterView, JobView, Policy
+from schedulearn.core.throughput import ProfileTable
 from schedulearn.protocol import JobPublic, JobState, PolicyForecast, PolicyPreview
 from schedulearn.server.db import Database
 from schedulearn.server.errors import BadRequest
 from schedulearn.server.models import Job
 from schedulearn.server.services import policy as policy_service
-from schedulearn.server.services import snapshot
+from schedulearn.server.services import profiles, snapshot
 from schedulearn.server.services.durations import DurationEstimate, JobFacts, estimate_all
 from schedulearn.sim.forecast import DEFAULT_HORIZON, Forecast, ForecastSummary, forecast
 
@@ -58,11 +59,14 @@ class Inputs:
     durations: dict[int, DurationEstimate]
     spec: str
     fingerprint: tuple[object, ...]
+    # The live throughput profiles, for policies that take them (similarity).
+    profiles: ProfileTable | None = None
+    min_resize_age: float | None = None
 
 
 def fingerprint(session: Session, default_policy: str) -> tuple[object, ...]:
     row = tuple(session.connection().execute(_FINGERPRINT).one())
-    return (*row, policy_service.current_spec(session, default_policy))
+    return (*row, profiles.mark(session), policy_service.current_spec(session, default_policy))
 
 
 def _facts(session: Session, views: list[JobView], now: float) -> list[JobFacts]:
@@ -108,20 +112,26 @@ def _preempting(session: Session, now: float) -> list[JobView]:
     return views
 
 
-def read_inputs(session: Session, now: float, default_policy: str) -> Inputs:
+def read_inputs(
+    session: Session, now: float, default_policy: str, min_resize_age: float | None = None
+) -> Inputs:
     mark = fingerprint(session, default_policy)
     snap = snapshot.build(session, now)
     pending = [*snap.view.pending, *_preempting(session, now)]
     view = dataclasses.replace(snap.view, pending=tuple(pending))
     jobs = [*view.pending, *view.running]
     durations = estimate_all(session, _facts(session, jobs, now))
-    return Inputs(view, durations, str(mark[-1]), mark)
+    return Inputs(
+        view, durations, str(mark[-1]), mark, profiles.live_table(session), min_resize_age
+    )
 
 
 def run(inputs: Inputs, spec: str, policy: Policy | None = None) -> Forecast:
     """Simulate `inputs` under `spec` (a fresh policy object: policies keep state)."""
     try:
-        built = policy or policy_service.build(spec)
+        built = policy or policy_service.build(
+            spec, inputs.min_resize_age, **profiles.policy_overrides(spec, inputs.profiles)
+        )
     except BadRequest:
         # An invalid stored spec: the scheduler runs fifo then, and so does this.
         built = policy_service.build("fifo")
@@ -239,11 +249,17 @@ class Predictor:
     """The app's forecast under the policy in force, recomputed when the state changes."""
 
     def __init__(
-        self, db: Database, clock: Clock, default_policy: str, ttl_seconds: float = 10.0
+        self,
+        db: Database,
+        clock: Clock,
+        default_policy: str,
+        ttl_seconds: float = 10.0,
+        min_resize_age: float | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
         self.default_policy = default_policy
+        self.min_resize_age = min_resize_age
         self.ttl_seconds = ttl_seconds
         self._lock = asyncio.Lock()
         self._cached: tuple[Inputs, Forecast, float] | None = None
@@ -272,7 +288,9 @@ class Predictor:
             hit = self._fresh(mark)
             if hit is not None:
                 return hit
-            inputs = await self.db.run(read_inputs, self.clock.now(), self.default_policy)
+            inputs = await self.db.run(
+                read_inputs, self.clock.now(), self.default_policy, self.min_resize_age
+            )
             try:
                 result = await asyncio.to_thread(run, inputs, inputs.spec)
             except Exception:
@@ -300,6 +318,7 @@ class Predictor:
             return hit[0]
         result = await asyncio.to_thread(preview, inputs, specs)
         # One entry per queue state and list of policies; old states are dropped.
-        self._previews = {k: v for k, v in self._previews.items() if k[:5] == key[:5]}
+        n = len(inputs.fingerprint)
+        self._previews = {k: v for k, v in self._previews.items() if k[:n] == key[:n]}
         self._previews[key] = (result, self.clock.now())
         return result

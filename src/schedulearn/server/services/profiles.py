@@ -14,15 +14,24 @@ what placement uses, do not depend on the unit).
   smoothed (exponential average); a new job's measurement replaces an
   older one's, as in `core.throughput.ProfileTable`.
 - `import_profiles`: a batch of profiles (the CLI reads Gavel's JSON).
-- `load_table`: the table as a `core.throughput.ProfileTable`, for the
-  estimator and the `similarity` policy.
+- `load_table`: the table as a `core.throughput.ProfileTable`;
+  `live_table`: Schedulearn's built-in Gavel table with the stored
+  profiles on top (a stored profile replaces the built-in one of the
+  same key), which the live scheduler and the forecasts hand to any
+  policy with a `profiles` option (`similarity`) whose spec does not
+  name a table itself (`policy_overrides`); `mark` tells them when the
+  stored profiles changed.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import Any
+
+from sqlalchemy import func, select
 from sqlmodel import Session
 
+from schedulearn.core.estimator import builtin_table
+from schedulearn.core.registry import UnknownPolicyError, options_of, parse_spec
 from schedulearn.core.throughput import ProfileTable, ThroughputProfile, parse_model
 from schedulearn.protocol import (
     ProfileImport,
@@ -34,6 +43,10 @@ from schedulearn.server.models import Gpu, Job, ThroughputRecord
 
 # Weight of a new report in the running average of one job's reports.
 SMOOTHING = 0.3
+# The policy option that takes a profile table.
+OPTION = "profiles"
+# Updates of existing profiles reach the live policy at most this often.
+REFRESH_SECONDS = 60.0
 
 
 def _public(row: ThroughputRecord) -> ProfilePublic:
@@ -158,3 +171,33 @@ def load_table(session: Session) -> ProfileTable:
         )
         for r in rows
     )
+
+
+def live_table(session: Session) -> ProfileTable:
+    """The built-in Gavel profiles with every stored profile on top."""
+    table = builtin_table("gavel")
+    for profile in load_table(session).profiles():
+        table.add(profile)
+    return table
+
+
+def mark(session: Session) -> tuple[int, float]:
+    """Changes when a profile is added, and at most every REFRESH_SECONDS on updates."""
+    count, latest = session.execute(
+        select(func.count(), func.max(ThroughputRecord.updated_at))
+    ).one()
+    return int(count), float(latest or 0.0) // REFRESH_SECONDS
+
+
+def takes_profiles(spec: str) -> bool:
+    """True when the policy of `spec` has a `profiles` option the spec leaves unset."""
+    try:
+        name, options = parse_spec(spec)
+        return OPTION in options_of(name) and OPTION not in options
+    except (UnknownPolicyError, ValueError):
+        return False
+
+
+def policy_overrides(spec: str, table: ProfileTable | None) -> dict[str, Any]:
+    """Extra options to build `spec` with on the live server: the live profiles."""
+    return {OPTION: table} if table is not None and takes_profiles(spec) else {}
