@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from schedulearn.protocol import (
     JobHistory,
     JobList,
+    JobMove,
     JobPublic,
     JobSpec,
     JobState,
@@ -25,9 +26,9 @@ from schedulearn.protocol import (
     ProgressHistory,
     SubmitReply,
 )
-from schedulearn.server.api.deps import JobId, State, User
+from schedulearn.server.api.deps import Admin, JobId, State, User
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
-from schedulearn.server.services import jobs, logs, progress
+from schedulearn.server.services import jobs, logs, moves, progress
 from schedulearn.server.services.jobs import Submitted
 from schedulearn.server.wakeups import wait_for
 
@@ -138,6 +139,17 @@ async def history(job_id: JobId, state: State, _who: User) -> JobHistory:
 )
 async def progress_history(job_id: JobId, state: State, _who: User) -> ProgressHistory:
     return await state.db.run(progress.history, job_id)
+
+
+@router.post(
+    "/{job_id}/move",
+    response_model=JobPublic,
+    summary="Move or resize a running preemptible job (admin): checkpoint, stop, restart there",
+)
+async def move(job_id: JobId, body: JobMove, state: State, _who: Admin) -> JobPublic:
+    public, changes = await state.db.run(moves.move, job_id, body, state.clock.now())
+    state.wakeups.notify(changes)
+    return public
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel (stops it if running)")

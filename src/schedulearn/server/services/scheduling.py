@@ -67,7 +67,7 @@ class PassResult:
     running: int = 0
 
 
-def _ledger(snap: snapshot.Snapshot) -> GpuLedger:
+def ledger_for(snap: snapshot.Snapshot) -> GpuLedger:
     """A ledger holding exactly what the database says is held."""
     bare = [
         type(n)(
@@ -159,7 +159,7 @@ def run_pass(
     decisions = policy.decide(snap.view)
     if not decisions:
         return result
-    decisions = check(_ledger(snap), as_moves(decisions), snap.jobs, result)
+    decisions = check(ledger_for(snap), as_moves(decisions), snap.jobs, result)
     try:
         for d in decisions:
             job = session.get(Job, d.job_id)
@@ -178,7 +178,7 @@ def run_pass(
             elif isinstance(d, Preempt):
                 _preempt(session, job, now, result)
             elif isinstance(d, Resize):
-                _resize(session, job, d.placement, now, result, snap.holders)
+                resize(session, job, d.placement, now, result, snap.holders)
         session.commit()
     except (IntegrityError, StaleState) as exc:
         # Another writer got there first (a cancel, or another replica):
@@ -264,7 +264,7 @@ def _preempt(session: Session, job: Job, now: float, result: PassResult) -> None
     result.preempted.append(job.id or 0)
 
 
-def _resize(
+def resize(
     session: Session,
     job: Job,
     placement: Placement,
