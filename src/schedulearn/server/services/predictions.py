@@ -121,9 +121,10 @@ def read_inputs(
     view = dataclasses.replace(snap.view, pending=tuple(pending))
     jobs = [*view.pending, *view.running]
     durations = estimate_all(session, _facts(session, jobs, now))
-    return Inputs(
-        view, durations, str(mark[-1]), mark, profiles.live_table(session), min_resize_age
-    )
+    spec = str(mark[-1])
+    # Only a policy with a `profiles` option reads the table (17 ms to build).
+    table = profiles.live_table(session) if profiles.takes_profiles(spec) else None
+    return Inputs(view, durations, spec, mark, table, min_resize_age)
 
 
 def run(inputs: Inputs, spec: str, policy: Policy | None = None) -> Forecast:
@@ -312,6 +313,9 @@ class Predictor:
     async def preview(self, requested: str | None) -> PolicyPreview:
         inputs, _ = await self.current()
         specs = preview_specs(requested, inputs.spec)
+        if inputs.profiles is None and any(profiles.takes_profiles(s) for s in specs):
+            table = await self.db.run(profiles.live_table)
+            inputs = dataclasses.replace(inputs, profiles=table)
         key = (*inputs.fingerprint, *specs)
         hit = self._previews.get(key)
         if hit is not None and self.clock.now() - hit[1] <= self.ttl_seconds:
