@@ -1,0 +1,234 @@
+"""Train a small PyTorch MLP on scikit-learn's digits, on the CPU, alone or under torchrun.
+
+    schedulearn submit -f examples/torch.yaml            # launcher torchrun, 2 GPUs
+    torchrun --standalone --nproc_per_node 2 examples/train_torch.py --epochs 10
+
+The same recipe as examples/train_digits.py, in PyTorch: resume from the
+last checkpoint in `checkpoint_dir()`, save and exit with 143 when
+`should_stop()` turns True (the scheduler's SIGTERM), `report()` loss and
+accuracy per epoch, and the linear scaling rule for the world size
+(`world_size()`: torchrun's processes). Under torchrun each process trains
+on its share of every global batch and DistributedDataParallel averages
+the gradients over the gloo backend, so the world trains as one model; the
+processes agree at every step on whether to stop, because SIGTERM reaches
+them at slightly different moments. Rank 0 alone writes checkpoints and
+reports.
+
+Deterministic: fixed seeds, `torch.use_deterministic_algorithms`, one
+thread per process, and a data order drawn from a generator whose state is
+checkpointed; a preempted run ends with the weights of an uninterrupted run
+of the same world size ("final weights sha256 ..." on the last line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from schedulearn import runtime
+
+CHECKPOINT = "digits-torch.pt"
+STOPPED_EXIT_CODE = 143  # 128 + SIGTERM: saved and stopped, not finished
+
+
+def digits_tensors(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scikit-learn's digits from the file in the package, split 80/20 by a seeded permutation."""
+    spec = importlib.util.find_spec("sklearn")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    files = [Path(r) / "datasets" / "data" / "digits.csv.gz" for r in roots]
+    found = [f for f in files if f.is_file()]
+    if not found:
+        sys.exit("this example reads scikit-learn's digits: pip install scikit-learn")
+    table = np.loadtxt(found[0], delimiter=",")
+    x = torch.tensor(table[:, :64] / 16.0, dtype=torch.float32)
+    y = torch.tensor(table[:, 64], dtype=torch.int64)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    cut = int(0.8 * len(x))
+    train, test = order[:cut], order[cut:]
+    return x[train], y[train], x[test], y[test]
+
+
+def make_model(seed: int, hidden: int) -> nn.Module:
+    torch.manual_seed(seed + 1)
+    return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+
+def digest(model: nn.Module) -> str:
+    """sha256 of the weights' bytes in state_dict order: equal digests, equal weights."""
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        h.update(name.encode())
+        h.update(tensor.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def save(state: dict[str, Any]) -> None:
+    """Rank 0 writes to a temporary name, then renames: a checkpoint is whole or absent."""
+    if not runtime.is_main_process():
+        return
+    target = runtime.checkpoint_dir() / CHECKPOINT
+    tmp = target.with_name(f".{CHECKPOINT}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, target)
+
+
+def load() -> dict[str, Any] | None:
+    path = runtime.checkpoint_dir() / CHECKPOINT
+    if not path.exists():
+        return None
+    loaded: dict[str, Any] = torch.load(path, weights_only=False)  # our own file
+    return loaded
+
+
+def agree_to_stop(distributed: bool) -> bool:
+    """True when any process was told to stop: all of them stop at the same step."""
+    flag = torch.tensor([1 if runtime.should_stop() else 0])
+    if distributed:
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def train(args: argparse.Namespace) -> int:
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    world = runtime.world_size()
+    # torchrun starts one process per GPU and sets RANK and MASTER_ADDR; run
+    # any other way, this one process does the work of the whole world.
+    distributed = world > 1 and "RANK" in os.environ and "MASTER_ADDR" in os.environ
+    if distributed:
+        dist.init_process_group("gloo")
+    procs, me = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+    x_train, y_train, x_test, y_test = digits_tensors(args.seed)
+    model = make_model(args.seed, args.hidden)
+    scaled = runtime.scale_for_world(args.batch_size, args.lr, world=world)
+    optimizer = torch.optim.SGD(model.parameters(), lr=scaled.learning_rate, momentum=0.9)
+    shuffle = torch.Generator().manual_seed(args.seed + 2)
+    state = load()
+    epoch, offset, step = 0, 0, 0
+    if state is None:
+        if runtime.is_main_process():
+            print(f"starting fresh: {args.epochs} epochs, seed {args.seed}", flush=True)
+    else:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        for group in optimizer.param_groups:
+            group["lr"] = scaled.learning_rate  # the rule for today's world, not the saved one
+        shuffle.set_state(state["shuffle"])
+        torch.set_rng_state(state["torch_rng"])
+        epoch, offset, step = state["epoch"], state["offset"], state["step"]
+        if runtime.is_main_process():
+            print(
+                f"resumed from epoch {epoch} (step {step}, {offset} samples into the epoch)",
+                flush=True,
+            )
+    if runtime.is_main_process():
+        print(
+            f"world size {world}: global batch {scaled.global_batch_size} "
+            f"({scaled.per_worker_batch_size} per worker), learning rate {scaled.learning_rate:g}",
+            flush=True,
+        )
+    net: nn.Module = nn.parallel.DistributedDataParallel(model) if distributed else model
+    loss_fn = nn.CrossEntropyLoss()
+    n_train = len(x_train)
+    loss_sum, batches = 0.0, 0
+
+    def checkpoint_state(epoch_start_shuffle: torch.Tensor) -> dict[str, Any]:
+        return {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "shuffle": epoch_start_shuffle,
+            "torch_rng": torch.get_rng_state(),
+            "epoch": epoch,
+            "offset": offset,
+            "step": step,
+        }
+
+    while epoch < args.epochs:
+        epoch_start_shuffle = shuffle.get_state()  # a mid-epoch resume redraws this order
+        order = torch.randperm(n_train, generator=shuffle)
+        started, samples = time.perf_counter(), 0
+        net.train()
+        while offset < n_train:
+            batch = order[offset : offset + scaled.global_batch_size]
+            if len(batch) < procs:
+                break  # a tail too short to give every process a sample is dropped
+            mine = batch[me::procs]  # this process's share of the global batch
+            optimizer.zero_grad()
+            share_loss = loss_fn(net(x_train[mine]), y_train[mine])
+            # Weighted by the share's size: DDP's average over the processes
+            # then gives each one the gradient of the mean over the whole batch.
+            (share_loss * (len(mine) * procs / len(batch))).backward()
+            optimizer.step()
+            offset += len(batch)
+            step += 1
+            loss_sum += share_loss.item()
+            batches += 1
+            samples += len(batch)
+            if args.sleep_per_step > 0:
+                time.sleep(args.sleep_per_step)
+            if agree_to_stop(distributed):
+                save(checkpoint_state(epoch_start_shuffle))
+                if runtime.is_main_process():
+                    print(f"stop requested: saved epoch {epoch} step {step}; exiting", flush=True)
+                return STOPPED_EXIT_CODE
+        epoch, offset = epoch + 1, 0
+        model.eval()
+        with torch.no_grad():
+            accuracy = float((model(x_test).argmax(dim=1) == y_test).float().mean())
+        mean_loss = loss_sum / max(1, batches)
+        loss_sum, batches = 0.0, 0
+        save(checkpoint_state(shuffle.get_state()))
+        rate = samples / max(1e-9, time.perf_counter() - started)
+        runtime.report(
+            step=step,
+            epoch=epoch,
+            total_epochs=args.epochs,
+            loss=mean_loss,
+            accuracy=accuracy,
+            samples_per_sec=rate,
+        )
+        if runtime.is_main_process():
+            print(
+                f"epoch {epoch}/{args.epochs} loss={mean_loss:.4f} accuracy={accuracy:.4f} "
+                f"step={step} samples/s={rate:.0f}",
+                flush=True,
+            )
+    if runtime.is_main_process():
+        print(f"final weights sha256 {digest(model)}", flush=True)
+    if distributed:
+        dist.destroy_process_group()
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, default=10, help="epochs in all [10]")
+    parser.add_argument("--seed", type=int, default=0, help="seed of data split, init, order [0]")
+    parser.add_argument("--batch-size", type=int, default=16, help="batch per worker [16]")
+    parser.add_argument("--lr", type=float, default=0.02, help="learning rate, world size 1")
+    parser.add_argument("--hidden", type=int, default=32, help="hidden units [32]")
+    parser.add_argument(
+        "--sleep-per-step",
+        type=float,
+        default=0.0,
+        help="seconds to sleep after each step, to stretch a demo or a test [0]",
+    )
+    args = parser.parse_args(argv)
+    if args.epochs < 1 or args.batch_size < 1 or args.hidden < 1:
+        parser.error("--epochs, --batch-size and --hidden must be 1 or more")
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(train(parse_args()))
