@@ -1,0 +1,60 @@
+"""Progress reports: agents send them, the server keeps the latest per job
+(shown in the job) and a short history; the agent's parser keeps the
+named fields and any other numbers as metrics."""
+
+from __future__ import annotations
+
+from wire_agent import WireAgent
+
+from schedulearn.agent.progress import parse_line
+from schedulearn.protocol import ProgressBatch, ProgressReport
+from schedulearn.server.services.progress import KEEP
+
+
+def _send(api, job_id: int, attempt: int, *reports: ProgressReport) -> None:  # type: ignore[no-untyped-def]
+    body = ProgressBatch(attempt=attempt, node="n1", reports=list(reports))
+    r = api.post(
+        f"/api/v1/agent/jobs/{job_id}/progress",
+        headers=api.agent,
+        json=body.model_dump(mode="json"),
+    )
+    assert r.status_code == 200, r.text
+
+
+def test_latest_progress_and_history(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    job_id = api.post("/api/v1/jobs", json={"command": "train", "gpus": 1}).json()["ids"][0]
+    assert api.get(f"/api/v1/jobs/{job_id}").json()["progress"] is None
+    _send(
+        api,
+        job_id,
+        1,
+        ProgressReport(at=100.0, epoch=0, loss=2.0),
+        ProgressReport(at=101.0, epoch=1, loss=1.5, accuracy=0.6, metrics={"lr": 0.1}),
+    )
+    shown = api.get(f"/api/v1/jobs/{job_id}").json()["progress"]
+    assert shown["epoch"] == 1 and shown["loss"] == 1.5 and shown["accuracy"] == 0.6
+    assert shown["metrics"] == {"lr": 0.1}
+    # A late batch with older reports goes to the history, not over the latest.
+    _send(api, job_id, 1, ProgressReport(at=50.0, epoch=0, loss=9.0))
+    assert api.get(f"/api/v1/jobs/{job_id}").json()["progress"]["epoch"] == 1
+    for start in range(0, KEEP + 50, 100):
+        reports = [ProgressReport(at=200.0 + i, step=i) for i in range(start, start + 100)]
+        _send(api, job_id, 2, *reports)
+    history = api.get(f"/api/v1/jobs/{job_id}/progress").json()["reports"]
+    assert len(history) == KEEP
+    assert history[-1]["step"] == 299 and history[0]["step"] == 300 - KEEP
+    assert api.get(f"/api/v1/jobs/{job_id}").json()["progress"]["step"] == 299
+    assert api.get("/api/v1/jobs/999/progress").status_code == 404
+
+
+def test_the_agent_parses_report_lines() -> None:
+    line = '{"at":1.5,"step":3,"epoch":1,"loss":0.25,"accuracy":0.9,"lr":0.01,"note":"x"}'
+    report = parse_line(line)
+    assert report is not None
+    assert (report.step, report.epoch, report.loss, report.accuracy) == (3, 1, 0.25, 0.9)
+    assert report.metrics == {"lr": 0.01}
+    assert parse_line("not json") is None
+    assert parse_line("[1, 2]") is None
+    assert parse_line('{"loss": 1.0}') is None  # no time: not a report
