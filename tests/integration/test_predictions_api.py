@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from server_api import ADMIN
 from wire_agent import WireAgent
 
 from schedulearn.protocol import JobList, JobPublic, PolicyPreview
@@ -181,3 +182,43 @@ def test_preview_compares_policies_over_the_jobs_all_of_them_predict(api) -> Non
     assert result.compared == 1 and result.without_estimate == 1
     assert fifo.mean_jct == pytest.approx(srtf.mean_jct, abs=0.5)  # type: ignore[arg-type]
     assert job(api, short).predicted_start_at is None  # under fifo, in force
+
+
+def sign_in(api) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    form = api.client.get("/ui/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+    assert nonce, form.text
+    r = api.client.post(
+        "/ui/login", data={"token": ADMIN, "nonce": nonce.group(1), "next": "/ui/jobs"}
+    )
+    assert r.status_code in (200, 303), r.text
+
+
+def test_the_web_pages_show_the_predictions(api) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    running_blocker(api, node, 100)
+    waiting = submit(api, name="waits", estimated_duration=50)
+    mystery = submit(api, name="mystery", command=["python", "explore.py"])
+    sign_in(api)
+    predicted = job(api, waiting).predicted_start_at
+    assert predicted is not None
+    clock = time.strftime("%H:%M:%S", time.localtime(predicted))
+
+    page = api.client.get(f"/ui/jobs/{waiting}").text
+    start = re.search(r'data-testid="predicted-start">(.*?)</dd>', page, re.S)
+    assert start and clock in start.group(1)
+    assert re.search(r"duration-estimate\">50 s .*your estimate", page)
+    unknown = api.client.get(f"/ui/jobs/{mystery}").text
+    assert re.search(r'data-testid="duration-estimate">.*?unknown', unknown, re.S)
+
+    listing = api.client.get("/ui/jobs").text
+    row = re.search(rf'data-job="{waiting}".*?</tr>', listing, re.S)
+    assert row and f"~{clock}" in row.group(0)
+    queue = api.client.get("/ui/queue").text
+    row = re.search(rf'data-job="{waiting}".*?</tr>', queue, re.S)
+    assert row and f"~{clock}" in row.group(0)

@@ -33,8 +33,9 @@ async def cluster(request: Request, state: State, who: Signed) -> HTMLResponse:
 @router.get("/queue", response_class=HTMLResponse)
 async def queue(request: Request, state: State, who: Signed) -> HTMLResponse:
     data = await call(state, overview.queue_page, state.settings.default_policy, state.clock.now())
+    _, forecast = await state.predictions.current()
     name = "_queue_live.html" if is_partial(request) else "queue.html"
-    return page(request, name, who, active="queue", data=data)
+    return page(request, name, who, active="queue", data=data, forecast=forecast)
 
 
 @router.get("/policy", response_class=HTMLResponse)

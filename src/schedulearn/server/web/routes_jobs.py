@@ -76,6 +76,7 @@ async def job_list(
         PER_PAGE,
         True,
     )
+    listing = listing.model_copy(update={"items": await state.predictions.annotate(listing.items)})
     pages = max(1, -(-listing.total // PER_PAGE))
     return page(
         request,
@@ -97,6 +98,7 @@ async def job_list(
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_detail(request: Request, state: State, who: Signed, job_id: str) -> HTMLResponse:
     data = await call(state, job_data.job_page, _job_id(job_id))
+    data.job = (await state.predictions.annotate([data.job]))[0]
     partial = is_partial(request)
     name = "_job_live.html" if partial else "job.html"
     # A partial also carries the timeline, swapped out of band into the side column.
