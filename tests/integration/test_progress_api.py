@@ -4,9 +4,12 @@ named fields and any other numbers as metrics."""
 
 from __future__ import annotations
 
+import time
+
 from wire_agent import WireAgent
 
 from schedulearn.agent.progress import parse_line
+from schedulearn.cli.jobs import progress_text
 from schedulearn.protocol import ProgressBatch, ProgressReport
 from schedulearn.server.services.progress import KEEP
 
@@ -58,3 +61,13 @@ def test_the_agent_parses_report_lines() -> None:
     assert parse_line("not json") is None
     assert parse_line("[1, 2]") is None
     assert parse_line('{"loss": 1.0}') is None  # no time: not a report
+
+
+def test_show_prints_progress_in_one_line() -> None:
+    text = progress_text(
+        ProgressReport(
+            at=time.time() - 5, epoch=3, total_epochs=10, step=120, loss=0.23456, accuracy=0.91
+        )
+    )
+    assert text.startswith("epoch 3/10, step 120, loss 0.2346, accuracy 0.91 (")
+    assert text.endswith("ago)")

@@ -25,7 +25,7 @@ from rich.table import Table
 from schedulearn.cli import forecasts
 from schedulearn.cli.client import ApiError, Client
 from schedulearn.cli.config import resolve
-from schedulearn.protocol import JobPublic, JobSpec, JobState, LogLinePublic
+from schedulearn.protocol import JobPublic, JobSpec, JobState, LogLinePublic, ProgressReport
 
 out = Console()
 err = Console(stderr=True)
@@ -273,8 +273,32 @@ def show(
             value = f"{_span(value)} (from {job.duration_source or '?'})"
         elif key == "duration_source":
             continue
+        elif key == "progress" and job.progress is not None:
+            value = progress_text(job.progress)
+        elif key == "checkpoint" and job.checkpoint is not None:
+            value = (
+                f"attempt {job.checkpoint.attempt}, {job.checkpoint.size_bytes:,} bytes "
+                f"(sha256 {job.checkpoint.sha256[:12]})"
+            )
         table.add_row(key, str(value))
     out.print(table)
+
+
+def progress_text(p: ProgressReport) -> str:
+    """A progress report in one line: 'epoch 3/10, step 1200, loss 0.2310, ...'."""
+    parts = []
+    if p.epoch is not None:
+        parts.append(f"epoch {p.epoch}" + (f"/{p.total_epochs}" if p.total_epochs else ""))
+    if p.step is not None:
+        parts.append(f"step {p.step}")
+    if p.loss is not None:
+        parts.append(f"loss {p.loss:.4g}")
+    if p.accuracy is not None:
+        parts.append(f"accuracy {p.accuracy:.4g}")
+    if p.samples_per_sec is not None:
+        parts.append(f"{p.samples_per_sec:.4g} samples/s")
+    parts += [f"{k} {v:.4g}" for k, v in sorted(p.metrics.items())]
+    return ", ".join(parts) + f" ({_ago(p.at)})"
 
 
 def logs(
