@@ -71,3 +71,43 @@ def test_show_prints_progress_in_one_line() -> None:
     )
     assert text.startswith("epoch 3/10, step 120, loss 0.2346, accuracy 0.91 (")
     assert text.endswith("ago)")
+
+
+def test_the_job_page_shows_named_figures_and_extra_metrics() -> None:
+    from schedulearn.server.web.job_data import progress_of
+
+    shown = progress_of(
+        ProgressReport(at=1.0, epoch=2, total_epochs=4, loss=0.5, metrics={"lr": 0.01})
+    )
+    assert shown is not None and shown.fraction == 0.5
+    assert shown.figures == {"epoch": "2", "loss": "0.5", "total_epochs": "4", "lr": "0.01"}
+
+
+def test_the_job_page_shows_progress_and_moves(api) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    from server_api import ADMIN
+
+    node = WireAgent(api, "n1", gpus=2)
+    node.register()
+    r = api.post("/api/v1/jobs", json={"command": "train", "gpus": 1, "preemptible": True})
+    job_id = r.json()["ids"][0]
+    start = node.work_until(lambda b: b.starts).starts[0]
+    node.start(job_id, start.attempt)
+    _send(api, job_id, 1, ProgressReport(at=time.time(), epoch=4, loss=0.125, accuracy=0.75))
+    assert api.post(f"/api/v1/jobs/{job_id}/move", json={"placement": {"n1": [1]}}).is_success
+    client = api.client
+    form = client.get("/ui/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+    assert nonce is not None, form.text
+    signed = client.post(
+        "/ui/login", data={"token": ADMIN, "nonce": nonce.group(1)}, follow_redirects=False
+    )
+    assert signed.status_code in (302, 303), signed.text
+    page = client.get(f"/ui/jobs/{job_id}")
+    assert page.status_code == 200
+    block = page.text[page.text.index('data-testid="progress"') :][:800]
+    assert "epoch 4" in block and "loss 0.125" in block and "accuracy 0.75" in block
+    node.exit(job_id, start.attempt, 0)
+    moved = client.get(f"/ui/jobs/{job_id}")
+    assert re.search(r'data-testid="moves">0 · 1 · 0<', moved.text), moved.text[:3000]

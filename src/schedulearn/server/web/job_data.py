@@ -63,9 +63,13 @@ def progress_of(raw: Any) -> Progress | None:
         return Progress(min(1.0, max(0.0, float(raw))))
     if not isinstance(raw, dict):
         return None
+    # Extra metrics a job reported (`report(lr=...)`) show beside the named ones.
+    flat = {k: v for k, v in raw.items() if k != "metrics"}
+    if isinstance(raw.get("metrics"), dict):
+        flat.update(raw["metrics"])
     figures = {
         str(k): f"{v:.4g}" if isinstance(v, float) else str(v)
-        for k, v in raw.items()
+        for k, v in flat.items()
         if k not in ("at", "fraction") and v is not None
     }
     fraction = raw.get("fraction")
