@@ -171,6 +171,7 @@ def train(args: argparse.Namespace) -> int:
             f"{state['offset']} samples into the epoch)",
             flush=True,
         )
+    print(f"checkpoint directory {runtime.checkpoint_dir().resolve()}", flush=True)
     scaled = runtime.scale_for_world(args.batch_size, args.lr)
     print(
         f"world size {scaled.world_size}: global batch {scaled.global_batch_size} "

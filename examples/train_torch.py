@@ -133,6 +133,7 @@ def train(args: argparse.Namespace) -> int:
                 flush=True,
             )
     if runtime.is_main_process():
+        print(f"checkpoint directory {runtime.checkpoint_dir().resolve()}", flush=True)
         print(
             f"world size {world}: global batch {scaled.global_batch_size} "
             f"({scaled.per_worker_batch_size} per worker), learning rate {scaled.learning_rate:g}",

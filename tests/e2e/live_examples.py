@@ -1,0 +1,98 @@
+"""Shared by the live acceptance tests (tests/e2e/test_live_*.py): a cluster of
+real server and agent processes shaped per test, the example training
+scripts as job commands, and what their output says (digest, resumes,
+world sizes)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from e2e_cluster import Cluster
+
+from schedulearn.protocol import JobPublic
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "examples" / "train_digits.py"
+DIGEST = re.compile(r"final weights sha256 ([0-9a-f]{64})")
+RESUMED = re.compile(r"resumed from epoch (\d+) \(step (\d+), (\d+) samples into the epoch\)")
+STOPPED = re.compile(r"stop requested: saved epoch (\d+) step (\d+)")
+WORLD = re.compile(
+    r"world size (\d+): global batch (\d+) \((\d+) per worker\), learning rate (\S+)"
+)
+CKPT_DIR = re.compile(r"checkpoint directory (\S+)")
+
+T = TypeVar("T")
+
+
+def digits_command(*args: str) -> list[str]:
+    """The NumPy digits example as a job's argv, run by this test's interpreter."""
+    return [sys.executable, str(DIGITS), *args]
+
+
+def reference_digest(tmp: Path, *args: str) -> str:
+    """The final weights of an uninterrupted run outside Schedulearn (no sleeping needed:
+    `--sleep-per-step` does not change the weights)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULEARN_")}
+    env["SCHEDULEARN_CHECKPOINT_DIR"] = str(tmp / "reference-checkpoint")
+    out = subprocess.run(
+        digits_command(*args, "--sleep-per-step", "0"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    return digest_of(out)
+
+
+def digest_of(text: str) -> str:
+    match = DIGEST.search(text)
+    assert match, f"no 'final weights sha256' line in:\n{text[-3000:]}"
+    return match.group(1)
+
+
+@contextlib.contextmanager
+def live_cluster(root: Path, agents: dict[str, int], **server_env: str) -> Iterator[Cluster]:
+    """A server with `server_env` (SCHEDULEARN_* settings) and one agent per entry
+    (name -> virtual GPUs). No shared checkpoint path: each agent keeps its own,
+    and checkpoints travel through the server."""
+    cluster = Cluster(root, server_env={"SCHEDULEARN_TICK_SECONDS": "0.5", **server_env})
+    try:
+        cluster.start()
+        for name, gpus in agents.items():
+            cluster.add_agent(name, gpus=gpus)
+        cluster.wait_nodes(len(agents))
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def wait_for(what: str, probe: Callable[[], T | None], cluster: Cluster, timeout: float) -> T:
+    """Poll `probe` until it returns something truthy; on timeout say what and show the logs."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out waiting for {what}\n{cluster.logs()}")
+
+
+def job(cluster: Cluster, job_id: int) -> JobPublic:
+    with cluster.client() as c:
+        return c.job(job_id)
+
+
+def history(cluster: Cluster, job_id: int) -> str:
+    """A job's state changes, one `from->to: message` per line."""
+    with cluster.client() as c:
+        steps = c.history(job_id).transitions
+    return "\n".join(f"{t.from_state.value}->{t.to_state.value}: {t.message}" for t in steps)
