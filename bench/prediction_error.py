@@ -70,6 +70,7 @@ class Outcome:
     start_errors: list[float]
     end_errors: list[float]
     wall: float
+    waits: list[float]
 
 
 def run_policy(policy: str, args: argparse.Namespace, root: Path) -> Outcome:
@@ -114,6 +115,7 @@ def _drive(
 ) -> Outcome:
     predicted_start: dict[int, float | None] = {}
     predicted_end: dict[int, float | None] = {}
+    waits: list[float] = []
     ids: list[int] = []
     per_burst = max(1, args.jobs // args.bursts)
     sizes = [g for g in (1, 1, 2, 2, 4, 8) if g <= args.gpus]
@@ -135,6 +137,8 @@ def _drive(
             if job.id in fresh:
                 if job.state == "pending":
                     predicted_start[job.id] = job.predicted_start_at
+                    if job.predicted_start_at is not None:
+                        waits.append(job.predicted_start_at - job.submitted_at)
                 predicted_end[job.id] = job.predicted_end_at
         ids += fresh
         if burst + 1 < args.bursts:
@@ -157,7 +161,7 @@ def _drive(
         if p is not None and j in done and done[j][1] is not None
     ]
     return Outcome(policy, len(ids), len(predicted_start), start_errors, end_errors,
-                   time.time() - started)  # fmt: skip
+                   time.time() - started, waits)  # fmt: skip
 
 
 def line(name: str, errors: list[float]) -> str:
@@ -192,7 +196,12 @@ def main() -> None:
     for policy in args.policy.split(","):
         with tempfile.TemporaryDirectory(prefix="sl-pred-") as tmp:
             out = run_policy(policy.strip(), args, Path(tmp))
-        print(f"{out.policy}: {out.jobs} jobs, {out.waited} waited, run took {out.wall:.0f} s")
+        mean_wait = statistics.fmean(out.waits) if out.waits else 0.0
+        print(
+            f"{out.policy}: {out.jobs} jobs, {out.waited} waited (predicted wait: mean "
+            f"{mean_wait:.1f} s, max {max(out.waits, default=0.0):.1f} s), "
+            f"run took {out.wall:.0f} s"
+        )
         print(line("predicted start", out.start_errors))
         print(line("predicted end  ", out.end_errors))
 
