@@ -129,3 +129,30 @@ def test_elastic_fifo_grows_and_shrinks_a_job_through_checkpoints(
     history = messages(api, job)
     assert "resizing from 1 to 3 GPUs" in history and "resizing from 3 to 1 GPUs" in history
     api.cancel(job)
+
+
+def test_defrag_moves_a_job_so_a_newcomer_gets_one_node(
+    api: AdminApi, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    script = write_script(tmp_path)
+    set_policy(api, "defrag")  # min_age: SCHEDULEARN_MIN_RESIZE_AGE_SECONDS=2
+    start_agent("n1", gpus=2)
+    wait_until(lambda: len(api.http.get("/nodes").json()["items"]) == 1, 30, "n1")
+    mover = api.submit(command=train_command(script, 80, 0.1), gpus=1, preemptible=True)
+    filler = api.submit(command="sleep 6", gpus=1)
+    assert api.wait_state(mover, ["running"], timeout=30)["placement"] == {"n1": [0]}
+    assert api.wait_state(filler, ["running"], timeout=30)["placement"] == {"n1": [1]}
+    start_agent("n2", gpus=2)
+    steady = api.submit(command="sleep 60", gpus=1)  # not preemptible: never moved
+    assert api.wait_state(steady, ["running"], timeout=30)["placement"] == {"n2": [0]}
+    api.wait_state(filler, ["succeeded"], timeout=30)
+    # One GPU free on each node: rather than spread it, defrag moves `mover`.
+    wide = api.submit(command="sleep 1", gpus=2)
+    done = api.wait_state(wide, ["succeeded"], timeout=90)
+    assert done["placement"] == {"n1": [0, 1]}, messages(api, wide)
+    finished = api.wait_state(mover, ["succeeded"], timeout=120)
+    assert finished["migrations"] == 1 and finished["placement"] == {"n2": [1]}
+    starts = _starts(api, mover)
+    assert len(starts) == 2 and not starts[1].startswith("start step=0 "), starts
+    assert api.job(steady)["migrations"] == 0
+    api.cancel(steady)

@@ -19,6 +19,13 @@ from schedulearn.core.policies._room import can_retake
 from schedulearn.core.views import JobView, NodeView, Placement
 
 
+def old_enough(job: JobView, now: float, min_age: float) -> bool:
+    """May `job` be resized or moved yet? Only after `min_age` seconds on its
+    placement, since each resize costs a checkpoint and a restart. The one
+    place this rule is written (elastic-fifo and defrag use it)."""
+    return job.started_at is None or now - job.started_at >= min_age
+
+
 def grow_one(pool: FreePool, job: JobView, current: Placement) -> Placement | None:
     """`current` with one more GPU, or None if the job cannot grow without
     spreading onto another node."""

@@ -33,7 +33,7 @@ from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Resize, Start
 from schedulearn.core.placement import FreePool
-from schedulearn.core.policies._resize import grow_one, shrink_one
+from schedulearn.core.policies._resize import grow_one, old_enough, shrink_one
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView, Placement
 
@@ -103,7 +103,7 @@ class ElasticFifo:
 
     def _of_age(self, job: JobView, now: float) -> bool:
         """Has the job run on its placement long enough to be resized?"""
-        return job.started_at is None or now - job.started_at >= self.min_age
+        return old_enough(job, now, self.min_age)
 
     def _shrink_for(
         self,
