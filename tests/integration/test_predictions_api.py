@@ -222,3 +222,30 @@ def test_the_web_pages_show_the_predictions(api) -> None:  # type: ignore[no-unt
     queue = api.client.get("/ui/queue").text
     row = re.search(rf'data-job="{waiting}".*?</tr>', queue, re.S)
     assert row and f"~{clock}" in row.group(0)
+
+
+def test_reported_progress_extrapolates_a_running_jobs_end(api) -> None:  # type: ignore[no-untyped-def]
+    from schedulearn.protocol import ProgressBatch, ProgressReport
+
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    job_id = submit(api, name="epochs", estimated_duration=10_000)
+    (start,) = node.work_until(lambda b: b.starts).starts
+    node.start(job_id, start.attempt)
+    time.sleep(1.0)
+    body = ProgressBatch(
+        attempt=start.attempt,
+        node="n1",
+        reports=[ProgressReport(at=time.time(), epoch=1, total_epochs=4)],
+    )
+    r = api.post(
+        f"/api/v1/agent/jobs/{job_id}/progress",
+        headers=api.agent,
+        json=body.model_dump(mode="json"),
+    )
+    assert r.status_code == 200, r.text
+    j = job(api, job_id)
+    # A quarter done after ~1 s: ~4 s in all, not the 10,000 s estimate.
+    assert j.duration_source == "progress"
+    assert j.duration_estimate == pytest.approx(4.0, abs=1.0)
+    assert j.predicted_end_at == pytest.approx(j.started_at + j.duration_estimate, abs=1.0)  # type: ignore[operator]
