@@ -120,3 +120,60 @@ def test_bad_options_are_refused() -> None:
         create("similarity:max_wait=-1")
     with pytest.raises(ValueError, match="'gavel'"):
         create("similarity:profiles=nope")
+
+
+# --- remaining work: seconds saved, not only the speed-up ratio ------------------
+
+
+def test_of_two_jobs_that_gain_alike_the_longer_one_gets_the_fast_gpu() -> None:
+    s = mixed()
+    s.run(job(90), {"k": [0]})
+    s.run(job(91), {"v": [0]})
+    short = job(1, model="fast", estimated_duration=600.0)
+    long = job(2, model="fast", estimated_duration=600_000.0)
+    # Same speed-up; the long job saves a thousand times more seconds on the V100,
+    # so it takes it although the short one came first.
+    got = starts(s.decide(create("similarity", profiles=table()), 10, [short, long]))
+    assert got == {2: place({"v": [1]}), 1: place({"k": [1]})}
+
+
+def test_a_long_newcomer_is_not_traded_to_slow_gpus_for_a_short_running_job() -> None:
+    def run(newcomer_estimate: float) -> dict[int, object]:
+        s = mixed()
+        s.run(job(90, model="fast", preemptible=True, estimated_duration=1_000.0), {"k": [0]})
+        s.run(job(92), {"k": [1]})
+        s.run(job(93), {"v": [0]})
+        flat = job(1, model="flat", estimated_duration=newcomer_estimate)
+        return dict(resizes(s.decide(create("similarity", profiles=table()), 10, [flat])))
+
+    # A short flat newcomer trades its V100 with the running fast job (which gains 8x)...
+    assert run(100.0) == {90: place({"v": [1]})}
+    # ...but a week-long one keeps it: the fast job would save minutes, it would lose days.
+    assert run(7 * 86400.0) == {}
+
+
+def test_of_two_jobs_on_slow_gpus_the_one_with_more_work_left_moves_up() -> None:
+    s = mixed()
+    s.run(job(90, model="fast", preemptible=True, estimated_duration=2_000.0), {"k": [0]}, 0.0)
+    s.run(job(91, model="fast", preemptible=True, estimated_duration=90_000.0), {"k": [1]}, 5.0)
+    s.run(job(93), {"v": [0]})
+    decisions = s.decide(create("similarity", profiles=table()), 10, [])
+    assert resizes(decisions) == {91: place({"v": [1]})}
+
+
+def test_a_batch_past_max_wait_starts_critical_jobs_first_then_shortest_first() -> None:
+    s = Scenario(node("a", 2, "v100"))
+    policy = create("similarity:max_wait=0", profiles=table())
+    # Submitted together. The drain time is (10 + 20 + 1000) / 2 GPUs = 515 s; the
+    # 1000 s job takes more than half of it even alone, so it goes first (it would set
+    # the makespan if started last), then the others shortest first.
+    batch = [
+        job(1, submitted_at=0.0, model="flat", estimated_duration=20.0),
+        job(2, submitted_at=0.0, model="flat", estimated_duration=10.0),
+        job(3, submitted_at=0.0, model="flat", estimated_duration=1_000.0),
+    ]
+    assert started_ids(s.decide(policy, 5, batch)) == [3, 2]
+    # A job that arrived earlier still goes first: the guard's arrival order holds.
+    s2 = Scenario(node("a", 2, "v100"))
+    early = job(4, submitted_at=-1.0, model="flat", estimated_duration=5.0)
+    assert started_ids(s2.decide(policy, 5, [*batch, early])) == [4, 3]

@@ -80,9 +80,58 @@ def test_the_estimator_beats_the_average_model_leaving_each_model_out() -> None:
         assert ours.overall < naive.overall, (mode, ours, naive)
 
 
-def test_similarity_beats_type_agnostic_fifo_on_gavels_cluster() -> None:
-    workloads = parse_workload("gavel", seed=0)
-    fifo, similarity = run_all(workloads, ["fifo", "similarity"], GAVEL_CLUSTER)
+def test_a_static_batch_is_the_same_jobs_all_submitted_at_zero() -> None:
+    (poisson,) = parse_workload("gavel:n=50", seed=3)
+    (static,) = parse_workload("gavel:n=50:arrivals=static", seed=3)
+    assert {j.submitted_at for j in static.jobs} == {0.0}
+    assert max(j.submitted_at for j in poisson.jobs) > 0
+    strip = [(j.id, j.gpus, j.model, j.duration) for j in poisson.jobs]
+    assert [(j.id, j.gpus, j.model, j.duration) for j in static.jobs] == strip
+    assert static.params["arrivals"] == "static" and "rate" not in static.params
+    with pytest.raises(SimInputError, match="arrivals=static"):
+        parse_workload("gavel:arrivals=burst")
+
+
+# FIFO takes the first free one-GPU server in the order written: give it every order.
+ORDERS = (
+    GAVEL_CLUSTER,
+    "36x1:v100+36x1:p100+36x1:k80",
+    "+".join(["12x1:k80+12x1:p100+12x1:v100"] * 3),
+)
+
+
+def best_case_makespan(spec: str, cluster: str) -> float:
+    """Latest (arrival + run time on the job's fastest type): no policy does better."""
+    (workload,) = parse_workload(spec, seed=0)
+    nodes = parse_cluster(cluster).nodes
+    shape = ClusterShape.of(nodes)
+    speed = GavelSpeed()
+    kinds = sorted({n.gpu_type for n in nodes})
+    latest = 0.0
+    for j in workload.jobs:
+        rates = []
+        for kind in kinds:
+            servers = [n.name for n in nodes if n.gpu_type == kind][: j.gpus]
+            rates.append(speed.rate(j, Placement.of({name: [0] for name in servers}), shape))
+        best = max(rates)
+        latest = max(latest, j.submitted_at + (j.duration or 0.0) / best)
+    return latest
+
+
+@pytest.mark.parametrize("cluster", ORDERS)
+def test_similarity_beats_type_agnostic_fifo_in_every_cluster_order(cluster: str) -> None:
+    # Poisson arrivals (Gavel's continuous trace): mean JCT at least 20% below FIFO's.
+    fifo, similarity = run_all(parse_workload("gavel", seed=0), ["fifo", "similarity"], cluster)
     assert similarity.summary.unfinished == fifo.summary.unfinished == 0
-    assert similarity.summary.makespan <= 0.8 * fifo.summary.makespan
+    assert similarity.summary.mean_jct <= 0.8 * fifo.summary.mean_jct
+    assert similarity.summary.makespan < fifo.summary.makespan
+    if cluster == GAVEL_CLUSTER:
+        # The order issue 6 names: the makespan goal holds on the Poisson trace too.
+        assert similarity.summary.makespan <= 0.8 * fifo.summary.makespan
+    # A static batch (Gavel's makespan experiments): similarity's makespan is the best
+    # any policy can reach here (the longest job on its fastest type), and below FIFO's.
+    static = "gavel:arrivals=static"
+    fifo, similarity = run_all(parse_workload(static, seed=0), ["fifo", "similarity"], cluster)
+    assert similarity.summary.makespan <= 1.01 * best_case_makespan(static, cluster)
+    assert similarity.summary.makespan < 0.9 * fifo.summary.makespan
     assert similarity.summary.mean_jct <= 0.8 * fifo.summary.mean_jct

@@ -1,10 +1,11 @@
-"""Similarity: each job goes to the GPU type where its model gains most against the
-cluster's average type, its speed on each type estimated from measured profiles or, for
-a model never measured, from the most similar profiled models; jobs that waited past
-`max_wait` go first in arrival order. Source: the model-similarity policy of Thanapol
-et al., "Scheduling Deep Learning Training in GPU Cluster Using the Model-Similarity-Based
-Policy" (ACIIDS 2023), and Gavel's heterogeneity-aware throughput matching (Narayanan
-et al., OSDI 2020).
+"""Similarity: each job goes to the GPU type where it saves most time against the
+cluster's average type (its model's speed-up there times the work it has left), its
+speed on each type estimated from measured profiles or, for a model never measured, from
+the most similar profiled models; jobs that waited past `max_wait` go first in arrival
+order. Source: the model-similarity policy of Thanapol et al., "Scheduling Deep Learning
+Training in GPU Cluster Using the Model-Similarity-Based Policy" (ACIIDS 2023), and
+Gavel's heterogeneity-aware throughput matching and makespan policy (Narayanan et al.,
+OSDI 2020).
 
 Rule, on every pass:
 1. For each job, the estimator (`core.estimator`) gives its expected
@@ -14,37 +15,57 @@ Rule, on every pass:
    geometric-mean speed across the cluster's types: 2.0 means "twice
    as fast on t as on the average GPU here". A model nobody measured
    and nothing resembles gets 1.0 everywhere (type-agnostic).
+   Its remaining work W is the seconds it still needs on an average
+   GPU: its estimate (`estimated_duration`, taken as seconds on its
+   fastest type) less its progress, times its affinity for that type.
+   Jobs without an estimate get the median W of those with one (all
+   equal when none has one: the ranking is then by affinity alone). On
+   type t it needs W / aff(t) seconds, so moving it from type s to f
+   saves W * (1/aff(s) - 1/aff(f)): long jobs that speed up most gain
+   the most seconds. This is the makespan-aware part, in the spirit of
+   Gavel's heterogeneity-aware makespan policy: the week-long jobs that
+   set a batch's makespan get the fast types, the short ones fill the
+   slow types, where they lose least.
 2. Starvation guard: jobs that have waited `max_wait` seconds or more
-   (since they last entered the queue) are served first, oldest first,
-   each on its fastest type with room (a mix of types only for a job
-   bigger than any one type). If the oldest of them cannot start, nothing else starts in
-   this pass: like FIFO's head of line, it then starts as soon as
+   (since they last entered the queue) are served first, oldest first
+   (among jobs that waited equally long, a batch submitted together:
+   critical jobs first, longest first, then the rest shortest first; a
+   job is critical when on its fastest type it needs at least half the
+   drain time, all remaining work spread evenly over every GPU, so that
+   starting it last would set the makespan), each on its fastest type
+   with room (a mix of types only for a job bigger than any one type).
+   If the oldest of them cannot start, nothing else starts in this
+   pass: like FIFO's head of line, it then starts as soon as
    running jobs free enough GPUs, so every job's wait is bounded by
    `max_wait` plus the time the jobs ahead of it take.
 3. The other jobs are matched to free GPUs: every (job, type) pair
-   where the type has room for the job is ranked by the job's
-   affinity for that type, highest first (the longest-waiting first
-   among equals), and started in that order while room lasts. So when
-   V100s free up they go to the jobs that gain most from a V100, and
-   K80s to the jobs that lose least on one. A job stays on one type
-   (a synchronous gang runs at its slowest GPU); one that needs more
-   GPUs than any type has in total may mix types.
+   where the type has room for the job is ranked by the seconds the
+   job saves there against an average GPU, W * (1 - 1/aff(t)), highest
+   first (the longest-waiting first among equals), and started in that
+   order while room lasts. So when V100s free up they go to the jobs
+   that save most time on a V100, and K80s to the jobs that lose least
+   time on one. A job stays on one type (a synchronous gang runs at
+   its slowest GPU); one that needs more GPUs than any type has in
+   total may mix types.
 4. Exchanges: a job A just given GPUs of type f trades them for the
    same number of GPUs of type s held by a running preemptible job R
    when R gains at least `min_gain` times more from f over s than A
-   does: (aff_R(f) / aff_R(s)) / (aff_A(f) / aff_A(s)) >= min_gain.
-   A starts on s and R migrates to f (one checkpoint and restore).
-   Each exchange raises the product of all jobs' affinities by at
-   least `min_gain`, so exchanges cannot cycle.
+   does: (aff_R(f) / aff_R(s)) / (aff_A(f) / aff_A(s)) >= min_gain,
+   and R saves more seconds on f than A loses on s (a short job never
+   pushes a long one onto slower GPUs). A starts on s and R migrates
+   to f (one checkpoint and restore). Each exchange raises the product
+   of all jobs' affinities by at least `min_gain`, so exchanges cannot
+   cycle.
 5. Upgrades: a running preemptible job moves (one checkpoint and
    restore) to free GPUs of a type where it runs at least `min_gain`
-   times faster than where it runs now (its slowest type), biggest gain
-   first; an upgrade never takes the room the biggest job waiting for
-   that type needs. Before step 3 an upgrade must also beat, by
-   `min_gain`, the best ratio between the two types of any waiting job
-   (so it only takes GPUs a waiting job would gain less from, and the
-   GPUs it leaves go to the matching); after step 4 it may take any
-   GPUs still idle. A job only moves up, so it never bounces.
+   times faster than where it runs now (its slowest type), most seconds
+   saved first; an upgrade never takes the room the biggest job waiting
+   for that type needs. Before step 3 an upgrade must also save, by a
+   factor `min_gain`, more seconds than any waiting job would save on
+   the faster type over the slower one (so it only takes GPUs a waiting
+   job would gain less from, and the GPUs it leaves go to the
+   matching); after step 4 it may take any GPUs still idle. A job only
+   moves up, so it never bounces.
    `migrate=false` turns steps 4 and 5 off (the policy then never
    moves a job).
 A job that names a GPU type only goes on that type.
@@ -91,6 +112,12 @@ class _Types:
                 self.free[t] = self.free.get(t, 0) + pool.num_free(node)
         self.shape = tuple(sorted((t, n, self.largest_node[t]) for t, n in self.total.items()))
         self.largest = max(self.total.values(), default=0)
+        # Filled by `Similarity._remaining_work`: each job's remaining work on an
+        # average GPU and, where it has an estimate, on its fastest type; and the
+        # cluster's drain time.
+        self.work: dict[int, float] = {}
+        self.fastest: dict[int, float] = {}
+        self.drain = 0.0
 
     def single(self, placement: Placement) -> str | None:
         """The placement's one GPU type, or None when it mixes types."""
@@ -132,9 +159,10 @@ class Similarity:
             return []
         pool = FreePool(view)
         types = _Types(view, pool)
+        self._remaining_work(view, types)
         decisions: list[Decision] = []
         urgent = [j for j in view.pending if view.now - j.waiting_since >= self.max_wait]
-        for job in sorted(urgent, key=lambda j: (j.waiting_since, j.id)):
+        for job in sorted(urgent, key=lambda j: (j.waiting_since, _batch_rank(j, types), j.id)):
             placement = self._place_urgent(pool, job, types)
             if placement is None:
                 return decisions  # the guard: the oldest starving job holds the line
@@ -172,6 +200,44 @@ class Similarity:
         result = self._affinity[key] = {t: math.exp(logs[t] - centre) for t in names}
         return result
 
+    def _remaining_work(self, view: ClusterView, types: _Types) -> None:
+        """Each job's remaining work W: seconds it still needs on an average GPU here.
+
+        The estimate (`estimated_duration`, seconds at its size on its fastest
+        type) less its progress, times its affinity for that fastest type; a
+        running job also loses what it did since its segment began. Jobs without
+        an estimate get the median W of those with one (1.0 when none has one,
+        which makes the ranking the plain affinity one).
+        """
+        known: dict[int, float] = {}
+        for job in (*view.pending, *view.running):
+            left = self._left_on_best(job, view.now, types)
+            if left is not None:
+                types.fastest[job.id], known[job.id] = left
+        default = _median(list(known.values())) if known else 1.0
+        jobs = (*view.pending, *view.running)
+        types.work = {j.id: known.get(j.id, default) for j in jobs}
+        # The drain time: all remaining work spread evenly over every GPU.
+        gpus = sum(types.total.values()) or 1
+        types.drain = sum(types.work[j.id] * max(1, j.gpus) for j in jobs) / gpus
+
+    def _left_on_best(self, job: JobView, now: float, types: _Types) -> tuple[float, float] | None:
+        """Seconds left on the job's fastest type, and the same on an average GPU."""
+        if job.estimated_duration is None or not job.gpus or not types.total:
+            return None
+        n = job.placement.num_gpus if job.placement and job.placement.num_gpus else job.gpus
+        affinity = self.affinity(job, types, n)
+        best = max((a for t, a in affinity.items() if _allowed(job, t)), default=1.0)
+        if job.progress is None:
+            left = job.remaining_at(now) or 0.0  # wall seconds served stand in for work
+        else:
+            left = job.estimated_duration * (1.0 - min(1.0, max(0.0, job.progress)))
+            if job.placement is not None and job.started_at is not None:
+                here = min(affinity[types.of[name]] for name, g in job.placement if g)
+                left -= max(0.0, now - job.started_at) * here / best
+        left = max(0.0, left)
+        return left, left * best
+
     def _place_urgent(self, pool: FreePool, job: JobView, types: _Types) -> Placement | None:
         if not job.gpus or not types.total or (job.gpus > types.largest and not job.gpu_type):
             return pool.pack(job)
@@ -197,7 +263,8 @@ class Similarity:
                 continue
             for gpu_type, score in self.affinity(job, types).items():
                 if _allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
-                    pairs.append((-score, job.waiting_since, job.id, gpu_type, job))
+                    saved = _saving(types, job, 1.0, score)
+                    pairs.append((-saved, job.waiting_since, job.id, gpu_type, job))
         pairs.sort(key=lambda p: p[:4])
         for _, _, job_id, gpu_type, job in pairs:
             if job_id in started or types.free.get(gpu_type, 0) < job.gpus:
@@ -242,7 +309,11 @@ class Similarity:
                     continue
                 aff_r = self.affinity(r, types, r.placement.num_gpus)
                 gain = (aff_r[f] / aff_r[s]) / (aff_a[f] / aff_a[s])
-                if gain >= self.min_gain and (best is None or gain > best[0]):
+                # ...and R must save more time on f than A loses on s: a short job
+                # never pushes a long one onto slower GPUs (that would set the makespan).
+                saved_r = _saving(types, r, aff_r[s], aff_r[f])
+                worth = saved_r > _saving(types, a, aff_a[s], aff_a[f])
+                if worth and gain >= self.min_gain and (best is None or gain > best[0]):
                     best = (gain, r, s)
             if best is None or not _swap(pool, a, d.placement, best[1]):
                 out.append(d)
@@ -266,7 +337,7 @@ class Similarity:
         # Before the matching (`compete`), a move must also beat every waiting job's
         # own ratio between the two types, by `min_gain`: it then takes GPUs that job
         # would gain less from, and leaves it the ones it gives up.
-        rival: dict[tuple[str, str], float] = {}
+        rival_saving: dict[tuple[str, str], float] = {}
         if compete:
             for job in view.pending:
                 if job.id in started or not job.gpus or job.gpus > types.largest:
@@ -276,7 +347,8 @@ class Similarity:
                     for s_ in aff:
                         if f != s_ and _allowed(job, f):
                             key = (f, s_)
-                            rival[key] = max(rival.get(key, 1.0), aff[f] / aff[s_])
+                            saved = _saving(types, job, aff[s_], aff[f])
+                            rival_saving[key] = max(rival_saving.get(key, 0.0), saved)
         # Room the biggest still-waiting job could use on each type: keep it free.
         keep = dict.fromkeys(types.total, 0)
         for job in view.pending:
@@ -295,9 +367,10 @@ class Similarity:
             now = min((types.of[name] for name, g in job.placement if g), key=affinity.__getitem__)
             for gpu_type, speed in affinity.items():
                 gain = speed / affinity[now]
-                bar = self.min_gain * rival.get((gpu_type, now), 1.0)
-                if gain >= bar and _allowed(job, gpu_type):
-                    moves.append((-gain, job.started_at or 0.0, job.id, gpu_type, job, n))
+                saved = _saving(types, job, affinity[now], speed)
+                bar = self.min_gain * rival_saving.get((gpu_type, now), 0.0)
+                if gain >= self.min_gain and saved >= bar and _allowed(job, gpu_type):
+                    moves.append((-saved, job.started_at or 0.0, job.id, gpu_type, job, n))
         moves.sort(key=lambda m: m[:4])
         moved: set[int] = set()
         for _, _, job_id, gpu_type, job, n in moves:
@@ -310,6 +383,30 @@ class Similarity:
             types.take(placement)
             decisions.append(Resize(job_id, placement))
             moved.add(job_id)
+
+
+def _saving(types: _Types, job: JobView, slow: float, fast: float) -> float:
+    """Seconds the job's remaining work takes less at affinity `fast` than at `slow`."""
+    return types.work[job.id] * (1.0 / slow - 1.0 / fast)
+
+
+def _batch_rank(job: JobView, types: _Types) -> float:
+    """Order among jobs that waited equally long (a batch submitted together):
+    critical jobs first, longest first, then the rest shortest first.
+
+    A job is critical when even on its fastest type it takes at least half
+    the cluster's drain time: started last, it would set the makespan.
+    """
+    fastest = types.fastest.get(job.id)
+    if fastest is None:
+        return 0.0  # no estimate: in arrival order, after the critical jobs
+    return -1e18 - fastest if fastest >= types.drain / 2 else fastest
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _allowed(job: JobView, gpu_type: str) -> bool:

@@ -1,10 +1,14 @@
 """The Gavel workload: jobs of Gavel's 26 model/batch-size combinations on a mixed cluster.
 
-`gavel[:n=300][:rate=2][:seed=S][:multi_gpu=true]` follows the job
-generator of Gavel's simulator (Narayanan et al., OSDI 2020,
-`scheduler/utils.py`, which samples Philly-like jobs):
+`gavel[:n=300][:rate=2][:arrivals=poisson|static][:seed=S][:multi_gpu=true]`
+follows the job generator of Gavel's simulator (Narayanan et al., OSDI
+2020, `scheduler/utils.py`, which samples Philly-like jobs):
 
-- arrivals: Poisson, `rate` jobs per hour (default 2);
+- arrivals: Poisson, `rate` jobs per hour (default 2), as in Gavel's
+  continuous-trace experiments (which report average JCT); or, with
+  `arrivals=static`, all `n` jobs submitted at time 0, as in Gavel's
+  static-trace makespan experiments (a fixed batch: when does the last
+  one end?); `rate` does not apply there;
 - size: 1 GPU (70%), 2 (10%), 4 (15%) or 8 (5%) — Gavel's multi-GPU
   distribution for large-batch distributed training; with
   `multi_gpu=false` every job takes 1 GPU;
@@ -33,6 +37,7 @@ from schedulearn.sim.workloads.options import Options
 GAVEL_CLUSTER = "36x1:k80+36x1:p100+36x1:v100"
 SIZES = (1, 2, 4, 8)
 SIZE_WEIGHTS = (0.70, 0.10, 0.15, 0.05)
+ARRIVALS = ("poisson", "static")
 
 
 def models_at(gpus: int) -> list[str]:
@@ -49,9 +54,19 @@ def gavel_duration(rng: random.Random) -> float:
 
 def gavel(opts: Options, seed: int) -> Workload:
     n = opts.integer("n", 300, low=1)
+    arrivals = opts.text("arrivals", "poisson").lower()
+    if arrivals not in ARRIVALS:
+        raise SimInputError(
+            f"gavel: arrivals={arrivals!r} is not known; use arrivals=poisson "
+            "(continuous, at `rate` per hour) or arrivals=static (all jobs at time 0)"
+        )
+    static = arrivals == "static"
     rate = opts.number("rate", 2.0)
     if rate <= 0:
-        raise SimInputError("gavel: rate must be positive (jobs per hour), e.g. rate=2")
+        raise SimInputError(
+            "gavel: rate must be positive (jobs per hour), e.g. rate=2; "
+            "for a batch all submitted at time 0 use arrivals=static"
+        )
     seed = opts.integer("seed", seed)
     multi_gpu = opts.flag("multi_gpu", True)
     opts.finish()
@@ -72,13 +87,19 @@ def gavel(opts: Options, seed: int) -> Workload:
                 model=model,
             )
         )
-        t += rng.expovariate(rate / 3600.0)
+        # The gap is drawn in both modes, so a seed gives the same jobs either way.
+        gap = rng.expovariate(rate / 3600.0)
+        t += 0.0 if static else gap
+    params = {"n": str(n), "arrivals": arrivals, "seed": str(seed), "multi_gpu": str(multi_gpu)}
+    if not static:
+        params["rate"] = f"{rate:g}"
     return Workload(
-        f"gavel-{n}",
+        f"gavel-{n}" + ("-static" if static else ""),
         tuple(jobs),
-        f"{n} jobs of Gavel's models, Poisson arrivals at {rate:g}/h"
+        f"{n} jobs of Gavel's models, "
+        + ("all submitted at time 0" if static else f"Poisson arrivals at {rate:g}/h")
         + ("" if multi_gpu else ", 1 GPU each"),
         "gavel",
-        {"n": str(n), "rate": f"{rate:g}", "seed": str(seed), "multi_gpu": str(multi_gpu)},
+        params,
         default_cluster=GAVEL_CLUSTER,
     )
