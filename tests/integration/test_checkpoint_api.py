@@ -13,6 +13,8 @@ import pytest
 from wire_agent import WireAgent
 
 from schedulearn.agent.checkpoints import CheckpointError, pack, safe_extract
+from schedulearn.server import db
+from schedulearn.server.services import checkpoints
 from schedulearn.settings import ServerSettings
 
 LIMIT = 64 * 1024
@@ -116,6 +118,23 @@ def test_oversized_and_damaged_uploads_are_refused(api, tmp_path: Path) -> None:
     assert (
         api.client.get(f"/api/v1/agent/jobs/{job_id}/checkpoint", headers=user).status_code == 403
     )
+
+
+def test_checkpoints_of_finished_jobs_are_pruned(api, database_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, job_id, attempt = _running_job(api)
+    assert _put(api, job_id, attempt, _tar({"w": b"1"})).status_code == 200
+    store = tmp_path / "store"
+    database = db.Database(database_url)
+    try:
+        with database.session() as session:
+            assert checkpoints.prune(session, store) == 0  # still running: kept
+        assert api.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 200
+        with database.session() as session:
+            assert checkpoints.prune(session, store) == 1
+    finally:
+        database.close()
+    assert not checkpoints.file_of(store, job_id).exists()
+    assert api.get(f"/api/v1/jobs/{job_id}").json()["checkpoint"] is None
 
 
 @pytest.mark.parametrize(

@@ -239,8 +239,11 @@ class JobRunner:
                     task.cancel()
         await handle.cleanup()
         # A job that succeeded or was cancelled will not resume; a failed or
-        # preempted one may, from its checkpoints.
-        if record.exit_code == 0 or self._stop_reason is StopReason.CANCEL:
+        # preempted one may, from its checkpoints. A preempted script exits 0
+        # after saving: that is no success, and its next attempt (maybe on
+        # this node, maybe starting already) needs the directory.
+        preempted = record.stop_reason in (StopReason.PREEMPT.value, StopReason.LOST.value)
+        if (record.exit_code == 0 and not preempted) or self._stop_reason is StopReason.CANCEL:
             ctx.store.remove_checkpoints(record)
         ctx.store.remove(record)
 

@@ -25,12 +25,20 @@ from schedulearn.clock import Clock
 from schedulearn.core import Policy
 from schedulearn.server.db import Database
 from schedulearn.server.metrics import Metrics
-from schedulearn.server.services import agents, policy, profiles, scheduling, snapshot
+from schedulearn.server.services import (
+    agents,
+    checkpoints,
+    policy,
+    profiles,
+    scheduling,
+    snapshot,
+)
 from schedulearn.server.wakeups import Changes, Wakeups, wait_for
 from schedulearn.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 LEADER_LOCK = 0x5C4ED  # any constant shared by all replicas
+PRUNE_SECONDS = 30.0  # how often checkpoints of finished jobs are deleted
 
 
 @dataclass(slots=True)
@@ -63,6 +71,7 @@ class Scheduler:
         self.passes = 0
         self.pending = snapshot.PendingCache()
         self._leader_conn = None
+        self._pruned_at = 0.0
         self._task: asyncio.Task[None] | None = None
 
     # --- the PostgreSQL leader lock ---------------------------------------
@@ -114,6 +123,9 @@ class Scheduler:
         assert self.policy is not None
         started = time.perf_counter()
         result = scheduling.run_pass(session, self.policy, now, self.pending)
+        if now - self._pruned_at >= PRUNE_SECONDS:
+            self._pruned_at = now
+            checkpoints.prune(session, checkpoints.store_dir(self.settings))
         self.metrics.passes.observe(time.perf_counter() - started)
         return Round(changes, result, spec)
 

@@ -19,6 +19,7 @@ TRAIN_SCRIPT = textwrap.dedent(
 
     total = int(sys.argv[1])
     pause = float(sys.argv[2])
+    pad = "x" * int(sys.argv[3])  # makes the checkpoint this much bigger
     state = runtime.load_checkpoint(default={"step": 0, "seen": []})
     gpus = os.environ.get("SCHEDULEARN_NUM_GPUS")
     cuda = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -26,7 +27,7 @@ TRAIN_SCRIPT = textwrap.dedent(
           f"world={runtime.world_size()}", flush=True)
     for step in range(state["step"], total):
         time.sleep(pause)
-        state = {"step": step + 1, "seen": state["seen"] + [step]}
+        state = {"step": step + 1, "seen": state["seen"] + [step], "pad": pad}
         runtime.save_checkpoint(state)
         runtime.report(
             step=step + 1, epoch=step // 10, loss=1.0 / (step + 1), accuracy=step / total
@@ -46,8 +47,8 @@ def write_script(folder: Path) -> Path:
     return path
 
 
-def train_command(script: Path, total: int, pause: float) -> list[str]:
-    return [sys.executable, str(script), str(total), str(pause)]
+def train_command(script: Path, total: int, pause: float, pad: int = 0) -> list[str]:
+    return [sys.executable, str(script), str(total), str(pause), str(pad)]
 
 
 def start_server(database_url: str, log_path: Path, **env: str) -> ServerProc:

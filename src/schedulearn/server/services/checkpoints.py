@@ -6,9 +6,11 @@ Owns the `job_checkpoint` table and the files under the checkpoint store
 An agent that stops a preempted job packs the job's checkpoint directory
 into a tar and uploads it (`PUT /api/v1/agent/jobs/{id}/checkpoint`)
 before it reports the exit, so the job returns to the queue only once
-its checkpoint is safe here. The body is streamed to a temporary file,
-counted against `checkpoint_max_bytes` (413 beyond it), hashed, and
-compared with the sha256 the agent sent; only a complete, matching file
+its checkpoint is safe here (a job that ended for good has its checkpoint
+deleted by `prune`, which the scheduler loop runs now and then). The
+body is streamed to a temporary file, counted against
+`checkpoint_max_bytes` (413 beyond it), hashed, and compared with the
+sha256 the agent sent; only a complete, matching file
 is renamed over the previous one and recorded. The next attempt's
 assignment names the checkpoint (`CheckpointRef`); its agent downloads
 it and checks the hash again before unpacking.
@@ -22,13 +24,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sqlalchemy import delete, select
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
-from schedulearn.protocol import CheckpointRef
+from schedulearn.protocol import CheckpointRef, JobState
 from schedulearn.server.errors import BadRequest, NotFound, ServiceError
 from schedulearn.server.models import Job, JobCheckpoint
 from schedulearn.settings import ServerSettings, data_dir
+
+FINAL = tuple(s.value for s in JobState if s.is_final)
 
 
 class TooLarge(ServiceError):
@@ -156,3 +161,20 @@ def download(session: Session, store: Path, job_id: int) -> tuple[Path, Checkpoi
     if row is None or not path.is_file():
         raise NotFound(f"the server holds no checkpoint of job {job_id}")
     return path, ref_of(row)
+
+
+def prune(session: Session, store: Path) -> int:
+    """Delete the checkpoints of jobs that ended for good; how many went."""
+    rows = session.execute(
+        select(JobCheckpoint.job_id)
+        .join(Job, Job.id == JobCheckpoint.job_id)  # type: ignore[arg-type]
+        .where(Job.state.in_(FINAL))  # type: ignore[attr-defined]
+    ).scalars()
+    gone = list(rows)
+    if not gone:
+        return 0
+    for job_id in gone:
+        file_of(store, job_id).unlink(missing_ok=True)
+    session.execute(delete(JobCheckpoint).where(JobCheckpoint.job_id.in_(gone)))  # type: ignore[attr-defined]
+    session.commit()
+    return len(gone)
