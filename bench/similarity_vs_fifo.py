@@ -29,11 +29,18 @@ from schedulearn.sim.runner import run_all
 from schedulearn.sim.speed import ClusterShape
 from schedulearn.sim.workloads.spec import parse_workload
 
-ORDERS = {
-    "K80 first": "36x1:k80+36x1:p100+36x1:v100",
-    "V100 first": "36x1:v100+36x1:p100+36x1:k80",
-    "interleaved": "+".join(["12x1:k80+12x1:p100+12x1:v100"] * 3),
-}
+
+def orders(per_server: int) -> dict[str, str]:
+    """The three cluster orders, 36 GPUs of each type on `per_server`-GPU servers."""
+    n, block = 36 // per_server, 12 // per_server
+    g = per_server
+    return {
+        "K80 first": f"{n}x{g}:k80+{n}x{g}:p100+{n}x{g}:v100",
+        "V100 first": f"{n}x{g}:v100+{n}x{g}:p100+{n}x{g}:k80",
+        "interleaved": "+".join([f"{block}x{g}:k80+{block}x{g}:p100+{block}x{g}:v100"] * 3),
+    }
+
+
 ARRIVALS = {"static": "arrivals=static", "poisson": "rate=2"}
 
 
@@ -48,21 +55,35 @@ def bound(spec: str, seed: int, cluster: str) -> float:
     nodes = parse_cluster(cluster).nodes
     shape = ClusterShape.of(nodes)
     speed = GavelSpeed()
-    by_type = {n.gpu_type: n.name for n in nodes}
-    longest = 0.0
+    latest = 0.0
     for job in workload.jobs:
         rates = []
-        for name in by_type.values():
-            same = [n.name for n in nodes if n.gpu_type == shape.gpu_type[name]][: job.gpus]
-            rates.append(speed.rate(job, Placement.of({n: [0] for n in same}), shape))
-        longest = max(longest, job.submitted_at + (job.duration or 0.0) / max(rates))
-    return longest
+        for kind in sorted({n.gpu_type for n in nodes}):
+            # The job on the fewest servers of that type.
+            parts: dict[str, list[int]] = {}
+            need = job.gpus
+            for n in (n for n in nodes if n.gpu_type == kind):
+                if need <= 0:
+                    break
+                take = min(need, n.num_gpus)
+                parts[n.name] = list(range(take))
+                need -= take
+            rates.append(speed.rate(job, Placement.of(parts), shape))
+        latest = max(latest, job.submitted_at + (job.duration or 0.0) / max(rates))
+    return latest
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0-4")
     parser.add_argument("--n", type=int, default=300)
+    parser.add_argument(
+        "--per-server",
+        type=int,
+        default=1,
+        choices=(1, 2, 4, 12),
+        help="GPUs per server (1: Gavel's cluster; 4: multi-GPU jobs can stay on one server)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     ratios: dict[tuple[str, str], list[tuple[float, float]]] = {}
@@ -71,7 +92,7 @@ def main() -> None:
     )
     for arrivals, option in ARRIVALS.items():
         spec = f"gavel:n={args.n}:{option}"
-        for order, cluster in ORDERS.items():
+        for order, cluster in orders(args.per_server).items():
             for seed in seeds(args.seeds):
                 workloads = parse_workload(spec, seed=seed)
                 fifo, sim = (r.summary for r in run_all(workloads, ["fifo", "similarity"], cluster))
