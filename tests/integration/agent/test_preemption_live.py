@@ -101,3 +101,21 @@ def test_a_job_not_preemptible_is_never_preempted(
     assert done["preemptions"] == 0 and done["attempt"] == 1
     assert "preempting" not in messages(api, steady)
     api.wait_state(short, ["succeeded"], timeout=30)
+
+
+def test_timeslice_jobs_take_turns_and_both_finish_every_step_once(
+    live_api: AdminApi, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    api = live_api
+    script = write_script(tmp_path)
+    set_policy(api, "timeslice:quantum=3")
+    start_agent("n1", gpus=1)
+    first = api.submit(command=train_command(script, 60, 0.1), gpus=1, preemptible=True)
+    api.wait_state(first, ["running"], timeout=30)
+    second = api.submit(command=train_command(script, 60, 0.1), gpus=1, preemptible=True)
+    for job_id in (first, second):
+        done = api.wait_state(job_id, ["succeeded"], timeout=180)
+        assert done["preemptions"] >= 1, messages(api, job_id)
+        texts = [line["text"] for line in api.logs(job_id)]
+        # The script asserts that no step was skipped or repeated across resumes.
+        assert "done step=60" in texts, texts
