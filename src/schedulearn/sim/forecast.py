@@ -21,7 +21,8 @@ Conventions:
   submission and queue times in the views the policy reads, so the
   policy sees the same queue as the live pass. Pending jobs that no
   healthy node could ever hold are left out (no prediction).
-- The run stops at `now + horizon`; what would happen later is unknown.
+- The run stops at `now + horizon`, or earlier when its wall-time
+  budget runs out; what would happen later is unknown.
 
 Pure: standard library, `core` and `sim` only (the import contract
 forbids `server` here). The engine's run state is reached through a
@@ -100,6 +101,8 @@ class Forecast:
     series: Series = field(default_factory=lambda: Series((), (), ()))
     total_gpus: int = 0
     preemptions: int = 0
+    # True when the wall-time budget stopped the run before the horizon.
+    cut_short: bool = False
 
     def of(self, job_id: int) -> JobForecast | None:
         return self.jobs.get(job_id)
@@ -144,9 +147,12 @@ class _Forward(Simulator):
         policy: Policy,
         speed: SpeedModel,
         until: float,
+        deadline: float | None = None,
     ) -> None:
         super().__init__(workload, cluster, policy, speed, record_segments=False)
         self.until = until
+        self.deadline = deadline  # perf_counter() value: the wall-time budget ends
+        self.cut_short = False
 
     def resume_from(self, job_id: int, done: float) -> None:
         run = self._runs[job_id]
@@ -179,6 +185,11 @@ class _Forward(Simulator):
 
     def _pass(self, t: float) -> int:
         if t > self.until:
+            raise _HorizonReached
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            # Out of wall time: what happened up to t stands, the rest is unknown.
+            self.cut_short = True
+            self.until = t
             raise _HorizonReached
         return super()._pass(t)
 
@@ -228,9 +239,17 @@ def forecast(
     speed: SpeedModel | None = None,
     horizon: float = DEFAULT_HORIZON,
     policy_name: str | None = None,
+    budget_seconds: float | None = None,
 ) -> Forecast:
-    """Simulate `view` forward under `policy`; see the module docstring."""
+    """Simulate `view` forward under `policy`; see the module docstring.
+
+    `budget_seconds` bounds the wall time: a run that would take longer
+    (a queue of thousands under a policy that re-sorts it on every event)
+    stops where it got to, and later starts and ends are unknown
+    (`Forecast.cut_short`).
+    """
     started_wall = time.perf_counter()
+    deadline = None if budget_seconds is None else started_wall + budget_seconds
     now = view.now
     until = now + horizon
     forever = _FOREVER * horizon
@@ -251,7 +270,7 @@ def forecast(
     # queue them in the live order (queue time, then id), which the policy
     # reads from the pending views' order.
     object.__setattr__(workload, "jobs", tuple(pending))
-    sim = _Forward(workload, cluster, policy, speed, until)
+    sim = _Forward(workload, cluster, policy, speed, until, deadline)
     for job in pending:
         assert job.live is not None
         if job.live.service_seconds > 0:
@@ -269,7 +288,7 @@ def forecast(
     jobs: dict[int, JobForecast] = {}
     for jid, run in runs.items():
         has_estimate = jid in known
-        end = run.end if has_estimate and run.end is not None and run.end <= until else None
+        end = run.end if has_estimate and run.end is not None and run.end <= sim.until else None
         start = run.first_start if run.first_start is not None else None
         jobs[jid] = JobForecast(jid, start, end)
     summary = _summarize(view, jobs, runs, series, now)
@@ -284,6 +303,7 @@ def forecast(
         series=series,
         total_gpus=view.total_gpus,
         preemptions=summary.preemptions,
+        cut_short=sim.cut_short,
     )
 
 

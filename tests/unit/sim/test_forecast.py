@@ -138,3 +138,20 @@ def test_a_tick_policy_with_an_endless_job_stops_at_the_horizon() -> None:
     f = forecast(view, {2: 10.0}, create("tiresias"), horizon=3600.0)
     assert f.jobs[1].end is None
     assert f.wall_seconds < 5
+
+
+def test_a_wall_time_budget_cuts_the_run_short_and_leaves_later_times_unknown() -> None:
+    queue = tuple(
+        pending(i, 1, waited=100 - i * 0.01, estimated_duration=10.0) for i in range(1, 400)
+    )
+    view = ClusterView(NOW, (node("a", 1),), queue, ())
+    durations = {j.id: 10.0 for j in queue}
+    whole = forecast(view, durations, create("srtf"))
+    assert not whole.cut_short and whole.summary.unknown == 0
+    cut = forecast(view, durations, create("srtf"), budget_seconds=0.0)
+    assert cut.cut_short
+    # Only what the run reached is predicted; the rest is unknown, not made up.
+    assert cut.summary.unknown > 0
+    for jid, f in cut.jobs.items():
+        if f.start is not None:
+            assert f.start == whole.jobs[jid].start

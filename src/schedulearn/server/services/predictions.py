@@ -6,10 +6,12 @@ policy in force, and runs `schedulearn.sim.forecast` — the simulator's
 engine over the same policy code as the live scheduler — forward from
 now. It is recomputed only when the state it rests on changed: a new
 job, a state change (start, end, preemption, cancel), a node change or
-a policy switch (a `Fingerprint` read in one cheap query), or after
+a policy switch (a fingerprint read in one cheap query), or after
 `ttl` seconds (run times and reported progress drift); never once per
 request. The simulation runs off the database thread, so a slow one
-does not hold up the API.
+does not hold up the API; it has a wall-time budget (`BUDGET_SECONDS`,
+later times are then unknown), and a slow forecast is redone at most
+once per 20 times its cost however fast the state changes.
 
 Jobs being preempted are forecast as queued again (their GPUs are about
 to be freed, and they come back to the queue).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 
 from sqlalchemy import select, text
@@ -38,6 +41,13 @@ from schedulearn.server.services.durations import DurationEstimate, JobFacts, es
 from schedulearn.sim.forecast import DEFAULT_HORIZON, Forecast, ForecastSummary, forecast
 
 log = logging.getLogger(__name__)
+
+# Wall time one simulation may take; past it, later times are unknown.
+BUDGET_SECONDS = 2.0
+# A forecast that cost more than this is redone at most once per 20 times its
+# cost, even as the state changes, so that forecasting stays a small share of
+# the server's time under a stream of changes (a draining queue of thousands).
+SLOW_SECONDS = 0.05
 
 ACTIVE = {JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING}
 
@@ -137,7 +147,14 @@ def run(inputs: Inputs, spec: str, policy: Policy | None = None) -> Forecast:
         # An invalid stored spec: the scheduler runs fifo then, and so does this.
         built = policy_service.build("fifo")
     seconds = {job_id: d.seconds for job_id, d in inputs.durations.items()}
-    return forecast(inputs.view, seconds, built, horizon=DEFAULT_HORIZON, policy_name=spec)
+    return forecast(
+        inputs.view,
+        seconds,
+        built,
+        horizon=DEFAULT_HORIZON,
+        policy_name=spec,
+        budget_seconds=BUDGET_SECONDS,
+    )
 
 
 def _nothing(inputs: Inputs) -> Forecast:
@@ -264,6 +281,7 @@ class Predictor:
         self.ttl_seconds = ttl_seconds
         self._lock = asyncio.Lock()
         self._cached: tuple[Inputs, Forecast, float] | None = None
+        self._cost = 0.0  # seconds the last forecast took, reading included
         self._previews: dict[tuple[object, ...], tuple[PolicyPreview, float]] = {}
         self.computed = 0  # how many forecasts were run (for tests and metrics)
 
@@ -272,13 +290,12 @@ class Predictor:
         if cached is None:
             return None
         inputs, result, made = cached
-        if inputs.fingerprint != mark or self.clock.now() - made > self._ttl(result):
+        age = self.clock.now() - made
+        if age > max(self.ttl_seconds, 20 * self._cost):
+            return None
+        if inputs.fingerprint != mark and (self._cost <= SLOW_SECONDS or age > 20 * self._cost):
             return None
         return inputs, result
-
-    def _ttl(self, result: Forecast) -> float:
-        # A slow forecast is redone less often, so it never dominates the server.
-        return max(self.ttl_seconds, 20 * result.wall_seconds)
 
     async def current(self) -> tuple[Inputs, Forecast]:
         mark = await self.db.run(fingerprint, self.default_policy)
@@ -289,6 +306,7 @@ class Predictor:
             hit = self._fresh(mark)
             if hit is not None:
                 return hit
+            began = time.perf_counter()
             inputs = await self.db.run(
                 read_inputs, self.clock.now(), self.default_policy, self.min_resize_age
             )
@@ -300,6 +318,7 @@ class Predictor:
                 log.exception("forecast under %s failed; no predictions", inputs.spec)
                 result = _nothing(inputs)
             self.computed += 1
+            self._cost = time.perf_counter() - began
             self._cached = (inputs, result, self.clock.now())
             return inputs, result
 
