@@ -16,6 +16,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
 
 from schedulearn.protocol import (
+    ErrorBody,
     JobHistory,
     JobList,
     JobMove,
@@ -145,6 +146,7 @@ async def progress_history(job_id: JobId, state: State, _who: User) -> ProgressH
     "/{job_id}/move",
     response_model=JobPublic,
     summary="Move or resize a running preemptible job (admin): checkpoint, stop, restart there",
+    responses={409: {"model": ErrorBody, "description": "Not running, or changed meanwhile"}},
 )
 async def move(job_id: JobId, body: JobMove, state: State, _who: Admin) -> JobPublic:
     public, changes = await state.db.run(moves.move, job_id, body, state.clock.now())
