@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -62,11 +63,16 @@ def _start(ckpt: Path, nproc: int, *args: str, **extra: str) -> subprocess.Popen
 
 
 def _finish(proc: subprocess.Popen[str]) -> str:
+    """The rest of the run's output. Read through `proc.stdout` itself: after a
+    partial read, communicate() would skip the lines already buffered there."""
+    assert proc.stdout is not None
+    watchdog = threading.Timer(240, os.killpg, (proc.pid, signal.SIGKILL))
+    watchdog.start()
     try:
-        out, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
+        out = proc.stdout.read()
+        proc.wait()
+    finally:
+        watchdog.cancel()
     return out
 
 
