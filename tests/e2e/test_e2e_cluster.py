@@ -114,8 +114,12 @@ def test_cancel_and_logs_follow_through_the_cli(cluster: Cluster) -> None:
     assert first == [f"line {i}\n" for i in range(1, 6)]
     result = cluster.cli("cancel", str(job_id))
     assert result.returncode == 0 and f"job {job_id}: cancelled" in result.stdout
-    rest, err = follower.communicate(timeout=30)
-    assert follower.returncode == 1  # the job did not succeed
+    # Read on through the same buffered pipe: communicate() reads the raw pipe and
+    # would skip the lines readline() has already buffered.
+    rest = follower.stdout.read()
+    assert follower.wait(timeout=30) == 1  # the job did not succeed
+    assert follower.stderr is not None
+    err = follower.stderr.read()
     assert f"job {job_id} cancelled" in err
     numbers = [int(x.split()[1]) for x in first + rest.splitlines() if x.startswith("line")]
     assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) < 600

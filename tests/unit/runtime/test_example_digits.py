@@ -64,7 +64,8 @@ def _stop_after(proc: subprocess.Popen[str], marker: str) -> str:
         pytest.fail(f"the run ended before printing {marker!r}:\n{''.join(seen)}")
     time.sleep(0.05)  # land the signal in the middle of an epoch
     proc.send_signal(signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=60)
+    rest = proc.stdout.read()  # not communicate(): it would skip what the loop buffered
+    proc.wait(timeout=60)
     return "".join(seen) + rest
 
 
