@@ -134,4 +134,7 @@ class AgentProcess(Proc):
         args = [sys.executable, "-m", "schedulearn.agent", "--server", server_url]
         args += ["--token", token, "--name", name]
         args += ["--gpus", str(gpus), "--state-dir", str(state_dir), *(extra or [])]
-        super().__init__(args, log_path, env or {})
+        # Launchers installed beside this interpreter (torchrun, horovodrun) are found
+        # even when its environment is not activated.
+        scripts = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        super().__init__(args, log_path, {"PATH": scripts, **(env or {})})
