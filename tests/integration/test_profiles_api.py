@@ -128,6 +128,13 @@ def test_a_bad_profile_is_refused_with_what_to_change(api) -> None:  # type: ign
     )
     assert r.status_code == 422
     assert "steps_per_sec" in r.text
+    # A GPU type of only blank or control characters: the whole batch is refused.
+    good = {"model": "y", "gpu_type": "v100", "steps_per_sec": 1.0}
+    blank = {"model": "x", "gpu_type": "\u001d ", "steps_per_sec": 1.0}
+    r = api.post("/api/v1/profiles", json={"profiles": [good, blank]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith("profiles[1]: profile of 'x' names no GPU type")
+    assert listed(api).items == []
 
 
 def test_the_live_similarity_policy_places_by_the_stored_profiles(api) -> None:  # type: ignore[no-untyped-def]

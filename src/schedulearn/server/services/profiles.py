@@ -39,6 +39,7 @@ from schedulearn.protocol import (
     ProfileList,
     ProfilePublic,
 )
+from schedulearn.server.errors import BadRequest
 from schedulearn.server.models import Gpu, Job, ThroughputRecord
 
 # Weight of a new report in the running average of one job's reports.
@@ -135,12 +136,16 @@ def record_throughput(
 
 def import_profiles(session: Session, body: ProfileImport, now: float) -> ProfileImportReply:
     """Store a batch of profiles (the latest for a key wins) in one transaction."""
-    for p in body.profiles:
+    for i, p in enumerate(body.profiles):
         # Through the core model, so the rules (positive speed, a GPU type)
-        # and the name parsing are the estimator's own.
-        profile = ThroughputProfile(
-            p.model, p.gpu_type, p.steps_per_sec, p.gpu_count, p.batch_size, p.spread
-        )
+        # and the name parsing are the estimator's own. One bad row refuses
+        # the batch before anything is committed.
+        try:
+            profile = ThroughputProfile(
+                p.model, p.gpu_type, p.steps_per_sec, p.gpu_count, p.batch_size, p.spread
+            )
+        except ValueError as exc:
+            raise BadRequest(f"profiles[{i}]: {exc}; nothing was stored") from None
         name = profile.name
         key = (name.arch, name.batch_size or 0, profile.gpu_type.strip().lower(),
                profile.gpu_count, profile.spread)  # fmt: skip
