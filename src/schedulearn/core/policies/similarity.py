@@ -159,6 +159,9 @@ class Similarity:
             return []
         pool = FreePool(view)
         types = _Types(view, pool)
+        moving = self.migrate and len(types.total) > 1
+        if not view.pending and not moving:
+            return []  # nothing to start and, on one GPU type, nothing to move
         self._remaining_work(view, types)
         decisions: list[Decision] = []
         urgent = [j for j in view.pending if view.now - j.waiting_since >= self.max_wait]
@@ -167,7 +170,6 @@ class Similarity:
             if placement is None:
                 return decisions  # the guard: the oldest starving job holds the line
             _start(pool, types, job, placement, decisions)
-        moving = self.migrate and len(types.total) > 1
         if moving:
             self._upgrade(view, pool, types, decisions, compete=True)
         self._match(view, pool, types, decisions)
