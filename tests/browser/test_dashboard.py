@@ -11,7 +11,9 @@ real data (see browsing.SCREENSHOTS).
 from __future__ import annotations
 
 import re
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from browsing import ADMIN, Cluster, Visits, screenshot
@@ -19,6 +21,7 @@ from playwright.sync_api import expect
 
 pytestmark = pytest.mark.browser
 
+DIGITS = Path(__file__).resolve().parents[2] / "examples" / "train_digits.py"
 PAGES = ("cluster", "queue", "jobs", "submit", "policy", "metrics")
 
 
@@ -276,6 +279,36 @@ def test_every_page_loads_everything_from_the_server_alone(cluster: Cluster, vis
     statics = [u for u in v.requested if "/ui/static/" in u]
     assert any(u.endswith("htmx.min.js") for u in statics)
     assert any(u.endswith("uPlot.iife.min.js") for u in statics)
+
+
+def test_a_training_scripts_progress_shows_on_its_job_page(cluster: Cluster, visit: Visits) -> None:
+    """Issue 5, done-when 5 (the web half): the digits example reports through the
+    runtime library; its page shows the epoch, loss and accuracy it logged."""
+    cluster.cancel_all()
+    cluster.wait_idle()
+    args = ("--epochs", "4", "--sleep-per-step", "0.03")  # about 3 s an epoch
+    job_id = cluster.submit(
+        "ana", name="digits", command=[sys.executable, str(DIGITS), *args], gpus=1
+    )
+    page = visit(cluster.token_for("ana")).page
+    page.goto(f"{cluster.url}/ui/jobs/{job_id}")
+    progress = page.get_by_test_id("progress")
+    # The live part follows the run without a reload: progress while it runs, then the end.
+    expect(progress).to_contain_text("epoch", timeout=60_000)
+    expect(page.get_by_test_id("job-state")).to_have_text("running")
+    expect(progress).to_contain_text("epoch 4", timeout=60_000)
+    expect(page.get_by_test_id("job-state")).to_have_text("succeeded", timeout=30_000)
+    expect(progress).to_contain_text("100%")
+    shown = progress.inner_text()
+    logged = re.search(
+        r"epoch 4/4 loss=([.\d]+) accuracy=([.\d]+)", page.get_by_test_id("log").inner_text()
+    )
+    assert logged, page.get_by_test_id("log").inner_text()
+    for name, value in zip(("loss", "accuracy"), logged.groups(), strict=True):
+        figure = re.search(rf"{name} ([-+.\de]+)", shown)
+        assert figure, shown
+        assert float(figure.group(1)) == pytest.approx(float(value), abs=6e-4), shown
+    screenshot(page, "job-progress")
 
 
 def test_empty_states_say_what_to_do(visit_empty: Visits) -> None:
