@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from e2e_cluster import Cluster
+import httpx
+from e2e_cluster import ADMIN, Cluster
 
 from schedulearn.protocol import JobPublic
 
@@ -96,3 +97,27 @@ def history(cluster: Cluster, job_id: int) -> str:
     with cluster.client() as c:
         steps = c.history(job_id).transitions
     return "\n".join(f"{t.from_state.value}->{t.to_state.value}: {t.message}" for t in steps)
+
+
+def move_to_the_other_agent_mid_epoch(cluster: Cluster, job_id: int, timeout: float) -> str:
+    """Once the running job has reported an epoch, move it (admin API) to the same
+    GPU indices on the other of the cluster's two agents; returns where it went."""
+    running = cluster.wait_state(job_id, {"running"}, timeout=60)
+    assert running.placement is not None
+    ((source, gpus),) = running.placement.items()
+    (target,) = set(cluster.agents) - {source}
+    wait_for(
+        "an epoch's progress",
+        lambda: (p := job(cluster, job_id).progress) and (p.epoch or 0) >= 1,
+        cluster,
+        timeout=timeout,
+    )
+    time.sleep(0.5)  # into the middle of the next epoch
+    moved = httpx.post(
+        f"{cluster.server.url}/api/v1/jobs/{job_id}/move",
+        json={"placement": {target: list(range(len(gpus)))}},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+        timeout=30,
+    )
+    assert moved.status_code == 200, moved.text
+    return target

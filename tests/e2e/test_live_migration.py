@@ -4,11 +4,8 @@ the weights of a run that was never moved. Real server and agent processes."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import httpx
-from e2e_cluster import ADMIN
 from live_examples import (
     CKPT_DIR,
     RESUMED,
@@ -16,10 +13,9 @@ from live_examples import (
     digest_of,
     digits_command,
     history,
-    job,
     live_cluster,
+    move_to_the_other_agent_mid_epoch,
     reference_digest,
-    wait_for,
 )
 
 from schedulearn.protocol import JobSpec
@@ -42,24 +38,8 @@ def test_a_job_moved_to_another_agent_resumes_from_the_servers_copy(tmp_path: Pa
                     preemptible=True,
                 )
             ).ids[0]
-        running = cluster.wait_state(job_id, {"running"})
-        assert running.placement is not None
-        (source,) = running.placement
-        target = "b" if source == "a" else "a"
-        wait_for(
-            "an epoch's progress",
-            lambda: (p := job(cluster, job_id).progress) and (p.epoch or 0) >= 1,
-            cluster,
-            timeout=60,
-        )
-        time.sleep(0.5)  # into the middle of an epoch
-        moved = httpx.post(
-            f"{cluster.server.url}/api/v1/jobs/{job_id}/move",
-            json={"placement": {target: [0]}},
-            headers={"Authorization": f"Bearer {ADMIN}"},
-            timeout=30,
-        )
-        assert moved.status_code == 200, moved.text
+        target = move_to_the_other_agent_mid_epoch(cluster, job_id, timeout=60)
+        (source,) = set(cluster.agents) - {target}
         done = cluster.wait_final([job_id], timeout=120)[job_id]
         steps = history(cluster, job_id)
         assert done.state == "succeeded", f"{done.message}\n{steps}"

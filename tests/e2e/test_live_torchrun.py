@@ -12,21 +12,17 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
-from e2e_cluster import ADMIN
 from live_examples import (
     REPO,
     RESUMED,
     WORLD,
     digest_of,
     history,
-    job,
     live_cluster,
-    wait_for,
+    move_to_the_other_agent_mid_epoch,
 )
 
 from schedulearn.protocol import JobSpec
@@ -70,24 +66,7 @@ def test_a_torchrun_job_moves_between_agents_and_ends_with_unmoved_weights(
                     preemptible=True,
                 )
             ).ids[0]
-        running = cluster.wait_state(job_id, {"running"}, timeout=60)
-        assert running.placement is not None
-        (source,) = running.placement
-        target = "b" if source == "a" else "a"
-        wait_for(
-            "an epoch's progress",
-            lambda: (p := job(cluster, job_id).progress) and (p.epoch or 0) >= 1,
-            cluster,
-            timeout=120,
-        )
-        time.sleep(0.5)
-        moved = httpx.post(
-            f"{cluster.server.url}/api/v1/jobs/{job_id}/move",
-            json={"placement": {target: [0, 1]}},
-            headers={"Authorization": f"Bearer {ADMIN}"},
-            timeout=30,
-        )
-        assert moved.status_code == 200, moved.text
+        target = move_to_the_other_agent_mid_epoch(cluster, job_id, timeout=120)
         done = cluster.wait_final([job_id], timeout=150)[job_id]
         steps = history(cluster, job_id)
         assert done.state == "succeeded", f"{done.message}\n{steps}"
