@@ -3,6 +3,7 @@ against a real app and database; the node is a `WireAgent` (no real jobs run).""
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -158,6 +159,7 @@ def test_forecasts_are_reused_until_the_state_changes(api) -> None:  # type: ign
     running_blocker(api, node, 100)
     submit(api, estimated_duration=5)
     predictor = api.client.app.state.sl.predictions
+    predictor.slow_seconds = math.inf  # no forecast is slow: any change redoes it
     api.get("/api/v1/jobs")
     runs = predictor.computed
     for _ in range(5):
@@ -166,6 +168,19 @@ def test_forecasts_are_reused_until_the_state_changes(api) -> None:  # type: ign
     submit(api, estimated_duration=5)
     api.get("/api/v1/jobs")
     assert predictor.computed == runs + 1
+
+
+def test_preview_reads_the_queue_as_it_is_even_after_a_slow_forecast(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    running_blocker(api, node, 100)
+    submit(api, estimated_duration=5)
+    predictor = api.client.app.state.sl.predictions
+    predictor.slow_seconds = 0.0  # every forecast is slow: listings may serve it a while
+    api.get("/api/v1/jobs")
+    submit(api, estimated_duration=7)
+    result = preview(api, policies="fifo")
+    assert (result.pending, result.running, result.policies[0].predicted) == (2, 1, 3)
 
 
 def test_preview_compares_policies_over_the_jobs_all_of_them_predict(api) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,9 @@ a policy switch (a fingerprint read in one cheap query), or after
 request. The simulation runs off the database thread, so a slow one
 does not hold up the API; it has a wall-time budget (`BUDGET_SECONDS`,
 later times are then unknown), and a slow forecast is redone at most
-once per 20 times its cost however fast the state changes.
+once per 20 times its cost however fast the state changes (job listings
+may then show predictions a few seconds old; `policy preview` always
+reads the queue as it is).
 
 Jobs being preempted are forecast as queued again (their GPUs are about
 to be freed, and they come back to the queue).
@@ -273,19 +275,24 @@ class Predictor:
         default_policy: str,
         ttl_seconds: float = 10.0,
         min_resize_age: float | None = None,
+        slow_seconds: float = SLOW_SECONDS,
     ) -> None:
         self.db = db
         self.clock = clock
         self.default_policy = default_policy
         self.min_resize_age = min_resize_age
         self.ttl_seconds = ttl_seconds
+        self.slow_seconds = slow_seconds
         self._lock = asyncio.Lock()
         self._cached: tuple[Inputs, Forecast, float] | None = None
         self._cost = 0.0  # seconds the last forecast took, reading included
         self._previews: dict[tuple[object, ...], tuple[PolicyPreview, float]] = {}
         self.computed = 0  # how many forecasts were run (for tests and metrics)
 
-    def _fresh(self, mark: tuple[object, ...]) -> tuple[Inputs, Forecast] | None:
+    def _fresh(self, mark: tuple[object, ...], strict: bool) -> tuple[Inputs, Forecast] | None:
+        """The cached forecast if it may still be served: not older than the ttl, and
+        the state unchanged, unless it was slow (not `strict`: then it is redone at
+        most once per 20 times its cost)."""
         cached = self._cached
         if cached is None:
             return None
@@ -293,17 +300,19 @@ class Predictor:
         age = self.clock.now() - made
         if age > max(self.ttl_seconds, 20 * self._cost):
             return None
-        if inputs.fingerprint != mark and (self._cost <= SLOW_SECONDS or age > 20 * self._cost):
+        slow = self._cost > self.slow_seconds and age <= 20 * self._cost
+        if inputs.fingerprint != mark and (strict or not slow):
             return None
         return inputs, result
 
-    async def current(self) -> tuple[Inputs, Forecast]:
+    async def current(self, strict: bool = False) -> tuple[Inputs, Forecast]:
+        """The forecast of the current state (`strict`: never a slow one's stale copy)."""
         mark = await self.db.run(fingerprint, self.default_policy)
-        hit = self._fresh(mark)
+        hit = self._fresh(mark, strict)
         if hit is not None:
             return hit
         async with self._lock:
-            hit = self._fresh(mark)
+            hit = self._fresh(mark, strict)
             if hit is not None:
                 return hit
             began = time.perf_counter()
@@ -330,7 +339,8 @@ class Predictor:
         return [annotate(j, inputs, result) for j in jobs]
 
     async def preview(self, requested: str | None) -> PolicyPreview:
-        inputs, _ = await self.current()
+        # An admin asks for a preview now and then, about the queue as it is now.
+        inputs, _ = await self.current(strict=True)
         specs = preview_specs(requested, inputs.spec)
         if inputs.profiles is None and any(profiles.takes_profiles(s) for s in specs):
             table = await self.db.run(profiles.live_table)
