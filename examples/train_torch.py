@@ -107,8 +107,21 @@ def train(args: argparse.Namespace) -> int:
     # torchrun starts one process per GPU and sets RANK and MASTER_ADDR; run
     # any other way, this one process does the work of the whole world.
     distributed = world > 1 and "RANK" in os.environ and "MASTER_ADDR" in os.environ
-    if distributed:
-        dist.init_process_group("gloo")
+    if not distributed:
+        return _train(args, world, distributed)
+    dist.init_process_group("gloo")
+    try:
+        return _train(args, world, distributed)
+    finally:
+        # `_train` has returned, so its DDP wrapper is freed (gc for cycles) while
+        # the group is still registered; destroyed from inside DDP's destructor
+        # instead, with the GIL held, the group waits on gloo's worker thread,
+        # which waits for the GIL, and the process hangs (torch 2.13).
+        gc.collect()
+        dist.destroy_process_group()
+
+
+def _train(args: argparse.Namespace, world: int, distributed: bool) -> int:
     procs, me = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
     x_train, y_train, x_test, y_test = digits_tensors(args.seed)
     model = make_model(args.seed, args.hidden)
@@ -156,70 +169,59 @@ def train(args: argparse.Namespace) -> int:
             "step": step,
         }
 
-    try:
-        while epoch < args.epochs:
-            epoch_start_shuffle = shuffle.get_state()  # a mid-epoch resume redraws this order
-            order = torch.randperm(n_train, generator=shuffle)
-            started, samples = time.perf_counter(), 0
-            net.train()
-            while offset < n_train:
-                batch = order[offset : offset + scaled.global_batch_size]
-                if len(batch) < procs:
-                    break  # a tail too short to give every process a sample is dropped
-                mine = batch[me::procs]  # this process's share of the global batch
-                optimizer.zero_grad()
-                share_loss = loss_fn(net(x_train[mine]), y_train[mine])
-                # Weighted by the share's size: DDP's average over the processes
-                # then gives each one the gradient of the mean over the whole batch.
-                (share_loss * (len(mine) * procs / len(batch))).backward()
-                optimizer.step()
-                offset += len(batch)
-                step += 1
-                loss_sum += share_loss.item()
-                batches += 1
-                samples += len(batch)
-                if args.sleep_per_step > 0:
-                    time.sleep(args.sleep_per_step)
-                if agree_to_stop(distributed):
-                    save(checkpoint_state(epoch_start_shuffle))
-                    if runtime.is_main_process():
-                        print(
-                            f"stop requested: saved epoch {epoch} step {step}; exiting", flush=True
-                        )
-                    return STOPPED_EXIT_CODE
-            epoch, offset = epoch + 1, 0
-            model.eval()
-            with torch.no_grad():
-                accuracy = float((model(x_test).argmax(dim=1) == y_test).float().mean())
-            mean_loss = loss_sum / max(1, batches)
-            loss_sum, batches = 0.0, 0
-            save(checkpoint_state(shuffle.get_state()))
-            rate = samples / max(1e-9, time.perf_counter() - started)
-            runtime.report(
-                step=step,
-                epoch=epoch,
-                total_epochs=args.epochs,
-                loss=mean_loss,
-                accuracy=accuracy,
-                samples_per_sec=rate,
-            )
-            if runtime.is_main_process():
-                print(
-                    f"epoch {epoch}/{args.epochs} loss={mean_loss:.4f} accuracy={accuracy:.4f} "
-                    f"step={step} samples/s={rate:.0f}",
-                    flush=True,
-                )
+    while epoch < args.epochs:
+        epoch_start_shuffle = shuffle.get_state()  # a mid-epoch resume redraws this order
+        order = torch.randperm(n_train, generator=shuffle)
+        started, samples = time.perf_counter(), 0
+        net.train()
+        while offset < n_train:
+            batch = order[offset : offset + scaled.global_batch_size]
+            if len(batch) < procs:
+                break  # a tail too short to give every process a sample is dropped
+            mine = batch[me::procs]  # this process's share of the global batch
+            optimizer.zero_grad()
+            share_loss = loss_fn(net(x_train[mine]), y_train[mine])
+            # Weighted by the share's size: DDP's average over the processes
+            # then gives each one the gradient of the mean over the whole batch.
+            (share_loss * (len(mine) * procs / len(batch))).backward()
+            optimizer.step()
+            offset += len(batch)
+            step += 1
+            loss_sum += share_loss.item()
+            batches += 1
+            samples += len(batch)
+            if args.sleep_per_step > 0:
+                time.sleep(args.sleep_per_step)
+            if agree_to_stop(distributed):
+                save(checkpoint_state(epoch_start_shuffle))
+                if runtime.is_main_process():
+                    print(f"stop requested: saved epoch {epoch} step {step}; exiting", flush=True)
+                return STOPPED_EXIT_CODE
+        epoch, offset = epoch + 1, 0
+        model.eval()
+        with torch.no_grad():
+            accuracy = float((model(x_test).argmax(dim=1) == y_test).float().mean())
+        mean_loss = loss_sum / max(1, batches)
+        loss_sum, batches = 0.0, 0
+        save(checkpoint_state(shuffle.get_state()))
+        rate = samples / max(1e-9, time.perf_counter() - started)
+        runtime.report(
+            step=step,
+            epoch=epoch,
+            total_epochs=args.epochs,
+            loss=mean_loss,
+            accuracy=accuracy,
+            samples_per_sec=rate,
+        )
         if runtime.is_main_process():
-            print(f"final weights sha256 {digest(model)}", flush=True)
-        return 0
-    finally:
-        if distributed:
-            # Let DDP drop its reference to the process group before the group is
-            # destroyed: freed last by DDP, the group is torn down with the GIL held
-            # while gloo's worker thread waits for the GIL, and the process hangs.
-            del net
-            gc.collect()
-            dist.destroy_process_group()
+            print(
+                f"epoch {epoch}/{args.epochs} loss={mean_loss:.4f} accuracy={accuracy:.4f} "
+                f"step={step} samples/s={rate:.0f}",
+                flush=True,
+            )
+    if runtime.is_main_process():
+        print(f"final weights sha256 {digest(model)}", flush=True)
+    return 0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
