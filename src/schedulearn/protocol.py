@@ -280,6 +280,19 @@ class JobEvent(_Wire):
     at: float
 
 
+class JobEventReport(JobEvent):
+    """A `JobEvent` with the job it is about, for `EventBatch`."""
+
+    job_id: Id
+
+
+class EventBatch(_Wire):
+    """Events of many jobs at once: an agent sends what piled up while its last
+    batch was on the way, and the server records them in one transaction."""
+
+    events: list[JobEventReport] = Field(min_length=1, max_length=1000)
+
+
 class LogLine(_Wire):
     seq: Id
     stream: LogStream = LogStream.STDOUT
@@ -298,6 +311,13 @@ class LogBatch(_Wire):
 class Ack(_Wire):
     ok: bool = True
     ignored: bool = Field(default=False, description="The report was for an old attempt")
+
+
+class EventAcks(_Wire):
+    acks: list[Ack] = Field(
+        description="One per event, in order; `ok: false` means it was not recorded "
+        "(a temporary failure): send it again"
+    )
 
 
 # --- user API -----------------------------------------------------------------

@@ -274,3 +274,50 @@ def test_concurrent_submissions_never_share_a_gpu(api) -> None:  # type: ignore[
                 assert (n.name, g) not in held, f"GPU {g} of {n.name} given twice"
                 held[(n.name, g)] = a.job_id
     assert len(held) <= 12 and len(held) >= 10  # the cluster is (nearly) full
+
+
+def test_a_batch_of_events_moves_each_job_on(api) -> None:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=3)
+    node.register()
+    a, b, c = (submit(api, gpus=1) for _ in range(3))
+    node.work_until(lambda w: len(w.starts) == 3)
+    replies = node.events(
+        (a, 1, "started", None),
+        (a, 1, "exited", 0),
+        (b, 1, "started", None),
+        (b, 1, "exited", 3),
+        (c, 1, "started", None),
+        (c, 2, "exited", 0),  # an attempt that never ran
+        (999_999, 1, "exited", 0),  # a job that does not exist
+    )
+    assert [(r.ok, r.ignored) for r in replies.acks] == [(True, False)] * 5 + [(True, True)] * 2
+    assert history(api, a) == ["assigned", "running", "succeeded"]
+    assert (job(api, b).state, job(api, b).exit_code) == ("failed", 3)
+    assert job(api, c).state == "running"
+    # The GPUs of a and b are free again.
+    d, e = submit(api, gpus=1), submit(api, gpus=1)
+    assert {s.job_id for s in node.work_until(lambda w: len(w.starts) == 2).starts} == {d, e}
+
+
+def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(api, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from schedulearn.server.services import agents
+
+    node = WireAgent(api, "n1", gpus=3)
+    node.register()
+    a, b, c = (submit(api, gpus=1) for _ in range(3))
+    node.work_until(lambda w: len(w.starts) == 3)
+    real = agents._apply_event
+
+    def failing_for_b(session, job_id, event, now):  # type: ignore[no-untyped-def]
+        if job_id == b:
+            raise RuntimeError("the database failed on this one")
+        return real(session, job_id, event, now)
+
+    monkeypatch.setattr(agents, "_apply_event", failing_for_b)
+    replies = node.events(*((j, 1, "started", None) for j in (a, b, c)))
+    assert [r.ok for r in replies.acks] == [True, False, True]
+    assert [job(api, j).state for j in (a, b, c)] == ["running", "assigned", "running"]
+    # Sent again once the failure has passed, it is recorded.
+    monkeypatch.setattr(agents, "_apply_event", real)
+    assert node.events((b, 1, "started", None)).acks[0].ok
+    assert job(api, b).state == "running"

@@ -8,10 +8,12 @@ import time
 from typing import Any
 
 from schedulearn.protocol import (
+    EventAcks,
     GpuInfo,
     Heartbeat,
     HeartbeatReply,
     JobEvent,
+    JobEventReport,
     LogBatch,
     LogLine,
     NodeRegistration,
@@ -105,6 +107,20 @@ class WireAgent:
         else:
             self.running.pop(job_id, None)
         return r.json()
+
+    def events(self, *events: tuple[int, int, str, int | None]) -> EventAcks:
+        """(job_id, attempt, kind, exit_code) events in one batch, as an agent sends them."""
+        body = {
+            "events": [
+                JobEventReport(
+                    job_id=j, attempt=a, node=self.name, kind=k, exit_code=c, at=time.time()
+                ).model_dump(mode="json")  # type: ignore[arg-type]
+                for j, a, k, c in events
+            ]
+        }
+        r = self.api.post("/api/v1/agent/events", headers=self.api.agent, json=body)
+        assert r.status_code == 200, r.text
+        return EventAcks.model_validate(r.json())
 
     def start(self, job_id: int, attempt: int) -> None:
         self.event(job_id, attempt, "started")

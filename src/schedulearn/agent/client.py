@@ -29,6 +29,8 @@ from schedulearn.protocol import (
     Ack,
     CheckpointRef,
     ErrorBody,
+    EventAcks,
+    EventBatch,
     Heartbeat,
     HeartbeatReply,
     JobEvent,
@@ -114,6 +116,9 @@ class AgentClient:
 
     async def event(self, job_id: int, body: JobEvent) -> Ack:
         return await self._call("POST", f"/jobs/{job_id}/events", Ack, body)
+
+    async def events(self, body: EventBatch) -> EventAcks:
+        return await self._call("POST", "/events", EventAcks, body)
 
     async def logs(self, job_id: int, body: LogBatch) -> Ack:
         return await self._call("POST", f"/jobs/{job_id}/logs", Ack, body)

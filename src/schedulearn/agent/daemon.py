@@ -38,6 +38,7 @@ from schedulearn.agent.config import AgentConfig
 from schedulearn.agent.executors.base import ExecutorImpl, NewRecord, RunHandle, StartError
 from schedulearn.agent.gpus import GpuSource
 from schedulearn.agent.jobs import JobRunner, RunnerContext
+from schedulearn.agent.outbox import EventOutbox
 from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.protocol import (
     Assignment,
@@ -73,7 +74,8 @@ class Agent:
         self.executors = executors
         self.client = client or AgentClient(config.server, config.token)
         self.store = StateStore(config.state_dir)
-        self.ctx = RunnerContext(self.client, self.store, config.name)
+        self.events = EventOutbox(self.client)
+        self.ctx = RunnerContext(self.client, self.events, self.store, config.name)
         self.runners: dict[int, JobRunner] = {}
         self.heartbeat_seconds = 5.0
         self._registered = asyncio.Event()
@@ -148,6 +150,7 @@ class Agent:
             if pending:
                 await asyncio.wait(pending, timeout=5.0)
         await asyncio.gather(*(r.abandon() for r in list(self.runners.values())))
+        await self.events.close()
         for executor in self.executors.values():
             with contextlib.suppress(Exception):
                 await executor.close()

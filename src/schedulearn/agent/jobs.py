@@ -3,7 +3,8 @@
 A `JobRunner` owns one run (one attempt of one job, or this node's part of
 a gang): it starts it through an executor, reports `started`, ships its
 output, waits for it to end, and reports `exited` (or `failed_to_start`),
-each report retried until the server acknowledges it. Only then does it
+each report retried until the server acknowledges it (events go through
+the agent's `EventOutbox`, batched with other runners'). Only then does it
 clean up: the container, the state record, and the checkpoint directory
 of a job that is finished for good.
 
@@ -30,12 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schedulearn.agent import checkpoints
-from schedulearn.agent.client import AgentClient, until_acked
+from schedulearn.agent.client import AgentClient
 from schedulearn.agent.executors.base import ExecutorImpl, ExitStatus, RunHandle, StartError
+from schedulearn.agent.outbox import EventOutbox
 from schedulearn.agent.progress import ProgressTail
 from schedulearn.agent.shipper import LogShipper
 from schedulearn.agent.state import JobRecord, StateStore
-from schedulearn.protocol import Assignment, EventKind, JobEvent, RunningJobReport, StopReason
+from schedulearn.protocol import (
+    Assignment,
+    EventKind,
+    JobEventReport,
+    RunningJobReport,
+    StopReason,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,7 @@ class RunnerContext:
     """What every runner of one agent shares."""
 
     client: AgentClient
+    events: EventOutbox
     store: StateStore
     node: str
     log_interval: float = 0.2
@@ -294,17 +303,16 @@ class JobRunner:
         if not self._report:
             return
         record = self.record
-        body = JobEvent(
-            attempt=record.attempt,
-            node=self.ctx.node,
-            kind=kind,
-            exit_code=exit_code,
-            message=message[:4000].replace("\x00", "\ufffd"),
-            at=record.ended_at
-            if kind is not EventKind.STARTED and record.ended_at
-            else time.time(),
-        )
-        job_id = record.job_id
-        await until_acked(
-            lambda: self.ctx.client.event(job_id, body), f"{kind.value} event of job {job_id}"
+        await self.ctx.events.send(
+            JobEventReport(
+                job_id=record.job_id,
+                attempt=record.attempt,
+                node=self.ctx.node,
+                kind=kind,
+                exit_code=exit_code,
+                message=message[:4000].replace("\x00", "\ufffd"),
+                at=record.ended_at
+                if kind is not EventKind.STARTED and record.ended_at
+                else time.time(),
+            )
         )

@@ -10,6 +10,8 @@ from fastapi.responses import FileResponse
 from schedulearn.protocol import (
     Ack,
     CheckpointRef,
+    EventAcks,
+    EventBatch,
     Heartbeat,
     HeartbeatReply,
     JobEvent,
@@ -82,6 +84,13 @@ async def event(job_id: JobId, body: JobEvent, state: State, _who: Agent) -> Ack
     changes = await state.db.run(agents.record_event, job_id, body, state.clock.now())
     state.wakeups.notify(changes)
     return Ack(ignored=not changes.jobs)
+
+
+@router.post("/events", response_model=EventAcks, summary="Events of many jobs at once")
+async def events(body: EventBatch, state: State, _who: Agent) -> EventAcks:
+    done = await state.db.run(agents.record_events, body.events, state.clock.now())
+    state.wakeups.notify(done.changes)
+    return EventAcks(acks=done.acks)
 
 
 @router.post("/jobs/{job_id}/logs", response_model=Ack)

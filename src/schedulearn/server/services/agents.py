@@ -14,18 +14,21 @@ Owns the `node` and `gpu` tables and the delivery flags of `job_part`
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, select, update
 from sqlmodel import Session
 
 from schedulearn.protocol import (
+    Ack,
     Assignment,
     CheckpointRef,
     EventKind,
     GangInfo,
     Heartbeat,
     JobEvent,
+    JobEventReport,
     JobState,
     NodeRegistration,
     RegistrationReply,
@@ -41,6 +44,7 @@ from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
 
 LIVE = lifecycle.LIVE
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,33 +277,85 @@ def _assignment(
     )
 
 
+@dataclass(slots=True)
+class EventsRecorded:
+    acks: list[Ack]
+    changes: Changes
+
+
 def record_event(session: Session, job_id: int, event: JobEvent, now: float) -> Changes:
+    """One event in its own transaction; `NotFound` when the job does not exist."""
+    changes = _apply_event(session, job_id, event, now)
+    session.commit()
+    return changes
+
+
+def record_events(session: Session, reports: list[JobEventReport], now: float) -> EventsRecorded:
+    """A batch of events, in one transaction when all goes well.
+
+    An event for a job that does not exist is acknowledged as ignored (no
+    retry can help it). Should one event fail, the batch is rolled back and
+    each event is recorded in a transaction of its own, so one bad event
+    costs the others nothing; the failed one is acknowledged `ok=False`
+    and the agent sends it again.
+    """
+    changes = Changes()
+    acks: list[Ack] = []
+    try:
+        for report in reports:
+            acks.append(_apply_or_ignore(session, report, now, changes))
+        session.commit()
+        return EventsRecorded(acks, changes)
+    except Exception:
+        session.rollback()
+        if len(reports) == 1:
+            raise
+        log.warning("a batch of %d events failed; recording them one by one", len(reports))
+    changes, acks = Changes(), []
+    for report in reports:
+        try:
+            acks.append(_apply_or_ignore(session, report, now, changes))
+            session.commit()
+        except Exception:
+            session.rollback()
+            log.exception("could not record the %s event of job %s", report.kind, report.job_id)
+            acks.append(Ack(ok=False))
+    return EventsRecorded(acks, changes)
+
+
+def _apply_or_ignore(session: Session, report: JobEventReport, now: float, into: Changes) -> Ack:
+    try:
+        changes = _apply_event(session, report.job_id, report, now)
+    except NotFound:
+        return Ack(ignored=True)
+    into.merge(changes)
+    return Ack(ignored=not changes.jobs)
+
+
+def _apply_event(session: Session, job_id: int, event: JobEvent, now: float) -> Changes:
     if event.kind is EventKind.STARTED:
         return _record_start(session, job_id, event, now)
-    job = session.get(Job, job_id)
+    # Fresh rows: an earlier event of the same batch may have changed them.
+    job = session.get(Job, job_id, populate_existing=True)
     if job is None:
         raise NotFound(f"no job {job_id}")
     query = select(JobPart).where(JobPart.job_id == job_id, JobPart.attempt == event.attempt)
     if event.node:
         query = query.where(JobPart.node == event.node)
-    parts = session.execute(query.order_by(JobPart.rank)).scalars().all()  # type: ignore[arg-type]
+    query = query.order_by(JobPart.rank).execution_options(populate_existing=True)  # type: ignore[arg-type]
+    parts = session.execute(query).scalars().all()
     if not parts:
         return Changes()
     part = next((p for p in parts if p.status in LIVE), parts[0])
-    if event.kind is EventKind.STARTED:
-        changes = lifecycle.part_started(session, job, part, now)
-    else:
-        changes = lifecycle.part_exited(
-            session,
-            job,
-            part,
-            event.exit_code,
-            now,
-            failed_to_start=event.kind is EventKind.FAILED_TO_START,
-            message=event.message,
-        )
-    session.commit()
-    return changes
+    return lifecycle.part_exited(
+        session,
+        job,
+        part,
+        event.exit_code,
+        now,
+        failed_to_start=event.kind is EventKind.FAILED_TO_START,
+        message=event.message,
+    )
 
 
 def _record_start(session: Session, job_id: int, event: JobEvent, now: float) -> Changes:
@@ -324,7 +380,6 @@ def _record_start(session: Session, job_id: int, event: JobEvent, now: float) ->
     )
     if row.attempt == event.attempt and row.state == JobState.ASSIGNED.value:
         transition(session, JobRef(job_id, row.state, row.attempt), JobState.RUNNING, now)
-    session.commit()
     return Changes(jobs={job_id})
 
 

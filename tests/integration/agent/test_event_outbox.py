@@ -1,0 +1,89 @@
+"""The agent's event outbox against a real server process: events of many
+runners go in one request and every one is acknowledged; a batch the
+server refuses as a whole is sent again event by event."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agent_support import AGENT_TOKEN, AdminApi, ServerProc
+
+from schedulearn.agent.client import AgentClient
+from schedulearn.agent.outbox import EventOutbox
+from schedulearn.protocol import (
+    EventKind,
+    GpuInfo,
+    JobEventReport,
+    NodeRegistration,
+)
+
+
+def report(job_id: int, kind: EventKind, exit_code: int | None = None) -> JobEventReport:
+    return JobEventReport(
+        job_id=job_id, attempt=1, node="n1", kind=kind, exit_code=exit_code, at=time.time()
+    )
+
+
+async def _place(client: AgentClient, api: AdminApi, jobs: int) -> list[int]:
+    """Register node n1 by hand and take the starts of `jobs` one-GPU jobs."""
+    gpus = [GpuInfo(index=i) for i in range(jobs)]
+    await client.register(NodeRegistration(name="n1", gpus=gpus, executors=["subprocess"]))  # type: ignore[list-item]
+    ids = [api.submit(command="true", gpus=1) for _ in range(jobs)]
+    started: list[int] = []
+    deadline = time.time() + 20
+    while len(started) < jobs and time.time() < deadline:
+        started += [a.job_id for a in (await client.work("n1", 2.0)).starts]
+    assert sorted(started) == sorted(ids)
+    return ids
+
+
+def test_events_of_many_runners_share_one_request(server: ServerProc, api: AdminApi) -> None:
+    async def scenario() -> tuple[list[int], list[bool], int]:
+        client = AgentClient(server.url, AGENT_TOKEN)
+        outbox = EventOutbox(client)
+        try:
+            ids = await _place(client, api, 6)
+
+            async def runner(job_id: int, code: int) -> bool:
+                started = await outbox.send(report(job_id, EventKind.STARTED))
+                exited = await outbox.send(report(job_id, EventKind.EXITED, code))
+                return started.ok and exited.ok and not exited.ignored
+
+            codes = [0, 0, 0, 0, 0, 7]
+            oks = await asyncio.gather(*(runner(j, c) for j, c in zip(ids, codes, strict=True)))
+            return ids, oks, outbox.requests
+        finally:
+            await outbox.close()
+            await client.close()
+
+    ids, oks, requests = asyncio.run(scenario())
+    assert all(oks)
+    # Six runners queue their "started" together, then their "exited" together.
+    assert requests == 2
+    states = [api.job(j) for j in ids]
+    assert [s["state"] for s in states] == ["succeeded"] * 5 + ["failed"]
+    assert states[-1]["exit_code"] == 7
+
+
+def test_a_batch_refused_as_a_whole_is_sent_event_by_event(
+    server: ServerProc, api: AdminApi
+) -> None:
+    async def scenario() -> tuple[list[int], list[bool]]:
+        client = AgentClient(server.url, AGENT_TOKEN)
+        outbox = EventOutbox(client)
+        try:
+            ids = await _place(client, api, 2)
+            good = report(ids[0], EventKind.STARTED)
+            # Longer than the wire model allows: the server answers 422 for the batch.
+            bad = report(ids[1], EventKind.STARTED).model_copy(update={"message": "x" * 20_000})
+            acks = await asyncio.gather(outbox.send(good), outbox.send(bad))
+            return ids, [a.ignored for a in acks]
+        finally:
+            await outbox.close()
+            await client.close()
+
+    ids, ignored = asyncio.run(scenario())
+    assert ignored == [False, True]
+    assert api.job(ids[0])["state"] == "running"
+    assert api.job(ids[1])["state"] == "assigned"  # its only event was refused for good
