@@ -156,6 +156,7 @@ class Agent:
                 await executor.close()
         await self.client.close()
         self.gpus.close()
+        self.store.close()
 
     # --- registration ----------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Progress tailing: a job's `report(...)` lines, read and sent to the server.
 
 The agent gives each run a progress file (`SCHEDULEARN_PROGRESS_FILE`,
-`<job_dir>/progress/progress.jsonl`; in a container the `progress`
-folder is mounted at `/schedulearn/progress`). `schedulearn.runtime.report`
+`<job_dir>/progress.jsonl`; a container gets `<job_dir>/progress/`
+mounted at `/schedulearn/progress`). `schedulearn.runtime.report`
 appends one JSON object per line. `ProgressTail` reads complete new
 lines every `interval` seconds, turns them into `ProgressReport`s and
 sends them (`POST .../jobs/{id}/progress`); the read position in the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from schedulearn.agent.client import AgentClient, until_acked
 from schedulearn.agent.state import JobRecord, StateStore
-from schedulearn.protocol import ProgressBatch, ProgressReport
+from schedulearn.protocol import Executor, ProgressBatch, ProgressReport
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +34,18 @@ _MAX_BATCH = 500
 _MAX_READ = 4 * 1024 * 1024
 
 
-def progress_dir(record: JobRecord) -> Path:
-    return Path(record.job_dir) / "progress"
-
-
 def progress_file(record: JobRecord) -> Path:
-    """The file on this host the job's reports land in (created empty)."""
-    folder = progress_dir(record)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / FILE_NAME
-    path.touch(exist_ok=True)
-    return path
+    """Where on this host the run's reports land.
+
+    A container gets the `progress` folder mounted (so it is created here);
+    a process is told the file itself, which its first report creates: a
+    job that reports nothing costs no file.
+    """
+    if record.executor is Executor.DOCKER:
+        folder = Path(record.job_dir) / "progress"
+        folder.mkdir(exist_ok=True)
+        return folder / FILE_NAME
+    return Path(record.job_dir) / FILE_NAME
 
 
 def parse_line(line: str) -> ProgressReport | None:
@@ -88,7 +89,7 @@ class ProgressTail:
         self.record = record
         self.node = node
         self.interval = interval
-        self.path = progress_dir(record) / FILE_NAME
+        self.path = progress_file(record)
         self._closing = asyncio.Event()
         self.sent = 0
 
