@@ -186,6 +186,7 @@ class JobRunner:
         # The record is first written once the run exists (with its pid or
         # container): a record without one could not be found again anyway.
         try:
+            store.create_checkpoint_dir(record)
             self.handle = await self.executor.start(self.assignment, record)
         except StartError as exc:
             log.warning("job %s failed to start: %s", self.job_id, exc)

@@ -21,13 +21,12 @@ import math
 from pathlib import Path
 
 from schedulearn.agent.client import AgentClient, until_acked
-from schedulearn.agent.state import JobRecord, StateStore
+from schedulearn.agent.state import PROGRESS_FILE, JobRecord, StateStore
 from schedulearn.protocol import Executor, ProgressBatch, ProgressReport
 
 log = logging.getLogger(__name__)
 
 CONTAINER_PROGRESS_DIR = "/schedulearn/progress"
-FILE_NAME = "progress.jsonl"
 _NAMED = ("step", "epoch", "loss", "accuracy", "samples_per_sec", "total_epochs")
 _INTS = ("step", "epoch", "total_epochs")
 _MAX_BATCH = 500
@@ -44,8 +43,8 @@ def progress_file(record: JobRecord) -> Path:
     if record.executor is Executor.DOCKER:
         folder = Path(record.job_dir) / "progress"
         folder.mkdir(exist_ok=True)
-        return folder / FILE_NAME
-    return Path(record.job_dir) / FILE_NAME
+        return folder / PROGRESS_FILE
+    return Path(record.job_dir) / PROGRESS_FILE
 
 
 def parse_line(line: str) -> ProgressReport | None:

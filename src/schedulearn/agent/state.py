@@ -10,6 +10,7 @@ lives on disk, not in memory:
     <state_dir>/jobs/<job_id>.<attempt>/exit_code     written by the job's shim
     <state_dir>/jobs/<job_id>.<attempt>/progress*     the job's progress file
     <state_dir>/checkpoints/<job_id>/                 default checkpoint volume
+    <state_dir>/spare/                                directories kept for reuse (`spares`)
 
 A record is written when the job starts, updated as log batches and
 events are acknowledged by the server, and deleted only after the server
@@ -36,6 +37,7 @@ import sqlite3
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from schedulearn.agent.spares import SparePool
 from schedulearn.protocol import Executor
 
 log = logging.getLogger(__name__)
@@ -51,11 +53,8 @@ class JobRecord:
     job_dir: str
     checkpoint_dir: str
     started_at: float
-    # Subprocess executor: the shim's pid (= its process group), and its
-    # start time in clock ticks since boot, so a reused pid is never mistaken
-    # for the job.
+    # Subprocess executor: the shim's pid (= its process group).
     pid: int | None = None
-    pid_start_ticks: int | None = None
     # Docker executor.
     container_id: str | None = None
     # Reporting progress, advanced only on the server's acknowledgement.
@@ -94,6 +93,10 @@ class JobRecord:
 
 
 _LEGACY_RECORD = "record.json"
+# The files an agent makes in a job directory; one holding only these can be reused.
+EXIT_FILE = "exit_code"
+PROGRESS_FILE = "progress.jsonl"
+RUN_FILES = frozenset({"stdout.log", "stderr.log", EXIT_FILE, PROGRESS_FILE})
 
 
 class StateStore:
@@ -105,6 +108,8 @@ class StateStore:
         self.checkpoints_dir = state_dir / "checkpoints"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        self._spare_job_dirs = SparePool(state_dir / "spare" / "jobs", keep=RUN_FILES)
+        self._spare_empty_dirs = SparePool(state_dir / "spare" / "empty")
         # Autocommit (isolation_level=None): every statement is its own transaction.
         self._db = sqlite3.connect(
             state_dir / "agent.db", isolation_level=None, check_same_thread=False, timeout=30
@@ -129,14 +134,21 @@ class StateStore:
 
     def create_job_dir(self, job_id: int, attempt: int) -> Path:
         path = self.job_dir(job_id, attempt)
-        try:
-            path.mkdir()
-        except FileExistsError:
+        if path.exists():
             # A stale directory of the same attempt (a start that never got
             # as far as a record): start clean rather than mix old logs in.
             shutil.rmtree(path, ignore_errors=True)
-            path.mkdir()
+        self._spare_job_dirs.make(path)
         return path
+
+    def create_checkpoint_dir(self, record: JobRecord) -> None:
+        path = Path(record.checkpoint_dir)
+        if path.is_dir():
+            return  # an earlier attempt's, or one just downloaded
+        if record.own_checkpoint_dir and path.parent == self.checkpoints_dir:
+            self._spare_empty_dirs.make(path)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
 
     def save(self, record: JobRecord) -> None:
         self._db.execute(
@@ -166,18 +178,14 @@ class StateStore:
         self._db.execute(
             "DELETE FROM runs WHERE job_id = ? AND attempt = ?", (record.job_id, record.attempt)
         )
-        shutil.rmtree(record.job_dir, ignore_errors=True)
+        self._spare_job_dirs.remove(Path(record.job_dir))
 
     def remove_checkpoints(self, record: JobRecord) -> None:
         if not record.own_checkpoint_dir:
             return
         path = Path(record.checkpoint_dir)
-        try:
-            path.rmdir()  # the usual case: the job saved nothing
-        except FileNotFoundError:
-            pass
-        except OSError:
-            shutil.rmtree(path, ignore_errors=True)
+        if path.is_dir():
+            self._spare_empty_dirs.remove(path)  # kept only if the job saved nothing
         path.with_name(path.name + ".attempt").unlink(missing_ok=True)
 
     def _import_legacy_records(self) -> None:

@@ -30,7 +30,7 @@ from agent_support import (
     ensure_docker,
 )
 
-from schedulearn.agent.executors.process import start_ticks
+from schedulearn.agent.executors.process import is_job_shim
 from schedulearn.agent.state import StateStore
 
 
@@ -129,7 +129,7 @@ def start_agent(server: ServerProc, tmp_path: Path) -> Iterator[StartAgent]:
 
 def _kill_leftover_jobs(state_dir: Path) -> None:
     for record in StateStore(state_dir).load_all():
-        if record.pid is not None and start_ticks(record.pid) == record.pid_start_ticks:
+        if record.pid is not None and is_job_shim(record.pid, record):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(record.pid, signal.SIGKILL)
         if record.container_id:

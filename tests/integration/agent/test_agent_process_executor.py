@@ -17,7 +17,7 @@ import pytest
 from agent_support import wait_until
 
 from schedulearn.agent.executors.base import MAX_LINE_CHARS, OutputLine, RunHandle, StartError
-from schedulearn.agent.executors.process import SubprocessExecutor, start_ticks
+from schedulearn.agent.executors.process import SubprocessExecutor
 from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.protocol import Assignment, Executor
 
@@ -329,9 +329,8 @@ def test_a_job_killed_while_the_agent_was_away_has_an_unknown_exit(store: StateS
 def test_a_reused_pid_is_not_mistaken_for_the_job(store: StateStore) -> None:
     async def go() -> None:
         record = new_record(store, 23)
-        # Our own pid, with another start time: a process that took the job's pid.
+        # Our own pid: a process that took the job's pid after the job ended.
         record.pid = os.getpid()
-        record.pid_start_ticks = (start_ticks(os.getpid()) or 0) + 12345
         (adopted,) = await executor().recover([record])
         assert not adopted.is_alive()
         await adopted.stop(grace_seconds=0.1)  # must not signal the test process

@@ -52,8 +52,7 @@ from schedulearn.agent.executors.base import (
 )
 from schedulearn.agent.launchers import LaunchError, plan_launch
 from schedulearn.agent.progress import CONTAINER_PROGRESS_DIR, progress_file
-from schedulearn.agent.progress import FILE_NAME as PROGRESS_FILE_NAME
-from schedulearn.agent.state import JobRecord
+from schedulearn.agent.state import PROGRESS_FILE, JobRecord
 from schedulearn.protocol import Assignment, Executor, LogStream
 
 log = logging.getLogger(__name__)
@@ -147,7 +146,7 @@ class DockerExecutor:
                 CONTAINER_CHECKPOINT_DIR,
                 in_container=True,
                 renumber_gpus=self.device_requests,
-                progress_file=f"{CONTAINER_PROGRESS_DIR}/{PROGRESS_FILE_NAME}",
+                progress_file=f"{CONTAINER_PROGRESS_DIR}/{PROGRESS_FILE}",
             )
         except LaunchError as exc:
             raise StartError(str(exc)) from exc

@@ -49,13 +49,12 @@ from schedulearn.agent.executors.base import (
 )
 from schedulearn.agent.launchers import LaunchError, plan_launch
 from schedulearn.agent.progress import progress_file
-from schedulearn.agent.state import JobRecord
+from schedulearn.agent.state import EXIT_FILE, JobRecord
 from schedulearn.protocol import Assignment, Executor, LogStream
 
 log = logging.getLogger(__name__)
 
 SHIM = 'trap : TERM INT HUP; "$@"; c=$?; echo "$c" > "$0"; exit "$c"'
-EXIT_FILE = "exit_code"
 # How often a running job's log files are read; the exit wakes the reader at once.
 POLL_SECONDS = 0.1
 READ_CHUNK = 1 << 20
@@ -68,15 +67,20 @@ def log_file(job_dir: str | Path, stream: LogStream) -> Path:
     return Path(job_dir) / f"{stream.value}.log"
 
 
-def start_ticks(pid: int) -> int | None:
-    """A process's start time in clock ticks since boot, or None if it is gone."""
+def is_job_shim(pid: int, record: JobRecord) -> bool:
+    """Whether process `pid` is this run's shim (and not a process that got its pid since).
+
+    The shim's argv names the run's exit file, which no other process's does.
+    """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses; the fields
-    # after its closing parenthesis start with field 3, and field 22 is starttime.
-    return int(stat[stat.rindex(")") + 2 :].split()[19])
+        return False
+    return os.fsencode(exit_file(record)) in argv
+
+
+def exit_file(record: JobRecord) -> Path:
+    return Path(record.job_dir) / EXIT_FILE
 
 
 class SubprocessExecutor:
@@ -119,8 +123,7 @@ class SubprocessExecutor:
                 "image that has it"
             )
         Path(record.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        exit_file = Path(record.job_dir) / EXIT_FILE
-        argv = ["/bin/sh", "-c", SHIM, str(exit_file), *plan.argv]
+        argv = ["/bin/sh", "-c", SHIM, str(exit_file(record)), *plan.argv]
         with (
             open(log_file(record.job_dir, LogStream.STDOUT), "ab") as out,
             open(log_file(record.job_dir, LogStream.STDERR), "ab") as err,
@@ -139,7 +142,6 @@ class SubprocessExecutor:
             except OSError as exc:
                 raise StartError(f"could not start the job on {self.node_name!r}: {exc}") from exc
         record.pid = proc.pid
-        record.pid_start_ticks = start_ticks(proc.pid)
         return ProcessHandle(record, proc)
 
     async def recover(
@@ -190,7 +192,7 @@ class ProcessHandle:
             )
         handle = cls(record, None)
         # The pidfd was opened first, so this check cannot race a pid reuse.
-        if handle._status is None and start_ticks(record.pid) != record.pid_start_ticks:
+        if handle._status is None and not is_job_shim(record.pid, record):
             handle._finish()
         return handle
 
@@ -222,7 +224,7 @@ class ProcessHandle:
         if self._status is not None:
             return
         returncode = self._proc.wait() if self._proc is not None else None
-        code = _read_exit_file(Path(self.record.job_dir) / EXIT_FILE)
+        code = _read_exit_file(exit_file(self.record))
         message = ""
         if code is None and returncode is not None:
             code = signal_exit_code(-returncode) if returncode < 0 else returncode
