@@ -339,11 +339,16 @@ def _apply_event(session: Session, job_id: int, event: JobEvent, now: float) -> 
     job = session.get(Job, job_id, populate_existing=True)
     if job is None:
         raise NotFound(f"no job {job_id}")
-    query = select(JobPart).where(JobPart.job_id == job_id, JobPart.attempt == event.attempt)
-    if event.node:
-        query = query.where(JobPart.node == event.node)
-    query = query.order_by(JobPart.rank).execution_options(populate_existing=True)  # type: ignore[arg-type]
-    parts = session.execute(query).scalars().all()
+    # Every part of the attempt in one query: the reporting node's, and its
+    # siblings, which decide whether the job has ended.
+    query = (
+        select(JobPart)
+        .where(JobPart.job_id == job_id, JobPart.attempt == event.attempt)
+        .order_by(JobPart.rank)  # type: ignore[arg-type]
+        .execution_options(populate_existing=True)
+    )
+    siblings = list(session.execute(query).scalars())
+    parts = [p for p in siblings if p.node == event.node] if event.node else siblings
     if not parts:
         return Changes()
     part = next((p for p in parts if p.status in LIVE), parts[0])
@@ -355,6 +360,7 @@ def _apply_event(session: Session, job_id: int, event: JobEvent, now: float) -> 
         now,
         failed_to_start=event.kind is EventKind.FAILED_TO_START,
         message=event.message,
+        siblings=siblings,
     )
 
 

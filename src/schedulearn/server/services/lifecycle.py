@@ -134,7 +134,9 @@ def part_exited(
     now: float,
     failed_to_start: bool = False,
     message: str = "",
+    siblings: list[JobPart] | None = None,
 ) -> Changes:
+    """`siblings`: the attempt's parts, when the caller has them loaded already."""
     changes = Changes(scheduler=True, jobs={job.id or 0})
     if part.status not in LIVE:
         return changes
@@ -144,7 +146,9 @@ def part_exited(
     free_part(session, part)
     if part.attempt != job.attempt:
         return changes
-    others = [p for p in live_parts(session, part.job_id, part.attempt) if p.id != part.id]
+    if siblings is None:
+        siblings = live_parts(session, part.job_id, part.attempt)
+    others = [p for p in siblings if p.id != part.id and p.status in LIVE]
     state = JobState(job.state)
     gang = " (one part of a gang)" if others or part.rank > 0 else ""
     if state in (JobState.ASSIGNED, JobState.RUNNING):

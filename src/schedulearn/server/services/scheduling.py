@@ -160,6 +160,10 @@ def run_pass(
     if not decisions:
         return result
     decisions = check(ledger_for(snap), as_moves(decisions), snap.jobs, result)
+    # One query loads every decided job; `session.get` then finds each in the
+    # session (held here: the session keeps its objects only weakly).
+    decided = {d.job_id for d in decisions}
+    held = session.execute(select(Job).where(Job.id.in_(decided))).scalars().all()  # type: ignore[union-attr]
     try:
         for d in decisions:
             job = session.get(Job, d.job_id)
@@ -180,6 +184,7 @@ def run_pass(
             elif isinstance(d, Resize):
                 resize(session, job, d.placement, now, result, snap.holders)
         session.commit()
+        del held
     except (IntegrityError, StaleState) as exc:
         # Another writer got there first (a cancel, or another replica):
         # nothing of this pass was written; the next pass sees the new state.
