@@ -3,8 +3,8 @@
 Why not delete and create: on ext4, a node that starts and ends many
 short jobs spends most of its CPU in the kernel looking for a free inode
 past the ones deleted in the last half minute (`perf` under
-`bench/api_load.py`: a third of the machine for ~5 inodes a job). A
-renamed directory and a truncated file allocate none.
+`bench/api_load.py`: a quarter of the machine's CPU at ~5 inodes a job).
+A renamed directory and a truncated file allocate none.
 
 A directory is kept only when it holds nothing but the files in `keep`,
 and only when no process still has one of them open: the output of a
