@@ -25,8 +25,10 @@ def job(api, job_id: int) -> JobPublic:  # type: ignore[no-untyped-def]
     return JobPublic.model_validate(r.json())
 
 
-def running_blocker(api, node: WireAgent, seconds: float) -> tuple[int, float]:  # type: ignore[no-untyped-def]
-    """A non-preemptible job that holds the node's only GPU, reported started."""
+def busy_gpu(api, seconds: float = 100) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    """Node n1 with one GPU, held by a non-preemptible job reported started."""
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
     blocker = submit(api, name="blocker", estimated_duration=seconds)
     (start,) = node.work_until(lambda b: b.starts).starts
     node.start(blocker, start.attempt)
@@ -45,9 +47,7 @@ def preview(api, headers=None, **params) -> PolicyPreview:  # type: ignore[no-un
 
 
 def test_pending_jobs_get_start_and_end_from_the_policy_in_force(api) -> None:  # type: ignore[no-untyped-def]
-    node = WireAgent(api, "n1", gpus=1)
-    node.register()
-    blocker, began = running_blocker(api, node, 100)
+    blocker, began = busy_gpu(api)
     first = submit(api, name="a", estimated_duration=50)
     second = submit(api, name="b", estimated_duration="2m")
 
@@ -103,9 +103,7 @@ def test_history_of_the_same_name_gives_an_estimate(api) -> None:  # type: ignor
 
 
 def test_preview_shows_srtf_below_fifo_for_short_jobs_behind_a_long_one(api) -> None:  # type: ignore[no-untyped-def]
-    node = WireAgent(api, "n1", gpus=1)
-    node.register()
-    running_blocker(api, node, 100)
+    busy_gpu(api)
     for seconds in (1000, 10, 10):
         submit(api, estimated_duration=seconds, preemptible=True)
 
@@ -135,9 +133,7 @@ def test_preview_shows_srtf_below_fifo_for_short_jobs_behind_a_long_one(api) -> 
 
 
 def test_preview_follows_the_queue(api) -> None:  # type: ignore[no-untyped-def]
-    node = WireAgent(api, "n1", gpus=1)
-    node.register()
-    running_blocker(api, node, 100)
+    busy_gpu(api)
     before = preview(api, policies="fifo").policies[0]
     submit(api, estimated_duration=500)
     after = preview(api, policies="fifo").policies[0]
@@ -154,9 +150,7 @@ def test_preview_is_open_to_users_and_refuses_unknown_policies(api) -> None:  # 
 
 
 def test_forecasts_are_reused_until_the_state_changes(api) -> None:  # type: ignore[no-untyped-def]
-    node = WireAgent(api, "n1", gpus=1)
-    node.register()
-    running_blocker(api, node, 100)
+    busy_gpu(api)
     submit(api, estimated_duration=5)
     predictor = api.client.app.state.sl.predictions
     predictor.slow_seconds = math.inf  # no forecast is slow: any change redoes it
@@ -171,9 +165,7 @@ def test_forecasts_are_reused_until_the_state_changes(api) -> None:  # type: ign
 
 
 def test_preview_reads_the_queue_as_it_is_even_after_a_slow_forecast(api) -> None:  # type: ignore[no-untyped-def]
-    node = WireAgent(api, "n1", gpus=1)
-    node.register()
-    running_blocker(api, node, 100)
+    busy_gpu(api)
     submit(api, estimated_duration=5)
     predictor = api.client.app.state.sl.predictions
     predictor.slow_seconds = 0.0  # every forecast is slow: listings may serve it a while
@@ -184,9 +176,7 @@ def test_preview_reads_the_queue_as_it_is_even_after_a_slow_forecast(api) -> Non
 
 
 def test_preview_compares_policies_over_the_jobs_all_of_them_predict(api) -> None:  # type: ignore[no-untyped-def]
-    node = WireAgent(api, "n1", gpus=1)
-    node.register()
-    running_blocker(api, node, 100)
+    busy_gpu(api)
     submit(api, name="mystery", command=["python", "explore.py"])  # no estimate, no history
     short = submit(api, estimated_duration=10)
     result = preview(api, policies="fifo,srtf")
@@ -214,9 +204,7 @@ def sign_in(api) -> None:  # type: ignore[no-untyped-def]
 def test_the_web_pages_show_the_predictions(api) -> None:  # type: ignore[no-untyped-def]
     import re
 
-    node = WireAgent(api, "n1", gpus=1)
-    node.register()
-    running_blocker(api, node, 100)
+    busy_gpu(api)
     waiting = submit(api, name="waits", estimated_duration=50)
     mystery = submit(api, name="mystery", command=["python", "explore.py"])
     sign_in(api)
