@@ -6,27 +6,24 @@ agent's own CLI module.
 
 `up` owns the local set-up: it makes (or reuses) an admin token for you
 and an agent token for its agent, writes the CLI config so `submit`
-works from any shell, serves the API on uvicorn, starts the agent as a
-child process once the server listens, and on Ctrl-C stops the agent
-first (so it can stop its jobs and report them) and then the server.
+works from any shell, then hands over to `cli.serving`, which serves the
+API on uvicorn, starts the agent as a child process once the server
+listens, and on Ctrl-C stops the agent first (so it can stop its jobs and
+report them) and then the server. That module is imported only by these
+two commands: uvicorn and the server are the server extra's, and the
+agent and user commands must run without them.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
-import uvicorn
 from rich.console import Console
 
 from schedulearn.cli import jobs as job_commands
@@ -65,22 +62,6 @@ def _settings(
     return ServerSettings(**overrides)  # type: ignore[arg-type]
 
 
-def _uvicorn_config(settings: ServerSettings) -> uvicorn.Config:
-    from schedulearn.server import create_app
-
-    return uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=False,  # per-request lines cost more than the request at 500/s
-        timeout_graceful_shutdown=5,
-        # Agents and busy clients keep connections open; a longer keep-alive
-        # makes it rarer that a request races the server closing an idle one.
-        timeout_keep_alive=30,
-    )
-
-
 def _check_port(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -101,7 +82,11 @@ def server(
     """Run the API server and the scheduler (one process)."""
     settings = _settings(host, port, database_url, policy)
     _check_port(settings.host, settings.port)
-    uvicorn.Server(_uvicorn_config(settings)).run()
+    # uvicorn (and the server it runs) come with the server extra, imported
+    # only here so the agent and user commands run without them.
+    from schedulearn.cli.serving import serve
+
+    serve(settings)
 
 
 # --- up ----------------------------------------------------------------------
@@ -158,67 +143,6 @@ def has_nvidia_gpus() -> bool:
         return False
 
 
-class _UpServer(uvicorn.Server):
-    """uvicorn, plus the local agent: started once listening, stopped before the server."""
-
-    def __init__(self, config: uvicorn.Config, agent_cmd: list[str], log_path: Path) -> None:
-        super().__init__(config)
-        self.agent_cmd = agent_cmd
-        self.log_path = log_path
-        self.agent: subprocess.Popen[bytes] | None = None
-        self._stopping = False
-        self._stop_asked = 0.0
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.should_exit:
-            return
-        log = self.log_path.open("ab")
-        # Its own session: the terminal's Ctrl-C reaches `up` only, which
-        # then stops the agent in order.
-        self.agent = subprocess.Popen(
-            self.agent_cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        threading.Thread(target=self._watch_agent, daemon=True).start()
-
-    def _watch_agent(self) -> None:
-        assert self.agent is not None
-        code = self.agent.wait()
-        if not self._stopping:
-            err.print(
-                f"[red]the local agent exited (code {code}); see {self.log_path}[/red]",
-                highlight=False,
-            )
-            self.should_exit = True
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._stopping and time.monotonic() - self._stop_asked < 2.0:
-            # One Ctrl-C delivered twice: the terminal signals the whole
-            # process group, and `uv run` without a TTY forwards it too.
-            return
-        if self._stopping:  # a second Ctrl-C: stop now
-            if self.agent and self.agent.poll() is None:
-                self.agent.kill()
-            super().handle_exit(sig, frame)
-            return
-        self._stopping = True
-        self._stop_asked = time.monotonic()
-        err.print("stopping the agent, then the server...")
-        threading.Thread(
-            target=self._stop_agent_then_server, args=(sig, frame), daemon=True
-        ).start()
-
-    def _stop_agent_then_server(self, sig: int, frame: FrameType | None) -> None:
-        if self.agent and self.agent.poll() is None:
-            self.agent.send_signal(signal.SIGTERM)
-            try:
-                self.agent.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.agent.kill()
-                self.agent.wait()
-        super().handle_exit(sig, frame)
-
-
 def up(
     gpus: Annotated[
         int | None,
@@ -249,11 +173,9 @@ def up(
     err.print(f"  web page: {url}/ui (sign in with the token in {path})")
     err.print("  Ctrl-C stops both.")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    server_ = _UpServer(_uvicorn_config(settings), cmd, log_path)
-    server_.run()
-    if server_.agent and server_.agent.poll() is None:
-        server_.agent.terminate()
-        server_.agent.wait(timeout=20)
+    from schedulearn.cli.serving import serve_with_agent
+
+    serve_with_agent(settings, cmd, log_path)
 
 
 def register(app: typer.Typer) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+import schedulearn
 from schedulearn.clock import Clock, SystemClock
 from schedulearn.protocol import JobSpec
 from schedulearn.server import auth, db, errors
@@ -99,7 +100,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
 
     app = FastAPI(
         title="Schedulearn",
-        version="0.1.0",
+        version=schedulearn.__version__,
         description="Schedule deep-learning training jobs on GPU servers.",
         lifespan=lifespan,
     )

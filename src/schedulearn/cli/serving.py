@@ -1,0 +1,116 @@
+"""Serve the API on uvicorn: `schedulearn server`, and `schedulearn up`'s
+server with its local agent as a child process.
+
+Owns the uvicorn server objects and, for `up`, the agent child: started
+once the server listens, stopped before the server on Ctrl-C. Only
+`cli.live` imports this module, inside those two commands, because
+uvicorn and the server come with the `server` extra.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+from rich.console import Console
+
+from schedulearn.settings import ServerSettings
+
+err = Console(stderr=True)
+
+
+def uvicorn_config(settings: ServerSettings) -> uvicorn.Config:
+    from schedulearn.server import create_app
+
+    return uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,  # per-request lines cost more than the request at 500/s
+        timeout_graceful_shutdown=5,
+        # Agents and busy clients keep connections open; a longer keep-alive
+        # makes it rarer that a request races the server closing an idle one.
+        timeout_keep_alive=30,
+    )
+
+
+def serve(settings: ServerSettings) -> None:
+    """Run the API server and the scheduler until Ctrl-C."""
+    uvicorn.Server(uvicorn_config(settings)).run()
+
+
+class _UpServer(uvicorn.Server):
+    """uvicorn, plus the local agent: started once listening, stopped before the server."""
+
+    def __init__(self, config: uvicorn.Config, agent_cmd: list[str], log_path: Path) -> None:
+        super().__init__(config)
+        self.agent_cmd = agent_cmd
+        self.log_path = log_path
+        self.agent: subprocess.Popen[bytes] | None = None
+        self._stopping = False
+        self._stop_asked = 0.0
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.should_exit:
+            return
+        log = self.log_path.open("ab")
+        # Its own session: the terminal's Ctrl-C reaches `up` only, which
+        # then stops the agent in order.
+        self.agent = subprocess.Popen(
+            self.agent_cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        threading.Thread(target=self._watch_agent, daemon=True).start()
+
+    def _watch_agent(self) -> None:
+        assert self.agent is not None
+        code = self.agent.wait()
+        if not self._stopping:
+            err.print(
+                f"[red]the local agent exited (code {code}); see {self.log_path}[/red]",
+                highlight=False,
+            )
+            self.should_exit = True
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._stopping and time.monotonic() - self._stop_asked < 2.0:
+            # One Ctrl-C delivered twice: the terminal signals the whole
+            # process group, and `uv run` without a TTY forwards it too.
+            return
+        if self._stopping:  # a second Ctrl-C: stop now
+            if self.agent and self.agent.poll() is None:
+                self.agent.kill()
+            super().handle_exit(sig, frame)
+            return
+        self._stopping = True
+        self._stop_asked = time.monotonic()
+        err.print("stopping the agent, then the server...")
+        threading.Thread(
+            target=self._stop_agent_then_server, args=(sig, frame), daemon=True
+        ).start()
+
+    def _stop_agent_then_server(self, sig: int, frame: FrameType | None) -> None:
+        if self.agent and self.agent.poll() is None:
+            self.agent.send_signal(signal.SIGTERM)
+            try:
+                self.agent.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.agent.kill()
+                self.agent.wait()
+        super().handle_exit(sig, frame)
+
+
+def serve_with_agent(settings: ServerSettings, agent_cmd: list[str], log_path: Path) -> None:
+    """Run the server and, once it listens, the local agent; Ctrl-C stops both."""
+    server = _UpServer(uvicorn_config(settings), agent_cmd, log_path)
+    server.run()
+    if server.agent and server.agent.poll() is None:
+        server.agent.terminate()
+        server.agent.wait(timeout=20)
