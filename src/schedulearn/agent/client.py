@@ -78,11 +78,15 @@ class ProtocolRefused(Rejected):
 class AgentClient:
     """Typed calls to one server with one agent token."""
 
-    def __init__(self, server: str, token: str, timeout: float = 15.0) -> None:
+    def __init__(
+        self, server: str, token: str, timeout: float = 15.0, protocol: int = PROTOCOL_VERSION
+    ) -> None:
+        # `protocol` is this release's version; tests pass another to play an agent
+        # of another release.
         self.server = server.rstrip("/")
         self._http = httpx.AsyncClient(
             base_url=self.server + AGENT_PREFIX,
-            headers={"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(PROTOCOL_VERSION)},
+            headers={"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(protocol)},
             timeout=httpx.Timeout(timeout),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
         )

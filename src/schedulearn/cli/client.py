@@ -44,8 +44,16 @@ class ApiError(Exception):
 
 
 class Client:
-    def __init__(self, server: str, token: str | None, timeout: float = 30.0) -> None:
-        headers = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        timeout: float = 30.0,
+        protocol: int = PROTOCOL_VERSION,
+    ) -> None:
+        # `protocol` is this release's version; tests pass another to play a client
+        # of another release.
+        headers = {PROTOCOL_HEADER: str(protocol)}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.server = server
