@@ -37,7 +37,10 @@ a 400 that names both (`protocol_refusal`):
 A call without the header is taken as protocol `UNVERSIONED_PROTOCOL` (1):
 what releases before the header spoke, whose clients (the CLI and agent of
 0.1.0) send none. curl, browsers and the web pages send none either, so
-they keep working for as long as a server speaks protocol 1.
+they keep working for as long as a server speaks protocol 1. Clients of
+protocol 1 refuse unknown reply fields, so the server leaves out of its
+replies to them every field protocol 1 did not have
+(`schedulearn.protocol_history`).
 """
 
 from __future__ import annotations
@@ -119,19 +122,26 @@ def speaks() -> str:
     return f"{OLDEST_PROTOCOL}..{PROTOCOL_VERSION}"
 
 
+def protocol_of(header: str | None) -> int:
+    """The version a `PROTOCOL_HEADER` value (None: absent) names; ValueError when malformed."""
+    if header is None:
+        return UNVERSIONED_PROTOCOL
+    try:
+        return int(header.strip())
+    except ValueError:
+        raise ValueError(
+            f"the {PROTOCOL_HEADER} header must be a whole number such as "
+            f"{PROTOCOL_VERSION}; got {header[:50]!r}"
+        ) from None
+
+
 def protocol_refusal(header: str | None, caller: str) -> str | None:
     """Why the server refuses a call whose `PROTOCOL_HEADER` is `header` (None when absent),
     or None when it serves it. `caller` names the client in the message ("agent", "CLI")."""
-    if header is None:
-        version = UNVERSIONED_PROTOCOL
-    else:
-        try:
-            version = int(header.strip())
-        except ValueError:
-            return (
-                f"the {PROTOCOL_HEADER} header must be a whole number such as "
-                f"{PROTOCOL_VERSION}; got {header[:50]!r}"
-            )
+    try:
+        version = protocol_of(header)
+    except ValueError as exc:
+        return str(exc)
     if version < OLDEST_PROTOCOL:
         return (
             f"this {caller} speaks protocol {version}, this server speaks {speaks()}; "
