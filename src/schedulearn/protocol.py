@@ -12,6 +12,35 @@ It imports only pydantic and the standard library, never the server or
 the agent. Times are seconds since the epoch (floats), as everywhere
 else in Schedulearn. The `attempt` number on every job report lets the
 server ignore reports from an older run of a job that was requeued.
+
+Upgrades. Every model is either a request (`_Request`: what a client or
+an agent sends; unknown fields are refused, so a typo in a job spec fails
+loudly) or a reply (`_Reply`: what the server answers, down to the work
+batches agents read; unknown fields are ignored, so a newer server may add
+a field without breaking an older CLI or agent). A field added to a
+request needs a default, so that requests of older clients stay valid.
+
+Clients and agents send `PROTOCOL_HEADER: <PROTOCOL_VERSION>` on every
+call. The protocol version is one whole number, raised by one whenever a
+release changes the wire in a way a peer could notice (a field added,
+a meaning changed). A server speaks every version from `OLDEST_PROTOCOL`
+to its own `PROTOCOL_VERSION`, and refuses a call outside that range with
+a 400 that names both (`protocol_refusal`):
+
+- a client older than `OLDEST_PROTOCOL`: the server no longer serves what
+  it needs (a field it relies on was removed or changed its meaning);
+  upgrade the client. A release raises `OLDEST_PROTOCOL` only for such a
+  change; adding fields never needs it.
+- a client newer than the server: it may send fields this server does not
+  know; upgrade the server (servers first, then agents and CLIs).
+
+A call without the header is taken as protocol `UNVERSIONED_PROTOCOL` (1):
+what releases before the header spoke, whose clients (the CLI and agent of
+0.1.0) send none. curl, browsers and the web pages send none either, so
+they keep working for as long as a server speaks protocol 1. Clients of
+protocol 1 refuse unknown reply fields, so the server leaves out of its
+replies to them every field protocol 1 did not have
+(`schedulearn.protocol_history`).
 """
 
 from __future__ import annotations
@@ -49,16 +78,81 @@ def _no_nul(value: object) -> None:
 
 
 class _Wire(BaseModel):
-    """Base of every wire model: unknown fields are refused, so typos fail loudly;
-    numbers are finite and text has no NUL (neither survives JSON or PostgreSQL)."""
+    """Base of every wire model: numbers are finite and text has no NUL (neither
+    survives JSON or PostgreSQL). Every model derives from `_Request` or `_Reply`."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
     def _reject_nul(cls, data: object) -> object:
         _no_nul(data)
         return data
+
+
+class _Request(_Wire):
+    """What a client or an agent sends: unknown fields are refused, so typos fail loudly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Reply(_Wire):
+    """What the server answers: unknown fields are ignored, so a newer server may
+    add a field without breaking an older client or agent."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+# --- protocol version -----------------------------------------------------------
+
+PROTOCOL_HEADER = "Schedulearn-Protocol"
+# On a refusal, the server's range ("1..2"), so a client can tell it from other 400s.
+SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
+# 1: releases up to 0.1.0, which sent no header and refused unknown reply fields.
+# 2: replies tolerate unknown fields; clients send PROTOCOL_HEADER.
+PROTOCOL_VERSION = 2
+OLDEST_PROTOCOL = 1
+UNVERSIONED_PROTOCOL = 1
+
+
+def speaks() -> str:
+    """The versions this release's server accepts, e.g. "1..2" (or "2")."""
+    if OLDEST_PROTOCOL == PROTOCOL_VERSION:
+        return str(PROTOCOL_VERSION)
+    return f"{OLDEST_PROTOCOL}..{PROTOCOL_VERSION}"
+
+
+def protocol_of(header: str | None) -> int:
+    """The version a `PROTOCOL_HEADER` value (None: absent) names; ValueError when malformed."""
+    if header is None:
+        return UNVERSIONED_PROTOCOL
+    try:
+        return int(header.strip())
+    except ValueError:
+        raise ValueError(
+            f"the {PROTOCOL_HEADER} header must be a whole number such as "
+            f"{PROTOCOL_VERSION}; got {header[:50]!r}"
+        ) from None
+
+
+def protocol_refusal(header: str | None, caller: str) -> str | None:
+    """Why the server refuses a call whose `PROTOCOL_HEADER` is `header` (None when absent),
+    or None when it serves it. `caller` names the client in the message ("agent", "CLI")."""
+    try:
+        version = protocol_of(header)
+    except ValueError as exc:
+        return str(exc)
+    if version < OLDEST_PROTOCOL:
+        return (
+            f"this {caller} speaks protocol {version}, this server speaks {speaks()}; "
+            f"upgrade the {caller}"
+        )
+    if version > PROTOCOL_VERSION:
+        return (
+            f"this {caller} speaks protocol {version}, this server speaks {speaks()}; "
+            f"upgrade the server (or use a {caller} of the server's release)"
+        )
+    return None
 
 
 # Integers that fit every database's 64-bit (ids) or 32-bit (small) columns.
@@ -127,21 +221,21 @@ class LogStream(StrEnum):
 # --- agent contract -----------------------------------------------------------
 
 
-class GpuInfo(_Wire):
+class GpuInfo(_Request):
     index: int = Field(ge=0, le=4096)
     uuid: str = Field(default="", max_length=200)
     type: str = Field(default="", max_length=100)
     memory_mb: int = Field(default=0, ge=0, le=2**31 - 1)
 
 
-class RunningJobReport(_Wire):
+class RunningJobReport(_Request):
     """A job an agent still runs (sent on registration and in every heartbeat)."""
 
     job_id: Id
     attempt: Small
 
 
-class NodeRegistration(_Wire):
+class NodeRegistration(_Request):
     name: str = Field(min_length=1, max_length=200)
     address: str = Field(
         default="127.0.0.1", max_length=200, description="Address other nodes reach it at"
@@ -160,7 +254,7 @@ class NodeRegistration(_Wire):
         return self
 
 
-class RegistrationReply(_Wire):
+class RegistrationReply(_Reply):
     heartbeat_seconds: float
     adopt: list[int] = Field(
         default_factory=list, description="Jobs the server still considers running here"
@@ -168,26 +262,26 @@ class RegistrationReply(_Wire):
     lost: list[int] = Field(default_factory=list, description="Jobs the agent must stop")
 
 
-class GpuSample(_Wire):
+class GpuSample(_Request):
     index: int = Field(ge=0, le=4096)
     utilization_pct: float = Field(default=0.0, ge=0, le=100)
     memory_used_mb: int = Field(default=0, ge=0, le=2**31 - 1)
 
 
-class Heartbeat(_Wire):
+class Heartbeat(_Request):
     name: str = Field(min_length=1, max_length=200)
     gpus: list[GpuSample] = Field(default_factory=list)
     running: list[RunningJobReport] = Field(default_factory=list)
 
 
-class HeartbeatReply(_Wire):
+class HeartbeatReply(_Reply):
     heartbeat_seconds: float
     reregister: bool = Field(
         default=False, description="The server does not know this node (or marked it down)"
     )
 
 
-class GangInfo(_Wire):
+class GangInfo(_Reply):
     world_size: int = Field(description="Number of nodes in the gang")
     node_rank: int
     master_addr: str
@@ -195,7 +289,7 @@ class GangInfo(_Wire):
     nproc_per_node: int
 
 
-class CheckpointRef(_Wire):
+class CheckpointRef(_Reply):
     """A checkpoint the server holds for a job (uploaded by the agent of an earlier attempt)."""
 
     attempt: int = Field(description="The attempt that saved it")
@@ -203,7 +297,7 @@ class CheckpointRef(_Wire):
     size_bytes: int = Field(ge=0)
 
 
-class ProgressReport(_Wire):
+class ProgressReport(_Request):
     """One `schedulearn.runtime.report(...)` call of a job, as the agent read it."""
 
     at: float
@@ -218,7 +312,13 @@ class ProgressReport(_Wire):
     )
 
 
-class ProgressBatch(_Wire):
+class ProgressPublic(ProgressReport, _Reply):
+    """A progress report as the API shows it: a reply, so unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class ProgressBatch(_Request):
     """New progress reports of one run, oldest first (`POST .../jobs/{id}/progress`)."""
 
     attempt: Small
@@ -226,7 +326,7 @@ class ProgressBatch(_Wire):
     reports: list[ProgressReport] = Field(max_length=1000)
 
 
-class Assignment(_Wire):
+class Assignment(_Reply):
     """Start one job (or one node's part of a gang) on these GPUs."""
 
     job_id: int
@@ -257,19 +357,19 @@ class Assignment(_Wire):
     )
 
 
-class StopOrder(_Wire):
+class StopOrder(_Reply):
     job_id: int
     attempt: int
     reason: StopReason
     grace_seconds: float = 10.0
 
 
-class WorkBatch(_Wire):
+class WorkBatch(_Reply):
     starts: list[Assignment] = Field(default_factory=list)
     stops: list[StopOrder] = Field(default_factory=list)
 
 
-class JobEvent(_Wire):
+class JobEvent(_Request):
     attempt: Small
     node: str = Field(
         default="", max_length=200, description="The reporting node (tells a gang's parts apart)"
@@ -286,21 +386,21 @@ class JobEventReport(JobEvent):
     job_id: Id
 
 
-class EventBatch(_Wire):
+class EventBatch(_Request):
     """Events of many jobs at once: an agent sends what piled up while its last
     batch was on the way, and the server records them in one transaction."""
 
     events: list[JobEventReport] = Field(min_length=1, max_length=1000)
 
 
-class LogLine(_Wire):
+class LogLine(_Request):
     seq: Id
     stream: LogStream = LogStream.STDOUT
     text: str = Field(max_length=1_000_000)
     at: float
 
 
-class LogBatch(_Wire):
+class LogBatch(_Request):
     attempt: Small
     node: str = Field(
         default="", max_length=200, description="The reporting node (tells a gang's parts apart)"
@@ -308,12 +408,12 @@ class LogBatch(_Wire):
     lines: list[LogLine] = Field(max_length=10_000)
 
 
-class Ack(_Wire):
+class Ack(_Reply):
     ok: bool = True
     ignored: bool = Field(default=False, description="The report was for an old attempt")
 
 
-class EventAcks(_Wire):
+class EventAcks(_Reply):
     acks: list[Ack] = Field(
         description="One per event, in order; `ok: false` means it was not recorded "
         "(a temporary failure): send it again"
@@ -351,7 +451,7 @@ def parse_duration(value: float | int | str) -> float:
 Name = Annotated[str, Field(max_length=200)]
 
 
-class JobSpec(_Wire):
+class JobSpec(_Request):
     """What a user submits (JSON, or the same keys in YAML)."""
 
     name: Name = ""
@@ -449,7 +549,7 @@ class JobSpec(_Wire):
         return self.deadline
 
 
-class JobPublic(_Wire):
+class JobPublic(_Reply):
     """One job as the API shows it."""
 
     id: int
@@ -513,7 +613,7 @@ class JobPublic(_Wire):
     preemptions: int = Field(default=0, description="Times the job was suspended and requeued")
     migrations: int = Field(default=0, description="Times the job was moved to other GPUs")
     resizes: int = Field(default=0, description="Times the job was restarted at a new size")
-    progress: ProgressReport | None = Field(
+    progress: ProgressPublic | None = Field(
         default=None, description="The latest progress the job reported (any attempt)"
     )
     checkpoint: CheckpointRef | None = Field(
@@ -521,7 +621,7 @@ class JobPublic(_Wire):
     )
 
 
-class JobMove(_Wire):
+class JobMove(_Request):
     """Move (or resize) a running preemptible job, through checkpoint and restart."""
 
     placement: dict[Annotated[str, Field(min_length=1, max_length=200)], list[int]] = Field(
@@ -532,24 +632,24 @@ class JobMove(_Wire):
     )
 
 
-class ProgressHistory(_Wire):
+class ProgressHistory(_Reply):
     job_id: int
-    reports: list[ProgressReport] = Field(description="Oldest first; the server keeps the last 200")
+    reports: list[ProgressPublic] = Field(description="Oldest first; the server keeps the last 200")
 
 
-class JobList(_Wire):
+class JobList(_Reply):
     items: list[JobPublic]
     total: int
     offset: int
     limit: int
 
 
-class SubmitReply(_Wire):
+class SubmitReply(_Reply):
     ids: list[int]
     jobs: list[JobPublic]
 
 
-class GpuPublic(_Wire):
+class GpuPublic(_Reply):
     index: int
     uuid: str
     type: str
@@ -559,7 +659,7 @@ class GpuPublic(_Wire):
     memory_used_mb: int | None
 
 
-class NodePublic(_Wire):
+class NodePublic(_Reply):
     name: str
     address: str
     healthy: bool
@@ -570,18 +670,18 @@ class NodePublic(_Wire):
     gpus: list[GpuPublic]
 
 
-class NodeList(_Wire):
+class NodeList(_Reply):
     items: list[NodePublic]
 
 
-class PolicyPublic(_Wire):
+class PolicyPublic(_Reply):
     spec: str
     name: str
     tick_seconds: float | None
     available: list[str]
 
 
-class PolicyForecast(_Wire):
+class PolicyForecast(_Reply):
     """One policy's predicted figures for the current queue (see `PolicyPreview`)."""
 
     spec: str
@@ -603,7 +703,7 @@ class PolicyForecast(_Wire):
     error: str | None = Field(default=None, description="Why this policy has no figures")
 
 
-class PolicyPreview(_Wire):
+class PolicyPreview(_Reply):
     """The current queue simulated forward under each policy, for comparison."""
 
     at: float
@@ -620,11 +720,11 @@ class PolicyPreview(_Wire):
     policies: list[PolicyForecast]
 
 
-class PolicySet(_Wire):
+class PolicySet(_Request):
     spec: str = Field(min_length=1, max_length=500, description="e.g. fifo or fifo:backfill=true")
 
 
-class LogLinePublic(_Wire):
+class LogLinePublic(_Reply):
     seq: int
     attempt: int
     stream: LogStream
@@ -632,42 +732,42 @@ class LogLinePublic(_Wire):
     at: float
 
 
-class LogPage(_Wire):
+class LogPage(_Reply):
     job_id: int
     lines: list[LogLinePublic]
     next_after: int = Field(description="Pass as `after` to fetch only newer lines")
 
 
-class TokenCreate(_Wire):
+class TokenCreate(_Request):
     user: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.@-]+$")
     role: Literal["user", "admin", "agent"] = "user"
 
 
-class TokenPublic(_Wire):
+class TokenPublic(_Reply):
     user: str
     role: str
     token: str = Field(description="Shown once; the server stores only its hash")
 
 
-class WhoAmI(_Wire):
+class WhoAmI(_Reply):
     user: str
     role: str
 
 
-class Health(_Wire):
+class Health(_Reply):
     status: Literal["ok"] = "ok"
     database: str
     policy: str
 
 
-class ErrorBody(_Wire):
+class ErrorBody(_Reply):
     """Every error the API returns: what went wrong and what to change."""
 
     error: str
     detail: str | list[dict[str, object]] | None = None
 
 
-class TransitionPublic(_Wire):
+class TransitionPublic(_Reply):
     """One change of a job's state (its history, oldest first)."""
 
     at: float
@@ -677,7 +777,7 @@ class TransitionPublic(_Wire):
     message: str
 
 
-class JobHistory(_Wire):
+class JobHistory(_Reply):
     job_id: int
     transitions: list[TransitionPublic]
 
@@ -685,7 +785,7 @@ class JobHistory(_Wire):
 # --- throughput profiles ------------------------------------------------------
 
 
-class ProfileIn(_Wire):
+class ProfileIn(_Request):
     """One measured speed to store (`POST /api/v1/profiles`)."""
 
     model: str = Field(min_length=1, max_length=200)
@@ -696,14 +796,14 @@ class ProfileIn(_Wire):
     steps_per_sec: float = Field(gt=0, description="Training steps (iterations) per second")
 
 
-class ProfileImport(_Wire):
+class ProfileImport(_Request):
     """Profiles to store, e.g. read from a Gavel throughput file by the CLI."""
 
     source: str = Field(default="import", max_length=200)
     profiles: list[ProfileIn] = Field(max_length=100_000)
 
 
-class ProfilePublic(_Wire):
+class ProfilePublic(_Reply):
     model: str
     batch_size: int | None
     gpu_type: str
@@ -718,9 +818,9 @@ class ProfilePublic(_Wire):
     updated_at: float
 
 
-class ProfileList(_Wire):
+class ProfileList(_Reply):
     items: list[ProfilePublic]
 
 
-class ProfileImportReply(_Wire):
+class ProfileImportReply(_Reply):
     stored: int

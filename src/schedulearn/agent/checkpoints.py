@@ -25,7 +25,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from schedulearn.agent.client import AgentClient, AuthRejected, Backoff, Rejected, ServerUnavailable
+from schedulearn.agent.client import AgentClient, AuthRejected, ProtocolRefused, Rejected
+from schedulearn.agent.retry import GaveUp, Retry, Temporary
 from schedulearn.protocol import CheckpointRef
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,18 @@ UPLOAD_TRIES = 12
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be carried; the message says why and what to do."""
+
+
+class _Damaged(Temporary):
+    """A download whose sha256 is not the checkpoint's: the next one may arrive whole."""
+
+
+def _download_may_pass(exc: BaseException) -> bool:
+    # Any refusal but the token's or the protocol's is tried again, as the
+    # server may still be writing the checkpoint an earlier attempt uploaded.
+    if isinstance(exc, AuthRejected | ProtocolRefused):
+        return False
+    return isinstance(exc, Temporary | Rejected)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,24 +142,21 @@ async def upload(
     packed = await asyncio.to_thread(pack, checkpoint_dir, work / "checkpoint.tar")
     if packed is None:
         return "no checkpoint to carry: the checkpoint directory is empty"
-    backoff = Backoff(first=0.5, cap=5.0)
-    last = ""
+    retry = Retry(f"upload the checkpoint of job {job_id}", first=0.5, tries=UPLOAD_TRIES)
     try:
-        for _ in range(UPLOAD_TRIES):
-            try:
-                ref = await client.put_checkpoint(
-                    job_id, attempt, node, packed.path, packed.sha256, packed.size_bytes
-                )
-                break
-            except AuthRejected:
-                raise
-            except Rejected as exc:
-                raise CheckpointError(f"the server refused it: {exc.message}") from exc
-            except ServerUnavailable as exc:
-                last = str(exc)
-                await backoff.sleep()
-        else:
-            raise CheckpointError(f"the server did not take it after {UPLOAD_TRIES} tries: {last}")
+        ref = await retry.run(
+            lambda: client.put_checkpoint(
+                job_id, attempt, node, packed.path, packed.sha256, packed.size_bytes
+            )
+        )
+    except GaveUp as exc:
+        raise CheckpointError(
+            f"the server did not take it after {UPLOAD_TRIES} tries: {exc.last}"
+        ) from exc
+    except AuthRejected:
+        raise
+    except Rejected as exc:
+        raise CheckpointError(f"the server refused it: {exc.message}") from exc
     finally:
         packed.path.unlink(missing_ok=True)
     mark(checkpoint_dir, attempt)
@@ -166,25 +176,31 @@ async def fetch(
     checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
     archive = checkpoint_dir.with_name(checkpoint_dir.name + ".download")
     incoming = checkpoint_dir.with_name(checkpoint_dir.name + ".incoming")
-    backoff = Backoff(first=0.5, cap=5.0)
+
+    async def download() -> None:
+        got = await client.get_checkpoint(job_id, archive)
+        if got != ref.sha256:
+            raise _Damaged(f"downloaded damaged (sha256 {got}, expected {ref.sha256})")
+
+    retry = Retry(
+        f"download the checkpoint of job {job_id}",
+        first=0.5,
+        tries=UPLOAD_TRIES,
+        retryable=_download_may_pass,
+    )
     try:
-        for tries in range(UPLOAD_TRIES):
-            try:
-                got = await client.get_checkpoint(job_id, archive)
-            except (Rejected, ServerUnavailable) as exc:
-                if isinstance(exc, AuthRejected) or tries == UPLOAD_TRIES - 1:
-                    raise CheckpointError(
-                        f"could not download the checkpoint of job {job_id}: {exc}"
-                    ) from exc
-                await backoff.sleep()
-                continue
-            if got == ref.sha256:
-                break
-            if tries == UPLOAD_TRIES - 1:
-                raise CheckpointError(
-                    f"the checkpoint of job {job_id} downloaded damaged (sha256 {got}, "
-                    f"expected {ref.sha256})"
-                )
+        try:
+            await retry.run(download)
+        except GaveUp as exc:
+            if isinstance(exc.last, _Damaged):
+                raise CheckpointError(f"the checkpoint of job {job_id} {exc.last}") from exc
+            raise CheckpointError(
+                f"could not download the checkpoint of job {job_id}: {exc.last}"
+            ) from exc
+        except Rejected as exc:
+            raise CheckpointError(
+                f"could not download the checkpoint of job {job_id}: {exc}"
+            ) from exc
         shutil.rmtree(incoming, ignore_errors=True)
         incoming.mkdir()
         count = await asyncio.to_thread(safe_extract, archive, incoming)

@@ -1,22 +1,23 @@
 """The agent's HTTP client for the server's agent API (`/api/v1/agent`).
 
 One typed method per endpoint of the contract in `schedulearn.protocol`,
-and `until_acked`, the retry loop every report goes through: a report is
-retried with backoff while the server is unreachable or answers 5xx, and
-given up only when the server refuses it for good (a 4xx: it will never
-accept it, so retrying would only stall the reports queued behind it).
+each call carrying the protocol version (`PROTOCOL_HEADER`), and
+`until_acked`, how every report is sent: retried (`retry.Retry`) while the
+server is unreachable or answers 5xx, and given up only when the server
+refuses it for good (a 4xx: it will never accept it, so retrying would
+only stall the reports queued behind it).
 
 Errors are split the way the agent must react to them:
 `ServerUnavailable` (retry later), `AuthRejected` (the token is wrong:
-stop and tell the admin), `Rejected` (this request will never succeed).
+stop and tell the admin), `ProtocolRefused` (the server does not speak
+this agent's protocol version: stop and say which to upgrade), `Rejected`
+(this request will never succeed).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -24,8 +25,12 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from schedulearn.agent.retry import Retry, Temporary
 from schedulearn.protocol import (
     AGENT_PREFIX,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    SERVER_PROTOCOL_HEADER,
     Ack,
     CheckpointRef,
     ErrorBody,
@@ -49,7 +54,7 @@ T = TypeVar("T")
 _RETRYABLE_STATUS = {408, 425, 429}
 
 
-class ServerUnavailable(Exception):
+class ServerUnavailable(Temporary):
     """The server did not answer, or answered with a temporary error."""
 
 
@@ -66,31 +71,22 @@ class AuthRejected(Rejected):
     """The server refused the agent's token."""
 
 
-class Backoff:
-    """Exponential backoff with jitter: 0.1 s doubling up to `cap` seconds."""
-
-    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
-        self.first = first
-        self.cap = cap
-        self._next = first
-
-    def reset(self) -> None:
-        self._next = self.first
-
-    async def sleep(self) -> None:
-        delay = self._next * random.uniform(0.75, 1.25)
-        self._next = min(self.cap, self._next * 2)
-        await asyncio.sleep(delay)
+class ProtocolRefused(Rejected):
+    """The server does not speak this agent's protocol version (the message names both)."""
 
 
 class AgentClient:
     """Typed calls to one server with one agent token."""
 
-    def __init__(self, server: str, token: str, timeout: float = 15.0) -> None:
+    def __init__(
+        self, server: str, token: str, timeout: float = 15.0, protocol: int = PROTOCOL_VERSION
+    ) -> None:
+        # `protocol` is this release's version; tests pass another to play an agent
+        # of another release.
         self.server = server.rstrip("/")
         self._http = httpx.AsyncClient(
             base_url=self.server + AGENT_PREFIX,
-            headers={"Authorization": f"Bearer {token}"},
+            headers={"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(protocol)},
             timeout=httpx.Timeout(timeout),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
         )
@@ -180,10 +176,13 @@ class AgentClient:
             message = _error_message(response)
             if status in (401, 403):
                 raise AuthRejected(status, message)
+            if SERVER_PROTOCOL_HEADER in response.headers:
+                raise ProtocolRefused(status, message)
             raise Rejected(status, message)
         try:
             return reply.model_validate_json(response.content)
         except ValidationError as exc:
+            # A server of another version: retrying will not help.
             raise Rejected(status, f"unexpected reply to {method} {path}: {exc}") from exc
 
     async def _call(
@@ -206,19 +205,7 @@ class AgentClient:
             )
         except httpx.HTTPError as exc:
             raise ServerUnavailable(f"{method} {path}: {exc!r}") from exc
-        status = response.status_code
-        if status >= 500 or status in _RETRYABLE_STATUS:
-            raise ServerUnavailable(f"{method} {path}: HTTP {status}")
-        if status >= 400:
-            message = _error_message(response)
-            if status in (401, 403):
-                raise AuthRejected(status, message)
-            raise Rejected(status, message)
-        try:
-            return reply.model_validate_json(response.content)
-        except ValidationError as exc:
-            # A server of another version: retrying will not help.
-            raise Rejected(status, f"unexpected reply to {method} {path}: {exc}") from exc
+        return self._reply(response, method, path, reply)
 
 
 def _error_message(response: httpx.Response) -> str:
@@ -229,26 +216,17 @@ def _error_message(response: httpx.Response) -> str:
     return body.error if body.detail is None else f"{body.error}: {body.detail}"
 
 
-async def until_acked(
-    call: Callable[[], Awaitable[T]], what: str, backoff: Backoff | None = None
-) -> T | None:
+async def until_acked(call: Callable[[], Awaitable[T]], what: str) -> T | None:
     """Run `call` until the server answers; None if it refused the report for good.
 
     Retries forever while the server is unreachable: an exit report must not
-    be lost. `AuthRejected` propagates, since no retry can fix a bad token.
+    be lost. `AuthRejected` and `ProtocolRefused` propagate, since no retry
+    can fix a bad token or an agent the server does not speak to.
     """
-    backoff = backoff or Backoff()
-    warned = False
-    while True:
-        try:
-            return await call()
-        except AuthRejected:
-            raise
-        except Rejected as exc:
-            log.warning("server refused %s for good: %s", what, exc)
-            return None
-        except ServerUnavailable as exc:
-            if not warned:
-                log.warning("cannot send %s yet (%s); retrying", what, exc)
-                warned = True
-            await backoff.sleep()
+    try:
+        return await Retry(f"send {what}").run(call)
+    except (AuthRejected, ProtocolRefused):
+        raise
+    except Rejected as exc:
+        log.warning("server refused %s for good: %s", what, exc)
+        return None

@@ -30,7 +30,7 @@ from typing import Any
 from schedulearn.agent.client import (
     AgentClient,
     AuthRejected,
-    Backoff,
+    ProtocolRefused,
     Rejected,
     ServerUnavailable,
 )
@@ -39,6 +39,7 @@ from schedulearn.agent.executors.base import ExecutorImpl, NewRecord, RunHandle,
 from schedulearn.agent.gpus import GpuSource
 from schedulearn.agent.jobs import JobRunner, RunnerContext
 from schedulearn.agent.outbox import EventOutbox
+from schedulearn.agent.retry import Retry, Stopped
 from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.protocol import (
     Assignment,
@@ -126,6 +127,8 @@ class Agent:
             raise
         except AuthRejected as exc:
             self._fail(AgentError(_token_refused(self.config.server, exc)))
+        except ProtocolRefused as exc:
+            self._fail(AgentError(_protocol_refused(self.config.server, exc)))
         except AgentError as exc:
             self._fail(exc)
         except Exception as exc:
@@ -220,25 +223,17 @@ class Agent:
         recovered = recovered or []
         async with self._register_lock:
             self._registered.clear()
-            backoff = Backoff(cap=5.0)
-            warned = False
-            while True:
-                try:
-                    reply = await self.client.register(self.registration(recovered))
-                    break
-                except AuthRejected as exc:
-                    raise AgentError(_token_refused(self.config.server, exc)) from exc
-                except Rejected as exc:
-                    raise AgentError(f"the server refused to register this node: {exc}") from exc
-                except ServerUnavailable as exc:
-                    if not warned:
-                        log.warning(
-                            "cannot register with %s yet (%s); retrying", self.config.server, exc
-                        )
-                        warned = True
-                    if wait_for is not None and wait_for.is_set():
-                        return
-                    await backoff.sleep()
+            retry = Retry(f"register with {self.config.server}", stop=wait_for)
+            try:
+                reply = await retry.run(lambda: self.client.register(self.registration(recovered)))
+            except Stopped:
+                return
+            except AuthRejected as exc:
+                raise AgentError(_token_refused(self.config.server, exc)) from exc
+            except ProtocolRefused as exc:
+                raise AgentError(_protocol_refused(self.config.server, exc)) from exc
+            except Rejected as exc:
+                raise AgentError(f"the server refused to register this node: {exc}") from exc
             await self._apply_registration(reply, recovered)
             self._registered.set()
 
@@ -280,31 +275,22 @@ class Agent:
     # --- work ------------------------------------------------------------------
 
     async def _poll_loop(self) -> None:
-        backoff = Backoff(cap=5.0)
-        warned = False
+        retry = Retry(f"get work from {self.config.server}")
         while True:
             await self._registered.wait()
             try:
-                batch = await self.client.work(self.config.name, self.config.poll_wait_seconds)
-            except ServerUnavailable as exc:
-                if not warned:
-                    log.warning("lost contact with %s (%s); retrying", self.config.server, exc)
-                    warned = True
-                await backoff.sleep()
-                continue
-            except AuthRejected:
+                batch = await retry.run(
+                    lambda: self.client.work(self.config.name, self.config.poll_wait_seconds)
+                )
+            except (AuthRejected, ProtocolRefused):
                 raise
             except Rejected as exc:
                 if exc.status == 404:
                     await self._register()
                 else:
                     log.warning("the server refused a work request: %s", exc)
-                    await backoff.sleep()
+                    await retry.pause(exc)
                 continue
-            if warned:
-                log.info("back in contact with %s", self.config.server)
-                warned = False
-            backoff.reset()
             self.handle_work(batch)
 
     def handle_work(self, batch: WorkBatch) -> None:
@@ -387,7 +373,7 @@ class Agent:
                     log.warning("heartbeat to %s failed (%s)", self.config.server, exc)
                     warned = True
                 continue
-            except AuthRejected:
+            except (AuthRejected, ProtocolRefused):
                 raise
             except Rejected as exc:
                 if exc.status == 404:
@@ -422,6 +408,10 @@ class _Unoffered:
 
     async def close(self) -> None:
         return None
+
+
+def _protocol_refused(server: str, exc: Rejected) -> str:
+    return f"the server {server} refused this agent: {exc.message}"
 
 
 def _token_refused(server: str, exc: Rejected) -> str:

@@ -22,11 +22,12 @@ import logging
 from schedulearn.agent.client import (
     AgentClient,
     AuthRejected,
-    Backoff,
+    ProtocolRefused,
     Rejected,
     ServerUnavailable,
     until_acked,
 )
+from schedulearn.agent.retry import Retry
 from schedulearn.protocol import Ack, EventBatch, JobEvent, JobEventReport
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,10 @@ class EventOutbox:
                 await self._task
 
     async def _drain(self) -> None:
-        backoff = Backoff()
-        warned = False
+        # Not `Retry.run`: between tries the batch changes (acknowledged events
+        # leave it, events that arrived meanwhile join it), so this loop drives
+        # the same `Retry` by hand.
+        retry = Retry("send job events")
         while self._queue:
             # A runner that gave up waiting (its task was cancelled) needs no report.
             self._queue = [e for e in self._queue if not e[1].done()]
@@ -69,35 +72,33 @@ class EventOutbox:
                 return
             try:
                 acks = await self._post(batch)
-            except ServerUnavailable as exc:
-                if not warned:
-                    log.warning("cannot send %d job events yet (%s); retrying", len(batch), exc)
-                    warned = True
-                self._queue[:0] = batch
-                await backoff.sleep()
-                continue
-            except Exception as exc:  # a bad token, or a bug: no retry can help
-                if not isinstance(exc, AuthRejected):
+            except Exception as exc:
+                if retry.retryable(exc):
+                    self._queue[:0] = batch
+                    await retry.pause(exc)
+                    continue
+                # A bad token, a protocol the server does not speak, or a bug:
+                # no retry can help.
+                if not isinstance(exc, AuthRejected | ProtocolRefused):
                     log.exception("could not send %d job events", len(batch))
                 for _, future in batch:
                     _settle(future, exc)
                 continue
-            warned = False
-            retry = [entry for entry, ack in zip(batch, acks, strict=True) if not ack.ok]
+            unrecorded = [entry for entry, ack in zip(batch, acks, strict=True) if not ack.ok]
             for (_, future), ack in zip(batch, acks, strict=True):
                 if ack.ok:
                     _settle(future, ack)
-            if retry:
-                self._queue[:0] = retry
-                await backoff.sleep()
+            if unrecorded:
+                self._queue[:0] = unrecorded
+                await retry.pause(f"the server did not record {len(unrecorded)} of them")
             else:
-                backoff.reset()
+                retry.succeeded()
 
     async def _post(self, batch: list[_Entry]) -> list[Ack]:
         self.requests += 1
         try:
             reply = await self.client.events(EventBatch(events=[r for r, _ in batch]))
-        except AuthRejected:
+        except (AuthRejected, ProtocolRefused):
             raise
         except Rejected as exc:
             log.warning("the server refused a batch of job events (%s); sending them singly", exc)

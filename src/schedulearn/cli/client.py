@@ -1,7 +1,9 @@
 """A typed HTTP client for the user API, shared by the CLI commands and the tests.
 
-Each method returns a `schedulearn.protocol` model. Errors become
-`ApiError` with the server's own message (which says what to change).
+Each method returns a `schedulearn.protocol` model. Every call carries the
+protocol version (`PROTOCOL_HEADER`); a server that does not speak it
+answers 400 with both versions named. Errors become `ApiError` with the
+server's own message (which says what to change).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import httpx
 
 from schedulearn.protocol import (
     API_PREFIX,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
     JobHistory,
     JobList,
     JobPublic,
@@ -40,8 +44,18 @@ class ApiError(Exception):
 
 
 class Client:
-    def __init__(self, server: str, token: str | None, timeout: float = 30.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        timeout: float = 30.0,
+        protocol: int = PROTOCOL_VERSION,
+    ) -> None:
+        # `protocol` is this release's version; tests pass another to play a client
+        # of another release.
+        headers = {PROTOCOL_HEADER: str(protocol)}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self.server = server
         self._http = httpx.Client(base_url=server, headers=headers, timeout=timeout)
 

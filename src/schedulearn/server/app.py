@@ -23,7 +23,7 @@ from fastapi.openapi.utils import get_openapi
 import schedulearn
 from schedulearn.clock import Clock, SystemClock
 from schedulearn.protocol import JobSpec
-from schedulearn.server import auth, db, errors
+from schedulearn.server import auth, db, errors, versioning
 from schedulearn.server.api import agent, cluster, jobs, ops, profiles
 from schedulearn.server.batching import Batcher
 from schedulearn.server.metrics import Metrics
@@ -133,6 +133,9 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     app.state.sl = sl
     errors.install(app)
     app.add_middleware(errors.BodyLimit, limit=settings.max_body_bytes)
+    # Added last, so it runs first: a refused client gets the version message
+    # before anything else judges its request.
+    app.add_middleware(versioning.ProtocolCheck)
     for module in (jobs, cluster, agent, ops, profiles):
         app.include_router(module.router)
     if importlib.util.find_spec("schedulearn.server.web") is not None:
@@ -149,6 +152,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
             for name, sub in spec_schema.pop("$defs", {}).items():
                 components.setdefault(name, sub)
             components["JobSpec"] = spec_schema
+            versioning.document(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from sqlalchemy import delete, insert, select, update
 from sqlmodel import Session
 
-from schedulearn.protocol import ProgressBatch, ProgressHistory, ProgressReport
+from schedulearn.protocol import ProgressBatch, ProgressHistory, ProgressPublic
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Job, ProgressRecord
 from schedulearn.server.services import profiles
@@ -78,8 +78,8 @@ def _prune(session: Session, job_id: int) -> None:
         )
 
 
-def latest(job: Job) -> ProgressReport | None:
-    return None if not job.progress else ProgressReport.model_validate(job.progress)
+def latest(job: Job) -> ProgressPublic | None:
+    return None if not job.progress else ProgressPublic.model_validate(job.progress)
 
 
 def history(session: Session, job_id: int) -> ProgressHistory:
@@ -90,4 +90,4 @@ def history(session: Session, job_id: int) -> ProgressHistory:
         .where(ProgressRecord.job_id == job_id)  # type: ignore[arg-type]
         .order_by(ProgressRecord.id)  # type: ignore[arg-type]
     ).scalars()
-    return ProgressHistory(job_id=job_id, reports=[ProgressReport.model_validate(r) for r in rows])
+    return ProgressHistory(job_id=job_id, reports=[ProgressPublic.model_validate(r) for r in rows])

@@ -1,0 +1,162 @@
+"""What older protocol versions know, so the server can answer their clients.
+
+Clients of protocol 1 (Schedulearn 0.1.0's CLI and agent) refuse any reply
+field they do not know. `REPLY_FIELDS[1]` lists, per reply model, the
+fields protocol 1 had (taken from commit fe41f5c's `protocol.py`), and
+`downgrade` leaves every other field out of a reply body, so a field added
+since then never reaches them. Nothing here needs editing when a field is
+added: the table is a record of the past. A new table is added only when
+a later version's clients turn out to refuse unknown fields too (none do:
+from protocol 2 on, replies ignore them).
+
+Imports only pydantic and the standard library.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from functools import cache
+from typing import Annotated, Union, get_args, get_origin
+
+from pydantic import BaseModel
+
+Known = Mapping[str, frozenset[str]]
+
+_PROGRESS_V1 = frozenset(
+    {"at", "step", "epoch", "loss", "accuracy", "samples_per_sec", "total_epochs", "metrics"}
+)
+
+REPLY_FIELDS: dict[int, Known] = {
+    1: {
+        "Ack": frozenset({"ok", "ignored"}),
+        "Assignment": frozenset({
+            "job_id", "attempt", "name", "user", "command", "image", "env", "workdir", "gpus",
+            "cpus", "memory_gb", "shm_size", "launcher", "executor", "gang", "checkpoint_dir",
+            "checkpoint", "upload_checkpoint",
+        }),
+        "CheckpointRef": frozenset({"attempt", "sha256", "size_bytes"}),
+        "ErrorBody": frozenset({"error", "detail"}),
+        "EventAcks": frozenset({"acks"}),
+        "GangInfo": frozenset(
+            {"world_size", "node_rank", "master_addr", "master_port", "nproc_per_node"}
+        ),
+        "GpuPublic": frozenset({
+            "index", "uuid", "type", "memory_mb", "job_id", "utilization_pct", "memory_used_mb",
+        }),
+        "Health": frozenset({"status", "database", "policy"}),
+        "HeartbeatReply": frozenset({"heartbeat_seconds", "reregister"}),
+        "JobHistory": frozenset({"job_id", "transitions"}),
+        "JobList": frozenset({"items", "total", "offset", "limit"}),
+        "JobPublic": frozenset({
+            "id", "name", "user", "state", "command", "image", "gpus", "min_gpus", "max_gpus",
+            "cpus", "memory_gb", "gpu_type", "priority", "deadline", "estimated_duration",
+            "model", "preemptible", "env", "workdir", "shm_size", "launcher", "array_id",
+            "array_index", "max_restarts", "restarts", "attempt", "submitted_at", "started_at",
+            "ended_at", "exit_code", "message", "placement", "queue_position", "waiting_reason",
+            "duration_estimate", "duration_source", "predicted_start_at", "predicted_end_at",
+            "preemptions", "migrations", "resizes", "progress", "checkpoint",
+        }),
+        "LogLinePublic": frozenset({"seq", "attempt", "stream", "text", "at"}),
+        "LogPage": frozenset({"job_id", "lines", "next_after"}),
+        "NodeList": frozenset({"items"}),
+        "NodePublic": frozenset({
+            "name", "address", "healthy", "cpus", "memory_gb", "executors", "last_seen", "gpus",
+        }),
+        "PolicyForecast": frozenset({
+            "spec", "in_force", "mean_jct", "makespan", "utilisation", "predicted", "unknown",
+            "preemptions", "wall_seconds", "error",
+        }),
+        "PolicyPreview": frozenset({
+            "at", "in_force", "pending", "running", "without_estimate", "compared",
+            "horizon_seconds", "policies",
+        }),
+        "PolicyPublic": frozenset({"spec", "name", "tick_seconds", "available"}),
+        "ProfileImportReply": frozenset({"stored"}),
+        "ProfileList": frozenset({"items"}),
+        "ProfilePublic": frozenset({
+            "model", "batch_size", "gpu_type", "gpu_count", "spread", "steps_per_sec",
+            "samples_per_sec", "source", "reports", "updated_at",
+        }),
+        # Protocol 1 called it ProgressReport, in requests and replies alike.
+        "ProgressPublic": _PROGRESS_V1,
+        "ProgressReport": _PROGRESS_V1,
+        "ProgressHistory": frozenset({"job_id", "reports"}),
+        "RegistrationReply": frozenset({"heartbeat_seconds", "adopt", "lost"}),
+        "StopOrder": frozenset({"job_id", "attempt", "reason", "grace_seconds"}),
+        "SubmitReply": frozenset({"ids", "jobs"}),
+        "TokenPublic": frozenset({"user", "role", "token"}),
+        "TransitionPublic": frozenset({"at", "from_state", "to_state", "attempt", "message"}),
+        "WhoAmI": frozenset({"user", "role"}),
+        "WorkBatch": frozenset({"starts", "stops"}),
+    },
+}  # fmt: skip
+
+
+def needs_downgrade(model: type[BaseModel], version: int) -> bool:
+    """Whether a `model` reply may hold a field clients of `version` do not know."""
+    known = REPLY_FIELDS.get(version)
+    return known is not None and _needs(model, version)
+
+
+@cache
+def _needs(model: type[BaseModel], version: int) -> bool:
+    names = REPLY_FIELDS[version].get(model.__name__)
+    if names is not None and not names.issuperset(model.model_fields):
+        return True
+    return any(
+        _needs(sub, version)
+        for field in model.model_fields.values()
+        for sub in _models_in(field.annotation)
+        if sub is not model
+    )
+
+
+def downgrade(model: type[BaseModel], data: object, version: int) -> object:
+    """`data` (a `model` reply as parsed JSON) without the fields `version` does not know."""
+    known = REPLY_FIELDS.get(version)
+    if known is None:
+        return data
+    return _model(model, data, known)
+
+
+def _model(model: type[BaseModel], data: object, known: Known) -> object:
+    if not isinstance(data, dict):
+        return data
+    names = known.get(model.__name__)
+    out = {}
+    for key, value in data.items():
+        if names is not None and key not in names:
+            continue
+        field = model.model_fields.get(key)
+        out[key] = value if field is None else _value(field.annotation, value, known)
+    return out
+
+
+def _value(annotation: object, value: object, known: Known) -> object:
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _value(get_args(annotation)[0], value, known)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return _model(annotation, value, known)
+    if origin is list and isinstance(value, list):
+        (item,) = get_args(annotation)
+        return [_value(item, v, known) for v in value]
+    if origin is dict and isinstance(value, dict):
+        item = get_args(annotation)[1]
+        return {k: _value(item, v, known) for k, v in value.items()}
+    if origin in (Union, types.UnionType) and isinstance(value, dict):
+        # `X | None` and the like: the first model the union allows.
+        for arg in get_args(annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                return _model(arg, value, known)
+    return value
+
+
+def _models_in(annotation: object) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in get_args(annotation):
+        found.extend(_models_in(arg))
+    return found

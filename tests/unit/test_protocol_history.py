@@ -1,0 +1,116 @@
+"""Replies to clients of protocol 1, which refuse unknown fields: the fields
+added since are left out (`protocol_history`), by the server's middleware
+too, for JSON bodies and for the log stream's events. The "newer release"
+here is a model that derives from this one's and adds a field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
+from fastapi.testclient import TestClient
+
+from schedulearn import protocol
+from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
+from schedulearn.protocol_history import REPLY_FIELDS, downgrade, needs_downgrade
+from schedulearn.server.versioning import ProtocolCheck
+
+
+class JobPublic(protocol.JobPublic):
+    """This release's JobPublic with a field a later release added."""
+
+    queue: str = "gpu-a"
+
+
+class JobList(protocol.JobList):
+    items: list[JobPublic]  # type: ignore[assignment]
+
+
+def _job(**extra: object) -> dict[str, object]:
+    job: dict[str, object] = {
+        "id": 7, "name": "j", "user": "u", "state": "running", "command": ["true"],
+        "image": None, "gpus": 1, "min_gpus": None, "max_gpus": None, "cpus": 0.0,
+        "memory_gb": 0.0, "gpu_type": None, "priority": 0, "deadline": None,
+        "estimated_duration": None, "model": None, "preemptible": False,
+        "env": {"queue": "kept: a key of env, not a field"}, "workdir": None,
+        "shm_size": None, "launcher": "none", "array_id": None, "array_index": None,
+        "max_restarts": 3, "restarts": 0, "attempt": 1, "submitted_at": 1.0,
+        "started_at": 2.0, "ended_at": None, "exit_code": None, "message": "",
+        "placement": {"n1": [0]}, "progress": {"at": 3.0, "step": 10},
+    }  # fmt: skip
+    return {**job, **extra}
+
+
+def test_a_field_protocol_1_lacks_is_left_out_at_every_depth_and_nothing_else() -> None:
+    page = JobList(items=[JobPublic.model_validate(_job())], total=1, offset=0, limit=10)
+    data = json.loads(page.model_dump_json())
+    assert data["items"][0]["queue"] == "gpu-a"
+    old = downgrade(JobList, data, 1)
+    assert isinstance(old, dict)
+    assert "queue" not in old["items"][0]
+    assert old["items"][0]["env"] == {"queue": "kept: a key of env, not a field"}
+    assert {k: v for k, v in data["items"][0].items() if k != "queue"} == old["items"][0]
+    # What protocol 1's own model makes of it: it parses (it refused the field).
+    protocol.JobList.model_validate(old)
+
+
+def test_only_models_that_gained_a_field_are_rewritten() -> None:
+    assert needs_downgrade(JobPublic, 1) and needs_downgrade(JobList, 1)
+    assert not needs_downgrade(protocol.LogPage, 1)
+    # Clients of this release ignore unknown fields: nothing to leave out for them.
+    assert PROTOCOL_VERSION not in REPLY_FIELDS
+    assert not needs_downgrade(JobPublic, PROTOCOL_VERSION)
+
+
+def test_protocol_1s_table_names_only_reply_models_this_release_still_has() -> None:
+    for name in REPLY_FIELDS[1]:
+        model = getattr(protocol, name)
+        assert issubclass(model, protocol._Reply) or name == "ProgressReport", name
+
+
+def _app() -> FastAPI:
+    app = FastAPI()
+    app.add_middleware(ProtocolCheck)
+
+    @app.get("/api/v1/jobs", response_model=JobList)
+    async def jobs() -> JobList:
+        return JobList(items=[JobPublic.model_validate(_job())], total=1, offset=0, limit=10)
+
+    @app.get("/api/v1/jobs/7/logs")
+    async def follow() -> StreamingResponse:
+        line = protocol.LogLinePublic(seq=1, attempt=1, stream="stdout", text="hi", at=1.0)
+        end = JobPublic.model_validate(_job())
+
+        def events() -> Iterator[str]:
+            yield f"id: 1\nevent: line\ndata: {line.model_dump_json()}\n\n"
+            yield f"event: end\ndata: {end.model_dump_json()}\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    return app
+
+
+def test_the_server_leaves_the_field_out_for_a_protocol_1_client_only() -> None:
+    with TestClient(_app()) as client:
+        old = client.get("/api/v1/jobs")  # no header: protocol 1
+        new = client.get("/api/v1/jobs", headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
+    assert old.status_code == new.status_code == 200
+    assert "queue" not in old.json()["items"][0]
+    assert int(old.headers["content-length"]) == len(old.content)
+    protocol.JobList.model_validate(old.json())
+    assert new.json()["items"][0]["queue"] == "gpu-a"
+
+
+def test_the_log_streams_end_event_is_rewritten_for_a_protocol_1_client() -> None:
+    with TestClient(_app()) as client:
+        old = client.get("/api/v1/jobs/7/logs").text
+        new = client.get(
+            "/api/v1/jobs/7/logs", headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+        ).text
+    end = old.split("event: end\ndata: ")[1].split("\n")[0]
+    assert "queue" not in json.loads(end)
+    protocol.JobPublic.model_validate_json(end)
+    assert '"text":"hi"' in old
+    assert json.loads(new.split("event: end\ndata: ")[1].split("\n")[0])["queue"] == "gpu-a"
