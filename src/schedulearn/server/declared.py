@@ -192,16 +192,19 @@ class ViewReader(Generic[V]):
         merged.update(loaders or {})
         self._loaders = tuple(merged.items())
 
-    def from_row(self, row: Sequence[Any]) -> V:
+    def from_row(self, row: Sequence[Any], **computed: Any) -> V:
+        """The view of `row`; `computed` gives the fields that are not stored."""
         # zip pairs each name with the column selected for it; anything
         # selected after the view's columns is left for the caller.
         values = dict(zip(self.names, row, strict=False))
         for name, load in self._loaders:
             values[name] = load(values[name])
+        if computed:
+            values.update(computed)
         return self.view(**values)
 
-    def from_object(self, obj: object) -> V:
-        return self.from_row([getattr(obj, n) for n in self.names])
+    def from_object(self, obj: object, **computed: Any) -> V:
+        return self.from_row([getattr(obj, n) for n in self.names], **computed)
 
 
 def add_missing_columns(connection: Connection, metadata: sa.MetaData) -> list[str]:

@@ -18,7 +18,6 @@ from sqlalchemy import Dialect, Select, exists, func, or_, select
 from sqlmodel import Session
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
-from schedulearn.core.views import rebuild
 from schedulearn.protocol import JobState
 from schedulearn.server.declared import ViewReader
 from schedulearn.server.models import Allocation, Gpu, Job, Node
@@ -97,13 +96,12 @@ def load_nodes(
             GpuView(i, t, u, m, holders[(name, i)][0] if (name, i) in holders else None)
             for i, u, t, m in sorted(gpus[name])
         )
-        stored = NODES.from_object(node)
         views.append(
-            rebuild(
-                stored,
+            NODES.from_object(
+                node,
                 gpus=gpu_views,
-                free_cpus=stored.cpus - used_cpus[name],
-                free_memory_gb=stored.memory_gb - used_mem[name],
+                free_cpus=node.cpus - used_cpus[name],
+                free_memory_gb=node.memory_gb - used_mem[name],
             )
         )
     return tuple(views), holders, nodes
