@@ -81,6 +81,8 @@ def declared(cls: type, *roles: Role) -> tuple[str, ...]:
 
 
 V = TypeVar("V")
+# Per view class: its init field names and one getter for all of them.
+# Derived from the class alone, so a cache of constants, not state.
 _GETTERS: dict[type, tuple[tuple[str, ...], attrgetter[Any]]] = {}
 
 

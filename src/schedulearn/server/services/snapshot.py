@@ -3,13 +3,15 @@
 Owns the mapping from rows to `NodeView`, `JobView` and `ClusterView`:
 the scheduler builds its pass from these, and `show` explains why a job
 waits from the same views. Reads use column tuples, not ORM objects,
-because a pass may read thousands of pending jobs.
+because a pass may read thousands of pending jobs; the columns are the
+declared fields' (`server.declared.ViewReader`), selected and mapped by
+name, so a field added to `JobView` or `NodeView` needs no edit here.
+States in the queries are bound parameters from `JobState`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -36,11 +38,6 @@ JOBS: ViewReader[JobView] = ViewReader(
     {"placement": _placement},
 )
 NODES: ViewReader[NodeView] = ViewReader(NodeView, Node.__table__)  # type: ignore[attr-defined]
-
-
-def job_view_from_row(row: Sequence[Any]) -> JobView:
-    """The view of a row that selected `JOBS.columns` first (more may follow)."""
-    return JOBS.from_row(row)
 
 
 def job_view(job: Job) -> JobView:
