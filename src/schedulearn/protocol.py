@@ -8,8 +8,12 @@ This module owns the shape of every message that crosses the network:
 - the user API's request and response bodies (job specs, job and node
   listings, policy, errors), so the CLI reads typed objects too.
 
-It imports only pydantic and the standard library, never the server or
-the agent. Times are seconds since the epoch (floats), as everywhere
+It imports only pydantic, the standard library and `core.views`, never
+the server or the agent. The job and node fields a policy reads are
+declared once on `core.views.JobView` and `NodeView`: `JobSpec`,
+`JobPublic`, `NodeRegistration` and `NodePublic` get each declared field
+they do not spell out themselves (`_declare`), so a new field reaches
+the wire with no edit here. Times are seconds since the epoch (floats), as everywhere
 else in Schedulearn. The `attempt` number on every job report lets the
 server ignore reports from an older run of a job that was requeued.
 
@@ -45,12 +49,18 @@ replies to them every field protocol 1 did not have
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import types
+import typing
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.fields import FieldInfo
+
+from schedulearn.core.views import JobView, NodeView, Role, declared
 
 API_PREFIX = "/api/v1"
 AGENT_PREFIX = "/api/v1/agent"
@@ -160,6 +170,49 @@ Id = Annotated[int, Field(ge=0, le=2**62)]
 Small = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 
+# --- declared fields (core.views) -------------------------------------------
+
+
+def _wire_type(annotation: Any) -> Any:
+    """The wire form of a declared field's type: text and integers bounded
+    (as every hand-written field is), containers element by element."""
+    if annotation is str:
+        return Annotated[str, Field(max_length=1000)]
+    if annotation is int:
+        return Small
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (tuple, list, frozenset, set) and args:
+        inner = tuple(_wire_type(a) if a is not Ellipsis else a for a in args)
+        return origin[inner]  # a generic alias rebuilt at runtime
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_wire_type(a) for a in args)]  # noqa: UP007  # built at runtime
+    return annotation
+
+
+def _declare(model: type[BaseModel], view: type, *roles: Role) -> None:
+    """Give `model` every field of `view` with one of `roles` that it does not
+    spell out (as a field, or as a property that computes it)."""
+    hints = typing.get_type_hints(view)
+    fields = {f.name: f for f in dataclasses.fields(view)}
+    added = False
+    for name in declared(view, *roles):
+        if name in model.model_fields or hasattr(model, name):
+            continue
+        f = fields[name]
+        if f.default is not dataclasses.MISSING:
+            info = FieldInfo.from_annotated_attribute(_wire_type(hints[name]), f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            info = FieldInfo.from_annotated_attribute(
+                _wire_type(hints[name]), Field(default_factory=f.default_factory)
+            )
+        else:
+            info = FieldInfo.from_annotation(_wire_type(hints[name]))
+        model.__pydantic_fields__[name] = info
+        added = True
+    if added:
+        model.model_rebuild(force=True)
+
+
 # --- enums --------------------------------------------------------------------
 
 
@@ -252,6 +305,9 @@ class NodeRegistration(_Request):
         if len(set(indices)) != len(indices):
             raise ValueError(f"GPU indices must be distinct; got {sorted(indices)}")
         return self
+
+
+_declare(NodeRegistration, NodeView, Role.SUBMITTED)
 
 
 class RegistrationReply(_Reply):
@@ -549,6 +605,9 @@ class JobSpec(_Request):
         return self.deadline
 
 
+_declare(JobSpec, JobView, Role.SUBMITTED)
+
+
 class JobPublic(_Reply):
     """One job as the API shows it."""
 
@@ -621,6 +680,9 @@ class JobPublic(_Reply):
     )
 
 
+_declare(JobPublic, JobView, Role.SUBMITTED, Role.KEPT)
+
+
 class JobMove(_Request):
     """Move (or resize) a running preemptible job, through checkpoint and restart."""
 
@@ -668,6 +730,9 @@ class NodePublic(_Reply):
     executors: list[str]
     last_seen: float
     gpus: list[GpuPublic]
+
+
+_declare(NodePublic, NodeView, Role.SUBMITTED, Role.KEPT)
 
 
 class NodeList(_Reply):

@@ -5,12 +5,102 @@ each build a `ClusterView` and hand it to `Policy.decide`. Views are
 built to be cheap to reuse: a running job's view stays valid while it
 runs, because time-dependent figures (attained service, remaining time)
 are computed from `now` rather than stored.
+
+`JobView` and `NodeView` are also the one declaration of a job's and a
+node's fields: each field says its `Role` in its metadata, and the wire
+models (`protocol`), the database tables (`server.models`), the
+simulator's `SimJob` and the server's row mapping derive from that or
+map by name (see docs/adding-a-field.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
+from enum import StrEnum
+from operator import attrgetter
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+
+class Role(StrEnum):
+    """Where a declared field of a view comes from, and so where it goes.
+
+    SUBMITTED: given by whoever creates the thing (a user's `JobSpec`, a
+        workload's `SimJob`, an agent's `NodeRegistration`); stored in a
+        column and shown in the public model.
+    KEPT: kept by the server (or the simulator) while the thing lives;
+        stored and shown, never submitted.
+    INTERNAL: kept and stored, not shown.
+    VIEW: computed when the view is built; neither stored nor shown.
+    """
+
+    SUBMITTED = "submitted"
+    KEPT = "kept"
+    INTERNAL = "internal"
+    VIEW = "view"
+
+    @property
+    def stored(self) -> bool:
+        return self is not Role.VIEW
+
+    @property
+    def shown(self) -> bool:
+        return self in (Role.SUBMITTED, Role.KEPT)
+
+
+# Field metadata: `queue: str = field(default="", metadata=SUBMITTED)`.
+SUBMITTED: Mapping[str, Role] = MappingProxyType({"role": Role.SUBMITTED})
+KEPT: Mapping[str, Role] = MappingProxyType({"role": Role.KEPT})
+INTERNAL: Mapping[str, Role] = MappingProxyType({"role": Role.INTERNAL})
+VIEW: Mapping[str, Role] = MappingProxyType({"role": Role.VIEW})
+
+
+class UndeclaredField(TypeError):
+    """A view field without a role (add `metadata=SUBMITTED`, `KEPT`, `INTERNAL` or `VIEW`)."""
+
+
+def role_of(cls: type, name: str) -> Role:
+    """The declared role of field `name` of the view class `cls`."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            role = f.metadata.get("role")
+            if not isinstance(role, Role):
+                raise UndeclaredField(
+                    f"{cls.__name__}.{name} declares no role: give it "
+                    "field(..., metadata=SUBMITTED | KEPT | INTERNAL | VIEW) in core/views.py"
+                )
+            return role
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def declared(cls: type, *roles: Role) -> tuple[str, ...]:
+    """Names of the fields of view class `cls` with one of `roles`, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(cls) if role_of(cls, f.name) in roles)
+
+
+V = TypeVar("V")
+# Per view class: its init field names and one getter for all of them.
+# Derived from the class alone, so a cache of constants, not state.
+_GETTERS: dict[type, tuple[tuple[str, ...], attrgetter[Any]]] = {}
+
+
+def rebuild(view: V, **changes: Any) -> V:
+    """A copy of a frozen view with `changes`, every other field copied by name.
+
+    Cheaper than `dataclasses.replace` (which the simulator would pay on
+    every start and stop), and like it never drops a field: a field
+    added to the view is carried without editing any caller.
+    """
+    cls = type(view)
+    got = _GETTERS.get(cls)
+    if got is None:
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.init)  # type: ignore[arg-type]
+        got = _GETTERS[cls] = (names, attrgetter(*names))
+    values = dict(zip(got[0], got[1](view), strict=True))
+    values.update(changes)
+    return cls(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,17 +165,20 @@ class GpuView:
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
-    """One server: its GPUs and the CPU and memory still unreserved."""
+    """One server: its GPUs and the CPU and memory still unreserved; also
+    the declaration of a node's fields (each says its `Role`)."""
 
-    name: str
-    gpus: tuple[GpuView, ...]
-    cpus: float = 0.0
-    memory_gb: float = 0.0
-    free_cpus: float = 0.0
-    free_memory_gb: float = 0.0
-    healthy: bool = True
+    name: str = field(metadata=SUBMITTED)
+    # Registered by the agent too, but kept in the `gpu` table: mapped by
+    # `server.services.snapshot.load_nodes`.
+    gpus: tuple[GpuView, ...] = field(metadata=VIEW)
+    cpus: float = field(default=0.0, metadata=SUBMITTED)
+    memory_gb: float = field(default=0.0, metadata=SUBMITTED)
+    free_cpus: float = field(default=0.0, metadata=VIEW)
+    free_memory_gb: float = field(default=0.0, metadata=VIEW)
+    healthy: bool = field(default=True, metadata=KEPT)
     # Derived in __post_init__; policies read it on every pass, so compute once.
-    free_gpu_indices: tuple[int, ...] = field(init=False, default=())
+    free_gpu_indices: tuple[int, ...] = field(init=False, default=(), metadata=VIEW)
 
     def __post_init__(self) -> None:
         free = tuple(g.index for g in self.gpus if g.job_id is None)
@@ -121,7 +214,8 @@ class NodeView:
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """What a policy knows about one job.
+    """What a policy knows about one job; also the declaration of a job's
+    scheduling fields (each says its `Role`; see docs/adding-a-field.md).
 
     Sizes: `gpus` is the size the user asked for. An elastic job also
     gives `min_gpus` and `max_gpus` and may run at any size in between.
@@ -132,30 +226,34 @@ class JobView:
     segment, which began at `started_at` on `placement`.
     """
 
-    id: int
-    submitted_at: float
-    gpus: int
-    name: str = ""
-    user: str = ""
-    group: str | None = None
-    min_gpus: int | None = None
-    max_gpus: int | None = None
-    cpus: float = 0.0
-    memory_gb: float = 0.0
-    gpu_type: str | None = None
-    priority: int = 0
-    deadline: float | None = None
-    estimated_duration: float | None = None
-    model: str | None = None
-    preemptible: bool = False
+    id: int = field(metadata=KEPT)
+    submitted_at: float = field(metadata=KEPT)
+    gpus: int = field(metadata=SUBMITTED)
+    # Keyword-only from here: `SimJob` extends the view with positional fields.
+    _: KW_ONLY
+    name: str = field(default="", metadata=SUBMITTED)
+    user: str = field(default="", metadata=KEPT)
+    # The tasks of one logical job (simulated workloads only).
+    group: str | None = field(default=None, metadata=VIEW)
+    min_gpus: int | None = field(default=None, metadata=SUBMITTED)
+    max_gpus: int | None = field(default=None, metadata=SUBMITTED)
+    cpus: float = field(default=0.0, metadata=SUBMITTED)
+    memory_gb: float = field(default=0.0, metadata=SUBMITTED)
+    gpu_type: str | None = field(default=None, metadata=SUBMITTED)
+    priority: int = field(default=0, metadata=SUBMITTED)
+    deadline: float | None = field(default=None, metadata=SUBMITTED)
+    estimated_duration: float | None = field(default=None, metadata=SUBMITTED)
+    model: str | None = field(default=None, metadata=SUBMITTED)
+    preemptible: bool = field(default=False, metadata=SUBMITTED)
     # Queue and run state.
-    queued_at: float | None = None
-    placement: Placement | None = None
-    started_at: float | None = None
-    service_seconds: float = 0.0
-    attained_gpu_seconds: float = 0.0
-    preemptions: int = 0
-    progress: float | None = None
+    queued_at: float | None = field(default=None, metadata=INTERNAL)
+    placement: Placement | None = field(default=None, metadata=KEPT)
+    started_at: float | None = field(default=None, metadata=KEPT)
+    service_seconds: float = field(default=0.0, metadata=INTERNAL)
+    attained_gpu_seconds: float = field(default=0.0, metadata=INTERNAL)
+    preemptions: int = field(default=0, metadata=KEPT)
+    # Fraction done, when the simulator knows it (not the live progress report).
+    progress: float | None = field(default=None, metadata=VIEW)
 
     @property
     def is_running(self) -> bool:

@@ -6,6 +6,17 @@ API's request and response bodies live in `schedulearn.protocol` (the CLI
 and the agent read them too); `services.jobs.to_public` turns a row into
 a `JobPublic`.
 
+The scheduling fields of `job` and `node` are declared once, on
+`core.views.JobView` and `NodeView`: `Job` and `Node` inherit a column
+for each stored field (`server.declared.columns_base`). The columns the
+server's own code reads by attribute are also spelled out here, so that
+they are typed (and may add a primary key or the server's default);
+`tests/unit/server/test_declared_fields.py` keeps them in agreement with
+the declaration. A field added to a view needs no edit here, and its
+column is added to existing databases at start
+(`declared.add_missing_columns`, run by `migrations/env.py`).
+States are enums (`JobState`, `PartStatus`), stored as text.
+
 State that guards the invariants:
 - `Allocation` has one row per held GPU with (node, gpu_index) as its
   primary key, so the database itself refuses to give a GPU twice;
@@ -14,13 +25,34 @@ State that guards the invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import JSON, Column, Index, Text
 from sqlmodel import Field, SQLModel
 
+from schedulearn.core.views import JobView, NodeView
+from schedulearn.protocol import JobState
+from schedulearn.server.declared import EnumText, columns_base
 
-class Job(SQLModel, table=True):
+if TYPE_CHECKING:
+    _JobColumns = SQLModel
+    _NodeColumns = SQLModel
+else:
+    _JobColumns = columns_base(JobView, "JobColumns")
+    _NodeColumns = columns_base(NodeView, "NodeColumns")
+
+
+class PartStatus(StrEnum):
+    """One node's part of an attempt: assigned -> running -> exited | lost."""
+
+    ASSIGNED = "assigned"
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"
+
+
+class Job(_JobColumns, table=True):
     __table_args__ = (
         Index("ix_job_state_queue", "state", "queued_at", "id"),
         Index("ix_job_user_id", "user", "id"),
@@ -30,7 +62,7 @@ class Job(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str = ""
     user: str = ""
-    state: str = "pending"
+    state: JobState = Field(default=JobState.PENDING, sa_type=EnumText(JobState))
     command: Any = Field(sa_column=Column(JSON, nullable=False))
     image: str | None = None
     executor: str = "subprocess"
@@ -81,13 +113,13 @@ class JobTransition(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(index=True)
     at: float
-    from_state: str
-    to_state: str
+    from_state: JobState = Field(sa_type=EnumText(JobState))
+    to_state: JobState = Field(sa_type=EnumText(JobState))
     attempt: int = 0
     message: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
 
 
-class Node(SQLModel, table=True):
+class Node(_NodeColumns, table=True):
     name: str = Field(primary_key=True)
     address: str = "127.0.0.1"
     cpus: float = 0.0
@@ -127,8 +159,7 @@ class JobPart(SQLModel, table=True):
     node: str
     rank: int = 0
     gpus: Any = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
-    # assigned -> running -> exited | lost
-    status: str = "assigned"
+    status: PartStatus = Field(default=PartStatus.ASSIGNED, sa_type=EnumText(PartStatus))
     delivered: bool = False
     stop_reason: str | None = None
     stop_sent: bool = False

@@ -47,8 +47,8 @@ class StaleState(RuntimeError):
     """The job changed state under us (another writer won); re-read and retry."""
 
 
-def can_move(current: JobState | str, to: JobState) -> bool:
-    return to in TRANSITIONS[JobState(current)]
+def can_move(current: JobState, to: JobState) -> bool:
+    return to in TRANSITIONS[current]
 
 
 @dataclass(slots=True)
@@ -56,7 +56,7 @@ class JobRef:
     """Just what a transition needs, for hot paths that do not load the whole row."""
 
     id: int
-    state: str
+    state: JobState
     attempt: int
 
 
@@ -76,11 +76,13 @@ def transition(
     Timestamps follow the state: `started_at` on running, `ended_at` on a
     final state, `queued_at` on a return to pending.
     """
+    # A row reads its state back as the enum (`models.EnumText`); a JobRef
+    # may have been filled from a raw column.
     current = JobState(job.state)
     if not can_move(current, to):
         raise IllegalTransition(f"job {job.id}: {current} -> {to} is not allowed")
     values: dict[str, Any] = dict(fields)
-    values["state"] = to.value
+    values["state"] = to
     if to is JobState.RUNNING and "started_at" not in values:
         values["started_at"] = at
     if to.is_final:
@@ -91,7 +93,7 @@ def transition(
         values["message"] = message
     result = session.execute(
         update(Job)
-        .where(Job.id == job.id, Job.state == current.value)  # type: ignore[arg-type]
+        .where(Job.id == job.id, Job.state == current)  # type: ignore[arg-type]
         .values(**values)
         .execution_options(synchronize_session=False)
     )
@@ -107,8 +109,8 @@ def transition(
         _HISTORY.insert().values(
             job_id=job.id or 0,
             at=at,
-            from_state=current.value,
-            to_state=to.value,
+            from_state=current,
+            to_state=to,
             attempt=job.attempt,
             message=message or "",
         )

@@ -14,9 +14,10 @@ fix (a bad spec, a missing file); its message says what to change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, fields
+from operator import attrgetter
 
-from schedulearn.core.views import JobView
+from schedulearn.core.views import SUBMITTED, JobView
 
 
 class SimInputError(ValueError):
@@ -27,54 +28,40 @@ class SimInputError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class SimJob:
+class SimJob(JobView):
     """One job of a workload, as submitted.
+
+    A `JobView` (so it has every declared job field, and a field added
+    there reaches the simulator with no edit here) plus what only the
+    simulator needs: `duration`, and the measured application. Only the
+    submitted fields matter; the run-state fields stay at their defaults.
 
     `group` ties the tasks of one logical job together (the Tetris
     workload: 30 tasks per job); metrics then count the group as one
     job whose completion is its last task's.
     """
 
-    id: int
-    submitted_at: float
-    gpus: int
     duration: float | None = None
-    name: str = ""
-    user: str = ""
-    group: str | None = None
-    min_gpus: int | None = None
-    max_gpus: int | None = None
-    cpus: float = 0.0
-    memory_gb: float = 0.0
-    gpu_type: str | None = None
-    priority: int = 0
-    deadline: float | None = None
-    model: str | None = None
+    _: KW_ONLY
     app: str | None = None
     batch_size: int | None = None
-    preemptible: bool = True
+    # Simulated jobs may be preempted unless a workload says otherwise.
+    preemptible: bool = field(default=True, metadata=SUBMITTED)
 
     def view(self, estimated_duration: float | None) -> JobView:
-        """The pending view a policy sees when the job arrives."""
-        return JobView(
-            id=self.id,
-            submitted_at=self.submitted_at,
-            gpus=self.gpus,
-            name=self.name,
-            user=self.user,
-            group=self.group,
-            min_gpus=self.min_gpus,
-            max_gpus=self.max_gpus,
-            cpus=self.cpus,
-            memory_gb=self.memory_gb,
-            gpu_type=self.gpu_type,
-            priority=self.priority,
-            deadline=self.deadline,
+        """The pending view a policy sees when the job arrives (every
+        `JobView` field copied by name)."""
+        values = dict(zip(_VIEW_FIELDS, _view_values(self), strict=True))
+        values.update(
             estimated_duration=estimated_duration,
             model=self.model or self.app,
-            preemptible=self.preemptible,
             queued_at=self.submitted_at,
         )
+        return JobView(**values)
+
+
+_VIEW_FIELDS = tuple(f.name for f in fields(JobView) if f.init)
+_view_values = attrgetter(*_VIEW_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)

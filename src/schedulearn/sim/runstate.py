@@ -4,13 +4,13 @@
 done, the current segment (placement, curve, when it became ready), the
 version that invalidates stale completion events, and counters.
 `running_view` and `stopped_view` build the frozen `JobView`s a job
-gets when it starts or stops; they are spelled out field by field
-because they run once per start or stop of every job in a trace.
+gets when it starts or stops; every other field is copied by name
+(`core.views.rebuild`), so a field added to `JobView` is never dropped.
 """
 
 from __future__ import annotations
 
-from schedulearn.core.views import JobView, Placement
+from schedulearn.core.views import JobView, Placement, rebuild
 from schedulearn.sim.jobs import SimJob
 from schedulearn.sim.speed import Curve
 
@@ -55,57 +55,14 @@ class RunState:
 
 
 def running_view(pending: JobView, placement: Placement, now: float, progress: float) -> JobView:
-    """The view of a job that starts (or restarts) on `placement` at `now`.
-
-    Spelled out field by field because it runs once per start and
-    `dataclasses.replace` costs half again as much.
-    """
-    return JobView(
-        id=pending.id,
-        submitted_at=pending.submitted_at,
-        gpus=pending.gpus,
-        name=pending.name,
-        user=pending.user,
-        group=pending.group,
-        min_gpus=pending.min_gpus,
-        max_gpus=pending.max_gpus,
-        cpus=pending.cpus,
-        memory_gb=pending.memory_gb,
-        gpu_type=pending.gpu_type,
-        priority=pending.priority,
-        deadline=pending.deadline,
-        estimated_duration=pending.estimated_duration,
-        model=pending.model,
-        preemptible=pending.preemptible,
-        queued_at=pending.queued_at,
-        placement=placement,
-        started_at=now,
-        service_seconds=pending.service_seconds,
-        attained_gpu_seconds=pending.attained_gpu_seconds,
-        preemptions=pending.preemptions,
-        progress=progress,
-    )
+    """The view of a job that starts (or restarts) on `placement` at `now`."""
+    return rebuild(pending, placement=placement, started_at=now, progress=progress)
 
 
 def stopped_view(running: JobView, now: float, progress: float, preempted: bool) -> JobView:
     """The pending view of a job suspended at `now` (service accrued up to now)."""
-    return JobView(
-        id=running.id,
-        submitted_at=running.submitted_at,
-        gpus=running.gpus,
-        name=running.name,
-        user=running.user,
-        group=running.group,
-        min_gpus=running.min_gpus,
-        max_gpus=running.max_gpus,
-        cpus=running.cpus,
-        memory_gb=running.memory_gb,
-        gpu_type=running.gpu_type,
-        priority=running.priority,
-        deadline=running.deadline,
-        estimated_duration=running.estimated_duration,
-        model=running.model,
-        preemptible=running.preemptible,
+    return rebuild(
+        running,
         queued_at=now if preempted else running.queued_at,
         placement=None,
         started_at=None,

@@ -38,8 +38,8 @@ from schedulearn.protocol import (
     WorkBatch,
 )
 from schedulearn.server.errors import NotFound
-from schedulearn.server.models import Gpu, Job, JobPart, Node
-from schedulearn.server.services import checkpoints, lifecycle
+from schedulearn.server.models import Gpu, Job, JobPart, Node, PartStatus
+from schedulearn.server.services import checkpoints, lifecycle, nodes
 from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
 
@@ -95,10 +95,7 @@ def register(
     node = session.get(Node, reg.name)
     if node is None:
         node = Node(name=reg.name, registered_at=now)
-    node.address = reg.address
-    node.cpus = reg.cpus
-    node.memory_gb = reg.memory_gb
-    node.executors = [e.value for e in reg.executors]
+    nodes.apply_registration(node, reg)
     node.healthy = True
     node.last_seen = now
     session.add(node)
@@ -119,7 +116,7 @@ def register(
             if part.stop_reason is not None:
                 part.stop_sent = False  # say it again: the old agent may not have acted
             session.add(part)
-            if part.status == "assigned":
+            if part.status == PartStatus.ASSIGNED:
                 job = session.get(Job, part.job_id)
                 if job is not None:
                     changes.merge(lifecycle.part_started(session, job, part, now))
@@ -187,7 +184,11 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
     new = session.execute(
         select(JobPart, Job)
         .join(Job, Job.id == JobPart.job_id)  # type: ignore[arg-type]
-        .where(JobPart.node == node, JobPart.status == "assigned", JobPart.delivered == False)  # type: ignore[arg-type]  # noqa: E712
+        .where(
+            JobPart.node == node,  # type: ignore[arg-type]
+            JobPart.status == PartStatus.ASSIGNED,
+            JobPart.delivered == False,  # noqa: E712
+        )
         .order_by(JobPart.id)  # type: ignore[arg-type]
     ).all()
     stops = (
@@ -375,14 +376,14 @@ def _record_start(session: Session, job_id: int, event: JobEvent, now: float) ->
     conds = [
         JobPart.job_id == job_id,
         JobPart.attempt == event.attempt,
-        JobPart.status == "assigned",
+        JobPart.status == PartStatus.ASSIGNED,
     ]
     if event.node:
         conds.append(JobPart.node == event.node)
     conn.execute(
         update(JobPart.__table__)  # type: ignore[arg-type]
         .where(*conds)
-        .values(status="running", last_reported=now)
+        .values(status=PartStatus.RUNNING, last_reported=now)
     )
     if row.attempt == event.attempt and row.state == JobState.ASSIGNED.value:
         transition(session, JobRef(job_id, row.state, row.attempt), JobState.RUNNING, now)

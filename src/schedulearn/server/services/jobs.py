@@ -8,11 +8,13 @@ committed before the reply, job arrays included.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlmodel import Session
 
 from schedulearn.core import JobView, NodeView
+from schedulearn.core.views import Role, declared
 from schedulearn.protocol import (
     Executor,
     JobHistory,
@@ -23,80 +25,67 @@ from schedulearn.protocol import (
     TransitionPublic,
 )
 from schedulearn.server.auth import Caller
+from schedulearn.server.declared import Codec
 from schedulearn.server.errors import Forbidden, NotFound, Unservable
 from schedulearn.server.models import Job, JobTransition
 from schedulearn.server.services import checkpoints, lifecycle, progress, snapshot
 from schedulearn.server.services.waiting import never_servable, waiting_reason
 from schedulearn.server.wakeups import Changes
 
+_JOB_COLUMNS = frozenset(Job.__table__.columns.keys())  # type: ignore[attr-defined]
+# Public fields read from the row of the same name; the others are computed.
+_SHOWN = tuple(n for n in JobPublic.model_fields if n in _JOB_COLUMNS and n != "progress")
+
+
+def _on_spec(name: str) -> bool:
+    # A spec gives a stored field as a field, or as a property that
+    # normalises its wire form (`memory_gb` from `memory`).
+    return name in JobSpec.model_fields or isinstance(getattr(JobSpec, name, None), property)
+
+
+# Spec fields stored in the column of the same name; `_normalised` then
+# overrides those whose wire form differs from the stored one.
+_VIEW_SUBMITTED = declared(JobView, Role.SUBMITTED)
+_SUBMITTED = tuple(
+    n
+    for n in dict.fromkeys((*JobSpec.model_fields, *_VIEW_SUBMITTED))
+    if n in _JOB_COLUMNS and _on_spec(n)
+)
+_CODEC = Codec(JobView, _VIEW_SUBMITTED)
+
 
 def to_public(job: Job, position: int | None = None, reason: str | None = None) -> JobPublic:
+    """The row as the API shows it: every public field from its column, by name."""
+    values = {n: getattr(job, n) for n in _SHOWN}
+    values["id"] = job.id or 0
     return JobPublic(
-        id=job.id or 0,
-        name=job.name,
-        user=job.user,
-        state=JobState(job.state),
-        command=job.command,
-        image=job.image,
-        gpus=job.gpus,
-        min_gpus=job.min_gpus,
-        max_gpus=job.max_gpus,
-        cpus=job.cpus,
-        memory_gb=job.memory_gb,
-        gpu_type=job.gpu_type,
-        priority=job.priority,
-        deadline=job.deadline,
-        estimated_duration=job.estimated_duration,
-        model=job.model,
-        preemptible=job.preemptible,
-        env=job.env,
-        workdir=job.workdir,
-        shm_size=job.shm_size,
-        launcher=job.launcher,  # type: ignore[arg-type]
-        array_id=job.array_id,
-        array_index=job.array_index,
-        max_restarts=job.max_restarts,
-        restarts=job.restarts,
-        attempt=job.attempt,
-        submitted_at=job.submitted_at,
-        started_at=job.started_at,
-        ended_at=job.ended_at,
-        exit_code=job.exit_code,
-        message=job.message,
-        placement=job.placement,
+        **values,
         queue_position=position,
         waiting_reason=reason,
-        preemptions=job.preemptions,
-        migrations=job.migrations,
-        resizes=job.resizes,
         progress=progress.latest(job),
     )
 
 
-def _row(spec: JobSpec, user: str, now: float) -> Job:
-    return Job(
-        name=spec.name,
-        user=user,
-        state=JobState.PENDING.value,
-        command=spec.command,
-        image=spec.image,
-        executor=(Executor.DOCKER if spec.image else Executor.SUBPROCESS).value,
+def _normalised(spec: JobSpec) -> dict[str, Any]:
+    """The submitted fields as stored: by name, in the stored form."""
+    values = {n: _CODEC.dump(n, getattr(spec, n)) for n in _SUBMITTED}
+    values.update(
         gpus=spec.requested_gpus,
-        min_gpus=spec.min_gpus,
-        max_gpus=spec.max_gpus,
-        cpus=spec.cpus,
-        memory_gb=spec.memory_gb,
         gpu_type=spec.gpu_type or None,
-        priority=spec.priority,
         deadline=spec.deadline_epoch,
         estimated_duration=spec.estimated_seconds,
-        model=spec.model,
-        preemptible=spec.preemptible,
         env=dict(spec.env),
-        workdir=spec.workdir,
-        shm_size=spec.shm_size,
         launcher=spec.launcher.value,
-        max_restarts=spec.max_restarts,
+    )
+    return values
+
+
+def _row(spec: JobSpec, user: str, now: float) -> Job:
+    return Job(
+        **_normalised(spec),
+        user=user,
+        state=JobState.PENDING,
+        executor=(Executor.DOCKER if spec.image else Executor.SUBPROCESS).value,
         submitted_at=now,
         queued_at=now,
     )
@@ -109,16 +98,12 @@ class Submitted:
 
 
 def _probe(spec: JobSpec) -> JobView:
-    return JobView(
-        id=0,
-        submitted_at=0.0,
-        gpus=spec.requested_gpus,
-        min_gpus=spec.min_gpus,
-        max_gpus=spec.max_gpus,
-        cpus=spec.cpus,
-        memory_gb=spec.memory_gb,
-        gpu_type=spec.gpu_type or None,
-    )
+    """The job as the scheduler will see it once queued (every submitted field)."""
+    stored = _normalised(spec)
+    values = {n: stored[n] for n in _VIEW_SUBMITTED}
+    for name in _CODEC.json_fields:
+        values[name] = _CODEC.loader(name)(values[name])
+    return JobView(id=0, submitted_at=0.0, **values)
 
 
 def check_servable(spec: JobSpec, nodes: tuple[NodeView, ...], docker_nodes: set[str]) -> None:
@@ -198,7 +183,7 @@ def list_jobs(
 ) -> JobList:
     conds = []
     if states:
-        conds.append(Job.state.in_([s.value for s in states]))  # type: ignore[attr-defined]
+        conds.append(Job.state.in_(states))  # type: ignore[attr-defined]
     if user:
         conds.append(Job.user == user)
     if name:
@@ -227,7 +212,7 @@ def queue_position(session: Session, job: Job) -> int:
         select(func.count())
         .select_from(Job)
         .where(
-            Job.state == JobState.PENDING.value,
+            Job.state == JobState.PENDING,
             or_(
                 Job.queued_at < job.queued_at,
                 and_(Job.queued_at == job.queued_at, Job.id < job.id),  # type: ignore[operator]
@@ -239,7 +224,7 @@ def queue_position(session: Session, job: Job) -> int:
 
 def show(session: Session, job_id: int) -> JobPublic:
     job = _get(session, job_id)
-    if job.state != JobState.PENDING.value:
+    if job.state != JobState.PENDING:
         public = to_public(job)
     else:
         position = queue_position(session, job)
@@ -254,7 +239,7 @@ def cancel(session: Session, job_id: int, caller: Caller, now: float) -> tuple[J
     job = _get(session, job_id)
     if not caller.is_admin and job.user != caller.user:
         raise Forbidden(f"job {job_id} belongs to {job.user}; you may cancel only your own jobs")
-    if JobState(job.state).is_final:
+    if job.state.is_final:
         return to_public(job), Changes()
     changes = lifecycle.cancel(session, job, now, caller.user)
     session.commit()
@@ -273,8 +258,8 @@ def history(session: Session, job_id: int) -> JobHistory:
         transitions=[
             TransitionPublic(
                 at=r.at,
-                from_state=JobState(r.from_state),
-                to_state=JobState(r.to_state),
+                from_state=r.from_state,
+                to_state=r.to_state,
                 attempt=r.attempt,
                 message=r.message,
             )

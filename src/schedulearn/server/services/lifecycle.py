@@ -22,11 +22,11 @@ from sqlalchemy import delete, select
 from sqlmodel import Session
 
 from schedulearn.protocol import JobState, StopReason
-from schedulearn.server.models import Allocation, Job, JobPart
+from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.states import transition
 from schedulearn.server.wakeups import Changes
 
-LIVE = ("assigned", "running")
+LIVE = (PartStatus.ASSIGNED, PartStatus.RUNNING)
 
 
 def live_parts(session: Session, job_id: int, attempt: int) -> list[JobPart]:
@@ -104,8 +104,8 @@ def stop_parts(
     for part in parts:
         if part.stop_reason is not None and part.stop_reason != StopReason.PREEMPT.value:
             continue
-        if part.status == "assigned" and not part.delivered:
-            part.status = "exited"
+        if part.status == PartStatus.ASSIGNED and not part.delivered:
+            part.status = PartStatus.EXITED
             free_part(session, part)
             changes.scheduler = True
         else:
@@ -117,8 +117,8 @@ def stop_parts(
 
 def part_started(session: Session, job: Job, part: JobPart, now: float) -> Changes:
     changes = Changes(jobs={job.id or 0})
-    if part.status == "assigned":
-        part.status = "running"
+    if part.status == PartStatus.ASSIGNED:
+        part.status = PartStatus.RUNNING
         part.last_reported = now
         session.add(part)
     if part.attempt == job.attempt and job.state == JobState.ASSIGNED.value:
@@ -140,7 +140,7 @@ def part_exited(
     changes = Changes(scheduler=True, jobs={job.id or 0})
     if part.status not in LIVE:
         return changes
-    part.status = "exited"
+    part.status = PartStatus.EXITED
     part.exit_code = exit_code
     session.add(part)
     free_part(session, part)
@@ -186,7 +186,7 @@ def part_lost(session: Session, job: Job, part: JobPart, now: float, why: str) -
     changes = Changes(scheduler=True, jobs={job.id or 0})
     if part.status not in LIVE:
         return changes
-    part.status = "lost"
+    part.status = PartStatus.LOST
     session.add(part)
     free_part(session, part)
     if part.attempt != job.attempt or JobState(job.state) not in (

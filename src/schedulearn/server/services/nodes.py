@@ -1,4 +1,9 @@
-"""Nodes and their GPUs as users see them (`schedulearn nodes`)."""
+"""Nodes as agents register them and as users see them (`schedulearn nodes`).
+
+Both directions go by name: a registration field is stored in the `node`
+column of the same name, and a public field is read from it, so a field
+declared on `core.views.NodeView` needs no edit here.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,21 @@ from collections.abc import Mapping
 
 from sqlmodel import Session
 
-from schedulearn.protocol import GpuPublic, GpuSample, NodeList, NodePublic
+from schedulearn.protocol import GpuPublic, GpuSample, NodeList, NodePublic, NodeRegistration
+from schedulearn.server.models import Node
 from schedulearn.server.services import snapshot
+
+_NODE_COLUMNS = frozenset(Node.__table__.columns.keys())  # type: ignore[attr-defined]
+# Registration fields kept in the column of the same name (the GPUs have their own table).
+REGISTERED = frozenset(n for n in NodeRegistration.model_fields if n in _NODE_COLUMNS)
+# Public fields read from the column of the same name; `gpus` is built from the GPU table.
+_SHOWN = tuple(n for n in NodePublic.model_fields if n in _NODE_COLUMNS)
+
+
+def apply_registration(node: Node, reg: NodeRegistration) -> None:
+    """Store what an agent registered, every field by name, in its JSON form."""
+    for name, value in reg.model_dump(mode="json", include=set(REGISTERED)).items():
+        setattr(node, name, value)
 
 
 def list_nodes(session: Session, samples: Mapping[str, list[GpuSample]]) -> NodeList:
@@ -18,13 +36,7 @@ def list_nodes(session: Session, samples: Mapping[str, list[GpuSample]]) -> Node
         by_index = {s.index: s for s in samples.get(view.name, ())}
         items.append(
             NodePublic(
-                name=view.name,
-                address=row.address,
-                healthy=row.healthy,
-                cpus=row.cpus,
-                memory_gb=row.memory_gb,
-                executors=list(row.executors),
-                last_seen=row.last_seen,
+                **{n: getattr(row, n) for n in _SHOWN},
                 gpus=[
                     GpuPublic(
                         index=g.index,

@@ -106,11 +106,11 @@ def _facts(session: Session, views: list[JobView], now: float) -> list[JobFacts]
 def _preempting(session: Session, now: float) -> list[JobView]:
     """Jobs being preempted, as the queued jobs they are about to be again."""
     rows = session.connection().execute(
-        select(*snapshot._JOB_COLUMNS).where(Job.state == JobState.PREEMPTING.value)  # type: ignore[call-overload]
+        select(*snapshot.JOBS.columns).where(Job.state == JobState.PREEMPTING)  # type: ignore[arg-type]
     )
     views = []
     for r in rows:
-        v = snapshot.job_view_from_row(tuple(r))
+        v = snapshot.JOBS.from_row(r)
         views.append(
             dataclasses.replace(
                 v,

@@ -3,101 +3,45 @@
 Owns the mapping from rows to `NodeView`, `JobView` and `ClusterView`:
 the scheduler builds its pass from these, and `show` explains why a job
 waits from the same views. Reads use column tuples, not ORM objects,
-because a pass may read thousands of pending jobs.
+because a pass may read thousands of pending jobs; the columns are the
+declared fields' (`server.declared.ViewReader`), selected and mapped by
+name, so a field added to `JobView` or `NodeView` needs no edit here.
+States in the queries are bound parameters from `JobState`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import Dialect, Select, exists, func, or_, select
 from sqlmodel import Session
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
 from schedulearn.protocol import JobState
+from schedulearn.server.declared import ViewReader
 from schedulearn.server.models import Allocation, Gpu, Job, Node
 
-HOLDING = (JobState.ASSIGNED.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
+HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 
-_JOB_COLUMNS = (
-    Job.id,
-    Job.submitted_at,
-    Job.gpus,
-    Job.name,
-    Job.user,
-    Job.min_gpus,
-    Job.max_gpus,
-    Job.cpus,
-    Job.memory_gb,
-    Job.gpu_type,
-    Job.priority,
-    Job.deadline,
-    Job.estimated_duration,
-    Job.model,
-    Job.preemptible,
-    Job.queued_at,
-    Job.placement,
-    Job.started_at,
-    Job.service_seconds,
-    Job.attained_gpu_seconds,
-    Job.preemptions,
-    Job.state,
+
+def _placement(stored: dict[str, list[int]] | None) -> Placement | None:
+    return Placement.of(stored) if stored else None
+
+
+# Every stored `JobView` field, selected and mapped by name (`declared`).
+JOBS: ViewReader[JobView] = ViewReader(
+    JobView,
+    Job.__table__,  # type: ignore[attr-defined]
+    {"placement": _placement},
 )
-
-
-def job_view_from_row(row: tuple) -> JobView:  # type: ignore[type-arg]
-    (
-        id_,
-        submitted,
-        gpus,
-        name,
-        user,
-        min_g,
-        max_g,
-        cpus,
-        mem,
-        gtype,
-        prio,
-        deadline,
-        est,
-        model,
-        preemptible,
-        queued,
-        placement,
-        started,
-        service,
-        attained,
-        preemptions,
-        _state,
-    ) = row
-    return JobView(
-        id=id_,
-        submitted_at=submitted,
-        gpus=gpus,
-        name=name,
-        user=user,
-        min_gpus=min_g,
-        max_gpus=max_g,
-        cpus=cpus,
-        memory_gb=mem,
-        gpu_type=gtype or None,
-        priority=prio,
-        deadline=deadline,
-        estimated_duration=est,
-        model=model,
-        preemptible=preemptible,
-        queued_at=queued,
-        placement=Placement.of(placement) if placement else None,
-        started_at=started,
-        service_seconds=service,
-        attained_gpu_seconds=attained,
-        preemptions=preemptions,
-    )
+NODES: ViewReader[NodeView] = ViewReader(NodeView, Node.__table__)  # type: ignore[attr-defined]
 
 
 def job_view(job: Job) -> JobView:
-    return job_view_from_row(tuple(getattr(job, c.key) for c in _JOB_COLUMNS))
+    return JOBS.from_object(job)
 
 
 @dataclass(slots=True)
@@ -150,14 +94,11 @@ def load_nodes(
             for i, u, t, m in sorted(gpus[name])
         )
         views.append(
-            NodeView(
-                name=name,
+            NODES.from_object(
+                node,
                 gpus=gpu_views,
-                cpus=node.cpus,
-                memory_gb=node.memory_gb,
                 free_cpus=node.cpus - used_cpus[name],
                 free_memory_gb=node.memory_gb - used_mem[name],
-                healthy=node.healthy,
             )
         )
     return tuple(views), holders, nodes
@@ -166,14 +107,27 @@ def load_nodes(
 def pending_views(session: Session) -> list[JobView]:
     """The queue, in arrival order (a preempted job re-enters at the back)."""
     rows = session.connection().execute(
-        select(*_JOB_COLUMNS)
-        .where(Job.state == JobState.PENDING.value)
-        .order_by(Job.queued_at, Job.id)
+        select(*JOBS.columns).where(Job.state == JobState.PENDING).order_by(Job.queued_at, Job.id)  # type: ignore[arg-type]
     )
-    return [job_view_from_row(tuple(r)) for r in rows]
+    return [JOBS.from_row(r) for r in rows]
 
 
-_QUEUE_ORDER = "SELECT id, queued_at FROM job WHERE state = 'pending' ORDER BY queued_at, id"
+_QUEUE_ORDER = (
+    select(Job.id, Job.queued_at)  # type: ignore[call-overload]
+    .where(Job.state == JobState.PENDING)
+    .order_by(Job.queued_at, Job.id)
+)
+
+
+def _driver_statement(stmt: Select[Any], dialect: Dialect) -> tuple[str, Any]:
+    """`stmt` as the SQL text and parameters the DB-API driver takes."""
+    compiled = stmt.compile(dialect=dialect)
+    params = {
+        k: v.value if isinstance(v, Enum) else v for k, v in compiled.construct_params().items()
+    }
+    if compiled.positional:
+        return compiled.string, tuple(params[k] for k in compiled.positiontup or ())
+    return compiled.string, params
 
 
 class PendingCache:
@@ -187,14 +141,21 @@ class PendingCache:
 
     def __init__(self) -> None:
         self._views: dict[int, tuple[float, JobView]] = {}
+        # (dialect name, SQL, parameters) of the queue-order query.
+        self._sql: tuple[str, str, Any] | None = None
 
     def load(self, session: Session) -> list[JobView]:
         # The one query of a pass that grows with the queue: run it on the
-        # driver's cursor (no parameters, so the SQL is the same for SQLite
-        # and PostgreSQL), skipping SQLAlchemy's per-row processing.
-        cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
+        # driver's cursor (compiled once for the database's dialect),
+        # skipping SQLAlchemy's per-row processing.
+        connection = session.connection()
+        if self._sql is None or self._sql[0] != connection.dialect.name:
+            sql, params = _driver_statement(_QUEUE_ORDER, connection.dialect)
+            self._sql = (connection.dialect.name, sql, params)
+        _, sql, params = self._sql
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
         try:
-            cursor.execute(_QUEUE_ORDER)
+            cursor.execute(sql, params)
             order = cursor.fetchall()
         finally:
             cursor.close()
@@ -202,9 +163,9 @@ class PendingCache:
         missing = [i for i, q in order if (hit := views.get(i)) is None or hit[0] != q]
         for start in range(0, len(missing), 500):
             chunk = missing[start : start + 500]
-            for r in session.connection().execute(select(*_JOB_COLUMNS).where(Job.id.in_(chunk))):  # type: ignore[union-attr]
-                row = tuple(r)
-                views[row[0]] = (row[15], job_view_from_row(row))
+            for r in connection.execute(select(*JOBS.columns).where(Job.id.in_(chunk))):  # type: ignore[union-attr]
+                view = JOBS.from_row(r)
+                views[view.id] = (r.queued_at, view)
         if len(views) > 2 * len(order) + 1000:
             self._views = views = {i: views[i] for i, _ in order}
         return [views[i][1] for i, _ in order]
@@ -214,13 +175,13 @@ def build(session: Session, now: float, cache: PendingCache | None = None) -> Sn
     running: list[JobView] = []
     attempts: dict[int, int] = {}
     for r in session.connection().execute(
-        select(*_JOB_COLUMNS, Job.attempt).where(Job.state.in_(HOLDING))  # type: ignore[attr-defined]
+        select(*JOBS.columns, Job.state, Job.attempt).where(Job.state.in_(HOLDING))  # type: ignore[attr-defined]
     ):
-        row = tuple(r)
-        if row[21] == JobState.PREEMPTING.value:
+        if r.state is JobState.PREEMPTING:
             continue
-        running.append(job_view_from_row(row[:22]))
-        attempts[row[0]] = row[22]
+        view = JOBS.from_row(r)
+        running.append(view)
+        attempts[view.id] = r.attempt
     pending = cache.load(session) if cache is not None else pending_views(session)
     nodes, holders, rows = load_nodes(session, running)
     # GPUs held by anything but the current attempt of a running job: a job
@@ -265,18 +226,24 @@ class ShapeCache:
         return self._nodes, self._docker
 
 
-# One statement, built once: is there anything a pass could do?
-_COULD_CHANGE = text(
-    """
-    SELECT
-      (SELECT count(*) FROM gpu JOIN node ON gpu.node = node.name WHERE node.healthy)
-      - (SELECT count(*) FROM allocation JOIN node ON allocation.node = node.name
-         WHERE node.healthy),
-      EXISTS (SELECT 1 FROM job WHERE job.state IN ('assigned', 'running', 'preempting')
-              AND job.preemptible),
-      EXISTS (SELECT 1 FROM job WHERE job.state = 'pending'
-              AND (job.gpus = 0 OR job.min_gpus = 0))
-    """
+def _count_on_healthy(column: Any) -> Any:
+    return (
+        select(func.count())
+        .select_from(column.table.join(Node.__table__, column == Node.name))  # type: ignore[attr-defined]
+        .where(Node.healthy)
+        .scalar_subquery()
+    )
+
+
+# One statement: is there anything a pass could do? States are bound
+# parameters from the enum, never literals in the SQL.
+_COULD_CHANGE = select(
+    _count_on_healthy(Gpu.__table__.c.node) - _count_on_healthy(Allocation.__table__.c.node),  # type: ignore[attr-defined]
+    exists().where(Job.state.in_(HOLDING), Job.preemptible),  # type: ignore[attr-defined]
+    exists().where(
+        Job.state == JobState.PENDING,
+        or_(Job.gpus == 0, Job.min_gpus == 0),
+    ),
 )
 
 
