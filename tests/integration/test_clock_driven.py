@@ -10,8 +10,10 @@ a round only when the test calls `schedule()`; see `stepped.py`.
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from stepped import Stepped, stepped_app
+from stepped import T0, Stepped, stepped_app
 from wire_agent import WireAgent
 
 from schedulearn.settings import ServerSettings
@@ -106,7 +108,7 @@ def test_silence_while_the_server_was_down_does_not_count(settings: ServerSettin
 def test_a_part_missing_from_heartbeats_is_lost_after_the_grace(app: Stepped) -> None:
     node = WireAgent(app.api, "n1", gpus=1)
     node.register()
-    job_id, attempt = running_on(app, node, gpus=1, max_restarts=1)
+    job_id, _ = running_on(app, node, gpus=1, max_restarts=1)
     node.running.pop(job_id)  # the agent stops listing it in its heartbeats
     # Heartbeats every second keep the node itself up (timeout 2 s).
     for _ in range(int(REPORT_GRACE)):
@@ -151,15 +153,19 @@ def test_a_cached_forecast_is_served_until_its_time_to_live(app: Stepped) -> Non
     running_on(app, node, gpus=1, estimated_duration=100)
     queued = app.submit(gpus=1, estimated_duration=50)
     predictor = app.client.app.state.sl.predictions  # type: ignore[attr-defined]
-    ttl = predictor.ttl_seconds
+    # A forecast's cost is measured in real time and a slow one is kept longer
+    # (up to 20 times its cost); this test is about the clock's part only.
+    predictor.slow_seconds = math.inf
 
     first = app.job(queued).predicted_start_at
+    assert first == pytest.approx(T0 + 100)  # when the blocker ends
     made = predictor.computed
-    app.advance(ttl - 1)
+    lifetime = max(predictor.ttl_seconds, 20 * predictor._cost)
+    app.advance(lifetime - 0.5)
     assert app.job(queued).predicted_start_at == first  # the same forecast, served again
     assert predictor.computed == made
 
-    app.advance(2)  # past the time-to-live: forecast again, from the new "now"
+    app.advance(1.0)  # past its time to live: forecast again
     again = app.job(queued).predicted_start_at
     assert predictor.computed == made + 1
-    assert first is not None and again == pytest.approx(first)  # the blocker still ends at +100
+    assert again == pytest.approx(first)  # the blocker still ends at +100
