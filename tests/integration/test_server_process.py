@@ -28,7 +28,7 @@ def start(database_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
         assert proc.poll() is None, log.read_text()
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
 
-    wait_until(healthy, 30, "the server to answer /healthz", ignore=(httpx.HTTPError,))
+    wait_until(healthy, 60, "the server to answer /healthz", ignore=(httpx.HTTPError,))
     return proc
 
 
