@@ -6,19 +6,20 @@
   header says which mode is in force.
 - Waits go through `waiting.wait_until` (this directory is on sys.path,
   so tests import `waiting` and `dependencies` directly).
-- Parallel runs (`pytest -n N --dist loadgroup`): each worker is its own
-  process with its own session fixtures (PostgreSQL server, temp dirs),
-  every server takes a free port, and what cannot be shared between workers
-  is kept on one worker by an xdist group: tests using a container engine
-  (agents on one engine see each other's labelled containers) and the
-  browser tests (one server cluster and one Chromium, not one per worker).
-  Gangs' MASTER_PORTs get a range per worker, so two workers' multi-node
-  jobs never rendezvous on the same port.
+- Parallel runs (`pytest -n N`): each worker is its own process with its
+  own session fixtures (PostgreSQL server, browser cluster, temp dirs),
+  every server takes a free port, tests using a container engine take
+  turns (a file lock: agents on one engine see each other's labelled
+  containers), and gangs' MASTER_PORTs get a range per worker, so two
+  workers' multi-node jobs never rendezvous on the same port.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ import pytest
 from dependencies import REQUIRE_ALL_VARIABLE, Dependency, missing, require_all
 
 CONTAINER_FIXTURES = frozenset({"docker_image", "podman_url"})
+CONTAINER_LOCK = Path(tempfile.gettempdir()) / "schedulearn-tests-containers.lock"
 GANG_PORTS_PER_WORKER = 2000  # job ids in one test run stay far below this
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
@@ -50,22 +52,31 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["SCHEDULEARN_GANG_BASE_PORT"] = str(base)
 
 
-def _group(item: pytest.Item) -> str | None:
+def _uses_containers(item: pytest.Item) -> bool:
     fixtures = set(getattr(item, "fixturenames", ()))
-    if fixtures & CONTAINER_FIXTURES or item.get_closest_marker("docker") is not None:
-        return "containers"
-    if item.get_closest_marker("browser") is not None or "tests/browser/" in item.nodeid:
-        return "browser"
-    return None
+    return bool(fixtures & CONTAINER_FIXTURES) or item.get_closest_marker("docker") is not None
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
+@pytest.fixture(autouse=True)
+def _one_container_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Container tests of parallel workers take turns on the one engine.
+
+    An agent lists the containers labelled with its node name, and every
+    test's agents are called n1, d1, ...: two at once on one engine would
+    adopt or stop each other's containers. A file lock (not an xdist group:
+    pytest-xdist 3.8's groups do not work with pytest 9) serialises them across
+    worker processes; it is taken before this test's other fixtures and
+    released after their teardown (its containers are gone by then).
+    """
+    if not _uses_containers(request.node):
+        yield
         return
-    for item in items:
-        group = _group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+    with CONTAINER_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture
