@@ -10,15 +10,16 @@ ones the README shows.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
+from waiting import wait_until
 
 CHROMIUM = os.environ.get("SCHEDULEARN_CHROMIUM", "/usr/bin/chromium")
 _REPO = Path(__file__).resolve().parents[2]
@@ -68,14 +69,9 @@ class Cluster:
             return dict(reply.json())
 
     def wait_job(self, job_id: int, done: Callable[[dict[str, object]], bool], timeout: float = 30):
-        deadline = time.monotonic() + timeout
-        while True:
-            job = self.job(job_id)
-            if done(job):
-                return job
-            if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} never got there: {job}")
-            time.sleep(0.1)
+        return wait_until(
+            lambda: self.job(job_id), timeout, f"job {job_id} to get there", until=done
+        )
 
     def cancel_all(self) -> None:
         with self.api() as api:
@@ -84,36 +80,34 @@ class Cluster:
                 if job["state"] not in ("succeeded", "failed", "cancelled"):
                     api.post(f"/api/v1/jobs/{job['id']}/cancel")
 
+    def nodes(self) -> list[dict[str, Any]]:
+        with self.api() as api:
+            return list(api.get("/api/v1/nodes").json()["items"])
+
     def wait_idle(self, timeout: float = 30) -> None:
         """Until no GPU is held (cancelled jobs take a grace period to stop)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.api() as api:
-                nodes = api.get("/api/v1/nodes").json()["items"]
-            if all(g["job_id"] is None for n in nodes for g in n["gpus"]):
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"GPUs still held: {nodes}")
+        wait_until(
+            self.nodes,
+            timeout,
+            "every GPU to be free",
+            until=lambda nodes: all(g["job_id"] is None for n in nodes for g in n["gpus"]),
+        )
 
     def wait_node_down(self, name: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.api() as api:
-                nodes = {n["name"]: n for n in api.get("/api/v1/nodes").json()["items"]}
-            if name in nodes and not nodes[name]["healthy"]:
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"node {name} was never marked down")
+        wait_until(
+            self.nodes,
+            timeout,
+            f"node {name} to be marked down",
+            until=lambda nodes: any(n["name"] == name and not n["healthy"] for n in nodes),
+        )
 
     def wait_nodes(self, count: int, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.api() as api:
-                nodes = api.get("/api/v1/nodes").json()["items"]
-            if sum(1 for n in nodes if n["healthy"]) >= count:
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"only {nodes} registered")
+        wait_until(
+            self.nodes,
+            timeout,
+            f"{count} healthy nodes",
+            until=lambda nodes: sum(1 for n in nodes if n["healthy"]) >= count,
+        )
 
 
 @dataclass

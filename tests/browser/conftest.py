@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 from browsing import ADMIN, AGENT, CHROMIUM, Cluster, Visits
 
+from dependencies import Dependency, missing
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 
 
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}: apt-get install -y chromium")
+        missing(Dependency.BROWSER, f"no Chromium at {CHROMIUM}")
     return CHROMIUM
 
 

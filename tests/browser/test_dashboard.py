@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from browsing import ADMIN, Cluster, Visits, screenshot
 from playwright.sync_api import expect
+
+from waiting import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -242,10 +243,12 @@ def test_policy_switch_is_for_admins_only(cluster: Cluster, visit: Visits) -> No
     expect(admin.get_by_test_id("current-policy")).to_have_text("fifo:backfill=true")
     with cluster.api() as api:
         assert api.get("/api/v1/policy").json()["spec"] == "fifo:backfill=true"
-        deadline = time.monotonic() + 10
-        while api.get("/healthz").json()["policy"] != "fifo:backfill=true":
-            assert time.monotonic() < deadline, "the scheduler never took the new policy"
-            time.sleep(0.1)
+        wait_until(
+            lambda: api.get("/healthz").json()["policy"],
+            10,
+            "the scheduler to take the new policy",
+            until="fifo:backfill=true".__eq__,
+        )
     admin.get_by_test_id("use-srtf").click()
     expect(admin.get_by_test_id("current-policy")).to_have_text("srtf")
     screenshot(admin, "policy")

@@ -8,13 +8,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from schedulearn.cli.client import Client
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 from schedulearn.protocol import JobPublic
+from waiting import Timeout, wait_until
 
 ADMIN = "e2e-admin-token"
 AGENT = "e2e-agent-token"
@@ -62,13 +65,12 @@ class Cluster:
         return agent
 
     def wait_nodes(self, n: int, timeout: float = 30.0) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
+        def healthy() -> list[str]:
             with self.client() as c:
-                if sum(1 for node in c.nodes().items if node.healthy) >= n:
-                    return
-            time.sleep(0.1)
-        raise TimeoutError(f"{n} nodes did not join:\n{self.logs()}")
+                return [node.name for node in c.nodes().items if node.healthy]
+
+        with self._logs_on_timeout():
+            wait_until(healthy, timeout, f"{n} healthy nodes", until=lambda names: len(names) >= n)
 
     def client(self, token: str = ADMIN) -> Client:
         return Client(self.server.url, token)
@@ -82,30 +84,54 @@ class Cluster:
         )  # fmt: skip
 
     def wait_final(self, ids: list[int], timeout: float = 120.0) -> dict[int, JobPublic]:
-        deadline = time.time() + timeout
         done: dict[int, JobPublic] = {}
-        with self.client() as c:
-            while time.time() < deadline:
-                for i in ids:
-                    if i not in done:
-                        j = c.job(i)
-                        if j.state in FINAL:
-                            done[i] = j
-                if len(done) == len(ids):
-                    return done
-                time.sleep(0.2)
-        missing = sorted(set(ids) - set(done))
-        raise TimeoutError(f"jobs {missing[:20]} did not end:\n{self.logs()}")
+
+        def still_running() -> list[int]:
+            for i in ids:
+                if i not in done and (j := c.job(i)).state in FINAL:
+                    done[i] = j
+            return sorted(set(ids) - set(done))[:20]
+
+        with self.client() as c, self._logs_on_timeout():
+            wait_until(still_running, timeout, "the jobs to end", until=lambda left: not left)
+        return done
 
     def wait_state(self, job_id: int, states: set[str], timeout: float = 30.0) -> JobPublic:
-        deadline = time.time() + timeout
-        with self.client() as c:
-            while time.time() < deadline:
-                j = c.job(job_id)
-                if j.state in states:
-                    return j
-                time.sleep(0.1)
-        raise TimeoutError(f"job {job_id} is {j.state}, not {states}: {j.message}\n{self.logs()}")
+        with self.client() as c, self._logs_on_timeout():
+            return wait_until(
+                lambda: c.job(job_id),
+                timeout,
+                f"job {job_id} to be {sorted(states)}",
+                until=lambda j: j.state in states,
+            )
+
+    def passes(self) -> int:
+        """Scheduling passes the server has run (its Prometheus count)."""
+        text = httpx.get(f"{self.server.url}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("schedulearn_scheduler_pass_seconds_count"):
+                return int(float(line.split()[-1]))
+        return 0
+
+    def settle(self, timeout: float = 30.0) -> None:
+        """Return once a whole scheduling pass has run that began after this call
+        (two completed passes: the first may have begun before it)."""
+        seen = self.passes()
+        with self._logs_on_timeout():
+            wait_until(
+                self.passes,
+                timeout,
+                "a scheduling pass begun after the test's last change",
+                until=lambda n: n >= seen + 2,
+            )
+
+    @contextlib.contextmanager
+    def _logs_on_timeout(self) -> Iterator[None]:
+        """A wait that times out says what the server and agents logged."""
+        try:
+            yield
+        except Timeout as exc:
+            raise Timeout(f"{exc}\n{self.logs()}") from None
 
     def log_text(self, job_id: int) -> str:
         with self.client() as c:

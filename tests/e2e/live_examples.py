@@ -19,6 +19,7 @@ import httpx
 from e2e_cluster import ADMIN, Cluster
 
 from schedulearn.protocol import JobPublic
+from waiting import Timeout, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "train_digits.py"
@@ -78,13 +79,10 @@ def live_cluster(root: Path, agents: dict[str, int], **server_env: str) -> Itera
 
 def wait_for(what: str, probe: Callable[[], T | None], cluster: Cluster, timeout: float) -> T:
     """Poll `probe` until it returns something truthy; on timeout say what and show the logs."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(f"timed out waiting for {what}\n{cluster.logs()}")
+    try:
+        return wait_until(probe, timeout, what)  # type: ignore[return-value]
+    except Timeout as exc:
+        raise Timeout(f"{exc}\n{cluster.logs()}") from None
 
 
 def job(cluster: Cluster, job_id: int) -> JobPublic:

@@ -11,6 +11,7 @@ import pytest
 from e2e_cluster import ADMIN, Cluster
 
 from schedulearn.protocol import JobSpec
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -38,9 +39,7 @@ def test_server_killed_under_load_keeps_every_accepted_job(cluster: Cluster) -> 
 
     thread = threading.Thread(target=submitter)
     thread.start()
-    deadline = time.time() + 60
-    while len(accepted) < 60 and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(accepted), 60, "60 accepted submissions", until=lambda n: n >= 60)
     cluster.server.kill()  # SIGKILL: no shutdown code runs
     killed_at = len(accepted)
     time.sleep(1.0)
@@ -65,24 +64,19 @@ def test_agent_killed_its_jobs_are_lost_requeued_and_gpus_freed(cluster: Cluster
         running = {i: cluster.wait_state(i, {"running"}) for i in ids}
         on_a = next(i for i, j in running.items() if j.placement and "a" in j.placement)
         on_b = next(i for i in ids if i != on_a)
-        time.sleep(0.5)
-        pid = re.search(r"pid=(\d+)", cluster.log_text(on_a))
-        assert pid, "the job on agent a printed no pid"
+        pid = wait_until(
+            lambda: re.search(r"pid=(\d+)", cluster.log_text(on_a)), 10, "the pid of the job on a"
+        )
         cluster.pids_to_reap.add(int(pid.group(1)))  # the orphan outlives its agent
-        b_pid = re.search(r"pid=(\d+)", cluster.log_text(on_b))
-        if b_pid:
-            cluster.pids_to_reap.add(int(b_pid.group(1)))
+        b_pid = wait_until(
+            lambda: re.search(r"pid=(\d+)", cluster.log_text(on_b)), 10, "the pid of the job on b"
+        )
+        cluster.pids_to_reap.add(int(b_pid.group(1)))
 
         cluster.agents["a"].kill()  # SIGKILL
 
         # Node a goes silent: marked down, its job lost and requeued, its GPUs freed.
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            j = c.job(on_a)
-            if j.restarts == 1:
-                break
-            time.sleep(0.2)
-        assert c.job(on_a).restarts == 1
+        wait_until(lambda: c.job(on_a), 30, f"job {on_a} lost", until=lambda j: j.restarts == 1)
         states = [t.to_state for t in c.history(on_a).transitions]
         assert states[:4] == ["assigned", "running", "lost", "pending"], states
         lost = next(t for t in c.history(on_a).transitions if t.to_state == "lost")

@@ -8,12 +8,12 @@ import random
 import re
 import subprocess
 import sys
-import time
 
 import httpx
 from e2e_cluster import ADMIN, Cluster
 
 from schedulearn.protocol import JobSpec
+from waiting import wait_until
 
 # Each job prints where it ran and when, from inside the job.
 PROBE = (
@@ -89,7 +89,7 @@ def test_policy_switch_takes_effect_without_restart(cluster: Cluster) -> None:
         cluster.wait_state(b, {"running"})
         head = c.submit(JobSpec(command="true", gpus=8)).ids[0]
         small = c.submit(JobSpec(command="echo small", gpus=1, estimated_duration=5)).ids[0]
-        time.sleep(1.0)
+        cluster.settle()  # the scheduler has seen both and left them waiting
         assert c.job(small).state == "pending"  # FIFO: behind the 8-GPU head
         assert "1 job ahead" in (c.job(small).waiting_reason or "")
         c.set_policy("srtf:preempt=false")
@@ -123,15 +123,13 @@ def test_cancel_and_logs_follow_through_the_cli(cluster: Cluster) -> None:
     assert f"job {job_id} cancelled" in err
     numbers = [int(x.split()[1]) for x in first + rest.splitlines() if x.startswith("line")]
     assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) < 600
+
     # The GPUs are free again once the process is gone.
-    deadline = time.time() + 15
-    while time.time() < deadline:
+    def held() -> list[tuple[str, int]]:
         with cluster.client() as c:
-            if all(g.job_id is None for n in c.nodes().items for g in n.gpus):
-                break
-        time.sleep(0.1)
-    else:
-        raise AssertionError("GPUs still held after cancel")
+            return [(n.name, g.index) for n in c.nodes().items for g in n.gpus if g.job_id]
+
+    wait_until(held, 15, "the GPUs to be free after cancel", until=lambda gpus: not gpus)
 
 
 def test_two_node_gang(cluster: Cluster) -> None:

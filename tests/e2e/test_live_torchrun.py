@@ -2,12 +2,12 @@
 worker processes (DistributedDataParallel over gloo) moved from one agent to
 another mid-epoch. All workers stop at the same step, rank 0's checkpoint
 travels through the server, and the job ends with the weights of a torchrun
-run that was never moved. Skips without PyTorch (not a project dependency;
-scripts/test installs the CPU wheel kept on disk)."""
+run that was never moved. Needs PyTorch (not a project dependency;
+scripts/test installs the CPU wheel kept on disk): skipped without it
+locally, a failure in CI."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -25,16 +25,16 @@ from live_examples import (
     move_to_the_other_agent_mid_epoch,
 )
 
+from dependencies import Dependency, need_module
 from schedulearn.protocol import JobSpec
 
-pytestmark = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("torch") is None,
-        reason="PyTorch is not installed in this environment; scripts/test installs the "
-        "CPU wheel from /opt/wheels (uv pip install /opt/wheels/torch-2.13.0+cpu-...whl)",
-    ),
-    pytest.mark.slow,
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _torch() -> None:
+    need_module("torch", Dependency.TORCH)
+
 
 SCRIPT = REPO / "examples" / "train_torch.py"
 ARGS = ("--epochs", "4", "--seed", "2")

@@ -11,11 +11,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from schedulearn.cli.live import has_nvidia_gpus
 from schedulearn.cli.localcluster import free_port
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,10 +67,12 @@ def test_up_then_submit_the_readme_example_then_ctrl_c(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        deadline = time.time() + 60
-        while (nodes := _nodes(env)) == [] and time.time() < deadline:
+
+        def joined() -> list[tuple[str, int]]:
             assert up.poll() is None, up.communicate()[0]
-            time.sleep(0.2)
+            return _nodes(env)
+
+        nodes = wait_until(joined, 60, "the local agent to join")
         # 4 virtual GPUs where there are no NVIDIA GPUs, else the real ones.
         assert nodes == [("local", 4)] or (has_nvidia_gpus() and nodes[0][0] == "local"), nodes
         assert json.loads(config.read_text())["server"] == f"http://127.0.0.1:{port}"

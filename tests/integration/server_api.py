@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from waiting import wait_until
+
 ADMIN = "admin-token-for-tests"
 AGENT = "agent-token-for-tests"
 
@@ -25,6 +27,24 @@ class Api:
 
     def put(self, path: str, headers: dict[str, str] | None = None, **kw: object):  # type: ignore[no-untyped-def]
         return self.client.put(path, headers=headers or self.admin, **kw)  # type: ignore[arg-type]
+
+    def settle(self) -> None:
+        """Return once a whole scheduling round has run that began after this call.
+
+        What a test asserts afterwards ("still pending") is then what the
+        scheduler decided about the state the test made, not a moment before
+        the scheduler looked. Two completed rounds: the first may have begun
+        before the call, the second began after the first ended.
+        """
+        scheduler = self.client.app.state.sl.scheduler  # type: ignore[attr-defined]
+        seen = scheduler.passes
+        self.client.portal.call(scheduler.wakeups.wake_scheduler)  # type: ignore[union-attr]
+        wait_until(
+            lambda: scheduler.passes,
+            10,
+            "a scheduling round begun after the test's last change",
+            until=lambda passes: passes >= seen + 2,
+        )
 
     def user_token(self, user: str) -> dict[str, str]:
         r = self.post("/api/v1/tokens", json={"user": user, "role": "user"})

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from wire_agent import WireAgent
 
 from schedulearn.protocol import JobList, JobPublic, SubmitReply
@@ -84,7 +82,7 @@ def test_show_gives_queue_position_and_reason(api) -> None:  # type: ignore[no-u
     node.work_until(lambda b: b.starts)  # placed: 1 GPU left
     second = submit(api, {"command": "b", "gpus": 2}).ids[0]
     third = submit(api, {"command": "c", "gpus": 4}).ids[0]
-    time.sleep(0.3)
+    api.settle()  # the scheduler has seen them, and left them waiting
     s2 = JobPublic.model_validate(api.get(f"/api/v1/jobs/{second}").json())
     s3 = JobPublic.model_validate(api.get(f"/api/v1/jobs/{third}").json())
     assert s2.state == "pending" and s2.queue_position == 1

@@ -10,6 +10,7 @@ import time
 from wire_agent import WireAgent
 
 from schedulearn.protocol import JobPublic
+from waiting import wait_until
 
 
 def job(api, job_id: int) -> JobPublic:  # type: ignore[no-untyped-def]
@@ -17,13 +18,12 @@ def job(api, job_id: int) -> JobPublic:  # type: ignore[no-untyped-def]
 
 
 def wait_state(api, job_id: int, *states: str, timeout: float = 10.0) -> JobPublic:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        j = job(api, job_id)
-        if j.state in states:
-            return j
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} is {j.state}, not {states}: {j.message}")
+    return wait_until(
+        lambda: job(api, job_id),
+        timeout,
+        f"job {job_id} to be {states}",
+        until=lambda j: j.state in states,
+    )
 
 
 def submit(api, **body) -> int:  # type: ignore[no-untyped-def]
@@ -75,7 +75,10 @@ def test_job_runs_through_its_states_and_logs_follow(api) -> None:  # type: igno
 
     reader = threading.Thread(target=follow)
     reader.start()
-    time.sleep(0.3)
+    # The follower has the lines so far: it is connected and waiting for more.
+    wait_until(
+        lambda: sum('"text"' in line for line in got), 10, "the first lines", until=lambda n: n >= 2
+    )
     node.log(job_id, 1, "epoch 3")
     node.exit(job_id, 1, 0)
     reader.join(timeout=10)
@@ -116,7 +119,7 @@ def test_failure_and_cancel(api) -> None:  # type: ignore[no-untyped-def]
     assert [(s.job_id, s.reason) for s in stops] == [(long, "cancel")]
     # The GPU stays held until the process is gone.
     queued = submit(api, gpus=2)
-    time.sleep(0.3)
+    api.settle()
     assert job(api, queued).state == "pending"
     node.exit(long, 1, -15)
     assert job(api, long).state == "cancelled"  # a late exit does not change a final state
@@ -172,11 +175,14 @@ def test_silent_node_loses_its_jobs_which_are_requeued(api) -> None:  # type: ig
     a = dead.work_until(lambda b: b.starts).starts[0]
     dead.start(job_id, a.attempt)
     alive.register()
-    # `dead` stops sending heartbeats; `alive` keeps going.
-    deadline = time.time() + 10
-    while time.time() < deadline and job(api, job_id).attempt < 2:
+
+    # `dead` stops sending heartbeats; `alive` keeps going. (The boundary
+    # itself is tested on a manual clock in test_clock_driven.py.)
+    def requeued() -> int:
         alive.heartbeat()
-        time.sleep(0.2)
+        return job(api, job_id).attempt
+
+    wait_until(requeued, 10, f"job {job_id} to be lost and placed again", until=lambda a: a >= 2)
     b = alive.work_until(lambda b: b.starts).starts[0]
     assert (b.job_id, b.attempt) == (job_id, 2)
     requeued = job(api, job_id)
@@ -189,10 +195,7 @@ def test_silent_node_loses_its_jobs_which_are_requeued(api) -> None:  # type: ig
     assert dead.heartbeat().reregister is True
     # Lost a second time: max_restarts=1 is used up, so it fails.
     alive.start(job_id, 2)
-    deadline = time.time() + 10
-    while time.time() < deadline and job(api, job_id).state != "failed":
-        time.sleep(0.2)
-    final = job(api, job_id)
+    final = wait_state(api, job_id, "failed")
     assert final.state == "failed" and "max_restarts=1" in final.message
 
 
@@ -238,7 +241,7 @@ def test_policy_switch_takes_effect_on_the_next_pass(api) -> None:  # type: igno
     node.start(blocker, 1)
     head = submit(api, gpus=4)
     small = submit(api, gpus=1, estimated_duration=5)
-    time.sleep(0.3)
+    api.settle()
     assert job(api, small).state == "pending"  # plain FIFO: it waits behind the head
     # SRTF (without preemption) skips the blocked head and starts the short job.
     r = api.put("/api/v1/policy", json={"spec": "srtf:preempt=false"})
@@ -266,7 +269,7 @@ def test_concurrent_submissions_never_share_a_gpu(api) -> None:  # type: ignore[
     for t in threads:
         t.join()
     assert not errors
-    time.sleep(0.5)
+    api.settle()  # every submission has been through a scheduling round
     held: dict[tuple[str, int], int] = {}
     for n in nodes:
         for a in n.work(wait=0.1).starts:

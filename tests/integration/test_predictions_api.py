@@ -8,9 +8,11 @@ import time
 
 import pytest
 from server_api import ADMIN
+from stepped import stepped_app
 from wire_agent import WireAgent
 
 from schedulearn.protocol import JobList, JobPublic, PolicyPreview
+from waiting import wait_until
 
 
 def submit(api, **body) -> int:  # type: ignore[no-untyped-def]
@@ -33,10 +35,7 @@ def busy_gpu(api, seconds: float = 100) -> tuple[int, float]:  # type: ignore[no
     (start,) = node.work_until(lambda b: b.starts).starts
     node.start(blocker, start.attempt)
     began = time.time()
-    deadline = began + 10
-    while job(api, blocker).state != "running":
-        assert time.time() < deadline, "the blocker never ran"
-        time.sleep(0.05)
+    wait_until(lambda: job(api, blocker).state, 10, "the blocker to run", until="running".__eq__)
     return blocker, began
 
 
@@ -82,24 +81,24 @@ def test_a_job_of_unknown_duration_is_said_to_be_unknown(api) -> None:  # type: 
     assert waiting.predicted_start_at is None and waiting.predicted_end_at is None
 
 
-def test_history_of_the_same_name_gives_an_estimate(api) -> None:  # type: ignore[no-untyped-def]
-    node = WireAgent(api, "n1", gpus=1)
-    node.register()
-    done = submit(api, name="nightly", command=["python", "train.py"])
-    (start,) = node.work_until(lambda b: b.starts).starts
-    node.start(done, start.attempt)
-    time.sleep(0.3)
-    node.exit(done, start.attempt, 0)
-    deadline = time.time() + 10
-    while job(api, done).state != "succeeded":
-        assert time.time() < deadline
-        time.sleep(0.05)
-    again = submit(api, name="nightly", command=["python", "train.py", "--other"])
-    j = job(api, again)
-    assert j.duration_source == "history"
-    assert j.duration_estimate == pytest.approx(0.3, abs=0.25)
-    # Finished jobs carry no predictions.
-    assert job(api, done).duration_estimate is None
+def test_history_of_the_same_name_gives_an_estimate(settings) -> None:  # type: ignore[no-untyped-def]
+    # On a manual clock: the run lasts exactly 0.3 s, whatever the machine's speed.
+    with stepped_app(settings) as app:
+        node = WireAgent(app.api, "n1", gpus=1)
+        node.register()
+        done = app.submit(name="nightly", command=["python", "train.py"])
+        app.schedule()
+        (start,) = node.work(wait=0).starts
+        node.start(done, start.attempt)
+        app.advance(0.3)
+        node.exit(done, start.attempt, 0)
+        assert app.job(done).state == "succeeded"
+        again = app.submit(name="nightly", command=["python", "train.py", "--other"])
+        j = app.job(again)
+        assert j.duration_source == "history"
+        assert j.duration_estimate == pytest.approx(0.3)
+        # Finished jobs carry no predictions.
+        assert app.job(done).duration_estimate is None
 
 
 def test_preview_shows_srtf_below_fifo_for_short_jobs_behind_a_long_one(api) -> None:  # type: ignore[no-untyped-def]
@@ -227,28 +226,32 @@ def test_the_web_pages_show_the_predictions(api) -> None:  # type: ignore[no-unt
     assert row and f"~{clock}" in row.group(0)
 
 
-def test_reported_progress_extrapolates_a_running_jobs_end(api) -> None:  # type: ignore[no-untyped-def]
+def test_reported_progress_extrapolates_a_running_jobs_end(settings) -> None:  # type: ignore[no-untyped-def]
     from schedulearn.protocol import ProgressBatch, ProgressReport
 
-    node = WireAgent(api, "n1", gpus=1)
-    node.register()
-    job_id = submit(api, name="epochs", estimated_duration=10_000)
-    (start,) = node.work_until(lambda b: b.starts).starts
-    node.start(job_id, start.attempt)
-    time.sleep(1.0)
-    body = ProgressBatch(
-        attempt=start.attempt,
-        node="n1",
-        reports=[ProgressReport(at=time.time(), epoch=1, total_epochs=4)],
-    )
-    r = api.post(
-        f"/api/v1/agent/jobs/{job_id}/progress",
-        headers=api.agent,
-        json=body.model_dump(mode="json"),
-    )
-    assert r.status_code == 200, r.text
-    j = job(api, job_id)
-    # A quarter done after ~1 s: ~4 s in all, not the 10,000 s estimate.
-    assert j.duration_source == "progress"
-    assert j.duration_estimate == pytest.approx(4.0, abs=1.0)
-    assert j.predicted_end_at == pytest.approx(j.started_at + j.duration_estimate, abs=1.0)  # type: ignore[operator]
+    with stepped_app(settings) as app:
+        node = WireAgent(app.api, "n1", gpus=1)
+        node.register()
+        job_id = app.submit(name="epochs", estimated_duration=10_000)
+        app.schedule()
+        (start,) = node.work(wait=0).starts
+        node.start(job_id, start.attempt)
+        started = app.clock.now()
+        app.advance(1.0)
+        body = ProgressBatch(
+            attempt=start.attempt,
+            node="n1",
+            reports=[ProgressReport(at=app.clock.now(), epoch=1, total_epochs=4)],
+        )
+        r = app.api.post(
+            f"/api/v1/agent/jobs/{job_id}/progress",
+            headers=app.api.agent,
+            json=body.model_dump(mode="json"),
+        )
+        assert r.status_code == 200, r.text
+        j = app.job(job_id)
+        # A quarter done after 1 s: 4 s in all, not the 10,000 s estimate.
+        assert j.duration_source == "progress"
+        assert j.duration_estimate == pytest.approx(4.0)
+        assert j.started_at == started
+        assert j.predicted_end_at == pytest.approx(started + 4.0)

@@ -1,29 +1,42 @@
-"""Several API replicas on one PostgreSQL database: one schedules, all serve."""
+"""Several API replicas on one PostgreSQL database: one schedules, all serve.
+
+Runs on both passes of scripts/test: it starts its own PostgreSQL
+(`postgres_server`) when the suite runs on SQLite.
+"""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from fastapi.testclient import TestClient
+from pg_server import Postgres
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.server import create_app
 from schedulearn.settings import ServerSettings
+from waiting import wait_until
+
+pytestmark = pytest.mark.postgres
 
 
-def test_one_replica_holds_the_scheduler_lock(settings: ServerSettings) -> None:
+def test_one_replica_holds_the_scheduler_lock(
+    settings: ServerSettings, postgres_server: Postgres
+) -> None:
     if not settings.database_url.startswith("postgresql"):
-        pytest.skip("replicas share a PostgreSQL database (SCHEDULEARN_TEST_POSTGRES=1)")
+        settings = settings.model_copy(update={"database_url": postgres_server.new_database()})
     with TestClient(create_app(settings)) as first, TestClient(create_app(settings)) as second:
-        time.sleep(0.5)
-        leaders = [
-            c.app.state.sl.scheduler._leader_conn is not None  # type: ignore[attr-defined]
-            for c in (first, second)
-        ]
-        assert sorted(leaders) == [False, True]
-        from server_api import Api
+        replicas = (first, second)
 
+        def leaders() -> list[bool]:
+            return sorted(c.app.state.sl.scheduler._leader_conn is not None for c in replicas)  # type: ignore[attr-defined]
+
+        def both_tried() -> bool:
+            return all(c.app.state.sl.scheduler.passes >= 1 for c in replicas)  # type: ignore[attr-defined]
+
+        # Both have run a scheduling round (each asked for the lock), so the
+        # split below is final, not a moment before the second one asks.
+        wait_until(both_tried, 10, "both replicas to run a scheduling round")
+        assert leaders() == [False, True]
         a, b = Api(first), Api(second)
         WireAgent(a, "n1", gpus=2).register()
         # A job submitted through either replica is placed by the leader, and

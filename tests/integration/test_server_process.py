@@ -7,12 +7,12 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from schedulearn.cli.localcluster import free_port
+from waiting import wait_until
 
 
 def start(database_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -23,15 +23,13 @@ def start(database_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
             [sys.executable, "-m", "schedulearn.cli.main", "server", "--port", str(port)],
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
-    deadline = time.time() + 30
-    while time.time() < deadline:
+
+    def healthy() -> bool:
         assert proc.poll() is None, log.read_text()
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    raise TimeoutError(log.read_text())
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+
+    wait_until(healthy, 60, "the server to answer /healthz", ignore=(httpx.HTTPError,))
+    return proc
 
 
 def test_first_start_shows_tokens_once_and_they_work(database_url: str, tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ class WireAgent:
         assert r.status_code == 200, r.text
         return WorkBatch.model_validate(r.json())
 
-    def work_until(self, predicate: Any, timeout: float = 10.0) -> WorkBatch:
+    def work_until(self, predicate: Any, timeout: float = 30.0) -> WorkBatch:
         """Long-poll until a batch satisfies `predicate` (batches in between are kept)."""
         merged = WorkBatch()
         deadline = time.time() + timeout

@@ -15,12 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from waiting import wait_until
 
 HERE = Path(__file__).parent
 ENGINE_SCRIPT = HERE / "docker_engine.sh"
@@ -33,18 +34,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.05) -> Any:
-    """Poll `check` until it returns something truthy; fail with `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 class Proc:
@@ -186,18 +175,14 @@ class AdminApi:
         self, job_id: int, states: Iterable[str], timeout: float = 30.0
     ) -> dict[str, Any]:
         wanted = set(states)
-        last: dict[str, Any] = {}
 
-        def reached() -> dict[str, Any] | None:
-            nonlocal last
-            with contextlib.suppress(httpx.HTTPError):
-                last = self.job(job_id)
-            return last if last.get("state") in wanted else None
-
-        try:
-            return dict(wait_until(reached, timeout, f"job {job_id} to be {sorted(wanted)}"))
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; last seen: {last}") from None
+        return wait_until(
+            lambda: self.job(job_id),
+            timeout,
+            f"job {job_id} to be {sorted(wanted)}",
+            until=lambda job: job.get("state") in wanted,
+            ignore=(httpx.HTTPError,),
+        )
 
     def logs(self, job_id: int) -> list[dict[str, Any]]:
         r = self.http.get(f"/jobs/{job_id}/logs")

@@ -30,6 +30,7 @@ from agent_support import (
     ensure_docker,
 )
 
+from dependencies import Dependency, missing
 from schedulearn.agent.executors.process import is_job_shim
 from schedulearn.agent.state import StateStore
 
@@ -38,9 +39,9 @@ from schedulearn.agent.state import StateStore
 def docker_image() -> str:
     image = ensure_docker()
     if image is None:
-        pytest.skip(
-            "no Docker engine: tests/integration/agent/docker_engine.sh could not start one "
-            "(install docker.io and busybox-static)"
+        missing(
+            Dependency.DOCKER,
+            "tests/integration/agent/docker_engine.sh could not start one or build the test image",
         )
     return image
 
@@ -51,16 +52,16 @@ PODMAN_INITS = ("/usr/libexec/podman/catatonit", "/usr/bin/catatonit")
 @pytest.fixture(scope="session")
 def podman_url(docker_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (apt-get install -y podman catatonit)")
+        missing(Dependency.PODMAN, "no podman on PATH")
     if not any(Path(p).exists() for p in PODMAN_INITS):
         # Job containers run with an init by default; Podman's is catatonit.
-        pytest.skip("podman has no init binary (apt-get install -y catatonit)")
+        missing(Dependency.PODMAN, f"no init binary for its containers ({', '.join(PODMAN_INITS)})")
     service = PodmanService(tmp_path_factory.mktemp("podman"))
     try:
         service.start()
     except (subprocess.CalledProcessError, AssertionError) as exc:
         service.stop()
-        pytest.skip(f"podman's socket did not come up: {exc}")
+        missing(Dependency.PODMAN, f"its socket did not come up: {exc}")
     try:
         yield service.url
     finally:

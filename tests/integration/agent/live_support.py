@@ -10,7 +10,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from agent_support import AdminApi, ServerProc, wait_until
+from agent_support import AdminApi, ServerProc
+
+from waiting import wait_until
 
 TRAIN_SCRIPT = textwrap.dedent(
     """

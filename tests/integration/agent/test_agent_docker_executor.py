@@ -18,6 +18,7 @@ from schedulearn.agent.executors.base import OutputLine, RunHandle, StartError
 from schedulearn.agent.executors.container import DockerExecutor
 from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.protocol import Assignment, Executor
+from waiting import wait_until_async
 
 pytestmark = pytest.mark.docker
 T = TypeVar("T")
@@ -87,12 +88,9 @@ async def run_to_end(handle: RunHandle) -> tuple[int | None, list[OutputLine]]:
 
 
 async def wait_for_line(lines: list[OutputLine], text: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(ln.text == text for ln in lines):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no line {text!r} in {[ln.text for ln in lines]}")
+    await wait_until_async(
+        lambda: [ln.text for ln in lines], timeout, f"the line {text!r}", until=lambda t: text in t
+    )
 
 
 def texts(lines: list[OutputLine], stream: str) -> list[str]:

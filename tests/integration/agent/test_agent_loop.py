@@ -5,24 +5,38 @@ is down. Every process is real, on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-import time
+import sqlite3
 from pathlib import Path
 
 import pytest
-from agent_support import AdminApi, ServerProc, StartAgent, wait_until
+from agent_support import AdminApi, AgentProc, ServerProc, StartAgent
+
+from schedulearn.agent.state import JobRecord
+from waiting import wait_until
 
 
 def registered(api: AdminApi, name: str, timeout: float = 20.0) -> None:
     wait_until(lambda: api.node(name), timeout, f"node {name} to register")
 
 
-def settle() -> None:
-    """Give the agent a moment to record the server's acknowledgement of the lines
-    a test has just seen: a SIGKILL between the server's commit and that record
+def settle(agent: AgentProc, api: AdminApi, job_id: int) -> None:
+    """Wait until the agent has recorded the server's acknowledgement of the lines
+    the server holds: a SIGKILL between the server's commit and that record
     makes the next agent send those lines again (with the same sequence numbers)."""
-    time.sleep(0.5)
+    lines = len(api.logs(job_id))
+
+    def acked() -> int:
+        uri = f"file:{agent.state_dir / 'agent.db'}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5)) as db:
+            rows = db.execute("SELECT record FROM runs WHERE job_id = ?", (job_id,)).fetchall()
+        return max((JobRecord.from_json(text).next_seq for (text,) in rows), default=0)
+
+    wait_until(
+        acked, 10, f"agent {agent.name} to record {lines} lines acked", until=lambda n: n >= lines
+    )
 
 
 def pid_alive(pid: int) -> bool:
@@ -117,7 +131,7 @@ def test_a_restarted_agent_readopts_its_running_job(
     wait_until(lambda: "before" in api.texts(job_id), 10, "the first lines")
     pid = int(line_starting(api, job_id, "pid ").split()[1])  # type: ignore[union-attr]
 
-    settle()
+    settle(agent, api, job_id)
     agent.kill()  # SIGKILL: the agent cannot tidy up; the job must live on
     assert pid_alive(pid)
     again = start_agent("n1", gpus=2)
@@ -133,18 +147,21 @@ def test_an_exit_while_the_agent_was_down_is_reported_by_the_next_agent(
     api: AdminApi, start_agent: StartAgent, tmp_path: Path
 ) -> None:
     gate = tmp_path / "gate"
+    ended = tmp_path / "ended"
     agent = start_agent("n1", gpus=1)
     registered(api, "n1")
     job_id = api.submit(
-        command=f"echo started; while [ ! -e {gate} ]; do sleep 0.05; done; echo ending; exit 5",
+        command=f"echo started; while [ ! -e {gate} ]; do sleep 0.05; done; echo ending; "
+        f"touch {ended}; exit 5",
         gpus=1,
     )
     api.wait_state(job_id, {"running"})
     wait_until(lambda: "started" in api.texts(job_id), 10, "the first line")
-    settle()
+    settle(agent, api, job_id)
     agent.kill()
     gate.touch()
-    time.sleep(0.5)  # the job ends while no agent watches it
+    # The job ends while no agent watches it (the shim records its exit code).
+    wait_until(ended.exists, 10, "the job to end")
     start_agent("n1", gpus=1)
     job = api.wait_state(job_id, {"failed", "succeeded"})
     assert (job["state"], job["exit_code"], job["attempt"]) == ("failed", 5, 1)
@@ -198,17 +215,19 @@ def test_no_exit_report_is_lost_while_the_server_is_down(
     api: AdminApi, server: ServerProc, start_agent: StartAgent, tmp_path: Path
 ) -> None:
     gate = tmp_path / "gate"
+    ended = tmp_path / "ended"
     start_agent("n1", gpus=1)
     registered(api, "n1")
     job_id = api.submit(
-        command=f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo down; exit 0",
+        command=f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo down; "
+        f"touch {ended}; exit 0",
         gpus=1,
     )
     api.wait_state(job_id, {"running"})
     wait_until(lambda: "up" in api.texts(job_id), 10, "the first line")
     server.kill()
     gate.touch()
-    time.sleep(1.5)  # the job ends; the agent keeps retrying its reports
+    wait_until(ended.exists, 10, "the job to end")
     server.start_ready()
     job = api.wait_state(job_id, {"succeeded", "failed"}, timeout=40)
     assert (job["state"], job["exit_code"]) == ("succeeded", 0)
@@ -266,7 +285,7 @@ def test_a_container_job_runs_is_cancelled_and_is_readopted_after_a_restart(
     first = wait_until(
         lambda: line_starting(api, job_id, "in container"), 20, "the container's first line"
     )
-    settle()
+    settle(agent, api, job_id)
     agent.kill()
     again = start_agent("d1", gpus=2, extra=extra)
     wait_until(lambda: "re-adopted job" in again.log(), 20, "the container's re-adoption")

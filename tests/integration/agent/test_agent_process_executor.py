@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from agent_support import wait_until
 
 from schedulearn.agent.executors.base import MAX_LINE_CHARS, OutputLine, RunHandle, StartError
 from schedulearn.agent.executors.process import SubprocessExecutor
 from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.protocol import Assignment, Executor
+from waiting import wait_until, wait_until_async
 
 T = TypeVar("T")
 
@@ -351,10 +351,10 @@ def test_an_ended_record_is_reported_again_as_it_was(store: StateStore) -> None:
 
 
 async def wait_for_line(lines: list[OutputLine], prefix: str, timeout: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in lines:
-            if line.text.startswith(prefix):
-                return line.text
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no line starting {prefix!r} in {[ln.text for ln in lines]}")
+    found = await wait_until_async(
+        lambda: [ln.text for ln in lines],
+        timeout,
+        f"a line starting {prefix!r}",
+        until=lambda texts: any(t.startswith(prefix) for t in texts),
+    )
+    return next(t for t in found if t.startswith(prefix))

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_support import AdminApi, ServerProc, StartAgent, wait_until
+from agent_support import AdminApi, ServerProc, StartAgent
 from live_support import (
     messages,
     set_policy,
@@ -18,6 +18,8 @@ from live_support import (
     wait_field,
     write_script,
 )
+
+from waiting import wait_until
 
 
 @pytest.fixture

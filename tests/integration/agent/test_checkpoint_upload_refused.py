@@ -8,8 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_support import AdminApi, ServerProc, StartAgent, wait_until
+from agent_support import AdminApi, ServerProc, StartAgent
 from live_support import messages, start_server, train_command, write_script
+
+from waiting import wait_until
 
 
 @pytest.fixture

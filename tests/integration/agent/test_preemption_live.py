@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from agent_support import AdminApi, ServerProc, StartAgent, wait_until
+from agent_support import AdminApi, ServerProc, StartAgent
 from live_support import (
     messages,
     set_policy,
@@ -16,6 +16,8 @@ from live_support import (
     train_command,
     write_script,
 )
+
+from waiting import wait_until
 
 
 @pytest.fixture

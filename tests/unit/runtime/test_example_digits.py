@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -14,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("sklearn") is None,
-    reason="scikit-learn (the dev dependency group) holds the digits data set: uv sync",
-)
+from dependencies import Dependency, need_module
+
+
+@pytest.fixture(autouse=True)
+def _digits() -> None:
+    need_module("sklearn", Dependency.SKLEARN)  # it holds the digits data set
+
 
 SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "train_digits.py"
 DIGEST = re.compile(r"final weights sha256 ([0-9a-f]{64})")

@@ -1,13 +1,12 @@
 """examples/train_torch.py on the CPU: alone and under torchrun, preempted and resumed.
 
-Skips when PyTorch is not in the environment: it is not a project
-dependency (uv would fetch a 3 GB CUDA build); scripts/test installs the
-CPU wheel this machine keeps on disk.
+Needs PyTorch, which is not a project dependency (uv would fetch a 3 GB CUDA
+build); scripts/test installs the CPU wheel this machine keeps on disk.
+Without it the tests skip locally and fail in CI (tests/dependencies.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -21,18 +20,16 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("torch") is None,
-        reason="PyTorch is not installed in this environment; scripts/test installs the "
-        "CPU wheel from /opt/wheels (uv pip install /opt/wheels/torch-2.13.0+cpu-...whl)",
-    ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("sklearn") is None,
-        reason="scikit-learn (the dev dependency group) holds the digits data set: uv sync",
-    ),
-    pytest.mark.slow,
-]
+from dependencies import Dependency, need_module
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _libraries() -> None:
+    need_module("torch", Dependency.TORCH)
+    need_module("sklearn", Dependency.SKLEARN)  # it holds the digits data set
+
 
 SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "train_torch.py"
 DIGEST = re.compile(r"final weights sha256 ([0-9a-f]{64})")

@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from schedulearn.runtime import scale_for_world
+from waiting import wait_until
 
 LOOP = textwrap.dedent(
     """
@@ -50,11 +50,13 @@ def _run(tmp_path: Path, steps: int, **env: str) -> subprocess.Popen[str]:
 
 def test_sigterm_lets_the_script_checkpoint_and_resume(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
-    env = {"SCHEDULEARN_CHECKPOINT_DIR": str(ckpt)}
+    progress = tmp_path / "progress.jsonl"
+    env = {"SCHEDULEARN_CHECKPOINT_DIR": str(ckpt), "SCHEDULEARN_PROGRESS_FILE": str(progress)}
     proc = _run(tmp_path, 100_000, **env)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "resumed at 0"
-    time.sleep(0.3)
+    # Some steps are done (each reports its progress) before the signal lands.
+    wait_until(lambda: progress.exists() and progress.read_text().count("\n") >= 3, 10, "3 steps")
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=10)
     assert proc.returncode == 0, "the handler must turn SIGTERM into a clean exit"

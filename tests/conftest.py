@@ -1,0 +1,87 @@
+"""Suite-wide rules, for serial and parallel (pytest-xdist) runs alike.
+
+- A missing dependency of a marked suite is decided in one place,
+  `dependencies.missing`: a failure in CI (CI=true or
+  SCHEDULEARN_REQUIRE_ALL=1), a skip with the reason elsewhere. The report
+  header says which mode is in force.
+- Waits go through `waiting.wait_until` (this directory is on sys.path,
+  so tests import `waiting` and `dependencies` directly).
+- Parallel runs (`pytest -n N`): each worker is its own process with its
+  own session fixtures (PostgreSQL server, browser cluster, temp dirs),
+  every server takes a free port, tests using a container engine take
+  turns (a file lock: agents on one engine see each other's labelled
+  containers), and gangs' MASTER_PORTs get a range per worker, so two
+  workers' multi-node jobs never rendezvous on the same port.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dependencies import REQUIRE_ALL_VARIABLE, Dependency, missing, require_all
+
+CONTAINER_FIXTURES = frozenset({"docker_image", "podman_url"})
+CONTAINER_LOCK = Path(tempfile.gettempdir()) / "schedulearn-tests-containers.lock"
+GANG_PORTS_PER_WORKER = 2000  # job ids in one test run stay far below this
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if require_all():
+        return "missing test dependencies: FAIL (CI or " + REQUIRE_ALL_VARIABLE + "=1)"
+    return "missing test dependencies: skip (set " + REQUIRE_ALL_VARIABLE + "=1 to fail)"
+
+
+def _worker_index() -> int | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... in a worker
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    index = _worker_index()
+    if index is not None and "SCHEDULEARN_GANG_BASE_PORT" not in os.environ:
+        # Servers built or started by this worker inherit it; 20000 + ... stays
+        # below Linux's ephemeral ports, where free_port() picks servers' ports.
+        base = 20000 + (index % 6) * GANG_PORTS_PER_WORKER
+        os.environ["SCHEDULEARN_GANG_BASE_PORT"] = str(base)
+
+
+def _uses_containers(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return bool(fixtures & CONTAINER_FIXTURES) or item.get_closest_marker("docker") is not None
+
+
+@pytest.fixture(autouse=True)
+def _one_container_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Container tests of parallel workers take turns on the one engine.
+
+    An agent lists the containers labelled with its node name, and every
+    test's agents are called n1, d1, ...: two at once on one engine would
+    adopt or stop each other's containers. A file lock (not an xdist group:
+    pytest-xdist 3.8's groups do not work with pytest 9) serialises them across
+    worker processes; it is taken before this test's other fixtures and
+    released after their teardown (its containers are gone by then).
+    """
+    if not _uses_containers(request.node):
+        yield
+        return
+    with CONTAINER_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def traces() -> Path:
+    """`../shared/traces` beside the checkout: the real public trace files."""
+    if not (TRACES / "README.md").is_file():
+        missing(Dependency.TRACES, f"no {TRACES / 'README.md'}")
+    return TRACES

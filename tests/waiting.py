@@ -1,0 +1,89 @@
+"""The one way a test waits: poll until a condition holds, or fail saying what
+was awaited and the last value seen.
+
+Tests never sleep a fixed time and hope: they wait for the event that marks
+the point they need (a state reached, a line logged, a scheduling pass
+completed). `wait_until` is the sync form, `wait_until_async` the form for
+tests running on an event loop. Both return the value that satisfied the
+condition, so the caller asserts on what was actually seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+EVERY = 0.05  # seconds between polls: quick enough for tests, idle enough for 2 cores
+
+
+class Timeout(AssertionError):
+    """The awaited condition did not hold in time (an AssertionError, so tests fail, not error)."""
+
+
+def _message(what: str, timeout: float, last: object, error: BaseException | None) -> str:
+    said = [f"timed out after {timeout:g}s waiting for {what or 'the condition'}"]
+    said.append("no value was read" if last is _NOTHING else f"last seen: {last!r}")
+    if error is not None:
+        said.append(f"last error: {error!r}")
+    return "; ".join(said)
+
+
+_NOTHING: Any = object()
+
+
+def wait_until(
+    read: Callable[[], T],
+    timeout: float = 10.0,
+    what: str = "",
+    *,
+    until: Callable[[T], object] = bool,
+    ignore: tuple[type[BaseException], ...] = (),
+    every: float = EVERY,
+) -> T:
+    """Call `read()` until `until(value)` holds (by default: the value is truthy).
+
+    Returns that value. Exceptions of the types in `ignore` (a server not
+    answering yet) count as "not yet"; any other propagates. On timeout
+    raises `Timeout` naming `what` and the last value (or error) seen.
+    """
+    deadline = time.monotonic() + timeout
+    last: Any = _NOTHING
+    error: BaseException | None = None
+    while True:
+        try:
+            value = read()
+        except ignore as exc:
+            error = exc
+        else:
+            last, error = value, None
+            if until(value):
+                return value
+        if time.monotonic() >= deadline:
+            raise Timeout(_message(what, timeout, last, error))
+        time.sleep(every)
+
+
+async def wait_until_async(
+    read: Callable[[], T] | Callable[[], Awaitable[T]],
+    timeout: float = 10.0,
+    what: str = "",
+    *,
+    until: Callable[[T], object] = bool,
+    every: float = EVERY,
+) -> T:
+    """`wait_until` for code on an event loop: `read` may be sync or async."""
+    deadline = time.monotonic() + timeout
+    last: Any = _NOTHING
+    while True:
+        got = read()
+        value: T = await got if asyncio.iscoroutine(got) else got  # type: ignore[assignment]
+        last = value
+        if until(value):
+            return value
+        if time.monotonic() >= deadline:
+            raise Timeout(_message(what, timeout, last, None))
+        await asyncio.sleep(every)
