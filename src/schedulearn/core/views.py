@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schedulearn.core.goodput import JobGoodput
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +229,9 @@ class ClusterView:
     # (the simulator does) passes them so that policies need not count every
     # node on every pass; when given they must agree with `nodes`.
     free_counts: tuple[int, ...] | None = None
+    # Optional: what the host knows of each job's goodput (job id -> measured
+    # steps, gradient statistics, work left), for goodput-aware policies.
+    goodput: Mapping[int, JobGoodput] | None = None
 
     @property
     def free_gpus(self) -> int:

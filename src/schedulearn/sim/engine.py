@@ -30,6 +30,7 @@ from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.feasibility import check_feasible
+from schedulearn.sim.goodput_feed import GoodputFeed
 from schedulearn.sim.jobs import Workload
 from schedulearn.sim.metrics import summarize
 from schedulearn.sim.results import JobRecord, Segment, Series, SimResult
@@ -65,6 +66,8 @@ class Simulator:
         self.record_segments = record_segments
         self.on_progress = on_progress
         check_feasible(workload, cluster)
+        # Measured steps and gradient statistics, for a policy that asks for them.
+        self._feed = GoodputFeed.wanted(self.speed, policy)
         self.ledger = GpuLedger(cluster.nodes)
         self._runs: dict[int, RunState] = {}
         for job in workload.jobs:
@@ -229,7 +232,12 @@ class Simulator:
 
     def _pass(self, t: float) -> int:
         nodes = self._node_tuple()
-        view = ClusterView(t, nodes, self._pending_view(), self._running_view(), self._counts)
+        pending, running = self._pending_view(), self._running_view()
+        goodput = None
+        if self._feed is not None:
+            ids = [*self._pending, *self._running]
+            goodput = self._feed.snapshot(t, self._runs, ids)
+        view = ClusterView(t, nodes, pending, running, self._counts, goodput)
         self.passes += 1
         decisions = self.policy.decide(view)
         if not decisions:

@@ -21,6 +21,7 @@ from schedulearn.sim.jobs import SimInputError, Workload
 from schedulearn.sim.measured import MeasuredSpeed
 from schedulearn.sim.results import SimResult
 from schedulearn.sim.speed import LinearSpeed, SpeedModel, TypeFactors
+from schedulearn.sim.workloads.adaptive import is_adaptive, make_adaptive
 
 # (run label, jobs finished, jobs in the workload)
 RunProgress = Callable[[str, int, int], None]
@@ -82,6 +83,18 @@ def check_policies(specs: Sequence[str]) -> list[str]:
     return cleaned
 
 
+def adapt(workload: Workload, model: SpeedModel) -> Workload:
+    """The workload with adaptive jobs if its spec asked for them (`adaptive=true`)."""
+    if not is_adaptive(workload):
+        return workload
+    if not isinstance(model, MeasuredSpeed) or not model.apps:
+        raise SimInputError(
+            f"adaptive jobs need the measured tables; workload {workload.name!r} names no "
+            "measured application, or pass --apps with the Pollux pollux/apps directory"
+        )
+    return make_adaptive(workload, model, int(workload.params["adaptive"]))
+
+
 def cluster_for(workload: Workload, given: str | None) -> ClusterSpec:
     if given:
         return parse_cluster(given)
@@ -102,6 +115,7 @@ def run_all(
     """Every policy on every workload, in that order; one fresh policy object per run."""
     specs = check_policies(policies)
     model = (speed or SpeedOptions()).build(workloads)
+    workloads = [adapt(w, model) for w in workloads]
     results = []
     for workload in workloads:
         spec_cluster = cluster_for(workload, cluster)
