@@ -141,7 +141,7 @@ class JobGoodput:
 
     def model(self) -> GoodputModel:
         """The fitted model (cached: equal inputs give the same object)."""
-        return _model(self.limits, self.samples, self.grad_sqr, self.grad_var)
+        return _model(self.limits, self.samples, noise_ratio(self.grad_sqr, self.grad_var))
 
 
 def _lstsq(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -244,21 +244,24 @@ def _batch_configs(limits: BatchLimits, replicas: int) -> tuple[tuple[int, int, 
 
 
 class GoodputModel:
-    """Predicted goodput of one job for any allocation; immutable once built."""
+    """Predicted goodput of one job for any allocation; immutable once built.
 
-    __slots__ = ("_best", "grad_sqr", "grad_var", "limits", "params")
+    The statistical efficiency depends on the gradient statistics only
+    through their ratio `noise = var / sqr` (the gradient noise scale
+    divided by the initial batch), which is what the model keeps.
+    """
+
+    __slots__ = ("_best", "limits", "noise", "params")
 
     def __init__(
         self,
         limits: BatchLimits,
         params: ThroughputParams | None,
-        grad_sqr: float | None = None,
-        grad_var: float | None = None,
+        noise: float | None = None,
     ) -> None:
         self.limits = limits
         self.params = params
-        self.grad_sqr = grad_sqr
-        self.grad_var = grad_var
+        self.noise = noise
         self._best: dict[tuple[int, int], BatchChoice | None] = {}
 
     @classmethod
@@ -271,42 +274,61 @@ class GoodputModel:
         """Is the absolute speed known (at least one measured step)?"""
         return self.params is not None
 
+    def gain(self, batch: float) -> float:
+        """Progress of one step at `batch`, in steps at the initial batch (1.0 at it).
+
+        Without gradient statistics a bigger batch is assumed to bring
+        nothing (gain 1): the cautious choice until the job reports them.
+        """
+        scale = batch / self.limits.init_batch
+        noise = self.noise
+        if noise is None or scale <= 1.0:
+            return 1.0 if scale >= 1.0 or noise is None else scale
+        return (noise + 1.0) / (noise / scale + 1.0)
+
     def efficiency(self, batch: float) -> float:
         """Progress per sample at `batch` relative to the initial batch (1.0 at it)."""
-        sqr, var = self.grad_sqr, self.grad_var
-        scale = batch / self.limits.init_batch
-        if sqr is None or var is None or scale <= 1.0:
-            return 1.0 if sqr is not None and var is not None else 1.0 / max(scale, 1.0)
-        denom = var / scale + sqr
-        gain = (var + sqr) / denom if denom > 0 else 1.0
-        return gain / scale
+        return self.gain(batch) * self.limits.init_batch / batch
 
     def goodput(self, nodes: int, replicas: int, atomic: int, accum: int) -> float:
-        """Progress per second at one configuration."""
+        """Progress per second at one configuration (per unit time for the prior)."""
         batch = replicas * atomic * (accum + 1)
-        scale = batch / self.limits.init_batch
         if self.params is None:
             # Unknown speed: each GPU does one initial-batch step per unit time.
-            return float(replicas) * self.efficiency(batch) * scale / max(scale, 1.0)
+            return float(replicas) * self.gain(batch) * self.limits.init_batch / batch
         step = self.params.step_time(nodes, replicas, atomic, accum)
-        return self.efficiency(batch) * scale / step if step > 0 else 0.0
+        return self.gain(batch) / step if step > 0 else 0.0
 
     def best(self, nodes: int, replicas: int) -> BatchChoice | None:
         """The batch that maximises goodput on `replicas` GPUs over `nodes` nodes."""
         key = (nodes, replicas)
         if key in self._best:
             return self._best[key]
+        configs = batch_configs(self.limits, replicas)
         choice: BatchChoice | None = None
-        if self.params is None:
-            configs = batch_configs(self.limits, replicas)
-            if configs:
-                b, a, c = min(configs)
-                choice = BatchChoice(float(replicas), b, a, c)
+        params = self.params
+        if not configs:
+            pass
+        elif params is None:
+            b, a, c = min(configs)
+            choice = BatchChoice(self.goodput(nodes, replicas, a, c), b, a, c)
         else:
-            for b, a, c in batch_configs(self.limits, replicas):
-                g = self.goodput(nodes, replicas, a, c)
-                if choice is None or g > choice.goodput:
-                    choice = BatchChoice(g, b, a, c)
+            # The hot loop of the goodput policy: inlined step time and gain.
+            net = params.network_time(nodes, replicas)
+            alpha, beta = params.alpha_c, params.beta_c
+            init = self.limits.init_batch
+            noise = self.noise
+            best_g = -1.0
+            for b, a, c in configs:
+                step = (alpha + beta * a) * (c + 1) + net
+                scale = b / init
+                if noise is None or scale <= 1.0:
+                    gain = 1.0 if scale >= 1.0 or noise is None else scale
+                else:
+                    gain = (noise + 1.0) / (noise / scale + 1.0)
+                g = gain / step if step > 0 else 0.0
+                if g > best_g:
+                    best_g, choice = g, BatchChoice(g, b, a, c)
         self._best[key] = choice
         return choice
 
@@ -318,12 +340,24 @@ class GoodputModel:
         return 0.0 if choice is None else choice.goodput
 
 
+def noise_ratio(grad_sqr: float | None, grad_var: float | None) -> float | None:
+    """`var / sqr`, rounded to 1% steps in log space so that models are shared.
+
+    None when the statistics are missing; a vanishing `sqr` (pure noise)
+    is capped at a ratio of 1e6.
+    """
+    if grad_sqr is None or grad_var is None or grad_var < 0:
+        return None
+    if grad_var == 0:
+        return 0.0
+    ratio = grad_var / grad_sqr if grad_sqr > 0 else 1e6
+    ratio = min(max(ratio, 1e-6), 1e6)
+    return math.exp(round(math.log(ratio) * 100) / 100)
+
+
 @lru_cache(maxsize=8192)
 def _model(
-    limits: BatchLimits,
-    samples: tuple[StepSample, ...],
-    grad_sqr: float | None,
-    grad_var: float | None,
+    limits: BatchLimits, samples: tuple[StepSample, ...], noise: float | None
 ) -> GoodputModel:
     params = fit_throughput(samples) if samples else None
-    return GoodputModel(limits, params, grad_sqr, grad_var)
+    return GoodputModel(limits, params, noise)
