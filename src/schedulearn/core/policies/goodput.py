@@ -145,8 +145,6 @@ class Goodput:
         if not view.pending and not any(j.preemptible for j in view.running):
             return []
         jobs = self._jobs(view)
-        if not jobs:
-            return []
         fixed = sum(j.allocated_gpus for j in view.running if not j.preemptible)
         budget = view.total_gpus - fixed
         target = _greedy(jobs, budget)
@@ -304,6 +302,13 @@ def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[
     for k, j in enumerate(jobs):
         if j.current and target[k] == 0:
             decisions.append(Preempt(j.view.id))
+    # Jobs that ask for no GPU (CPU-only tasks) start wherever their CPUs and memory fit.
+    for j in view.pending:
+        if j.most_gpus == 0:
+            placement = pool.pack(j, 0)
+            if placement is not None:
+                pool.take(j, placement)
+                decisions.append(Start(j.id, placement))
     decisions.sort(key=_order)
     return decisions
 
