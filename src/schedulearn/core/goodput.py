@@ -43,7 +43,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-BATCH_CANDIDATES = 24  # batch sizes tried per allocation, geometrically spaced
+BATCH_CANDIDATES = 16  # batch sizes tried per allocation, geometrically spaced
+# Noise ratios within 3% share one model (the efficiency barely moves; fits are reused).
+NOISE_STEP = 0.03
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +343,7 @@ class GoodputModel:
 
 
 def noise_ratio(grad_sqr: float | None, grad_var: float | None) -> float | None:
-    """`var / sqr`, rounded to 1% steps in log space so that models are shared.
+    """`var / sqr`, rounded to 3% steps in log space so that models are shared.
 
     None when the statistics are missing; a vanishing `sqr` (pure noise)
     is capped at a ratio of 1e6.
@@ -352,7 +354,7 @@ def noise_ratio(grad_sqr: float | None, grad_var: float | None) -> float | None:
         return 0.0
     ratio = grad_var / grad_sqr if grad_sqr > 0 else 1e6
     ratio = min(max(ratio, 1e-6), 1e6)
-    return math.exp(round(math.log(ratio) * 100) / 100)
+    return math.exp(round(math.log(ratio) / NOISE_STEP) * NOISE_STEP)
 
 
 @lru_cache(maxsize=8192)

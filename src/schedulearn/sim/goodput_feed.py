@@ -16,6 +16,7 @@ only these per-job observations; the engine owns the run state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from schedulearn.core.goodput import BatchLimits, JobGoodput, StepSample
@@ -63,7 +64,10 @@ class GoodputFeed:
                 done = min(run.work, run.curve.advance(run.done, max(0.0, t - run.ready)))
                 sample = self.speed.sample(run.job, placement, done)
                 if sample is not None:
-                    key = (sample.nodes, sample.replicas, sample.atomic_bsz)
+                    # One sample per half-octave of local batch and allocation: a
+                    # runtime's profile is as coarse, and each new sample means a refit.
+                    bucket = round(2 * math.log2(max(sample.atomic_bsz, 1)))
+                    key = (sample.nodes, sample.replicas, bucket)
                     self._samples.setdefault(jid, {}).setdefault(key, sample)
                 grad = self.speed.grad_stats(run.job, placement, done)
                 if grad is not None:

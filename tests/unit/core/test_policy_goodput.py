@@ -55,15 +55,18 @@ def test_a_job_never_measured_starts_first_on_one_gpu() -> None:
     assert starts(got) == {2: place({"a": [0]})}
 
 
-def test_a_measured_job_grows_up_to_twice_what_it_was_measured_on() -> None:
+def test_a_measured_job_grows_up_to_explore_times_what_it_was_measured_on() -> None:
     s = Scenario(node("a", 4), node("b", 4), node("c", 4))
     s.run(adaptive(1), {"a": [0, 1]}, started_at=0.0)
-    got = resizes(decide(s, 100, [], {1: report(1e6, 1, 2)}))
+    got = resizes(decide(s, 100, [], {1: report(1e6, 1, 2)}, explore=2))
     assert list(got) == [1] and got[1].num_gpus == 4
-    # Measured up to 8: it may take 12 (whole nodes past one node), and does.
+    # By default (explore=4) up to 8; measured up to 8, it takes all 12.
     s2 = Scenario(node("a", 4), node("b", 4), node("c", 4))
-    s2.run(adaptive(1), {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3]}, started_at=0.0)
-    got = resizes(decide(s2, 100, [], {1: report(1e6, 1, 2, 4, 8)}))
+    s2.run(adaptive(1), {"a": [0, 1]}, started_at=0.0)
+    assert resizes(decide(s2, 100, [], {1: report(1e6, 1, 2)}))[1].num_gpus == 8
+    s3 = Scenario(node("a", 4), node("b", 4), node("c", 4))
+    s3.run(adaptive(1), {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3]}, started_at=0.0)
+    got = resizes(decide(s3, 100, [], {1: report(1e6, 1, 2, 4, 8)}))
     assert got[1].num_gpus == 12
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from functools import lru_cache
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
@@ -82,8 +83,8 @@ class Goodput:
         self,
         fairness: float = 0.0,
         restart_cost: float = 30.0,
-        hysteresis: float = 2.0,
-        explore: float = 2.0,
+        hysteresis: float = 8.0,
+        explore: float = 4.0,
     ) -> None:
         if not 0.0 <= fairness <= 1.0:
             raise ValueError(f"goodput: fairness must be in [0, 1], not {fairness}")
@@ -163,13 +164,20 @@ def _counts(job: JobView, node_size: int, info: JobGoodput | None, explore: floa
         most = max(most, min(job.allocated_gpus, job.most_gpus))
     if most < least:
         return []
-    counts = {c for c in range(least, min(most, node_size) + 1)}
-    counts.update(range(node_size * max(1, -(-least // node_size)), most + 1, node_size))
-    counts.add(least)
-    counts.add(most)
-    if least <= job.allocated_gpus <= most:
-        counts.add(job.allocated_gpus)
-    return sorted(c for c in counts if least <= c <= most)
+    current = job.allocated_gpus if least <= job.allocated_gpus <= most else least
+    return list(_count_grid(least, most, current, node_size))
+
+
+@lru_cache(maxsize=4096)
+def _count_grid(least: int, most: int, current: int, node_size: int) -> tuple[int, ...]:
+    counts = set(range(least, min(most, node_size) + 1))
+    # Whole nodes past one node: every node up to 4, then every other node.
+    c = node_size * max(1, -(-least // node_size))
+    while c <= most:
+        counts.add(c)
+        c += node_size if c < 4 * node_size else 2 * node_size
+    counts.update((least, most, current))
+    return tuple(sorted(counts))
 
 
 def _speed_and_work(
