@@ -112,14 +112,17 @@ def simulate(
         typer.Option("--apps", help="Pollux pollux/apps directory (measured speed tables)"),
     ] = None,
     restart_cost: Annotated[
-        float, typer.Option("--restart-cost", help="Seconds lost per resume or resize")
-    ] = 30.0,
+        float | None,
+        typer.Option("--restart-cost", help="Seconds lost per resume or resize [default: 30]"),
+    ] = None,
     efficiency: Annotated[
-        float, typer.Option("--efficiency", help="Linear scaling efficiency per added GPU")
-    ] = 0.9,
+        float | None,
+        typer.Option("--efficiency", help="Linear scaling efficiency per added GPU [default: 0.9]"),
+    ] = None,
     spread_penalty: Annotated[
-        float, typer.Option("--spread-penalty", help="Slowdown per node beyond the fewest")
-    ] = 0.1,
+        float | None,
+        typer.Option("--spread-penalty", help="Slowdown per node beyond the fewest [default: 0.1]"),
+    ] = None,
     gpu_speed: Annotated[
         str, typer.Option("--gpu-speed", help="Relative speed per GPU type, e.g. k80=0.3,v100=1")
     ] = "",
@@ -130,12 +133,24 @@ def simulate(
 ) -> None:
     try:
         workloads = parse_workload(workload, seed)
+        given = {
+            name
+            for name, value in (
+                ("--restart-cost", restart_cost),
+                ("--efficiency", efficiency),
+                ("--spread-penalty", spread_penalty),
+                ("--gpu-speed", gpu_speed or None),
+            )
+            if value is not None
+        }
+        defaults = SpeedOptions()
         speed = SpeedOptions(
             apps=apps,
-            efficiency=efficiency,
-            spread_penalty=spread_penalty,
-            restart_cost=restart_cost,
+            efficiency=defaults.efficiency if efficiency is None else efficiency,
+            spread_penalty=defaults.spread_penalty if spread_penalty is None else spread_penalty,
+            restart_cost=defaults.restart_cost if restart_cost is None else restart_cost,
             gpu_speed=gpu_speed,
+            given=frozenset(given),
         )
         policies = policy.split(",")
         big = max(len(w) for w in workloads) >= PROGRESS_FROM_JOBS

@@ -38,8 +38,25 @@ class SpeedOptions:
     restart_cost: float = 30.0
     realloc_cost: float = 30.0
     gpu_speed: str = ""
+    # The options the user gave explicitly (CLI names, e.g. "--efficiency"):
+    # one the chosen model does not use is refused rather than ignored.
+    given: frozenset[str] = frozenset()
 
     def build(self, workloads: Sequence[Workload] = ()) -> SpeedModel:
+        model = self._build(workloads)
+        if isinstance(model, MeasuredSpeed) and model.apps:
+            linear_jobs = any(model.tables_of(j) is None for w in workloads for j in w.jobs)
+            unused = ["--efficiency", "--spread-penalty"]
+            unused += [] if linear_jobs else ["--gpu-speed"]
+            for option in unused:
+                if option in self.given:
+                    raise SimInputError(
+                        f"{option} is not used by the measured speed model (the Pollux tables "
+                        "give each application's speed on every placement); drop it"
+                    )
+        return model
+
+    def _build(self, workloads: Sequence[Workload]) -> SpeedModel:
         # `--gpu-speed gavel`, or a Gavel workload: measured steps/s per GPU type.
         gavel = self.gpu_speed.strip().lower() == "gavel"
         linear = LinearSpeed(
@@ -54,7 +71,9 @@ class SpeedOptions:
         apps = self.apps or find_apps(workloads)
         if apps is None and not any(j.app for w in workloads for j in w.jobs):
             return linear
-        return MeasuredSpeed(apps, linear, self.realloc_cost)
+        # --restart-cost is the measured model's cost of a (re)allocation too.
+        realloc = self.restart_cost if "--restart-cost" in self.given else self.realloc_cost
+        return MeasuredSpeed(apps, linear, realloc)
 
 
 def find_apps(workloads: Sequence[Workload]) -> Path | None:

@@ -105,3 +105,28 @@ def test_bad_input_is_one_line_saying_what_to_change(args: list[str], message: s
     text = " ".join(result.output.split())
     assert message in text
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "option", [["--efficiency", "0.5"], ["--spread-penalty", "0.3"], ["--gpu-speed", "k80=0.3"]]
+)
+def test_options_the_measured_model_does_not_use_are_refused(
+    traces: Path, option: list[str]
+) -> None:
+    workload = traces / "pollux" / "workloads" / "workload-6.csv"
+    args = ["simulate", "--workload", str(workload), "--policy", "fifo", *option]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert f"{option[0]} is not used by the measured speed model" in result.output
+    # The same option on a workload of the linear model is taken.
+    linear = ["simulate", "--workload", "poisson:n=5", "--cluster", "2x4", *option]
+    assert runner.invoke(app, linear).exit_code == 0
+
+
+def test_the_measured_model_takes_restart_cost(tmp_path: Path, traces: Path) -> None:
+    workload = str(traces / "pollux" / "workloads" / "workload-6.csv")
+    base = run_json(tmp_path, "--workload", workload, "--policy", "tiresias")
+    dearer = run_json(
+        tmp_path, "--workload", workload, "--policy", "tiresias", "--restart-cost", "120"
+    )
+    assert dearer["tiresias"]["mean_jct"] > base["tiresias"]["mean_jct"]
