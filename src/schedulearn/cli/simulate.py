@@ -23,7 +23,7 @@ from schedulearn.core.registry import UnknownPolicyError, available
 from schedulearn.sim.engine import PolicyError
 from schedulearn.sim.jobs import SimInputError
 from schedulearn.sim.results import SimResult
-from schedulearn.sim.runner import SpeedOptions, run_all
+from schedulearn.sim.runner import SpeedOptions, run_all, run_parallel
 from schedulearn.sim.workloads.spec import parse_workload
 
 out = Console()
@@ -89,11 +89,58 @@ def render_table(results: list[SimResult]) -> Table:
             f"{r.wall_seconds:.2f}",
         ]
         table.add_row(*([r.workload, *row] if multi else row))
+    if multi:
+        for name, runs in _by_policy(results).items():
+            table.add_row(*_mean_row(name, runs, deadlines), style="bold")
     return table
 
 
+def _by_policy(results: list[SimResult]) -> dict[str, list[SimResult]]:
+    out: dict[str, list[SimResult]] = {}
+    for r in results:
+        out.setdefault(r.policy, []).append(r)
+    return out
+
+
+def _mean_row(policy: str, runs: list[SimResult], deadlines: bool) -> list[str]:
+    """The mean over workloads of one policy's figures (sums for counts and wall time)."""
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    ss = [r.summary for r in runs]
+    unfinished = sum(s.unfinished for s in ss)
+    finished = sum(s.finished for s in ss)
+    met = sum(s.deadlines_met for s in ss)
+    due = sum(s.deadlines for s in ss)
+    return [
+        f"mean of {len(runs)}",
+        policy,
+        f"{finished}" if not unfinished else f"{finished} (+{unfinished} stuck)",
+        _fmt(mean([s.makespan for s in ss])),
+        _fmt(mean([s.mean_jct for s in ss])),
+        _fmt(mean([s.median_jct for s in ss])),
+        _fmt(mean([s.p95_jct for s in ss])),
+        _fmt(mean([s.p99_jct for s in ss])),
+        _fmt(mean([s.mean_queueing_delay for s in ss])),
+        f"{100 * mean([s.gpu_utilisation for s in ss]):.1f}%",
+        *([f"{met}/{due}" if due else "-"] if deadlines else []),
+        str(sum(s.preemptions for s in ss)),
+        str(sum(s.migrations for s in ss)),
+        f"{mean([s.fairness for s in ss]):.3f}",
+        f"{sum(r.wall_seconds for r in runs):.2f}",
+    ]
+
+
 def simulate(
-    workload: Annotated[str, typer.Option("--workload", "-w", help="Spec or trace CSV path")],
+    workload: Annotated[
+        list[str],
+        typer.Option(
+            "--workload",
+            "-w",
+            help="Spec, trace CSV or directory of CSVs; repeat for several workloads",
+        ),
+    ],
     policy: Annotated[
         str, typer.Option("--policy", "-p", help="Comma-separated policy specs, e.g. fifo,tiresias")
     ] = "fifo",
@@ -130,9 +177,23 @@ def simulate(
         bool, typer.Option("--jobs-json", help="Include every job's record in the JSON")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table or progress bar")] = False,
+    round_seconds: Annotated[
+        float | None,
+        typer.Option("--round", help="Decide only every SECONDS (Pollux's simulator: 60)"),
+    ] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option("--processes", help="Parallel runs for several workloads [default: cores]"),
+    ] = None,
 ) -> None:
     try:
-        workloads = parse_workload(workload, seed)
+        workloads = [w for text in workload for w in parse_workload(text, seed)]
+        if round_seconds is not None and not round_seconds > 0:
+            raise SimInputError(
+                f"--round must be a positive number of seconds, not {round_seconds}"
+            )
+        if processes is not None and processes < 1:
+            raise SimInputError(f"--processes must be 1 or more, not {processes}")
         given = {
             name
             for name, value in (
@@ -154,7 +215,10 @@ def simulate(
         )
         policies = policy.split(",")
         big = max(len(w) for w in workloads) >= PROGRESS_FROM_JOBS
-        if big and not quiet:
+        if len(workloads) > 1 and processes != 1:
+            # Several workloads: one process per run.
+            results = run_parallel(workloads, policies, cluster, speed, round_seconds, processes)
+        elif big and not quiet:
             with Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
@@ -170,9 +234,9 @@ def simulate(
                         tasks[label] = bar.add_task(label, total=total)
                     bar.update(tasks[label], completed=done)
 
-                results = run_all(workloads, policies, cluster, speed, report)
+                results = run_all(workloads, policies, cluster, speed, report, round_seconds)
         else:
-            results = run_all(workloads, policies, cluster, speed)
+            results = run_all(workloads, policies, cluster, speed, round_seconds=round_seconds)
     except (SimInputError, UnknownPolicyError, PolicyError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

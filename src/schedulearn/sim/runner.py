@@ -8,6 +8,8 @@ for each run from the registry, and reports progress through a callback.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -130,8 +132,11 @@ def run_all(
     cluster: str | None = None,
     speed: SpeedOptions | None = None,
     on_progress: RunProgress | None = None,
+    round_seconds: float | None = None,
 ) -> list[SimResult]:
-    """Every policy on every workload, in that order; one fresh policy object per run."""
+    """Every policy on every workload, in that order; one fresh policy object per run.
+
+    `round_seconds`: decide only at multiples of it (see the engine)."""
     specs = check_policies(policies)
     model = (speed or SpeedOptions()).build(workloads)
     workloads = [adapt(w, model) for w in workloads]
@@ -148,6 +153,41 @@ def run_all(
                 model,
                 on_progress=progress,
                 policy_name=spec,
+                round_seconds=round_seconds,
             )
             results.append(sim.run())
     return results
+
+
+def _one(
+    task: tuple[Workload, str, str | None, SpeedOptions | None, float | None],
+) -> SimResult:
+    workload, spec, cluster, speed, round_seconds = task
+    (result,) = run_all([workload], [spec], cluster, speed, round_seconds=round_seconds)
+    return result
+
+
+def run_parallel(
+    workloads: Sequence[Workload],
+    policies: Sequence[str],
+    cluster: str | None = None,
+    speed: SpeedOptions | None = None,
+    round_seconds: float | None = None,
+    processes: int | None = None,
+) -> list[SimResult]:
+    """As `run_all`, one process per (workload, policy) run, up to `processes` at once.
+
+    Results come back in `run_all`'s order. Each process builds its own
+    speed model; bad input is reported before any process starts.
+    """
+    specs = check_policies(policies)
+    model = (speed or SpeedOptions()).build(workloads)
+    for w in workloads:
+        adapt(w, model)
+        cluster_for(w, cluster)
+    tasks = [(w, spec, cluster, speed, round_seconds) for w in workloads for spec in specs]
+    workers = min(len(tasks), processes or os.cpu_count() or 1)
+    if workers <= 1:
+        return [_one(t) for t in tasks]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        return pool.map(_one, tasks, chunksize=1)

@@ -15,7 +15,8 @@ A PATH is a CSV in a known trace format (Philly, Pollux, Tiresias; see
   tiresias[:path=FILE]         a Tiresias job CSV (default: the packaged sample)
 
 A trace PATH may carry the same option: `workload-6.csv:adaptive` (or
-`:adaptive=32` for a GPU cap other than 64). Some specs give several
+`:adaptive=32` for a GPU cap other than 64). A directory stands for
+every `.csv` in it, in name order (`workloads/:adaptive` too). Some specs give several
 workloads (`bursts:5,10`), so the result is a list.
 """
 
@@ -65,6 +66,15 @@ def parse_workload(text: str, seed: int = 0) -> list[Workload]:
         raise SimInputError(
             "empty --workload; give a spec such as poisson:n=100 or a trace CSV path"
         )
+    directory, _, option = text.rpartition(":") if ":" in text else (text, "", "")
+    if not Path(directory).expanduser().is_dir():
+        directory, option = text, ""
+    if Path(directory).expanduser().is_dir():
+        # DIR[:adaptive]: every trace CSV in it, by name.
+        files = sorted(Path(directory).expanduser().glob("*.csv"))
+        if not files:
+            raise SimInputError(f"directory {directory!r} holds no .csv trace; give a trace file")
+        return [w for f in files for w in parse_workload(f"{f}:{option}" if option else str(f))]
     head, sep, tail = text.partition(".csv:")
     if sep and text.split(":", 1)[0].strip().lower() not in KINDS:
         # PATH.csv:adaptive[=CAP]
