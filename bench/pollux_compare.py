@@ -12,7 +12,7 @@ wins against Pollux, `elastic-fifo` against `fifo` on each workload, and
 the wall time of the whole `goodput` run.
 
     uv run python bench/pollux_compare.py [--workloads 1-8] [--policies goodput,srtf]
-        [--processes N] [--traces ../shared/traces]
+        [--processes N] [--traces ../shared/traces] [--round 60]
 
 Runs go to a process pool (one run per workload and policy); the wall
 times printed are the elapsed time of the whole bench and, per policy,
@@ -41,13 +41,13 @@ ADAPTIVE = {"goodput", "elastic-fifo"}
 DEFAULT_POLICIES = "goodput,elastic-fifo,fifo,tiresias,srtf"
 
 
-def one_run(args: tuple[str, int, str]) -> tuple[str, int, float, float, int]:
+def one_run(args: tuple[str, int, str, float | None]) -> tuple[str, int, float, float, int]:
     """(policy, workload number, mean JCT, simulation seconds, jobs unfinished)."""
-    traces, number, spec = args
+    traces, number, spec, round_seconds = args
     path = Path(traces) / "pollux" / "workloads" / f"workload-{number}.csv"
     name = spec.split(":", 1)[0]
     workload = parse_workload(f"{path}:adaptive" if name in ADAPTIVE else str(path))
-    (result,) = run_all(workload, [spec], "16x4")
+    (result,) = run_all(workload, [spec], "16x4", round_seconds=round_seconds)
     s = result.summary
     return spec, number, s.mean_jct, result.wall_seconds, s.unfinished
 
@@ -79,11 +79,14 @@ def main() -> None:
     parser.add_argument("--policies", default=DEFAULT_POLICIES)
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--traces", default=str(REPO.parent / "shared" / "traces"))
+    parser.add_argument(
+        "--round", type=float, default=None, help="decide only every N s (Pollux: 60)"
+    )
     args = parser.parse_args()
     ws = numbers(args.workloads)
     specs = [p.strip() for p in args.policies.split(",") if p.strip()]
     # The slowest runs first, so the pool's processes end together.
-    tasks = [(args.traces, n, spec) for spec in specs for n in ws]
+    tasks = [(args.traces, n, spec, args.round) for spec in specs for n in ws]
     tasks.sort(key=lambda t: t[2].split(":")[0] not in ADAPTIVE)
     started = time.perf_counter()
     with multiprocessing.Pool(max(1, args.processes)) as pool:
@@ -96,7 +99,8 @@ def main() -> None:
         sim_wall[spec] += wall
 
     width = max(len(s) for s in [*specs, *PUBLISHED]) + 2
-    print(f"mean JCT (s) on 16 x 4 GPUs, workloads {args.workloads}")
+    when = f"decisions every {args.round:g} s" if args.round else "decisions at every event"
+    print(f"mean JCT (s) on 16 x 4 GPUs, workloads {args.workloads}, {when}")
     print(f"{'policy':<{width}}" + "".join(f"{n:>8}" for n in ws) + f"{'mean':>9}")
     rows: dict[str, list[float]] = {}
     for name, figures in PUBLISHED.items():

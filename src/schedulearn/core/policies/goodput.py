@@ -311,12 +311,12 @@ def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[
         if j.current and target[k] == 0:
             decisions.append(Preempt(j.view.id))
     # Jobs that ask for no GPU (CPU-only tasks) start wherever their CPUs and memory fit.
-    for j in view.pending:
-        if j.most_gpus == 0:
-            placement = pool.pack(j, 0)
+    for task in view.pending:
+        if task.most_gpus == 0:
+            placement = pool.pack(task, 0)
             if placement is not None:
-                pool.take(j, placement)
-                decisions.append(Start(j.id, placement))
+                pool.take(task, placement)
+                decisions.append(Start(task.id, placement))
     decisions.sort(key=_order)
     return decisions
 
