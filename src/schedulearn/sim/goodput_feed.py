@@ -16,10 +16,12 @@ only these per-job observations; the engine owns the run state.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable
 
 from schedulearn.core.goodput import BatchLimits, JobGoodput, StepSample
+from schedulearn.core.views import Placement
 from schedulearn.sim.measured import MeasuredSpeed
 from schedulearn.sim.runstate import RunState
 from schedulearn.sim.speed import SpeedModel
@@ -33,6 +35,8 @@ class GoodputFeed:
         self._samples: dict[int, dict[tuple[int, int, int], StepSample]] = {}
         self._grad: dict[int, tuple[float, float]] = {}
         self._limits: dict[int, BatchLimits | None] = {}
+        # The (placement, epoch) each job's sample and statistics were last read at.
+        self._seen: dict[int, tuple[Placement, int]] = {}
 
     @classmethod
     def wanted(cls, speed: SpeedModel, policy: object) -> GoodputFeed | None:
@@ -62,6 +66,12 @@ class GoodputFeed:
             placement = run.placement
             if placement is not None and run.curve is not None:
                 done = min(run.work, run.curve.advance(run.done, max(0.0, t - run.ready)))
+                # Steps and statistics change only with the placement and the epoch.
+                epoch = bisect.bisect_right(self._ends(run), done)
+                if self._seen.get(jid) == (placement, epoch):
+                    out[jid] = self._report(run, limits, done)
+                    continue
+                self._seen[jid] = (placement, epoch)
                 sample = self.speed.sample(run.job, placement, done)
                 if sample is not None:
                     # One sample per half-octave of local batch and allocation: a
@@ -72,14 +82,22 @@ class GoodputFeed:
                 grad = self.speed.grad_stats(run.job, placement, done)
                 if grad is not None:
                     self._grad[jid] = grad
-            samples = self._samples.get(jid)
-            grad = self._grad.get(jid)
-            out[jid] = JobGoodput(
-                limits,
-                tuple(samples.values()) if samples else (),
-                grad[0] if grad else None,
-                grad[1] if grad else None,
-                max(0.0, run.work - done),
-                max(0, run.preemptions + run.resizes + run.migrations),
-            )
+            out[jid] = self._report(run, limits, done)
         return out
+
+    def _ends(self, run: RunState) -> tuple[float, ...]:
+        tables = self.speed.tables_of(run.job)
+        return tables.epoch_ends if tables is not None else ()
+
+    def _report(self, run: RunState, limits: BatchLimits, done: float) -> JobGoodput:
+        jid = run.job.id
+        samples = self._samples.get(jid)
+        grad = self._grad.get(jid)
+        return JobGoodput(
+            limits,
+            tuple(samples.values()) if samples else (),
+            grad[0] if grad else None,
+            grad[1] if grad else None,
+            max(0.0, run.work - done),
+            max(0, run.preemptions + run.resizes + run.migrations),
+        )

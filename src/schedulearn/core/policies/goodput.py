@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 from functools import lru_cache
 from typing import ClassVar
 
@@ -62,14 +61,16 @@ PRIOR_EFFICIENCY = 0.9  # per added GPU, for jobs the host reports nothing about
 class _Job:
     """One job's options in this pass: counts it may take and what each is worth."""
 
-    __slots__ = ("counts", "current", "placed", "value", "view")
+    __slots__ = ("counts", "current", "values", "view")
 
-    def __init__(self, view: JobView, counts: list[int], value: Callable[[int], float]) -> None:
+    def __init__(self, view: JobView, counts: list[int], values: dict[int, float]) -> None:
         self.view = view
         self.counts = counts  # ascending, the candidate GPU counts (> 0)
         self.current = view.allocated_gpus
-        self.value = value  # GPU count -> value (0 for 0 GPUs)
-        self.placed = 0
+        self.values = values  # GPU count -> value; 0 GPUs are worth 0
+
+    def value(self, count: int) -> float:
+        return self.values.get(count, 0.0)
 
 
 @register
@@ -103,7 +104,8 @@ class Goodput:
         node_size = max(largest_node_gpus(view), 1)
         reports = view.goodput or {}
         penalty = self.restart_cost * self.hysteresis
-        entries: list[tuple[JobView, list[int], Callable[[int], float] | None, float]] = []
+        jobs: list[_Job] = []
+        unknown: list[_Job] = []
         urgent = 0.0  # the best value of one GPU among measured jobs
         for job in (*view.running, *view.pending):
             if job.is_running and not job.preemptible:
@@ -112,32 +114,35 @@ class Goodput:
             counts = _counts(job, node_size, info, self.explore)
             if not counts:
                 continue
-            speed, work = _speed_and_work(job, info, node_size, view.now)
-            if speed is None or work is None:
-                entries.append((job, counts, None, 0.0))
-                continue
-            base = speed(1) or speed(counts[0]) / counts[0]
-            if base <= 0:
-                entries.append((job, counts, None, 0.0))
+            speeds, work = _speeds_and_work(job, info, counts, node_size, view.now)
+            base = 0.0
+            if speeds is not None and work is not None:
+                base = speeds.get(1) or speeds[counts[0]] / counts[0]
+            if base <= 0 or speeds is None or work is None:
+                entry = _Job(job, counts, {})
+                unknown.append(entry)
+                jobs.append(entry)
                 continue
             weight = (base / work) ** (1.0 - self.fairness)
             urgent = max(urgent, weight)
-            entries.append(
-                (job, counts, _measured_value(speed, work, base, weight, job, penalty), 0.0)
-            )
+            current = job.allocated_gpus
+            values: dict[int, float] = {}
+            for a in counts:
+                s = speeds[a]
+                v = weight * s / base if s > 0 else 0.0
+                if a != current and s > 0:
+                    t = work / s
+                    v *= t / (t + penalty)
+                values[a] = v
+            jobs.append(_Job(job, counts, values))
+        # Unknown speed: most urgent, linear speedup; no restart penalty (nothing
+        # to weigh it against), but a running job is kept where it is.
         urgent = (urgent or 1.0) * 2.0
-        jobs = []
-        for job, counts, value, _ in entries:
-            if value is None:
-                # Unknown speed: most urgent, linear speedup; no restart penalty
-                # (nothing to weigh it against), but keep a running job where it is.
-                current = job.allocated_gpus
-
-                def value_of(a: int, current: int = current) -> float:
-                    return urgent * a * (1.0 if a == current or current == 0 else 0.5)
-
-                value = value_of
-            jobs.append(_Job(job, counts, value))
+        for entry in unknown:
+            current = entry.current
+            for a in entry.counts:
+                keep = a == current or current == 0
+                entry.values[a] = urgent * a * (1.0 if keep else 0.5)
         return jobs
 
     # --- allocation ------------------------------------------------------------
@@ -180,19 +185,17 @@ def _count_grid(least: int, most: int, current: int, node_size: int) -> tuple[in
     return tuple(sorted(counts))
 
 
-def _speed_and_work(
-    job: JobView, info: JobGoodput | None, node_size: int, now: float
-) -> tuple[Callable[[int], float] | None, float | None]:
-    """Progress per second at a GPU count, and the progress left (None: unknown)."""
+def _speeds_and_work(
+    job: JobView, info: JobGoodput | None, counts: list[int], node_size: int, now: float
+) -> tuple[dict[int, float] | None, float | None]:
+    """Progress per second at each count (and at 1), and the progress left (None: unknown)."""
     if info is not None:
         if not info.samples or info.remaining is None:
             return None, None
         model: GoodputModel = info.model()
-
-        def measured(a: int) -> float:
-            return model.speed(-(-a // node_size), a)
-
-        return measured, max(info.remaining, 1e-9)
+        speeds = {a: model.speed(-(-a // node_size), a) for a in counts}
+        speeds.setdefault(1, model.speed(1, 1))
+        return speeds, max(info.remaining, 1e-9)
     left = job.remaining_at(now)
     if left is None:
         return None, None
@@ -200,42 +203,15 @@ def _speed_and_work(
     def linear(a: int) -> float:
         return 1.0 + PRIOR_EFFICIENCY * (a - 1) if a > 0 else 0.0
 
+    speeds = {a: linear(a) for a in (*counts, 1)}
     # Work in units of "seconds at one GPU".
-    return linear, max(left * linear(job.gpus), 1e-9)
-
-
-def _measured_value(
-    speed: Callable[[int], float],
-    work: float,
-    base: float,
-    weight: float,
-    job: JobView,
-    penalty: float,
-) -> Callable[[int], float]:
-    current = job.allocated_gpus
-
-    def value(a: int) -> float:
-        if a <= 0:
-            return 0.0
-        s = speed(a)
-        if s <= 0:
-            return 0.0
-        v = weight * s / base
-        if a != current:
-            t = work / s
-            v *= t / (t + penalty)
-        return v
-
-    return value
+    return speeds, max(left * linear(job.gpus), 1e-9)
 
 
 def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
     """GPU counts by best marginal value per GPU; job index -> count."""
     alloc = [0] * len(jobs)
-    values = [dict.fromkeys(j.counts, 0.0) for j in jobs]
-    for k, j in enumerate(jobs):
-        for c in j.counts:
-            values[k][c] = j.value(c)
+    values = [j.values for j in jobs]
 
     def best_jump(k: int, free: int) -> tuple[float, int] | None:
         here = alloc[k]
