@@ -181,3 +181,12 @@ def test_a_pass_with_reports_is_valid_and_deterministic(view: ClusterView, spec:
     # The ledger raises on any broken rule: GPU twice, gangs, sizes, types,
     # CPUs, non-preemptible jobs moved, unknown jobs.
     ledger.apply(decisions, jobs)
+
+
+def test_order_lists_the_queue_as_the_allocation_serves_it() -> None:
+    s = Scenario(node("a", 1))
+    pending = [adaptive(1), adaptive(2), adaptive(3), job(4, gpus=9)]
+    reports = {1: report(50_000, 1), 2: report(500, 1), 3: report(100)}
+    view = replace(s.view(0, pending), goodput=reports)
+    # Never measured first, then the shortest; a job that cannot run at all last.
+    assert [j.id for j in create("goodput").order(view)] == [3, 2, 1, 4]

@@ -104,6 +104,7 @@ class Goodput:
         node_size = max(largest_node_gpus(view), 1)
         reports = view.goodput or {}
         penalty = self.restart_cost * self.hysteresis
+        total = view.total_gpus
         jobs: list[_Job] = []
         unknown: list[_Job] = []
         urgent = 0.0  # the best value of one GPU among measured jobs
@@ -111,7 +112,7 @@ class Goodput:
             if job.is_running and not job.preemptible:
                 continue
             info = reports.get(job.id)
-            counts = _counts(job, node_size, info, self.explore)
+            counts = [c for c in _counts(job, node_size, info, self.explore) if c <= total]
             if not counts:
                 continue
             speeds, work = _speeds_and_work(job, info, counts, node_size, view.now)
@@ -144,6 +145,21 @@ class Goodput:
                 keep = a == current or current == 0
                 entry.values[a] = urgent * a * (1.0 if keep else 0.5)
         return jobs
+
+    def order(self, view: ClusterView) -> list[JobView]:
+        """Waiting jobs by the value per GPU of their best first allocation, which
+        is the order the greedy allocation reaches them in when GPUs are short
+        (jobs it would never start last, in arrival order)."""
+        pending = {j.id for j in view.pending}
+        ranked: list[tuple[float, float, int, JobView]] = []
+        for entry in self._jobs(view):
+            if entry.view.id in pending:
+                best = max((v / c for c, v in entry.values.items() if c > 0), default=0.0)
+                ranked.append((-best, entry.view.submitted_at, entry.view.id, entry.view))
+        ranked.sort(key=lambda r: r[:3])
+        listed = {r[2] for r in ranked}
+        rest = [j for j in view.pending if j.id not in listed]
+        return [r[3] for r in ranked] + rest
 
     # --- allocation ------------------------------------------------------------
 
