@@ -190,3 +190,13 @@ def test_order_lists_the_queue_as_the_allocation_serves_it() -> None:
     view = replace(s.view(0, pending), goodput=reports)
     # Never measured first, then the shortest; a job that cannot run at all last.
     assert [j.id for j in create("goodput").order(view)] == [3, 2, 1, 4]
+
+
+def test_without_reports_a_running_job_is_not_preempted_for_an_older_one() -> None:
+    s = Scenario(node("a", 4))
+    s.run(job(5, gpus=2, preemptible=True), {"a": [0, 1]})
+    # Job 1 arrived first but needs all 4 GPUs: it waits, nobody is preempted.
+    assert decide(s, 10, [job(1, gpus=4, preemptible=True)], {}) == []
+    # A job that fits starts on the free GPUs.
+    got = decide(s, 10, [job(1, gpus=4, preemptible=True), job(6, gpus=2)], {})
+    assert starts(got) == {6: place({"a": [2, 3]})}

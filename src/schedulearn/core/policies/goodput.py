@@ -136,14 +136,15 @@ class Goodput:
                     v *= t / (t + penalty)
                 values[a] = v
             jobs.append(_Job(job, counts, values))
-        # Unknown speed: most urgent, linear speedup; no restart penalty (nothing
-        # to weigh it against), but a running job is kept where it is.
+        # Unknown speed: most urgent, linear speedup. With nothing to weigh a
+        # restart against, a running job keeps its GPUs ahead of a waiting one
+        # (no preemption to start a job of unknown worth) and is resized last.
         urgent = (urgent or 1.0) * 2.0
         for entry in unknown:
             current = entry.current
             for a in entry.counts:
-                keep = a == current or current == 0
-                entry.values[a] = urgent * a * (1.0 if keep else 0.5)
+                factor = 1.0 if current == 0 else 2.0 if a == current else 0.5
+                entry.values[a] = urgent * a * factor
         return jobs
 
     def order(self, view: ClusterView) -> list[JobView]:
