@@ -12,16 +12,20 @@ Rule, one pass:
    host reports (`ClusterView.goodput`) and the work it has left `W`,
    a job on `a` GPUs finishes in `T(a) = W / goodput(a)`; its value is
    `speedup(a) * (1 / T(1)) ** (1 - fairness)`, with `speedup(a) =
-   goodput(a) / goodput(1)`. At `fairness=0` (the default) the value is
-   `1 / T(a)`: the sum over jobs is the rate at which jobs complete, and
-   maximising it favours short jobs as shortest-remaining-time-first
-   does, while spreading GPUs where they speed jobs up most. At
-   `fairness=1` every job's speedup counts alike (Pollux's utility).
+   goodput(a) / goodput(1)`. At `fairness=0` the value is `1 / T(a)`:
+   the sum over jobs is the rate at which jobs complete, and maximising
+   it favours short jobs as shortest-remaining-time-first does, while
+   spreading GPUs where they speed jobs up most. At `fairness=1` every
+   job's speedup counts alike (Pollux's utility). The default, 0.5, had
+   the lowest mean, p99 JCT and makespan on the 8 Pollux workloads (the
+   time estimates behind `T` come from a model still being learnt, so
+   trusting them only halfway pays).
 2. Changing a running job's allocation, or starting a job, costs
    `restart_cost` seconds (checkpoint and restore): the value of any
-   count other than the job's current one is scaled by
+   count other than a running job's current one is scaled by
    `T(a) / (T(a) + restart_cost * hysteresis)`, so a job is resized only
-   when the time it saves over its remaining run exceeds the restart.
+   when the time it saves over its remaining run exceeds the restart
+   several times over; a waiting job's by `T(a) / (T(a) + restart_cost)`.
 3. GPUs go out greedily: starting from nothing, repeatedly give the job
    with the best value gained per GPU the jump to its next count
    (jumps, not single GPUs, so the bonus of keeping a current count is
@@ -82,7 +86,7 @@ class Goodput:
 
     def __init__(
         self,
-        fairness: float = 0.0,
+        fairness: float = 0.5,
         restart_cost: float = 30.0,
         hysteresis: float = 8.0,
         explore: float = 4.0,
@@ -127,13 +131,16 @@ class Goodput:
             weight = (base / work) ** (1.0 - self.fairness)
             urgent = max(urgent, weight)
             current = job.allocated_gpus
+            # A first start costs one restart whatever the count; a change of a
+            # running job is damped further (hysteresis), so jobs do not thrash.
+            cost = penalty if current else self.restart_cost
             values: dict[int, float] = {}
             for a in counts:
                 s = speeds[a]
                 v = weight * s / base if s > 0 else 0.0
                 if a != current and s > 0:
                     t = work / s
-                    v *= t / (t + penalty)
+                    v *= t / (t + cost)
                 values[a] = v
             jobs.append(_Job(job, counts, values))
         # Unknown speed: most urgent, linear speedup. With nothing to weigh a
