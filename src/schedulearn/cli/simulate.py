@@ -38,6 +38,10 @@ HELP = """Replay a workload on a simulated cluster under one or more policies.
 WORKLOAD is a trace CSV (Philly, Pollux or Tiresias format) or a spec:
 poisson:n=100:rate=0.01, uniform:n=100:window=3600, bursts:5,10,15,20,
 tetris, philly[:path=FILE], pollux[:path=FILE], tiresias[:path=FILE].
+A directory stands for every CSV in it; repeat --workload for several
+(they run in parallel processes, with a mean row per policy). A Pollux
+CSV or directory with ':adaptive' has adaptive jobs (1..64 GPUs, batch
+chosen per epoch), e.g. workload-6.csv:adaptive.
 CLUSTER is a shape such as 3x4, 2x8+4x4, 36x1:k80+24x4:v100:cpus=48:mem=256,
 or a Tiresias cluster CSV; without it the workload's own cluster is used.
 See docs/simulator.md."""
@@ -139,6 +143,7 @@ def simulate(
             "--workload",
             "-w",
             help="Spec, trace CSV or directory of CSVs; repeat for several workloads",
+            metavar="SPEC|PATH|DIR",
         ),
     ],
     policy: Annotated[
