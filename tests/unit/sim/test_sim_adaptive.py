@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schedulearn.core import create
 from schedulearn.core.views import Placement
 from schedulearn.sim import parse_cluster
 from schedulearn.sim.engine import Simulator
 from schedulearn.sim.goodput_feed import GoodputFeed
-from schedulearn.sim.jobs import SimInputError, SimJob
+from schedulearn.sim.jobs import SimInputError, SimJob, Workload
 from schedulearn.sim.measured import MeasuredSpeed
 from schedulearn.sim.runner import SpeedOptions, adapt, run_all
 from schedulearn.sim.runstate import RunState
@@ -120,3 +123,39 @@ def test_on_workload_6_goodput_beats_pollux_and_elastic_fifo_beats_fifo(workload
     assert goodput.summary.mean_jct < 2446
     assert elastic.summary.mean_jct < fifo.summary.mean_jct
     assert goodput.summary.resizes > 0  # it does resize jobs
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    picks=st.lists(st.integers(0, 159), min_size=1, max_size=12, unique=True),
+    spread=st.sampled_from([0.0, 0.01, 0.2]),
+    cluster=st.sampled_from(["1x4", "2x4", "3x2+1x4"]),
+    policy=st.sampled_from(["goodput", "goodput:fairness=1:explore=2", "elastic-fifo"]),
+)
+def test_random_adaptive_runs_finish_every_job_within_the_rules(
+    apps: Path,
+    workload6: Path,
+    picks: list[int],
+    spread: float,
+    cluster: str,
+    policy: str,
+) -> None:
+    (full,) = parse_workload(f"{workload6}:adaptive=8")
+    jobs = tuple(
+        replace(full.jobs[i], gpus=1, submitted_at=full.jobs[i].submitted_at * spread)
+        for i in picks
+    )
+    small = Workload("random", jobs, params={"adaptive": "8"})
+    speed = MeasuredSpeed(apps)
+    workload = adapt(small, speed)
+    spec = parse_cluster(cluster)
+    # The ledger checks every pass (a broken rule stops the run with PolicyError).
+    result = Simulator(workload, spec, create(policy), speed).run()
+    assert result.summary.finished == len(jobs)
+    for seg in result.segments:
+        job = next(j for j in workload.jobs if j.id == seg.job_id)
+        assert 1 <= seg.placement.num_gpus <= (job.max_gpus or job.gpus) <= 8
