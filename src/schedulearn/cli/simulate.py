@@ -23,7 +23,7 @@ from schedulearn.core.registry import UnknownPolicyError, available
 from schedulearn.sim.engine import PolicyError
 from schedulearn.sim.jobs import SimInputError
 from schedulearn.sim.results import SimResult
-from schedulearn.sim.runner import SpeedOptions, run_all
+from schedulearn.sim.runner import SpeedOptions, run_all, run_parallel
 from schedulearn.sim.workloads.spec import parse_workload
 
 out = Console()
@@ -38,6 +38,10 @@ HELP = """Replay a workload on a simulated cluster under one or more policies.
 WORKLOAD is a trace CSV (Philly, Pollux or Tiresias format) or a spec:
 poisson:n=100:rate=0.01, uniform:n=100:window=3600, bursts:5,10,15,20,
 tetris, philly[:path=FILE], pollux[:path=FILE], tiresias[:path=FILE].
+A directory stands for every CSV in it; repeat --workload for several
+(they run in parallel processes, with a mean row per policy). A Pollux
+CSV or directory with ':adaptive' has adaptive jobs (1..64 GPUs, batch
+chosen per epoch), e.g. workload-6.csv:adaptive.
 CLUSTER is a shape such as 3x4, 2x8+4x4, 36x1:k80+24x4:v100:cpus=48:mem=256,
 or a Tiresias cluster CSV; without it the workload's own cluster is used.
 See docs/simulator.md."""
@@ -89,11 +93,59 @@ def render_table(results: list[SimResult]) -> Table:
             f"{r.wall_seconds:.2f}",
         ]
         table.add_row(*([r.workload, *row] if multi else row))
+    if multi:
+        for name, runs in _by_policy(results).items():
+            table.add_row(*_mean_row(name, runs, deadlines), style="bold")
     return table
 
 
+def _by_policy(results: list[SimResult]) -> dict[str, list[SimResult]]:
+    out: dict[str, list[SimResult]] = {}
+    for r in results:
+        out.setdefault(r.policy, []).append(r)
+    return out
+
+
+def _mean_row(policy: str, runs: list[SimResult], deadlines: bool) -> list[str]:
+    """The mean over workloads of one policy's figures (sums for counts and wall time)."""
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    ss = [r.summary for r in runs]
+    unfinished = sum(s.unfinished for s in ss)
+    finished = sum(s.finished for s in ss)
+    met = sum(s.deadlines_met for s in ss)
+    due = sum(s.deadlines for s in ss)
+    return [
+        f"mean of {len(runs)}",
+        policy,
+        f"{finished}" if not unfinished else f"{finished} (+{unfinished} stuck)",
+        _fmt(mean([s.makespan for s in ss])),
+        _fmt(mean([s.mean_jct for s in ss])),
+        _fmt(mean([s.median_jct for s in ss])),
+        _fmt(mean([s.p95_jct for s in ss])),
+        _fmt(mean([s.p99_jct for s in ss])),
+        _fmt(mean([s.mean_queueing_delay for s in ss])),
+        f"{100 * mean([s.gpu_utilisation for s in ss]):.1f}%",
+        *([f"{met}/{due}" if due else "-"] if deadlines else []),
+        str(sum(s.preemptions for s in ss)),
+        str(sum(s.migrations for s in ss)),
+        f"{mean([s.fairness for s in ss]):.3f}",
+        f"{sum(r.wall_seconds for r in runs):.2f}",
+    ]
+
+
 def simulate(
-    workload: Annotated[str, typer.Option("--workload", "-w", help="Spec or trace CSV path")],
+    workload: Annotated[
+        list[str],
+        typer.Option(
+            "--workload",
+            "-w",
+            help="Spec, trace CSV or directory of CSVs; repeat for several workloads",
+            metavar="SPEC|PATH|DIR",
+        ),
+    ],
     policy: Annotated[
         str, typer.Option("--policy", "-p", help="Comma-separated policy specs, e.g. fifo,tiresias")
     ] = "fifo",
@@ -112,14 +164,17 @@ def simulate(
         typer.Option("--apps", help="Pollux pollux/apps directory (measured speed tables)"),
     ] = None,
     restart_cost: Annotated[
-        float, typer.Option("--restart-cost", help="Seconds lost per resume or resize")
-    ] = 30.0,
+        float | None,
+        typer.Option("--restart-cost", help="Seconds lost per resume or resize [default: 30]"),
+    ] = None,
     efficiency: Annotated[
-        float, typer.Option("--efficiency", help="Linear scaling efficiency per added GPU")
-    ] = 0.9,
+        float | None,
+        typer.Option("--efficiency", help="Linear scaling efficiency per added GPU [default: 0.9]"),
+    ] = None,
     spread_penalty: Annotated[
-        float, typer.Option("--spread-penalty", help="Slowdown per node beyond the fewest")
-    ] = 0.1,
+        float | None,
+        typer.Option("--spread-penalty", help="Slowdown per node beyond the fewest [default: 0.1]"),
+    ] = None,
     gpu_speed: Annotated[
         str, typer.Option("--gpu-speed", help="Relative speed per GPU type, e.g. k80=0.3,v100=1")
     ] = "",
@@ -127,19 +182,48 @@ def simulate(
         bool, typer.Option("--jobs-json", help="Include every job's record in the JSON")
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table or progress bar")] = False,
+    round_seconds: Annotated[
+        float | None,
+        typer.Option("--round", help="Decide only every SECONDS (Pollux's simulator: 60)"),
+    ] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option("--processes", help="Parallel runs for several workloads [default: cores]"),
+    ] = None,
 ) -> None:
     try:
-        workloads = parse_workload(workload, seed)
+        workloads = [w for text in workload for w in parse_workload(text, seed)]
+        if round_seconds is not None and not round_seconds > 0:
+            raise SimInputError(
+                f"--round must be a positive number of seconds, not {round_seconds}"
+            )
+        if processes is not None and processes < 1:
+            raise SimInputError(f"--processes must be 1 or more, not {processes}")
+        given = {
+            name
+            for name, value in (
+                ("--restart-cost", restart_cost),
+                ("--efficiency", efficiency),
+                ("--spread-penalty", spread_penalty),
+                ("--gpu-speed", gpu_speed or None),
+            )
+            if value is not None
+        }
+        defaults = SpeedOptions()
         speed = SpeedOptions(
             apps=apps,
-            efficiency=efficiency,
-            spread_penalty=spread_penalty,
-            restart_cost=restart_cost,
+            efficiency=defaults.efficiency if efficiency is None else efficiency,
+            spread_penalty=defaults.spread_penalty if spread_penalty is None else spread_penalty,
+            restart_cost=defaults.restart_cost if restart_cost is None else restart_cost,
             gpu_speed=gpu_speed,
+            given=frozenset(given),
         )
         policies = policy.split(",")
         big = max(len(w) for w in workloads) >= PROGRESS_FROM_JOBS
-        if big and not quiet:
+        if len(workloads) > 1 and processes != 1:
+            # Several workloads: one process per run.
+            results = run_parallel(workloads, policies, cluster, speed, round_seconds, processes)
+        elif big and not quiet:
             with Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
@@ -155,9 +239,9 @@ def simulate(
                         tasks[label] = bar.add_task(label, total=total)
                     bar.update(tasks[label], completed=done)
 
-                results = run_all(workloads, policies, cluster, speed, report)
+                results = run_all(workloads, policies, cluster, speed, report, round_seconds)
         else:
-            results = run_all(workloads, policies, cluster, speed)
+            results = run_all(workloads, policies, cluster, speed, round_seconds=round_seconds)
     except (SimInputError, UnknownPolicyError, PolicyError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

@@ -21,7 +21,10 @@ from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from schedulearn.core.goodput import JobGoodput
 
 
 class Role(StrEnum):
@@ -323,6 +326,9 @@ class ClusterView:
     # (the simulator does) passes them so that policies need not count every
     # node on every pass; when given they must agree with `nodes`.
     free_counts: tuple[int, ...] | None = None
+    # Optional: what the host knows of each job's goodput (job id -> measured
+    # steps, gradient statistics, work left), for goodput-aware policies.
+    goodput: Mapping[int, JobGoodput] | None = None
 
     @property
     def free_gpus(self) -> int:

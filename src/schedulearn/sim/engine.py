@@ -8,6 +8,9 @@ time the engine applies the events, then calls `Policy.decide` once if
 something changed or a tick is due, and applies the decisions through
 `core.GpuLedger.apply`, which enforces the allocation rules; a decision
 the ledger refuses is a policy bug and stops the run (`PolicyError`).
+With `round_seconds` (`simulate --round`) the policy is instead called
+only at multiples of the round while jobs wait or run, as Pollux's
+simulator does every 60 s: events between rounds wait for the next one.
 
 The engine owns all run state: the ledger, every job's progress, the
 cached snapshot tuples handed to the policy, the start/stop segment log
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +34,8 @@ from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.feasibility import check_feasible
-from schedulearn.sim.jobs import Workload
+from schedulearn.sim.goodput_feed import GoodputFeed
+from schedulearn.sim.jobs import SimInputError, Workload
 from schedulearn.sim.metrics import summarize
 from schedulearn.sim.results import JobRecord, Segment, Series, SimResult
 from schedulearn.sim.runstate import RunState, running_view, stopped_view
@@ -55,6 +60,7 @@ class Simulator:
         record_segments: bool = True,
         on_progress: ProgressFn | None = None,
         policy_name: str | None = None,
+        round_seconds: float | None = None,
     ) -> None:
         self.workload = workload
         self.cluster = cluster
@@ -64,7 +70,13 @@ class Simulator:
         self.shape = ClusterShape.of(cluster.nodes)
         self.record_segments = record_segments
         self.on_progress = on_progress
+        if round_seconds is not None and not round_seconds > 0:
+            raise SimInputError(f"a scheduling round must be positive, not {round_seconds} s")
+        # Decide only at multiples of this (Pollux's simulator: 60 s), not at events.
+        self.round_seconds = round_seconds
         check_feasible(workload, cluster)
+        # Measured steps and gradient statistics, for a policy that asks for them.
+        self._feed = GoodputFeed.wanted(self.speed, policy)
         self.ledger = GpuLedger(cluster.nodes)
         self._runs: dict[int, RunState] = {}
         for job in workload.jobs:
@@ -121,6 +133,10 @@ class Simulator:
         runs = self._runs
         tick = self.policy.tick_seconds
         next_tick: float | None = None
+        rounds = self.round_seconds
+        if rounds is not None:
+            tick = None  # every round is a pass while jobs wait or run
+        next_round: float | None = None
         ai = 0
         report_every = max(1, n // 200)
         last_report = 0
@@ -142,6 +158,8 @@ class Simulator:
                 t = jobs[ai].submitted_at
             if next_tick is not None and next_tick < t:
                 t = next_tick
+            if next_round is not None and next_round < t:
+                t = next_round
             if t == inf:
                 break
             changed = False
@@ -156,8 +174,18 @@ class Simulator:
                 if run.version == version and run.end is None:
                     self._complete(run, t)
                     changed = True
-            due = next_tick is not None and next_tick <= t
-            acted = self._pass(t) if changed or due else 0
+            if rounds is None:
+                due = next_tick is not None and next_tick <= t
+                acted = self._pass(t) if changed or due else 0
+                boundary = True
+            else:
+                if next_round is None and (pending or running):
+                    next_round = math.ceil(t / rounds) * rounds
+                boundary = next_round is not None and next_round <= t
+                acted = 0
+                if boundary:
+                    acted = self._pass(t)
+                    next_round = t + rounds if pending or running else None
             events += 1
             if tick is not None:
                 if pending or running:
@@ -175,7 +203,7 @@ class Simulator:
             if self.on_progress is not None and self._finished - last_report >= report_every:
                 last_report = self._finished
                 self.on_progress(self._finished, n)
-            if not acted and not running and not heap and ai >= n:
+            if boundary and not acted and not running and not heap and ai >= n:
                 # Nothing runs, nothing will arrive, and the policy starts nothing:
                 # no later pass could see a different cluster. Stop here.
                 break
@@ -229,7 +257,12 @@ class Simulator:
 
     def _pass(self, t: float) -> int:
         nodes = self._node_tuple()
-        view = ClusterView(t, nodes, self._pending_view(), self._running_view(), self._counts)
+        pending, running = self._pending_view(), self._running_view()
+        goodput = None
+        if self._feed is not None:
+            ids = [*self._pending, *self._running]
+            goodput = self._feed.snapshot(t, self._runs, ids)
+        view = ClusterView(t, nodes, pending, running, self._counts, goodput)
         self.passes += 1
         decisions = self.policy.decide(view)
         if not decisions:

@@ -23,6 +23,15 @@ Pollux's simulator (petuum/adaptdl, `osdi21-artifact`), re-implemented:
   interpolated between the two nearest measured batch sizes;
 - every (re)allocation costs `realloc_cost` (30 s) of no progress.
 
+An *adaptive* job (one that names an application but no batch size;
+see `schedulearn.sim.workloads.adaptive`) picks its batch size itself,
+as a job under Pollux's AdaptDL library does: at each epoch it runs the
+batch that maximises its progress rate on the placement it was given,
+among the configurations `core.goodput.batch_configs` allows (the same
+candidates the `goodput` policy's model considers). Unlike Pollux, whose
+jobs choose with their fitted model, ours choose with the measured
+tables: an oracle per epoch, documented in docs/results.md.
+
 Jobs without an application (or with one that has no table) fall back
 to the linear model. Work units here are Pollux's progress units.
 """
@@ -35,6 +44,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from schedulearn.core.goodput import BatchLimits, StepSample, batch_configs
 from schedulearn.core.views import Placement
 from schedulearn.sim.jobs import SimInputError, SimJob
 from schedulearn.sim.speed import ClusterShape, Curve, LinearSpeed
@@ -193,6 +203,41 @@ class AppTables:
         atomic = min(atomic, int(self.max_batch / (gpus * (accum + 1))))
         return max(atomic, 1), accum
 
+    def limits(self, fixed_batch: int | None = None) -> BatchLimits:
+        """The batch limits of this application, for the goodput model."""
+        return BatchLimits(
+            self.init_batch, self.max_batch, self.min_local, self.max_local, fixed_batch
+        )
+
+    def adaptive_rates(
+        self, counts: tuple[int, ...]
+    ) -> tuple[tuple[float, ...], tuple[tuple[int, int, int], ...]]:
+        """Per epoch: the best progress rate on `counts` GPUs per node, and the
+        (total batch, atomic batch, accumulation steps) that reaches it."""
+        gpus = sum(counts)
+        configs = batch_configs(self.limits(), gpus)
+        if not configs:
+            # More GPUs than the batch limits allow: the smallest local batch each.
+            atomic = max(1, self.max_batch // gpus)
+            configs = ((gpus * atomic, atomic, 0),)
+        timed = []
+        for batch, atomic, accum in configs:
+            step, sync = self.throughput(counts, atomic)
+            timed.append((batch, atomic, accum, step + (step - sync) * accum))
+        rates: list[float] = []
+        choices: list[tuple[int, int, int]] = []
+        for e in range(self.epochs):
+            best, choice = -1.0, configs[0]
+            for batch, atomic, accum, total in timed:
+                sqr, var = self.grad_stats(batch, e)
+                scale = batch / self.init_batch
+                rate = (var + sqr) / (var / scale + sqr) / total
+                if rate > best:
+                    best, choice = rate, (batch, atomic, accum)
+            rates.append(best)
+            choices.append(choice)
+        return tuple(rates), tuple(choices)
+
     def epoch_rates(self, counts: tuple[int, ...], batch: int) -> tuple[float, ...]:
         """Progress per second in each epoch on `counts` GPUs per node."""
         gpus = sum(counts)
@@ -215,6 +260,13 @@ class EpochCurve:
 
     ends: tuple[float, ...]
     rates: tuple[float, ...]
+    # Per epoch (total batch, atomic batch, accumulation steps) when the job
+    # chose them (adaptive jobs); empty for a fixed batch.
+    choices: tuple[tuple[int, int, int], ...] = ()
+
+    def epoch(self, done: float) -> int:
+        """The epoch under way after `done` units of work."""
+        return min(bisect.bisect_right(self.ends, done), len(self.ends) - 1)
 
     def seconds_to(self, done: float, target: float) -> float:
         seconds = 0.0
@@ -262,7 +314,7 @@ class MeasuredSpeed:
             for sub in sorted(p for p in apps_dir.iterdir() if p.is_dir()):
                 if (sub / "placements.csv").is_file() and sub.name in EPOCHS:
                     self.apps[sub.name] = AppTables(sub)
-        self._rates: dict[tuple[str, tuple[int, ...], int], tuple[float, ...]] = {}
+        self._curves: dict[tuple[str, tuple[int, ...], int], EpochCurve] = {}
 
     def _tables(self, job: SimJob) -> AppTables | None:
         if job.app is None:
@@ -274,8 +326,7 @@ class MeasuredSpeed:
                 f"job {job.name or job.id} names application {job.app!r} but no table for it "
                 f"was loaded ({where}); pass --apps with the Pollux pollux/apps directory"
             )
-        if tables is not None and not job.batch_size:
-            raise SimInputError(f"job {job.name or job.id} names {job.app!r} but no batch size")
+        # A job without a batch size is adaptive: it picks its batch per epoch.
         return tables
 
     def work(self, job: SimJob) -> float:
@@ -287,15 +338,52 @@ class MeasuredSpeed:
         if tables is None:
             return self.fallback.curve(job, placement, shape)
         counts = tuple(len(g) for _, g in placement)
-        return self._curve(tables, counts, job.batch_size or tables.init_batch)
+        return self._curve(tables, counts, job.batch_size)
 
-    def _curve(self, tables: AppTables, counts: tuple[int, ...], batch: int) -> EpochCurve:
-        key = (tables.name, canonical(counts), batch)
-        rates = self._rates.get(key)
-        if rates is None:
-            rates = tables.epoch_rates(counts, batch)
-            self._rates[key] = rates
-        return EpochCurve(tables.epoch_ends, rates)
+    def _curve(self, tables: AppTables, counts: tuple[int, ...], batch: int | None) -> EpochCurve:
+        key = (tables.name, canonical(counts), batch or 0)
+        curve = self._curves.get(key)
+        if curve is None:
+            if batch:
+                curve = EpochCurve(tables.epoch_ends, tables.epoch_rates(counts, batch))
+            else:
+                rates, choices = tables.adaptive_rates(canonical(counts))
+                curve = EpochCurve(tables.epoch_ends, rates, choices)
+            self._curves[key] = curve
+        return curve
+
+    def tables_of(self, job: SimJob) -> AppTables | None:
+        """The measured tables of the job's application, if it names one."""
+        return self._tables(job)
+
+    def sample(self, job: SimJob, placement: Placement, done: float) -> StepSample | None:
+        """The step the job runs at `done` units of work on `placement`, as measured."""
+        tables = self._tables(job)
+        if tables is None or placement.num_gpus == 0:
+            return None
+        counts = tuple(len(g) for _, g in placement if g)
+        curve = self._curve(tables, counts, job.batch_size)
+        if curve.choices:
+            _, atomic, _ = curve.choices[curve.epoch(done)]
+        else:
+            atomic, _ = tables.batch_split(job.batch_size or tables.init_batch, sum(counts))
+        step, sync = tables.throughput(counts, atomic)
+        return StepSample(len(counts), sum(counts), atomic, step, sync)
+
+    def grad_stats(
+        self, job: SimJob, placement: Placement | None, done: float
+    ) -> tuple[float, float] | None:
+        """(grad_sqr, grad_var) the job measures at `done` with the batch it uses there."""
+        tables = self._tables(job)
+        if tables is None:
+            return None
+        epoch = min(bisect.bisect_right(tables.epoch_ends, done), tables.epochs - 1)
+        batch = job.batch_size or tables.init_batch
+        if placement is not None and placement.num_gpus and not job.batch_size:
+            counts = tuple(len(g) for _, g in placement if g)
+            curve = self._curve(tables, counts, None)
+            batch = curve.choices[epoch][0]
+        return tables.grad_stats(batch, epoch)
 
     def switch_cost(self, job: SimJob, first: bool) -> float:
         if self._tables(job) is None:
@@ -308,7 +396,7 @@ class MeasuredSpeed:
         if tables is None:
             return self.fallback.estimate(job, shape)
         counts = ideal_counts(job.gpus, shape)
-        curve = self._curve(tables, counts, job.batch_size or tables.init_batch)
+        curve = self._curve(tables, counts, job.batch_size)
         return curve.seconds_to(0.0, tables.total_work)
 
 

@@ -8,6 +8,8 @@ for each run from the registry, and reports progress through a callback.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -21,6 +23,7 @@ from schedulearn.sim.jobs import SimInputError, Workload
 from schedulearn.sim.measured import MeasuredSpeed
 from schedulearn.sim.results import SimResult
 from schedulearn.sim.speed import LinearSpeed, SpeedModel, TypeFactors
+from schedulearn.sim.workloads.adaptive import is_adaptive, make_adaptive
 
 # (run label, jobs finished, jobs in the workload)
 RunProgress = Callable[[str, int, int], None]
@@ -37,8 +40,25 @@ class SpeedOptions:
     restart_cost: float = 30.0
     realloc_cost: float = 30.0
     gpu_speed: str = ""
+    # The options the user gave explicitly (CLI names, e.g. "--efficiency"):
+    # one the chosen model does not use is refused rather than ignored.
+    given: frozenset[str] = frozenset()
 
     def build(self, workloads: Sequence[Workload] = ()) -> SpeedModel:
+        model = self._build(workloads)
+        if isinstance(model, MeasuredSpeed) and model.apps:
+            linear_jobs = any(model.tables_of(j) is None for w in workloads for j in w.jobs)
+            unused = ["--efficiency", "--spread-penalty"]
+            unused += [] if linear_jobs else ["--gpu-speed"]
+            for option in unused:
+                if option in self.given:
+                    raise SimInputError(
+                        f"{option} is not used by the measured speed model (the Pollux tables "
+                        "give each application's speed on every placement); drop it"
+                    )
+        return model
+
+    def _build(self, workloads: Sequence[Workload]) -> SpeedModel:
         # `--gpu-speed gavel`, or a Gavel workload: measured steps/s per GPU type.
         gavel = self.gpu_speed.strip().lower() == "gavel"
         linear = LinearSpeed(
@@ -53,7 +73,9 @@ class SpeedOptions:
         apps = self.apps or find_apps(workloads)
         if apps is None and not any(j.app for w in workloads for j in w.jobs):
             return linear
-        return MeasuredSpeed(apps, linear, self.realloc_cost)
+        # --restart-cost is the measured model's cost of a (re)allocation too.
+        realloc = self.restart_cost if "--restart-cost" in self.given else self.realloc_cost
+        return MeasuredSpeed(apps, linear, realloc)
 
 
 def find_apps(workloads: Sequence[Workload]) -> Path | None:
@@ -82,6 +104,18 @@ def check_policies(specs: Sequence[str]) -> list[str]:
     return cleaned
 
 
+def adapt(workload: Workload, model: SpeedModel) -> Workload:
+    """The workload with adaptive jobs if its spec asked for them (`adaptive=true`)."""
+    if not is_adaptive(workload):
+        return workload
+    if not isinstance(model, MeasuredSpeed) or not model.apps:
+        raise SimInputError(
+            f"adaptive jobs need the measured tables; workload {workload.name!r} names no "
+            "measured application, or pass --apps with the Pollux pollux/apps directory"
+        )
+    return make_adaptive(workload, model, int(workload.params["adaptive"]))
+
+
 def cluster_for(workload: Workload, given: str | None) -> ClusterSpec:
     if given:
         return parse_cluster(given)
@@ -98,10 +132,14 @@ def run_all(
     cluster: str | None = None,
     speed: SpeedOptions | None = None,
     on_progress: RunProgress | None = None,
+    round_seconds: float | None = None,
 ) -> list[SimResult]:
-    """Every policy on every workload, in that order; one fresh policy object per run."""
+    """Every policy on every workload, in that order; one fresh policy object per run.
+
+    `round_seconds`: decide only at multiples of it (see the engine)."""
     specs = check_policies(policies)
     model = (speed or SpeedOptions()).build(workloads)
+    workloads = [adapt(w, model) for w in workloads]
     results = []
     for workload in workloads:
         spec_cluster = cluster_for(workload, cluster)
@@ -115,6 +153,41 @@ def run_all(
                 model,
                 on_progress=progress,
                 policy_name=spec,
+                round_seconds=round_seconds,
             )
             results.append(sim.run())
     return results
+
+
+def _one(
+    task: tuple[Workload, str, str | None, SpeedOptions | None, float | None],
+) -> SimResult:
+    workload, spec, cluster, speed, round_seconds = task
+    (result,) = run_all([workload], [spec], cluster, speed, round_seconds=round_seconds)
+    return result
+
+
+def run_parallel(
+    workloads: Sequence[Workload],
+    policies: Sequence[str],
+    cluster: str | None = None,
+    speed: SpeedOptions | None = None,
+    round_seconds: float | None = None,
+    processes: int | None = None,
+) -> list[SimResult]:
+    """As `run_all`, one process per (workload, policy) run, up to `processes` at once.
+
+    Results come back in `run_all`'s order. Each process builds its own
+    speed model; bad input is reported before any process starts.
+    """
+    specs = check_policies(policies)
+    model = (speed or SpeedOptions()).build(workloads)
+    for w in workloads:
+        adapt(w, model)
+        cluster_for(w, cluster)
+    tasks = [(w, spec, cluster, speed, round_seconds) for w in workloads for spec in specs]
+    workers = min(len(tasks), processes or os.cpu_count() or 1)
+    if workers <= 1:
+        return [_one(t) for t in tasks]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        return pool.map(_one, tasks, chunksize=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from core_scenario import Scenario, job, node, place, resizes, starts
 
@@ -90,10 +92,25 @@ def test_growth_moves_a_job_whole_to_one_node_rather_than_spread() -> None:
     assert resizes(s.decide(create("elastic-fifo"), 500, [])) == {1: place({"b": [0, 1]})}
 
 
-def test_a_full_node_job_does_not_spread_to_grow() -> None:
+def test_a_full_node_job_grows_across_nodes() -> None:
+    s = Scenario(node("a", 4), node("b", 4), node("c", 4))
+    s.run(job(90, gpus=2), {"c": [0, 1]})
+    s.run(elastic(1, 4, 16), {"a": [0, 1, 2, 3]})
+    # Every spare GPU, on the fewest nodes that hold them.
+    got = resizes(s.decide(create("elastic-fifo"), 500, []))
+    assert got == {1: place({"a": [0, 1, 2, 3], "b": [0, 1, 2, 3], "c": [2, 3]})}
+
+
+def test_a_shrunk_job_grows_back_when_room_returns() -> None:
     s = Scenario(node("a", 4), node("b", 4))
-    s.run(elastic(1, 4, 8), {"a": [0, 1, 2, 3]})
-    assert s.decide(create("elastic-fifo"), 500, []) == []
+    s.run(elastic(1, 1, 8), {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3]})
+    policy = create("elastic-fifo")
+    got = s.decide(policy, 500, [job(2, gpus=3, preemptible=True)])
+    assert resizes(got)[1].num_gpus == 5 and 2 in starts(got)
+    s.running = [replace(j, placement=resizes(got)[1], started_at=500.0) for j in s.running]
+    s.ledger.release(2)  # the newcomer ends
+    assert s.decide(policy, 560, []) == []  # too soon after its resize
+    assert resizes(s.decide(policy, 700, []))[1].num_gpus == 8
 
 
 def test_min_age_must_not_be_negative() -> None:

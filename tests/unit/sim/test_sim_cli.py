@@ -105,3 +105,61 @@ def test_bad_input_is_one_line_saying_what_to_change(args: list[str], message: s
     text = " ".join(result.output.split())
     assert message in text
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "option", [["--efficiency", "0.5"], ["--spread-penalty", "0.3"], ["--gpu-speed", "k80=0.3"]]
+)
+def test_options_the_measured_model_does_not_use_are_refused(
+    traces: Path, option: list[str]
+) -> None:
+    workload = traces / "pollux" / "workloads" / "workload-6.csv"
+    args = ["simulate", "--workload", str(workload), "--policy", "fifo", *option]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert f"{option[0]} is not used by the measured speed model" in result.output
+    # The same option on a workload of the linear model is taken.
+    linear = ["simulate", "--workload", "poisson:n=5", "--cluster", "2x4", *option]
+    assert runner.invoke(app, linear).exit_code == 0
+
+
+def test_the_measured_model_takes_restart_cost(tmp_path: Path, traces: Path) -> None:
+    workload = str(traces / "pollux" / "workloads" / "workload-6.csv")
+    base = run_json(tmp_path, "--workload", workload, "--policy", "tiresias")
+    dearer = run_json(
+        tmp_path, "--workload", workload, "--policy", "tiresias", "--restart-cost", "120"
+    )
+    assert dearer["tiresias"]["mean_jct"] > base["tiresias"]["mean_jct"]
+
+
+def test_several_workloads_run_in_parallel_with_a_mean_row(tmp_path: Path, traces: Path) -> None:
+    source = traces / "pollux" / "workloads" / "workload-6.csv"
+    lines = source.read_text().splitlines()
+    folder = tmp_path / "workloads"
+    folder.mkdir()
+    for k, jobs in enumerate((lines[1:21], lines[21:41])):
+        (folder / f"w{k}.csv").write_text("\n".join([lines[0], *jobs]) + "\n")
+    args = [
+        "simulate",
+        "--workload",
+        f"{folder}:adaptive",
+        "--apps",
+        str(traces / "pollux" / "apps"),
+    ]
+    result = runner.invoke(app, [*args, "--cluster", "8x4", "--policy", "fifo,goodput"])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if "│" in line]
+    assert sum("w0" in r for r in rows) == sum("w1" in r for r in rows) == 2
+    means = [r for r in rows if "mean of 2" in r]
+    assert len(means) == 2 and all(" 40 " in r for r in means)  # 2 x 20 jobs finished
+    # The same runs in one process give the same table (but the wall times).
+    one = runner.invoke(
+        app, [*args, "--cluster", "8x4", "--policy", "fifo,goodput", "--processes", "1"]
+    )
+    strip = lambda out: [r.rsplit("│", 2)[0] for r in out.splitlines() if "│" in r]  # noqa: E731
+    assert strip(one.output) == strip(result.output)
+
+
+def test_round_is_checked() -> None:
+    result = runner.invoke(app, ["simulate", "--workload", "tetris", "--round", "0"])
+    assert result.exit_code == 2 and "--round must be a positive" in result.output

@@ -205,3 +205,19 @@ def test_free_counts_handed_to_policies_match_the_nodes() -> None:
     r = simulate(jobs(*specs), parse_cluster("2x4+1x8"), Checking())
     assert r.summary.finished == 40 and len(seen) == r.passes
     assert min(seen) == 0 and max(seen) == 16
+
+
+def test_with_rounds_the_policy_acts_only_on_round_boundaries() -> None:
+    from schedulearn.core import create
+    from schedulearn.sim import parse_cluster
+    from schedulearn.sim.engine import Simulator
+    from schedulearn.sim.workloads.spec import parse_workload
+
+    (workload,) = parse_workload("poisson:n=40:rate=0.05:duration=300", seed=3)
+    cluster = parse_cluster("2x4")
+    free = Simulator(workload, cluster, create("srtf")).run()
+    assert any(s.start % 60 for s in free.segments)  # without rounds it starts at arrivals
+    rounds = Simulator(workload, cluster, create("srtf"), round_seconds=60).run()
+    assert rounds.summary.finished == len(workload.jobs)
+    assert all(s.start % 60 == 0 for s in rounds.segments)
+    assert rounds.summary.mean_queueing_delay > free.summary.mean_queueing_delay

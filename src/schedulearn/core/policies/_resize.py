@@ -3,9 +3,11 @@
 Used by `elastic-fifo`. The rule that keeps resizes cheap: a job stays
 on as few nodes as possible. It grows on a node it already uses (the
 one with the most free GPUs), or, if it runs on one node that has no GPU
-to spare, moves whole onto one node that holds the bigger size; it never
-spreads onto an extra node to grow. It shrinks by giving up a GPU on the
-node where it holds the fewest, so a gang sheds whole nodes first.
+to spare, moves whole onto one node that holds the bigger size; only
+when neither is possible does it spread (`spread=True`): the bigger size
+is packed afresh onto the fewest nodes that hold it (a resize restarts
+the job anyway). It shrinks by giving up a GPU on the node where it
+holds the fewest, so a gang sheds whole nodes first.
 
 The functions work on the caller's `FreePool`, in which the job's
 current placement is taken. On success the pool holds the new placement;
@@ -26,9 +28,11 @@ def old_enough(job: JobView, now: float, min_age: float) -> bool:
     return job.started_at is None or now - job.started_at >= min_age
 
 
-def grow_one(pool: FreePool, job: JobView, current: Placement) -> Placement | None:
-    """`current` with one more GPU, or None if the job cannot grow without
-    spreading onto another node."""
+def grow_one(
+    pool: FreePool, job: JobView, current: Placement, spread: bool = False
+) -> Placement | None:
+    """`current` with one more GPU, or None if the job cannot grow (without
+    spreading onto another node, unless `spread`)."""
     nodes = _nodes_of(pool, current)
     pool.release(job, current)
     # In place: the job's own node with the most free GPUs first.
@@ -49,6 +53,12 @@ def grow_one(pool: FreePool, job: JobView, current: Placement) -> Placement | No
         if moved is not None:
             pool.take(job, moved)
             return moved
+    if spread:
+        # Across nodes: the bigger size on the fewest nodes that hold it.
+        packed = pool.gang(job, current.num_gpus + 1)
+        if packed is not None:
+            pool.take(job, packed)
+            return packed
     pool.take(job, current)
     return None
 

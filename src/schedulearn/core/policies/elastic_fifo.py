@@ -19,8 +19,11 @@ Only preemptible jobs are ever resized, and never one younger than
 `min_age` seconds on its current placement (default 120), so that a
 resize, which costs a checkpoint and restore, is not undone at once. A
 resize keeps the job on as few nodes as possible: it grows on a node it
-already uses, or moves whole onto one node; it never spreads onto an
-extra node to grow, and it shrinks by leaving its smallest part first.
+already uses, or moves whole onto one node, and only when neither can
+hold it does it spread, packed afresh onto the fewest nodes that hold
+the bigger size (so a job grows past one node, and a job shrunk for a
+newcomer grows back once room returns); it shrinks by leaving its
+smallest part first.
 Jobs shrunk in a pass do not grow in the same pass.
 
 The policy asks to be called every 60 s (`tick_seconds`) so that jobs
@@ -179,7 +182,7 @@ class ElasticFifo:
                 if free == 0:
                     break
                 current = _current(job, changed)
-                bigger = grow_one(pool, job, current)
+                bigger = grow_one(pool, job, current, spread=True)
                 if bigger is None:
                     continue
                 changed[job.id] = bigger

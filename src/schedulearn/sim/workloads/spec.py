@@ -9,10 +9,15 @@ A PATH is a CSV in a known trace format (Philly, Pollux, Tiresias; see
   tetris                       40 jobs x 30 tasks, the Tetris packing experiment
   gavel[:n=300][:rate=2]       Gavel's models on K80/P100/V100 (see `gavel`)
   philly[:path=FILE][:limit=N] the Philly trace (default: the packaged sample)
-  pollux[:path=FILE]           a Pollux workload (default: the packaged sample)
+  pollux[:path=FILE][:adaptive=true|CAP]
+                               a Pollux workload (default: the packaged sample);
+                               `adaptive` makes its jobs adaptive (see `adaptive`)
   tiresias[:path=FILE]         a Tiresias job CSV (default: the packaged sample)
 
-Some specs give several workloads (`bursts:5,10`), so the result is a list.
+A trace PATH may carry the same option: `workload-6.csv:adaptive` (or
+`:adaptive=32` for a GPU cap other than 64). A directory stands for
+every `.csv` in it, in name order (`workloads/:adaptive` too). Some specs give several
+workloads (`bursts:5,10`), so the result is a list.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from importlib import resources
 from pathlib import Path
 
 from schedulearn.sim.jobs import SimInputError, Workload
+from schedulearn.sim.workloads.adaptive import DEFAULT_CAP
 from schedulearn.sim.workloads.gavel import gavel
 from schedulearn.sim.workloads.options import Options
 from schedulearn.sim.workloads.synthetic import bursts, poisson, uniform
@@ -60,6 +66,24 @@ def parse_workload(text: str, seed: int = 0) -> list[Workload]:
         raise SimInputError(
             "empty --workload; give a spec such as poisson:n=100 or a trace CSV path"
         )
+    directory, _, option = text.rpartition(":") if ":" in text else (text, "", "")
+    if not Path(directory).expanduser().is_dir():
+        directory, option = text, ""
+    if Path(directory).expanduser().is_dir():
+        # DIR[:adaptive]: every trace CSV in it, by name.
+        files = sorted(Path(directory).expanduser().glob("*.csv"))
+        if not files:
+            raise SimInputError(f"directory {directory!r} holds no .csv trace; give a trace file")
+        return [w for f in files for w in parse_workload(f"{f}:{option}" if option else str(f))]
+    head, sep, tail = text.partition(".csv:")
+    if sep and text.split(":", 1)[0].strip().lower() not in KINDS:
+        # PATH.csv:adaptive[=CAP]
+        parts = [f"{t}=true" if t.strip() == "adaptive" else t for t in tail.split(":")]
+        opts = Options.parse("trace:" + ":".join(parts))
+        cap = _adaptive_cap(opts)
+        opts.finish()
+        path = Path(head + ".csv").expanduser()
+        return [_mark_adaptive(_load(detect(path), path, None), cap)]
     path = Path(text).expanduser()
     if path.suffix == ".csv" or path.is_file():
         return [_load(detect(path), path, None)]
@@ -71,13 +95,47 @@ def parse_workload(text: str, seed: int = 0) -> list[Workload]:
     if opts.kind in SAMPLES:
         given = opts.text("path", "")
         limit = opts.integer("limit", 0, low=0)
+        cap = _adaptive_cap(opts) if opts.kind == "pollux" else None
         opts.finish()
         trace = Path(given).expanduser() if given else sample_path(opts.kind)
         if given and detect(trace) != opts.kind:
             raise SimInputError(f"{given!r} is a {detect(trace)} trace, not {opts.kind}")
-        return [_load(opts.kind, trace, limit or None)]
+        return [_mark_adaptive(_load(opts.kind, trace, limit or None), cap)]
     raise SimInputError(
         f"unknown workload {opts.kind!r}; give a CSV path or one of: {', '.join(KINDS)}"
+    )
+
+
+def _adaptive_cap(opts: Options) -> int | None:
+    """`adaptive=true` (cap 64), `adaptive=N` (cap N) or `adaptive=false`/absent (None)."""
+    value = opts.text("adaptive", "false").strip().lower()
+    if value in ("", "true", "yes", "1", "adaptive"):
+        return DEFAULT_CAP
+    if value in ("false", "no", "0"):
+        return None
+    try:
+        cap = int(value)
+    except ValueError:
+        cap = 0
+    if cap < 1:
+        raise SimInputError(
+            f"bad adaptive={value!r}; write adaptive=true or adaptive=N with a GPU cap N >= 1"
+        )
+    return cap
+
+
+def _mark_adaptive(workload: Workload, cap: int | None) -> Workload:
+    """Ask for adaptive jobs; the runner applies it once the measured tables are loaded."""
+    if cap is None:
+        return workload
+    params = {**workload.params, "adaptive": str(cap)}
+    return Workload(
+        workload.name,
+        workload.jobs,
+        workload.description,
+        workload.source,
+        params,
+        workload.default_cluster,
     )
 
 

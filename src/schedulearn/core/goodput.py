@@ -1,0 +1,365 @@
+"""The goodput model of a data-parallel training job: throughput x statistical efficiency.
+
+Pollux (Qiao et al., OSDI'21) rates an allocation by its *goodput*: how
+fast a job makes progress towards convergence, not how many samples it
+reads. This module re-implements that model with the standard library
+only (Pollux fits it with scipy; the rules are read from petuum/adaptdl,
+branch `osdi21-artifact`, `adaptdl/goodput.py`; none of its code is used).
+
+- **Throughput.** The time of one optimiser step on `replicas` GPUs over
+  `nodes` nodes with local batch `atomic` and `accum` extra
+  gradient-accumulation steps is `accum * c + c + net`, where
+  `c = alpha_c + beta_c * atomic` (forward and backward passes) and
+  `net` is `0` on one GPU, `alpha_r + beta_r * max(replicas - 2, 0)`
+  within a node and `alpha_n + beta_n * max(replicas - 2, 0)` across
+  nodes (ring all-reduce). Pollux overlaps compute and network with a
+  fitted exponent; we add them (the measured tables' `step_time` is
+  compute plus `sync_time`), which makes the fit a few linear least
+  squares instead of a numerical optimisation.
+- **Statistical efficiency.** With the gradient statistics `sqr` (the
+  squared norm of the true gradient) and `var` (its noise) measured at
+  the initial batch size `init`, a batch `b = scale * init` makes
+  `gain = (var + sqr) / (var / scale + sqr)` times the progress of one
+  step at `init`; the efficiency is `gain / scale`, and the gradient
+  noise scale `init * var / sqr` is the batch where it is one half.
+- **Goodput** is progress per second, `gain / step_time`, in units of
+  "steps at the initial batch size". A job picks, for its allocation,
+  the batch size that maximises it within its limits.
+
+Fitting (`fit_throughput`) follows Pollux's priors for what a job has
+not yet been seen doing: with one local batch size observed, half the
+compute time is taken as constant; with no multi-GPU observation the
+network costs nothing (an optimistic model, so the scheduler tries a
+bigger allocation and learns); with no multi-node observation, crossing
+nodes costs 10% more than the intra-node figure. `GoodputModel.prior`
+is the model of a job never run: linear speedup, unknown absolute speed.
+
+No state lives here: everything is a frozen value or a pure function.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+BATCH_CANDIDATES = 16  # batch sizes tried per allocation, geometrically spaced
+# Noise ratios within 3% share one model (the efficiency barely moves; fits are reused).
+NOISE_STEP = 0.03
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    """What batch sizes a job may use.
+
+    `init_batch` is the batch its learning-rate schedule was tuned for
+    (the statistics' reference), `max_batch` the largest total batch it
+    accepts, `min_local`/`max_local` the local (per-GPU) batch range that
+    fits in memory. `fixed_batch` pins the total batch (a job that does
+    not adapt its batch size).
+    """
+
+    init_batch: int
+    max_batch: int
+    min_local: int = 1
+    max_local: int = 1 << 30
+    fixed_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.init_batch <= self.max_batch:
+            raise ValueError(
+                f"batch limits need 0 < init_batch <= max_batch, not "
+                f"{self.init_batch} and {self.max_batch}"
+            )
+        if not 0 < self.min_local <= self.max_local:
+            raise ValueError(
+                f"batch limits need 0 < min_local <= max_local, not "
+                f"{self.min_local} and {self.max_local}"
+            )
+
+    @property
+    def max_replicas(self) -> int:
+        """The most GPUs that each still get at least `min_local` samples."""
+        if self.fixed_batch is not None:
+            return max(1, self.fixed_batch // self.min_local)
+        return max(1, self.max_batch // self.min_local)
+
+
+@dataclass(frozen=True, slots=True)
+class StepSample:
+    """One measured step: where it ran, its local batch, and its times (seconds)."""
+
+    nodes: int
+    replicas: int
+    atomic_bsz: int
+    step_time: float  # a whole optimiser step, synchronisation included
+    sync_time: float  # the part spent in gradient synchronisation
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputParams:
+    """The fitted step-time model; see the module docstring for the formula."""
+
+    alpha_c: float
+    beta_c: float
+    alpha_r: float = 0.0
+    beta_r: float = 0.0
+    alpha_n: float = 0.0
+    beta_n: float = 0.0
+
+    def compute_time(self, atomic: float) -> float:
+        return self.alpha_c + self.beta_c * atomic
+
+    def network_time(self, nodes: int, replicas: int) -> float:
+        if replicas <= 1:
+            return 0.0
+        extra = max(replicas - 2, 0)
+        if nodes > 1:
+            return self.alpha_n + self.beta_n * extra
+        return self.alpha_r + self.beta_r * extra
+
+    def step_time(self, nodes: int, replicas: int, atomic: float, accum: int) -> float:
+        compute = self.compute_time(atomic)
+        return compute * (accum + 1) + self.network_time(nodes, replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class JobGoodput:
+    """What a host knows of one job's goodput, handed to policies with the snapshot.
+
+    `samples` are the distinct step measurements so far (empty for a job
+    never run), `grad_sqr`/`grad_var` its latest gradient statistics
+    (None before any), `remaining` the progress still to make in the
+    model's units (steps at the initial batch; None if unknown) and
+    `restarts` how many times it was (re)allocated after its first start.
+    """
+
+    limits: BatchLimits
+    samples: tuple[StepSample, ...] = ()
+    grad_sqr: float | None = None
+    grad_var: float | None = None
+    remaining: float | None = None
+    restarts: int = 0
+
+    def model(self) -> GoodputModel:
+        """The fitted model (cached: equal inputs give the same object)."""
+        return _model(self.limits, self.samples, noise_ratio(self.grad_sqr, self.grad_var))
+
+
+def _lstsq(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Intercept and slope of the least-squares line, both kept non-negative."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx <= 0:
+        return max(my, 0.0), 0.0
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    intercept = my - slope * mx
+    if slope < 0:
+        return max(my, 0.0), 0.0
+    if intercept < 0:
+        # Through the origin instead.
+        sxy = sum(x * y for x, y in zip(xs, ys, strict=True))
+        sx2 = sum(x * x for x in xs)
+        return 0.0, max(sxy / sx2, 0.0) if sx2 > 0 else 0.0
+    return intercept, slope
+
+
+def fit_throughput(samples: tuple[StepSample, ...]) -> ThroughputParams:
+    """Fit the step-time model to measured steps (at least one)."""
+    if not samples:
+        raise ValueError("fit_throughput needs at least one sample; use GoodputModel.prior")
+    bszs = [float(s.atomic_bsz) for s in samples]
+    computes = [max(s.step_time - s.sync_time, 1e-9) for s in samples]
+    if len(set(bszs)) == 1:
+        # Pollux's prior: half constant, half proportional to the batch.
+        mean = sum(computes) / len(computes)
+        alpha_c, beta_c = mean / 2, mean / 2 / bszs[0]
+    else:
+        alpha_c, beta_c = _lstsq(bszs, computes)
+        if alpha_c <= 0 and beta_c <= 0:
+            mean = sum(computes) / len(computes)
+            alpha_c, beta_c = mean / 2, mean / 2 / (sum(bszs) / len(bszs))
+    intra = [(s.replicas, s.sync_time) for s in samples if s.nodes == 1 and s.replicas > 1]
+    inter = [(s.replicas, s.sync_time) for s in samples if s.nodes > 1]
+
+    def net(points: list[tuple[int, float]]) -> tuple[float, float]:
+        xs = [float(max(r - 2, 0)) for r, _ in points]
+        return _lstsq(xs, [max(t, 0.0) for _, t in points])
+
+    alpha_r, beta_r = net(intra) if intra else (0.0, 0.0)
+    if inter:
+        alpha_n, beta_n = net(inter)
+    else:
+        alpha_n, beta_n = alpha_r * 1.1, beta_r * 1.1
+    return ThroughputParams(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchChoice:
+    """A batch configuration and its predicted goodput."""
+
+    goodput: float  # progress per second (steps at the initial batch per second)
+    batch: int  # total batch: replicas * atomic * (accum + 1)
+    atomic: int
+    accum: int
+
+
+def batch_configs(limits: BatchLimits, replicas: int) -> tuple[tuple[int, int, int], ...]:
+    """(total batch, atomic local batch, accumulation steps) a job may use on `replicas` GPUs.
+
+    Total batches are spread geometrically from the smallest allowed to
+    `max_batch`; a local batch above `max_local` is split into
+    accumulation steps (at least one on a single GPU above the initial
+    batch, as Pollux does, so the gradient noise can still be measured).
+    """
+    return _batch_configs(limits, replicas)
+
+
+@lru_cache(maxsize=4096)
+def _batch_configs(limits: BatchLimits, replicas: int) -> tuple[tuple[int, int, int], ...]:
+    if replicas <= 0:
+        return ()
+    if limits.fixed_batch is not None:
+        targets = [float(limits.fixed_batch)]
+    else:
+        lo = max(limits.init_batch, limits.min_local * replicas)
+        hi = limits.max_batch
+        if lo > hi:
+            return ()
+        k = BATCH_CANDIDATES
+        targets = [lo * (hi / lo) ** (i / (k - 1)) for i in range(k)] if hi > lo else [lo]
+    out: dict[tuple[int, int], int] = {}
+    for target in targets:
+        local = target / replicas
+        accum = math.ceil(local / limits.max_local - 1e-8) - 1
+        if replicas == 1 and local > limits.init_batch + 1e-8:
+            accum = max(1, accum)
+        accum = max(accum, 0)
+        atomic = math.ceil(local / (accum + 1) - 1e-8)
+        atomic = min(atomic, limits.max_batch // (replicas * (accum + 1)) or 1)
+        if not limits.min_local <= atomic <= limits.max_local:
+            continue
+        batch = replicas * atomic * (accum + 1)
+        out.setdefault((atomic, accum), batch)
+    return tuple((b, a, c) for (a, c), b in out.items())
+
+
+class GoodputModel:
+    """Predicted goodput of one job for any allocation; immutable once built.
+
+    The statistical efficiency depends on the gradient statistics only
+    through their ratio `noise = var / sqr` (the gradient noise scale
+    divided by the initial batch), which is what the model keeps.
+    """
+
+    __slots__ = ("_best", "limits", "noise", "params")
+
+    def __init__(
+        self,
+        limits: BatchLimits,
+        params: ThroughputParams | None,
+        noise: float | None = None,
+    ) -> None:
+        self.limits = limits
+        self.params = params
+        self.noise = noise
+        self._best: dict[tuple[int, int], BatchChoice | None] = {}
+
+    @classmethod
+    def prior(cls, limits: BatchLimits) -> GoodputModel:
+        """A job never measured: linear speedup (relative units only)."""
+        return cls(limits, None)
+
+    @property
+    def measured(self) -> bool:
+        """Is the absolute speed known (at least one measured step)?"""
+        return self.params is not None
+
+    def gain(self, batch: float) -> float:
+        """Progress of one step at `batch`, in steps at the initial batch (1.0 at it).
+
+        Without gradient statistics a bigger batch is assumed to bring
+        nothing (gain 1): the cautious choice until the job reports them.
+        """
+        scale = batch / self.limits.init_batch
+        noise = self.noise
+        if noise is None or scale <= 1.0:
+            return 1.0 if scale >= 1.0 or noise is None else scale
+        return (noise + 1.0) / (noise / scale + 1.0)
+
+    def efficiency(self, batch: float) -> float:
+        """Progress per sample at `batch` relative to the initial batch (1.0 at it)."""
+        return self.gain(batch) * self.limits.init_batch / batch
+
+    def goodput(self, nodes: int, replicas: int, atomic: int, accum: int) -> float:
+        """Progress per second at one configuration (per unit time for the prior)."""
+        batch = replicas * atomic * (accum + 1)
+        if self.params is None:
+            # Unknown speed: each GPU does one initial-batch step per unit time.
+            return float(replicas) * self.gain(batch) * self.limits.init_batch / batch
+        step = self.params.step_time(nodes, replicas, atomic, accum)
+        return self.gain(batch) / step if step > 0 else 0.0
+
+    def best(self, nodes: int, replicas: int) -> BatchChoice | None:
+        """The batch that maximises goodput on `replicas` GPUs over `nodes` nodes."""
+        key = (nodes, replicas)
+        if key in self._best:
+            return self._best[key]
+        configs = batch_configs(self.limits, replicas)
+        choice: BatchChoice | None = None
+        params = self.params
+        if not configs:
+            pass
+        elif params is None:
+            b, a, c = min(configs)
+            choice = BatchChoice(self.goodput(nodes, replicas, a, c), b, a, c)
+        else:
+            # The hot loop of the goodput policy: inlined step time and gain.
+            net = params.network_time(nodes, replicas)
+            alpha, beta = params.alpha_c, params.beta_c
+            init = self.limits.init_batch
+            noise = self.noise
+            best_g = -1.0
+            for b, a, c in configs:
+                step = (alpha + beta * a) * (c + 1) + net
+                scale = b / init
+                if noise is None or scale <= 1.0:
+                    gain = 1.0 if scale >= 1.0 or noise is None else scale
+                else:
+                    gain = (noise + 1.0) / (noise / scale + 1.0)
+                g = gain / step if step > 0 else 0.0
+                if g > best_g:
+                    best_g, choice = g, BatchChoice(g, b, a, c)
+        self._best[key] = choice
+        return choice
+
+    def speed(self, nodes: int, replicas: int) -> float:
+        """Best goodput on that allocation (0.0 for none or an impossible one)."""
+        if replicas <= 0:
+            return 0.0
+        choice = self.best(nodes, replicas)
+        return 0.0 if choice is None else choice.goodput
+
+
+def noise_ratio(grad_sqr: float | None, grad_var: float | None) -> float | None:
+    """`var / sqr`, rounded to 3% steps in log space so that models are shared.
+
+    None when the statistics are missing; a vanishing `sqr` (pure noise)
+    is capped at a ratio of 1e6.
+    """
+    if grad_sqr is None or grad_var is None or grad_var < 0:
+        return None
+    if grad_var == 0:
+        return 0.0
+    ratio = grad_var / grad_sqr if grad_sqr > 0 else 1e6
+    ratio = min(max(ratio, 1e-6), 1e6)
+    return math.exp(round(math.log(ratio) / NOISE_STEP) * NOISE_STEP)
+
+
+@lru_cache(maxsize=8192)
+def _model(
+    limits: BatchLimits, samples: tuple[StepSample, ...], noise: float | None
+) -> GoodputModel:
+    params = fit_throughput(samples) if samples else None
+    return GoodputModel(limits, params, noise)

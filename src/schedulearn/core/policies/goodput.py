@@ -1,0 +1,326 @@
+"""Goodput: size every job to maximise the cluster's rate of finishing work.
+
+Source: the goal of Pollux (Qiao et al., OSDI'21): co-adapt each job's
+GPU count and batch size to its *goodput* (throughput x statistical
+efficiency, `core.goodput`). Pollux searches allocations with a
+genetic algorithm every 60 s (over an hour of CPU per workload); this
+policy allocates greedily by marginal gain instead, in milliseconds.
+
+Rule, one pass:
+1. Every job (waiting, or running and preemptible) gets a value for each
+   GPU count it may run at. With a goodput model fitted from what the
+   host reports (`ClusterView.goodput`) and the work it has left `W`,
+   a job on `a` GPUs finishes in `T(a) = W / goodput(a)`; its value is
+   `speedup(a) * (1 / T(1)) ** (1 - fairness)`, with `speedup(a) =
+   goodput(a) / goodput(1)`. At `fairness=0` the value is `1 / T(a)`:
+   the sum over jobs is the rate at which jobs complete, and maximising
+   it favours short jobs as shortest-remaining-time-first does, while
+   spreading GPUs where they speed jobs up most. At `fairness=1` every
+   job's speedup counts alike (Pollux's utility). The default, 0.5, had
+   the lowest mean, p99 JCT and makespan on the 8 Pollux workloads (the
+   time estimates behind `T` come from a model still being learnt, so
+   trusting them only halfway pays).
+2. Changing a running job's allocation, or starting a job, costs
+   `restart_cost` seconds (checkpoint and restore): the value of any
+   count other than a running job's current one is scaled by
+   `T(a) / (T(a) + restart_cost * hysteresis)`, so a job is resized only
+   when the time it saves over its remaining run exceeds the restart
+   several times over; a waiting job's by `T(a) / (T(a) + restart_cost)`.
+3. GPUs go out greedily: starting from nothing, repeatedly give the job
+   with the best value gained per GPU the jump to its next count
+   (jumps, not single GPUs, so the bonus of keeping a current count is
+   seen), until no GPU is left or no jump gains.
+4. Counts are placed: jobs keeping their count keep their GPUs; the
+   others are packed largest first (one node when one holds the job,
+   otherwise the fewest nodes), falling back to smaller counts; a
+   running job that cannot be placed is preempted.
+
+A job never measured has no absolute speed yet: it is treated as the
+most urgent (least attained service first, as Tiresias does for jobs of
+unknown length) and, like in Pollux, no job runs on more than
+`explore` times the most GPUs it has been measured on, so the model
+learns each size before it is trusted. Jobs the host reports nothing
+about use a linear-speedup prior (90% per added GPU) with their
+estimated duration, or none. Non-preemptible running jobs are never
+touched; rigid jobs run at their one size.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from functools import lru_cache
+from typing import ClassVar
+
+from schedulearn.core.decisions import Decision, Preempt, Resize, Start
+from schedulearn.core.goodput import GoodputModel, JobGoodput
+from schedulearn.core.placement import FreePool, largest_node_gpus
+from schedulearn.core.policies._room import can_retake
+from schedulearn.core.registry import register
+from schedulearn.core.views import ClusterView, JobView, Placement
+
+PRIOR_EFFICIENCY = 0.9  # per added GPU, for jobs the host reports nothing about
+
+
+class _Job:
+    """One job's options in this pass: counts it may take and what each is worth."""
+
+    __slots__ = ("counts", "current", "values", "view")
+
+    def __init__(self, view: JobView, counts: list[int], values: dict[int, float]) -> None:
+        self.view = view
+        self.counts = counts  # ascending, the candidate GPU counts (> 0)
+        self.current = view.allocated_gpus
+        self.values = values  # GPU count -> value; 0 GPUs are worth 0
+
+    def value(self, count: int) -> float:
+        return self.values.get(count, 0.0)
+
+
+@register
+class Goodput:
+    name: ClassVar[str] = "goodput"
+    tick_seconds: ClassVar[float | None] = 60.0
+    # Ask the simulator for each job's measured steps and gradient statistics.
+    uses_goodput: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        fairness: float = 0.5,
+        restart_cost: float = 30.0,
+        hysteresis: float = 8.0,
+        explore: float = 4.0,
+    ) -> None:
+        if not 0.0 <= fairness <= 1.0:
+            raise ValueError(f"goodput: fairness must be in [0, 1], not {fairness}")
+        if restart_cost < 0 or hysteresis < 0:
+            raise ValueError("goodput: restart_cost and hysteresis must not be negative")
+        if explore < 1:
+            raise ValueError(f"goodput: explore must be 1 or more, not {explore}")
+        self.fairness = float(fairness)
+        self.restart_cost = float(restart_cost)
+        self.hysteresis = float(hysteresis)
+        self.explore = float(explore)
+
+    # --- values --------------------------------------------------------------
+
+    def _jobs(self, view: ClusterView) -> list[_Job]:
+        node_size = max(largest_node_gpus(view), 1)
+        reports = view.goodput or {}
+        penalty = self.restart_cost * self.hysteresis
+        total = view.total_gpus
+        jobs: list[_Job] = []
+        unknown: list[_Job] = []
+        urgent = 0.0  # the best value of one GPU among measured jobs
+        for job in (*view.running, *view.pending):
+            if job.is_running and not job.preemptible:
+                continue
+            info = reports.get(job.id)
+            counts = [c for c in _counts(job, node_size, info, self.explore) if c <= total]
+            if not counts:
+                continue
+            speeds, work = _speeds_and_work(job, info, counts, node_size, view.now)
+            base = 0.0
+            if speeds is not None and work is not None:
+                base = speeds.get(1) or speeds[counts[0]] / counts[0]
+            if base <= 0 or speeds is None or work is None:
+                entry = _Job(job, counts, {})
+                unknown.append(entry)
+                jobs.append(entry)
+                continue
+            weight = (base / work) ** (1.0 - self.fairness)
+            urgent = max(urgent, weight)
+            current = job.allocated_gpus
+            # A first start costs one restart whatever the count; a change of a
+            # running job is damped further (hysteresis), so jobs do not thrash.
+            cost = penalty if current else self.restart_cost
+            values: dict[int, float] = {}
+            for a in counts:
+                s = speeds[a]
+                v = weight * s / base if s > 0 else 0.0
+                if a != current and s > 0:
+                    t = work / s
+                    v *= t / (t + cost)
+                values[a] = v
+            jobs.append(_Job(job, counts, values))
+        # Unknown speed: most urgent, linear speedup. With nothing to weigh a
+        # restart against, a running job keeps its GPUs ahead of a waiting one
+        # (no preemption to start a job of unknown worth) and is resized last.
+        urgent = (urgent or 1.0) * 2.0
+        for entry in unknown:
+            current = entry.current
+            for a in entry.counts:
+                factor = 1.0 if current == 0 else 2.0 if a == current else 0.5
+                entry.values[a] = urgent * a * factor
+        return jobs
+
+    def order(self, view: ClusterView) -> list[JobView]:
+        """Waiting jobs by the value per GPU of their best first allocation, which
+        is the order the greedy allocation reaches them in when GPUs are short
+        (jobs it would never start last, in arrival order)."""
+        pending = {j.id for j in view.pending}
+        ranked: list[tuple[float, float, int, JobView]] = []
+        for entry in self._jobs(view):
+            if entry.view.id in pending:
+                best = max((v / c for c, v in entry.values.items() if c > 0), default=0.0)
+                ranked.append((-best, entry.view.submitted_at, entry.view.id, entry.view))
+        ranked.sort(key=lambda r: r[:3])
+        listed = {r[2] for r in ranked}
+        rest = [j for j in view.pending if j.id not in listed]
+        return [r[3] for r in ranked] + rest
+
+    # --- allocation ------------------------------------------------------------
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        if not view.pending and not any(j.preemptible for j in view.running):
+            return []
+        jobs = self._jobs(view)
+        fixed = sum(j.allocated_gpus for j in view.running if not j.preemptible)
+        budget = view.total_gpus - fixed
+        target = _greedy(jobs, budget)
+        return _place(view, jobs, target)
+
+
+def _counts(job: JobView, node_size: int, info: JobGoodput | None, explore: float) -> list[int]:
+    """The GPU counts a job may run at: every count up to a node, then whole nodes."""
+    least, most = job.least_gpus, job.most_gpus
+    if least <= 0:
+        return []
+    if info is not None:
+        most = min(most, info.limits.max_replicas)
+        measured = max((s.replicas for s in info.samples), default=0)
+        most = min(most, max(least, math.floor(explore * measured), 1))
+        most = max(most, min(job.allocated_gpus, job.most_gpus))
+    if most < least:
+        return []
+    current = job.allocated_gpus if least <= job.allocated_gpus <= most else least
+    return list(_count_grid(least, most, current, node_size))
+
+
+@lru_cache(maxsize=4096)
+def _count_grid(least: int, most: int, current: int, node_size: int) -> tuple[int, ...]:
+    counts = set(range(least, min(most, node_size) + 1))
+    # Whole nodes past one node: every node up to 4, then every other node.
+    c = node_size * max(1, -(-least // node_size))
+    while c <= most:
+        counts.add(c)
+        c += node_size if c < 4 * node_size else 2 * node_size
+    counts.update((least, most, current))
+    return tuple(sorted(counts))
+
+
+def _speeds_and_work(
+    job: JobView, info: JobGoodput | None, counts: list[int], node_size: int, now: float
+) -> tuple[dict[int, float] | None, float | None]:
+    """Progress per second at each count (and at 1), and the progress left (None: unknown)."""
+    if info is not None:
+        if not info.samples or info.remaining is None:
+            return None, None
+        model: GoodputModel = info.model()
+        speeds = {a: model.speed(-(-a // node_size), a) for a in counts}
+        speeds.setdefault(1, model.speed(1, 1))
+        return speeds, max(info.remaining, 1e-9)
+    left = job.remaining_at(now)
+    if left is None:
+        return None, None
+
+    def linear(a: int) -> float:
+        return 1.0 + PRIOR_EFFICIENCY * (a - 1) if a > 0 else 0.0
+
+    speeds = {a: linear(a) for a in (*counts, 1)}
+    # Work in units of "seconds at one GPU".
+    return speeds, max(left * linear(job.gpus), 1e-9)
+
+
+def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
+    """GPU counts by best marginal value per GPU; job index -> count."""
+    alloc = [0] * len(jobs)
+    values = [j.values for j in jobs]
+
+    def best_jump(k: int, free: int) -> tuple[float, int] | None:
+        here = alloc[k]
+        base = values[k][here] if here else 0.0
+        best: tuple[float, int] | None = None
+        for c in jobs[k].counts:
+            if c <= here:
+                continue
+            if c - here > free:
+                break
+            gain = (values[k][c] - base) / (c - here)
+            if gain > 1e-15 and (best is None or gain > best[0]):
+                best = (gain, c)
+        return best
+
+    free = budget
+    heap: list[tuple[float, int, int, int]] = []
+    for k in range(len(jobs)):
+        jump = best_jump(k, free)
+        if jump is not None:
+            heap.append((-jump[0], jobs[k].view.id, k, jump[1]))
+    heapq.heapify(heap)
+    while heap and free > 0:
+        _, jid, k, c = heapq.heappop(heap)
+        if c - alloc[k] > free:
+            jump = best_jump(k, free)
+            if jump is not None:
+                heapq.heappush(heap, (-jump[0], jid, k, jump[1]))
+            continue
+        free -= c - alloc[k]
+        alloc[k] = c
+        jump = best_jump(k, free)
+        if jump is not None:
+            heapq.heappush(heap, (-jump[0], jid, k, jump[1]))
+    return {k: a for k, a in enumerate(alloc)}
+
+
+def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[Decision]:
+    """Turn counts into placements and decisions."""
+    pool = FreePool(view)
+    moving: list[int] = []
+    for k, j in enumerate(jobs):
+        if j.current and target[k] != j.current:
+            pool.release(j.view)
+        if target[k] and target[k] != j.current:
+            moving.append(k)
+    moving.sort(key=lambda k: (-target[k], -jobs[k].value(target[k]), jobs[k].view.id))
+    decisions: list[Decision] = []
+    for k in moving:
+        j = jobs[k]
+        placement: Placement | None = None
+        for c in reversed(j.counts):
+            if c > target[k]:
+                continue
+            if c == j.current:
+                break
+            placement = pool.pack(j.view, c)
+            if placement is not None:
+                break
+        old = j.view.placement
+        if placement is None and old is not None and can_retake(pool, j.view, old):
+            placement = old
+        if placement is None:
+            if j.current:
+                decisions.append(Preempt(j.view.id))
+            continue
+        pool.take(j.view, placement)
+        if not j.current:
+            decisions.append(Start(j.view.id, placement))
+        elif placement != j.view.placement:
+            decisions.append(Resize(j.view.id, placement))
+    for k, j in enumerate(jobs):
+        if j.current and target[k] == 0:
+            decisions.append(Preempt(j.view.id))
+    # Jobs that ask for no GPU (CPU-only tasks) start wherever their CPUs and memory fit.
+    for task in view.pending:
+        if task.most_gpus == 0:
+            placement = pool.pack(task, 0)
+            if placement is not None:
+                pool.take(task, placement)
+                decisions.append(Start(task.id, placement))
+    decisions.sort(key=_order)
+    return decisions
+
+
+def _order(d: Decision) -> tuple[int, int]:
+    rank = 0 if isinstance(d, Preempt) else 1 if isinstance(d, Resize) else 2
+    return rank, d.job_id

@@ -1,0 +1,202 @@
+"""Goodput policy: short jobs first, growth where it pays, restarts weighed, every rule kept."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from core_scenario import Scenario, job, node, place, preempts, resizes, starts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedulearn.core import ClusterView, FreePool, GpuLedger, JobView, NodeView, Start, create
+from schedulearn.core.goodput import BatchLimits, JobGoodput, StepSample, ThroughputParams
+
+LIMITS = BatchLimits(init_batch=128, max_batch=4096, min_local=32, max_local=512)
+# A job that scales well: compute 0.1 s at 128 per GPU, a cheap all-reduce.
+PARAMS = ThroughputParams(0.05, 0.05 / 128, 0.002, 0.0, 0.004, 0.0)
+
+
+def sample(nodes: int, replicas: int, atomic: int = 128) -> StepSample:
+    compute = PARAMS.compute_time(atomic)
+    net = PARAMS.network_time(nodes, replicas)
+    return StepSample(nodes, replicas, atomic, compute + net, net)
+
+
+def adaptive(job_id: int, gpus: int = 1, most: int = 16, **fields: object) -> JobView:
+    return job(job_id, gpus=gpus, min_gpus=1, max_gpus=most, preemptible=True, **fields)
+
+
+def report(remaining: float, *replicas: int, restarts: int = 0) -> JobGoodput:
+    samples = tuple(sample(1 if r <= 4 else -(-r // 4), r) for r in replicas)
+    return JobGoodput(LIMITS, samples, 1.0, 4.0, remaining, restarts)
+
+
+def decide(
+    s: Scenario, now: float, pending: list[JobView], reports: dict[int, JobGoodput], **opts: float
+) -> list:  # type: ignore[type-arg]
+    policy = create("goodput" + "".join(f":{k}={v}" for k, v in opts.items()))
+    view = replace(s.view(now, pending), goodput=reports)
+    decisions = policy.decide(view)
+    jobs = {j.id: j for j in [*pending, *s.running]}
+    s.ledger.apply(decisions, jobs)
+    return decisions
+
+
+def test_the_shorter_job_gets_the_only_gpu() -> None:
+    s = Scenario(node("a", 1))
+    got = decide(s, 0, [adaptive(1), adaptive(2)], {1: report(50_000, 1), 2: report(500, 1)})
+    assert set(starts(got)) == {2}
+
+
+def test_a_job_never_measured_starts_first_on_one_gpu() -> None:
+    s = Scenario(node("a", 1))
+    got = decide(s, 0, [adaptive(1), adaptive(2)], {1: report(500, 1), 2: report(500)})
+    assert starts(got) == {2: place({"a": [0]})}
+
+
+def test_a_measured_job_grows_up_to_explore_times_what_it_was_measured_on() -> None:
+    s = Scenario(node("a", 4), node("b", 4), node("c", 4))
+    s.run(adaptive(1), {"a": [0, 1]}, started_at=0.0)
+    got = resizes(decide(s, 100, [], {1: report(1e6, 1, 2)}, explore=2))
+    assert list(got) == [1] and got[1].num_gpus == 4
+    # By default (explore=4) up to 8; measured up to 8, it takes all 12.
+    s2 = Scenario(node("a", 4), node("b", 4), node("c", 4))
+    s2.run(adaptive(1), {"a": [0, 1]}, started_at=0.0)
+    assert resizes(decide(s2, 100, [], {1: report(1e6, 1, 2)}))[1].num_gpus == 8
+    s3 = Scenario(node("a", 4), node("b", 4), node("c", 4))
+    s3.run(adaptive(1), {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3]}, started_at=0.0)
+    got = resizes(decide(s3, 100, [], {1: report(1e6, 1, 2, 4, 8)}))
+    assert got[1].num_gpus == 12
+
+
+def test_no_resize_when_the_gain_does_not_cover_the_restart() -> None:
+    s = Scenario(node("a", 4))
+    s.run(adaptive(1), {"a": [0, 1]}, started_at=0.0)
+    # About 0.1 s per step at 2 GPUs with 300 steps left: 15 s to go, a restart costs 30 s.
+    assert decide(s, 100, [], {1: report(300, 1, 2)}) == []
+    # With hours left, the same job grows.
+    assert resizes(decide(s, 100, [], {1: report(1e6, 1, 2)}))
+
+
+def test_a_newcomer_takes_gpus_from_a_long_job() -> None:
+    s = Scenario(node("a", 4))
+    s.run(adaptive(1, most=4), {"a": [0, 1, 2, 3]}, started_at=0.0)
+    got = decide(s, 100, [adaptive(2)], {1: report(1e6, 1, 2, 4), 2: report(100)})
+    assert 2 in starts(got)
+    assert resizes(got)[1].num_gpus == 3 or 1 in preempts(got)
+
+
+def test_without_reports_jobs_share_by_a_linear_prior() -> None:
+    s = Scenario(node("a", 4), node("b", 4))
+    pending = [
+        adaptive(1, most=8, estimated_duration=100.0),
+        adaptive(2, most=8, estimated_duration=10_000.0),
+        job(3, gpus=2, preemptible=True),
+    ]
+    got = starts(create("goodput").decide(s.view(0, pending)))
+    assert set(got) == {1, 2, 3}
+    assert got[1].num_gpus > got[2].num_gpus
+    assert got[3].num_gpus == 2
+
+
+def test_options_are_checked() -> None:
+    for bad in ("fairness=2", "restart_cost=-1", "explore=0.5"):
+        with pytest.raises(ValueError):
+            create(f"goodput:{bad}")
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> ClusterView:
+    nodes = tuple(
+        NodeView.new(
+            f"n{i}",
+            draw(st.integers(0, 8)),
+            gpu_type=draw(st.sampled_from(["", "k80"])),
+            cpus=draw(st.sampled_from([0.0, 16.0])),
+        )
+        for i in range(draw(st.integers(1, 5)))
+    )
+    now = 1000.0
+
+    def a_job(job_id: int) -> JobView:
+        gpus = draw(st.integers(0, 8))
+        elastic = gpus > 0 and draw(st.booleans())
+        return JobView(
+            id=job_id,
+            submitted_at=draw(st.floats(0, now)),
+            gpus=gpus,
+            min_gpus=draw(st.integers(1, gpus)) if elastic else None,
+            max_gpus=draw(st.integers(gpus, 40)) if elastic else None,
+            cpus=draw(st.sampled_from([0.0, 2.0, 12.0])),
+            gpu_type=draw(st.sampled_from([None, None, "k80"])),
+            estimated_duration=draw(st.one_of(st.none(), st.floats(1, 5000))),
+            preemptible=draw(st.booleans()),
+        )
+
+    ledger = GpuLedger(nodes)
+    pool = FreePool(nodes)
+    running: list[JobView] = []
+    for k in range(draw(st.integers(0, 6))):
+        j = a_job(100 + k)
+        placement = pool.pack(j, j.least_gpus)
+        if placement is None:
+            continue
+        pool.take(j, placement)
+        started = replace(j, placement=placement, started_at=draw(st.floats(0, now)))
+        ledger.apply([Start(j.id, placement)], {j.id: started})
+        running.append(started)
+    pending = sorted(
+        (a_job(k) for k in range(draw(st.integers(0, 8)))), key=lambda j: j.submitted_at
+    )
+    reports: dict[int, JobGoodput] = {}
+    for j in [*running, *pending]:
+        if draw(st.booleans()):
+            measured = draw(st.lists(st.integers(1, 16), max_size=3))
+            remaining = draw(st.one_of(st.none(), st.floats(0, 1e6)))
+            reports[j.id] = report(remaining if remaining is not None else 0.0, *measured)
+            if remaining is None:
+                reports[j.id] = replace(reports[j.id], remaining=None)
+    return ClusterView(
+        now,
+        tuple(ledger.node_view(n.name) for n in nodes),
+        tuple(pending),
+        tuple(running),
+        goodput=reports,
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(view=snapshots(), spec=st.sampled_from(["goodput", "goodput:fairness=1:explore=4"]))
+def test_a_pass_with_reports_is_valid_and_deterministic(view: ClusterView, spec: str) -> None:
+    decisions = create(spec).decide(view)
+    assert create(spec).decide(view) == decisions
+    ledger = GpuLedger(
+        NodeView.new(n.name, n.num_gpus, n.gpu_type, n.cpus, n.memory_gb) for n in view.nodes
+    )
+    jobs = {j.id: j for j in [*view.pending, *view.running]}
+    for j in view.running:
+        assert j.placement is not None
+        ledger.apply([Start(j.id, j.placement)], {j.id: j})
+    # The ledger raises on any broken rule: GPU twice, gangs, sizes, types,
+    # CPUs, non-preemptible jobs moved, unknown jobs.
+    ledger.apply(decisions, jobs)
+
+
+def test_order_lists_the_queue_as_the_allocation_serves_it() -> None:
+    s = Scenario(node("a", 1))
+    pending = [adaptive(1), adaptive(2), adaptive(3), job(4, gpus=9)]
+    reports = {1: report(50_000, 1), 2: report(500, 1), 3: report(100)}
+    view = replace(s.view(0, pending), goodput=reports)
+    # Never measured first, then the shortest; a job that cannot run at all last.
+    assert [j.id for j in create("goodput").order(view)] == [3, 2, 1, 4]
+
+
+def test_without_reports_a_running_job_is_not_preempted_for_an_older_one() -> None:
+    s = Scenario(node("a", 4))
+    s.run(job(5, gpus=2, preemptible=True), {"a": [0, 1]})
+    # Job 1 arrived first but needs all 4 GPUs: it waits, nobody is preempted.
+    assert decide(s, 10, [job(1, gpus=4, preemptible=True)], {}) == []
+    # A job that fits starts on the free GPUs.
+    got = decide(s, 10, [job(1, gpus=4, preemptible=True), job(6, gpus=2)], {})
+    assert starts(got) == {6: place({"a": [2, 3]})}
