@@ -39,7 +39,7 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Gpu, Job, JobPart, Node
-from schedulearn.server.services import checkpoints, lifecycle
+from schedulearn.server.services import checkpoints, event_batch, lifecycle
 from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
 
@@ -293,19 +293,24 @@ def record_event(session: Session, job_id: int, event: JobEvent, now: float) -> 
 def record_events(session: Session, reports: list[JobEventReport], now: float) -> EventsRecorded:
     """A batch of events, in one transaction when all goes well.
 
-    An event for a job that does not exist is acknowledged as ignored (no
-    retry can help it). Should one event fail, the batch is rolled back and
-    each event is recorded in a transaction of its own, so one bad event
-    costs the others nothing; the failed one is acknowledged `ok=False`
-    and the agent sends it again.
+    The batch is recorded set-based (`event_batch`: a few statements for
+    the whole batch); the events that path hands back (a gang's exit, an
+    exit during a preemption) are applied one by one after it, in the
+    same transaction. An event for a job that does not exist is
+    acknowledged as ignored (no retry can help it). Should anything fail,
+    the batch is rolled back and each event is recorded in a transaction
+    of its own, so one bad event costs the others nothing; the failed one
+    is acknowledged `ok=False` and the agent sends it again.
     """
-    changes = Changes()
-    acks: list[Ack] = []
     try:
-        for report in reports:
-            acks.append(_apply_or_ignore(session, report, now, changes))
+        plan = event_batch.record(session, reports, now)
+        acks: list[Ack] = []
+        for report, ack in zip(reports, plan.acks, strict=True):
+            if ack is None:  # handed back: lifecycle's rules, one event at a time
+                ack = _apply_or_ignore(session, report, now, plan.changes)
+            acks.append(ack)
         session.commit()
-        return EventsRecorded(acks, changes)
+        return EventsRecorded(acks, plan.changes)
     except Exception:
         session.rollback()
         if len(reports) == 1:
