@@ -181,7 +181,7 @@ def transition_many(session: Session, steps: list[Step]) -> None:
         stmt = (
             update(_JOBS)
             .where(_JOBS.c.id == bindparam("w_id"), _JOBS.c.state == bindparam("w_state"))
-            .values({k: bindparam(f"v_{k}") for k in keys})
+            .values({k: bindparam(f"v_{k}", type_=_JOBS.c[k].type) for k in keys})
         )
         # Where the driver cannot count the rows of an executemany, one row at a time.
         batches = [[r] for r in rows] if per_row else [rows]

@@ -38,7 +38,7 @@ from schedulearn.protocol import (
     WorkBatch,
 )
 from schedulearn.server.errors import NotFound
-from schedulearn.server.models import Gpu, Job, JobPart, Node
+from schedulearn.server.models import Gpu, Job, JobCheckpoint, JobPart, Node
 from schedulearn.server.services import checkpoints, event_batch, lifecycle
 from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
@@ -205,13 +205,17 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
     if not new and not stops:
         return WorkBatch()
     batch = WorkBatch()
-    carried: dict[int, CheckpointRef | None] = {}
+    carried: dict[int, CheckpointRef] = {}
+    if timing.checkpoint_dir is None and new:
+        # Every job's checkpoint in one query (before the parts change, so
+        # no autoflush runs in the middle).
+        ids = {part.job_id for part, _ in new}
+        rows = session.execute(select(JobCheckpoint).where(JobCheckpoint.job_id.in_(ids)))  # type: ignore[attr-defined]
+        carried = {row.job_id: checkpoints.ref_of(row) for row in rows.scalars()}
     for part, job in new:
         part.delivered = True
         part.last_reported = now
         session.add(part)
-        if timing.checkpoint_dir is None and part.job_id not in carried:
-            carried[part.job_id] = checkpoints.current(session, part.job_id)
         batch.starts.append(_assignment(session, job, part, timing, carried.get(part.job_id)))
     for part in stops:
         part.stop_sent = True
