@@ -15,8 +15,12 @@ with --database-url) and two agents with virtual GPUs, as processes on
    time to an idle cluster; the server's `started_at - submitted_at`
    (both from the server's clock), p50 and p99.
 
-Prints the figures and the machine; asserts nothing. Goals on a 2-core
-machine: 500 submissions/s, 200 finished jobs/s, p50 latency <= 50 ms.
+Prints the figures, the CPU time the server and the agents spent per
+submission and per finished job (which competition for the CPUs barely
+changes, unlike the rates), and the machine with a single-core speed
+figure (bench/machine.py), so that runs on two machines can be compared;
+asserts nothing. Goals on a 2-core machine: 1,000 submissions/s, 500
+finished jobs/s, p50 latency <= 20 ms.
 
     uv run python bench/api_load.py
 """
@@ -27,30 +31,18 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from machine import CpuMeter, describe, speed_line
 from rawhttp import Connection, HttpError
 
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 
 ADMIN = "bench-admin"
 AGENT = "bench-agent"
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, {platform.system()}"
 
 
 async def submit_many(url: str, n: int, clients: int, body: dict) -> tuple[float, list[int]]:
@@ -114,6 +106,12 @@ async def latency(url: str, n: int) -> list[float]:
     return out
 
 
+def cpu_per(spent: dict[str, float], n: int) -> str:
+    """CPU milliseconds per item, per process and in all."""
+    parts = [f"{name} {cpu / n * 1000:.2f}" for name, cpu in spent.items()]
+    return f"CPU ms {sum(spent.values()) / n * 1000:.2f} ({', '.join(parts)})"
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -143,16 +141,21 @@ async def main() -> None:
     server.start()
     try:
         server.wait_ready()
-        print(f"machine: {machine()}")
+        print(f"machine: {describe()}")
+        print(speed_line())
         print(f"database: {db.split(':')[0]}; 2 agents x {args.gpus_per_agent} virtual GPUs")
+        assert server.popen is not None
+        meter = CpuMeter({"server": server.popen.pid, "bench client": os.getpid()})
 
         # 1. Submissions per second: the API and the database alone (the
         # agents join afterwards, so nothing else competes for the CPUs).
         body = {"command": ["true"], "gpus": 1}
+        meter.start()
         elapsed, ids = await submit_many(server.url, args.submissions, args.clients, body)
         print(
             f"submissions: {len(ids)} in {elapsed:.2f}s = {len(ids) / elapsed:.0f} submissions/s "
-            f"({args.clients} concurrent clients)"
+            f"({args.clients} concurrent clients); "
+            f"{cpu_per(meter.spent(), len(ids))} per submission"
         )
         for a in agents:
             a.start()
@@ -168,12 +171,17 @@ async def main() -> None:
         )
 
         # 2. Finished jobs per second.
+        for i, a in enumerate(agents):
+            assert a.popen is not None
+            meter.pids[f"agent{i} (with its jobs)"] = a.popen.pid
+        meter.start()
         start = time.perf_counter()
         _, ids = await submit_many(server.url, args.jobs, args.clients, body)
         end = await wait_all_final(server.url, ids, timeout=600)
         print(
             f"finished: {len(ids)} trivial jobs in {end - start:.2f}s = "
-            f"{len(ids) / (end - start):.0f} finished jobs/s"
+            f"{len(ids) / (end - start):.0f} finished jobs/s; "
+            f"{cpu_per(meter.spent(), len(ids))} per job"
         )
 
         # 3. Submit-to-running latency on an idle cluster.

@@ -303,24 +303,32 @@ def test_a_batch_of_events_moves_each_job_on(api) -> None:  # type: ignore[no-un
 
 
 def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(api, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from schedulearn.server.services import agents
+    from schedulearn.server.services import agents, event_batch
 
     node = WireAgent(api, "n1", gpus=3)
     node.register()
     a, b, c = (submit(api, gpus=1) for _ in range(3))
     node.work_until(lambda w: len(w.starts) == 3)
-    real = agents._apply_event
+    real, real_batch = agents._apply_event, event_batch.record
 
     def failing_for_b(session, job_id, event, now):  # type: ignore[no-untyped-def]
         if job_id == b:
             raise RuntimeError("the database failed on this one")
         return real(session, job_id, event, now)
 
+    def batch_failing_with_b(session, reports, now):  # type: ignore[no-untyped-def]
+        plan = real_batch(session, reports, now)  # its statements run, then are rolled back
+        if any(r.job_id == b for r in reports):
+            raise RuntimeError("the database failed on the batch")
+        return plan
+
     monkeypatch.setattr(agents, "_apply_event", failing_for_b)
+    monkeypatch.setattr(event_batch, "record", batch_failing_with_b)
     replies = node.events(*((j, 1, "started", None) for j in (a, b, c)))
     assert [r.ok for r in replies.acks] == [True, False, True]
     assert [job(api, j).state for j in (a, b, c)] == ["running", "assigned", "running"]
     # Sent again once the failure has passed, it is recorded.
     monkeypatch.setattr(agents, "_apply_event", real)
+    monkeypatch.setattr(event_batch, "record", real_batch)
     assert node.events((b, 1, "started", None)).acks[0].ok
     assert job(api, b).state == "running"

@@ -11,8 +11,13 @@ and only when no process still has one of them open: the output of a
 stray process that escaped its job's process group must never land in
 the next job's log. The check is a write lease (`F_SETLEASE`), which the
 kernel grants only on a file nobody else has open. Kept files are
-truncated; the directory is renamed into the pool. At most `limit` are
-kept; what does not qualify is deleted as before.
+truncated, except those named in `blank`, which are overwritten with
+spaces instead: truncating a file whose data ext4 has not written yet
+makes it write the data and wait for the disk (`auto_da_alloc`; 1 to 7
+ms per job on a fresh machine of this project's kind, which stalled the
+agent's event loop), overwriting it does not. The directory is renamed
+into the pool. At most `limit` are kept; what does not qualify is
+deleted as before.
 """
 
 from __future__ import annotations
@@ -28,9 +33,16 @@ from pathlib import Path
 class SparePool:
     """Directories under `root`, each ready to be renamed into use."""
 
-    def __init__(self, root: Path, keep: frozenset[str] = frozenset(), limit: int = 256) -> None:
+    def __init__(
+        self,
+        root: Path,
+        keep: frozenset[str] = frozenset(),
+        limit: int = 256,
+        blank: frozenset[str] = frozenset(),
+    ) -> None:
         self.root = root
         self.keep = keep
+        self.blank = blank
         self.limit = limit
         root.mkdir(parents=True, exist_ok=True)
         self._free = [p for p in root.iterdir() if p.is_dir()]
@@ -64,7 +76,7 @@ class SparePool:
             for e in entries:
                 if e.name not in self.keep or not e.is_file(follow_symlinks=False):
                     return False
-            if not all(_truncate_if_unshared(e.path) for e in entries):
+            if not all(_empty_if_unshared(e.path, e.name in self.blank) for e in entries):
                 return False
             spare = self.root / str(next(self._names))
             os.rename(path, spare)
@@ -74,8 +86,12 @@ class SparePool:
         return True
 
 
-def _truncate_if_unshared(path: str) -> bool:
-    """Empty the file unless another open file description refers to it."""
+# A file to blank larger than this is truncated after all (it is not an exit file).
+_BLANK_MAX = 4096
+
+
+def _empty_if_unshared(path: str, blank: bool = False) -> bool:
+    """Empty the file (or blank it) unless another open file description refers to it."""
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         try:
@@ -83,7 +99,11 @@ def _truncate_if_unshared(path: str) -> bool:
         except OSError:
             return False  # held open elsewhere (or leases are not allowed here)
         try:
-            os.ftruncate(fd, 0)
+            size = os.fstat(fd).st_size
+            if blank and 0 < size <= _BLANK_MAX:
+                os.pwrite(fd, b" " * (size - 1) + b"\n", 0)
+            elif size:
+                os.ftruncate(fd, 0)
         finally:
             with contextlib.suppress(OSError):
                 fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)

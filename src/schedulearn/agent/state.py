@@ -108,7 +108,9 @@ class StateStore:
         self.checkpoints_dir = state_dir / "checkpoints"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoints_dir.mkdir(parents=True, exist_ok=True)
-        self._spare_job_dirs = SparePool(state_dir / "spare" / "jobs", keep=RUN_FILES)
+        self._spare_job_dirs = SparePool(
+            state_dir / "spare" / "jobs", keep=RUN_FILES, blank=frozenset({EXIT_FILE})
+        )
         self._spare_empty_dirs = SparePool(state_dir / "spare" / "empty")
         # Autocommit (isolation_level=None): every statement is its own transaction.
         self._db = sqlite3.connect(

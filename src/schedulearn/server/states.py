@@ -12,10 +12,10 @@ row, the job's history.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import bindparam, update
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session
 
@@ -61,6 +61,22 @@ class JobRef:
 
 
 _HISTORY = JobTransition.__table__  # type: ignore[attr-defined]
+_JOBS = Job.__table__  # type: ignore[attr-defined]
+
+
+def _values(to: JobState, at: float, message: str | None, fields: dict[str, Any]) -> dict[str, Any]:
+    """The columns a move to `to` writes: `fields`, the state, and its timestamp."""
+    values: dict[str, Any] = dict(fields)
+    values["state"] = to
+    if to is JobState.RUNNING and "started_at" not in values:
+        values["started_at"] = at
+    if to.is_final:
+        values.setdefault("ended_at", at)
+    if to is JobState.PENDING:
+        values.setdefault("queued_at", at)
+    if message is not None:
+        values["message"] = message
+    return values
 
 
 def transition(
@@ -81,16 +97,7 @@ def transition(
     current = JobState(job.state)
     if not can_move(current, to):
         raise IllegalTransition(f"job {job.id}: {current} -> {to} is not allowed")
-    values: dict[str, Any] = dict(fields)
-    values["state"] = to
-    if to is JobState.RUNNING and "started_at" not in values:
-        values["started_at"] = at
-    if to.is_final:
-        values.setdefault("ended_at", at)
-    if to is JobState.PENDING:
-        values.setdefault("queued_at", at)
-    if message is not None:
-        values["message"] = message
+    values = _values(to, at, message, fields)
     result = session.execute(
         update(Job)
         .where(Job.id == job.id, Job.state == current)  # type: ignore[arg-type]
@@ -115,3 +122,78 @@ def transition(
             message=message or "",
         )
     )
+
+
+@dataclass(slots=True)
+class Step:
+    """One move of one job, for `transition_many`: like `transition`'s arguments."""
+
+    job_id: int
+    attempt: int
+    current: JobState
+    to: JobState
+    at: float
+    message: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def transition_many(session: Session, steps: list[Step]) -> None:
+    """Apply many moves, of many jobs, in a few statements.
+
+    The same rules as `transition`, set-based: every step must be a move
+    the table allows; a job's steps (in the order given) must follow on
+    from each other, and fold into one conditional UPDATE from its first
+    state; rows whose changed columns are the same go in one executemany;
+    one history row per step, in one INSERT. When any job is no longer in
+    its first state, `StaleState` is raised: nothing is written for
+    certain, so the caller rolls back (and may fall back to `transition`).
+    """
+    folded: dict[int, tuple[JobState, dict[str, Any]]] = {}
+    last: dict[int, JobState] = {}
+    history: list[dict[str, Any]] = []
+    for s in steps:
+        if not can_move(s.current, s.to):
+            raise IllegalTransition(f"job {s.job_id}: {s.current} -> {s.to} is not allowed")
+        if s.job_id in last and last[s.job_id] is not s.current:
+            raise IllegalTransition(
+                f"job {s.job_id}: a step from {s.current} follows one to {last[s.job_id]}"
+            )
+        last[s.job_id] = s.to
+        first, values = folded.setdefault(s.job_id, (s.current, {}))
+        values.update(_values(s.to, s.at, s.message, s.fields))
+        history.append(
+            {
+                "job_id": s.job_id,
+                "at": s.at,
+                "from_state": s.current.value,
+                "to_state": s.to.value,
+                "attempt": s.attempt,
+                "message": s.message or "",
+            }
+        )
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for job_id, (first, values) in folded.items():
+        keys = tuple(sorted(values))
+        row = {f"v_{k}": v for k, v in values.items()}
+        row["w_id"], row["w_state"] = job_id, first.value
+        groups.setdefault(keys, []).append(row)
+    conn = session.connection()
+    per_row = not conn.dialect.supports_sane_multi_rowcount
+    for keys, rows in groups.items():
+        stmt = (
+            update(_JOBS)
+            .where(_JOBS.c.id == bindparam("w_id"), _JOBS.c.state == bindparam("w_state"))
+            .values({k: bindparam(f"v_{k}", type_=_JOBS.c[k].type) for k in keys})
+        )
+        # Where the driver cannot count the rows of an executemany, one row at a time.
+        batches = [[r] for r in rows] if per_row else [rows]
+        for batch in batches:
+            result = conn.execute(stmt, batch)
+            if result.rowcount != len(batch):
+                raise StaleState(f"{len(batch) - result.rowcount} of jobs {_ids(batch)} moved on")
+    if history:
+        conn.execute(_HISTORY.insert(), history)
+
+
+def _ids(rows: list[dict[str, Any]]) -> str:
+    return ", ".join(str(r["w_id"]) for r in rows[:10]) + (" ..." if len(rows) > 10 else "")

@@ -37,6 +37,24 @@ def test_a_finished_job_dir_is_reused_with_its_files_emptied(tmp_path: Path) -> 
     assert list((tmp_path / "3.1").iterdir()) == []
 
 
+def test_a_blank_file_is_overwritten_with_spaces_and_the_next_code_lands_in_place(
+    tmp_path: Path,
+) -> None:
+    pool = SparePool(tmp_path / "spare", keep=KEEP, blank=frozenset({"exit_code"}))
+    old = finished_job(tmp_path, "1.1")
+    (old / "exit_code").write_text(" 137\n")
+    pool.remove(old)
+    new = tmp_path / "2.1"
+    pool.make(new)
+    # The exit code is gone (no number left to read), the file not truncated.
+    assert (new / "exit_code").read_text() == "    \n"
+    assert (new / "stdout.log").stat().st_size == 0
+    # The shim's write lands over the blanks (no truncation).
+    shim = 'true; c=$?; printf "%4d\\n" "$c" 1<>"$0"'
+    subprocess.run(["/bin/sh", "-c", shim, str(new / "exit_code")], check=True)
+    assert int((new / "exit_code").read_text()) == 0
+
+
 def test_a_file_another_process_holds_open_is_never_reused(tmp_path: Path) -> None:
     pool = SparePool(tmp_path / "spare", keep=KEEP)
     job = finished_job(tmp_path, "1.1")

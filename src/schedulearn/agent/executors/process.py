@@ -4,7 +4,15 @@ Each run starts as a tiny `/bin/sh` shim that leads its own session and
 process group, runs the job's argv in the foreground, and writes the
 job's exit code to a file when it ends:
 
-    sh -c 'trap : TERM INT HUP; "$@"; c=$?; echo "$c" > "$0"; exit "$c"' EXIT_FILE ARGV...
+    sh -c 'trap : TERM INT HUP; "$@"; c=$?; printf "%4d\\n" "$c" 1<>"$0"; exit "$c"' \\
+        EXIT_FILE ARGV...
+
+The code is written in place (`1<>`: no truncation) at a fixed width,
+because the exit file of a reused directory (`agent/spares.py`) still
+holds the blanks its last job's code was overwritten with: on ext4,
+truncating or deleting a file whose data is not yet on disk writes it
+out first and waits for the disk (milliseconds per job, measured under
+`bench/api_load.py` on a fresh machine), while overwriting it does not.
 
 Why the shim: the job must survive a restart of the agent, and a
 restarted agent is no longer the job's parent, so it cannot `wait()` for
@@ -54,7 +62,7 @@ from schedulearn.protocol import Assignment, Executor, LogStream
 
 log = logging.getLogger(__name__)
 
-SHIM = 'trap : TERM INT HUP; "$@"; c=$?; echo "$c" > "$0"; exit "$c"'
+SHIM = 'trap : TERM INT HUP; "$@"; c=$?; printf "%4d\\n" "$c" 1<>"$0"; exit "$c"'
 # How often a running job's log files are read; the exit wakes the reader at once.
 POLL_SECONDS = 0.1
 READ_CHUNK = 1 << 20

@@ -38,8 +38,8 @@ from schedulearn.protocol import (
     WorkBatch,
 )
 from schedulearn.server.errors import NotFound
-from schedulearn.server.models import Gpu, Job, JobPart, Node, PartStatus
-from schedulearn.server.services import checkpoints, lifecycle, nodes
+from schedulearn.server.models import Gpu, Job, JobCheckpoint, JobPart, Node, PartStatus
+from schedulearn.server.services import checkpoints, event_batch, lifecycle, nodes
 from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
 
@@ -206,13 +206,17 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
     if not new and not stops:
         return WorkBatch()
     batch = WorkBatch()
-    carried: dict[int, CheckpointRef | None] = {}
+    carried: dict[int, CheckpointRef] = {}
+    if timing.checkpoint_dir is None and new:
+        # Every job's checkpoint in one query (before the parts change, so
+        # no autoflush runs in the middle).
+        ids = {part.job_id for part, _ in new}
+        rows = session.execute(select(JobCheckpoint).where(JobCheckpoint.job_id.in_(ids)))  # type: ignore[attr-defined]
+        carried = {row.job_id: checkpoints.ref_of(row) for row in rows.scalars()}
     for part, job in new:
         part.delivered = True
         part.last_reported = now
         session.add(part)
-        if timing.checkpoint_dir is None and part.job_id not in carried:
-            carried[part.job_id] = checkpoints.current(session, part.job_id)
         batch.starts.append(_assignment(session, job, part, timing, carried.get(part.job_id)))
     for part in stops:
         part.stop_sent = True
@@ -294,19 +298,24 @@ def record_event(session: Session, job_id: int, event: JobEvent, now: float) -> 
 def record_events(session: Session, reports: list[JobEventReport], now: float) -> EventsRecorded:
     """A batch of events, in one transaction when all goes well.
 
-    An event for a job that does not exist is acknowledged as ignored (no
-    retry can help it). Should one event fail, the batch is rolled back and
-    each event is recorded in a transaction of its own, so one bad event
-    costs the others nothing; the failed one is acknowledged `ok=False`
-    and the agent sends it again.
+    The batch is recorded set-based (`event_batch`: a few statements for
+    the whole batch); the events that path hands back (a gang's exit, an
+    exit during a preemption) are applied one by one after it, in the
+    same transaction. An event for a job that does not exist is
+    acknowledged as ignored (no retry can help it). Should anything fail,
+    the batch is rolled back and each event is recorded in a transaction
+    of its own, so one bad event costs the others nothing; the failed one
+    is acknowledged `ok=False` and the agent sends it again.
     """
-    changes = Changes()
-    acks: list[Ack] = []
     try:
-        for report in reports:
-            acks.append(_apply_or_ignore(session, report, now, changes))
+        plan = event_batch.record(session, reports, now)
+        acks: list[Ack] = []
+        for report, ack in zip(reports, plan.acks, strict=True):
+            if ack is None:  # handed back: lifecycle's rules, one event at a time
+                ack = _apply_or_ignore(session, report, now, plan.changes)
+            acks.append(ack)
         session.commit()
-        return EventsRecorded(acks, changes)
+        return EventsRecorded(acks, plan.changes)
     except Exception:
         session.rollback()
         if len(reports) == 1:

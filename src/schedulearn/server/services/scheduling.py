@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session
 
 from schedulearn.core import (
@@ -46,9 +47,9 @@ from schedulearn.core import (
     Start,
 )
 from schedulearn.protocol import JobState, StopReason
-from schedulearn.server.models import Allocation, Job, JobPart
+from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.services import lifecycle, snapshot
-from schedulearn.server.states import StaleState, transition
+from schedulearn.server.states import StaleState, Step, transition, transition_many
 from schedulearn.server.wakeups import Changes
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ def run_pass(
     # session (held here: the session keeps its objects only weakly).
     decided = {d.job_id for d in decisions}
     held = session.execute(select(Job).where(Job.id.in_(decided))).scalars().all()  # type: ignore[union-attr]
+    starts: list[tuple[Job, Placement]] = []
     try:
         for d in decisions:
             job = session.get(Job, d.job_id)
@@ -178,11 +180,12 @@ def run_pass(
                     # until the victim's process exits: start on a later pass.
                     result.deferred.append(d.job_id)
                     continue
-                _start(session, job, d.placement, now, result)
+                starts.append((job, d.placement))
             elif isinstance(d, Preempt):
                 _preempt(session, job, now, result)
             elif isinstance(d, Resize):
                 resize(session, job, d.placement, now, result, snap.holders)
+        _start_many(session, starts, now, result)
         session.commit()
         del held
     except (IntegrityError, StaleState) as exc:
@@ -234,6 +237,61 @@ def _start(
         )
         result.nodes.add(node)
     result.started.append(job.id or 0)
+
+
+def _parts_of(placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
+    """The parts in rank order: rank 0 (the rendezvous master) has the most GPUs."""
+    return sorted(((n, tuple(g)) for n, g in placement), key=lambda p: (-len(p[1]), p[0]))
+
+
+def _start_many(
+    session: Session, starts: list[tuple[Job, Placement]], now: float, result: PassResult
+) -> None:
+    """`_start` for every job a pass starts, set-based: the jobs' moves in one
+    UPDATE (`transition_many`), their GPUs in one INSERT, their parts in one."""
+    if not starts:
+        return
+    steps: list[Step] = []
+    allocations: list[dict[str, object]] = []
+    parts: list[dict[str, object]] = []
+    for job, placement in starts:
+        job_id, attempt = job.id or 0, job.attempt + 1
+        fields = {
+            "attempt": attempt,
+            "placement": placement.as_dict(),
+            "resume_placement": None,
+            "resume_kind": None,
+        }
+        steps.append(Step(job_id, attempt, JobState(job.state), JobState.ASSIGNED, now, "", fields))
+        for rank, (node, gpus) in enumerate(_parts_of(placement)):
+            allocations += [
+                {"node": node, "gpu_index": g, "job_id": job_id, "attempt": attempt} for g in gpus
+            ]
+            parts.append(
+                {
+                    "job_id": job_id,
+                    "attempt": attempt,
+                    "node": node,
+                    "rank": rank,
+                    "gpus": list(gpus),
+                    "status": PartStatus.ASSIGNED,
+                    "delivered": False,
+                    "stop_reason": None,
+                    "stop_sent": False,
+                    "exit_code": None,
+                    "last_reported": now,
+                }
+            )
+            result.nodes.add(node)
+        result.started.append(job_id)
+    transition_many(session, steps)
+    conn = session.connection()
+    conn.execute(Allocation.__table__.insert(), allocations)  # type: ignore[attr-defined]
+    conn.execute(JobPart.__table__.insert(), parts)  # type: ignore[attr-defined]
+    for (job, _), step in zip(starts, steps, strict=True):
+        # Keep the session's copies true to the rows (nothing is left to flush).
+        for key, value in {**step.fields, "state": JobState.ASSIGNED.value}.items():
+            set_committed_value(job, key, value)
 
 
 def _refuse_unpreemptible(job: Job, verb: str, result: PassResult) -> bool:

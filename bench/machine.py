@@ -1,0 +1,125 @@
+"""What machine a benchmark ran on, so figures from two machines can be compared.
+
+Owns nothing but measurements of the machine itself:
+
+- `describe()`: CPU count and model, Python version and build, load average;
+- `single_core_speed()`: a fixed pure-Python workload (dicts, attribute
+  access, small function calls, string formatting: what the server's and
+  the agent's interpreters spend their time on), run several times; the
+  figure is the best run's thousands of loops per CPU second, and beside
+  it the share of a core the process got while it ran (below 1.0 when
+  other processes were competing for the CPUs: then every wall-clock
+  figure printed next to it is depressed too);
+- `CpuMeter`: CPU seconds spent by given processes (and the children they
+  reaped) between two readings, from /proc, for a cost per job that
+  competition for the CPUs barely changes.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class _Item:
+    __slots__ = ("name", "size", "tags")
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.size = size
+        self.tags: dict[str, int] = {}
+
+
+def _loop(i: int) -> int:
+    """One loop of the fixed workload (the same on every machine and every run)."""
+    items = [_Item(f"job-{i}-{k}", k) for k in range(8)]
+    by_name = {it.name: it for it in items}
+    total = 0
+    for it in items:
+        it.tags["gpus"] = it.size % 4
+        total += by_name[it.name].tags["gpus"] + len(it.name)
+    return total + sum(sorted(it.size for it in items))
+
+
+def single_core_speed(runs: int = 7, loops: int = 4000) -> tuple[float, float]:
+    """(k loops per CPU second, best run; share of a core the runs got)."""
+    best = 0.0
+    cpu_total = wall_total = 0.0
+    for _ in range(runs):
+        w0, c0 = time.perf_counter(), time.process_time()
+        for i in range(loops):
+            _loop(i)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        cpu_total += cpu
+        wall_total += wall
+        if cpu > 0:
+            best = max(best, loops / cpu / 1000)
+    return best, (cpu_total / wall_total if wall_total > 0 else 0.0)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe() -> str:
+    """One line: CPUs, model, Python (and whether it was built with PGO/LTO), load."""
+    config = str(sysconfig.get_config_var("CONFIG_ARGS") or "")
+    build = [flag for flag in ("--enable-optimizations", "--with-lto") if flag in config]
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    return (
+        f"{os.cpu_count()} CPUs ({_cpu_model()}), Python {platform.python_version()} "
+        f"({' '.join(build) or 'no PGO/LTO'}), {platform.system()}, load average {load}"
+    )
+
+
+def speed_line() -> str:
+    speed, share = single_core_speed()
+    busy = "" if share > 0.9 else "; the machine was busy, wall-clock figures are depressed"
+    return (
+        f"single-core speed: {speed:.1f} k loops per CPU second (bench/machine.py), "
+        f"{share:.2f} of a core while measuring{busy}"
+    )
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` and of the children it has reaped."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # Fields 14-17 of stat(5): utime stime cutime cstime (after pid and comm).
+    return sum(int(f) for f in fields[11:15]) / _TICK
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds of named processes since `start()`."""
+
+    pids: dict[str, int]
+
+    def __post_init__(self) -> None:
+        self._base: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._base = {name: self._read(pid) for name, pid in self.pids.items()}
+
+    def spent(self) -> dict[str, float]:
+        return {
+            name: self._read(pid) - self._base.get(name, 0.0) for name, pid in self.pids.items()
+        }
+
+    @staticmethod
+    def _read(pid: int) -> float:
+        try:
+            return _cpu_seconds(pid)
+        except (OSError, IndexError, ValueError):
+            return 0.0
