@@ -56,13 +56,7 @@ class Edf:
         free = pool.total_free()
         if free == 0 and not self.preempt:
             return []
-        # Latest deadline (or none) first; among equals the one started last
-        # (least work since it began to lose).
-        victims = (
-            Victims(view, pool, _deadline, lambda j: (-(j.started_at or 0.0), -j.id))
-            if self.preempt
-            else None
-        )
+        victims: Victims | None = None  # built when a job with a deadline does not fit
         decisions: list[Decision] = []
         for job in self.order(view).jobs:
             placement = pool.pack(job) if job.gpus <= free else None
@@ -71,6 +65,8 @@ class Edf:
                 free -= placement.num_gpus
                 decisions.append(Start(job.id, placement))
                 continue
+            if job.deadline is not None and self.preempt and victims is None:
+                victims = _victims(view, pool)
             if job.deadline is None or victims is None or not victims.any():
                 if free == 0:
                     break
@@ -82,6 +78,12 @@ class Edf:
             decisions.extend(room.decisions)
             free = room.free
         return decisions
+
+
+def _victims(view: ClusterView, pool: FreePool) -> Victims:
+    """Preemptible running jobs, latest deadline (or none) first; among equals
+    the one started last (least work since it began to lose)."""
+    return Victims(view, pool, _deadline, lambda j: (-(j.started_at or 0.0), -j.id))
 
 
 def _deadline(job: JobView) -> float:

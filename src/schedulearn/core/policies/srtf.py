@@ -62,18 +62,7 @@ class Srtf:
         free = pool.total_free()
         if free == 0 and not self.preempt:
             return []
-        # Longest remaining first; among equals the one started last (least
-        # work since it began to lose).
-        victims = (
-            Victims(
-                view,
-                pool,
-                lambda j: _remaining(j, now),
-                lambda j: (-(j.started_at or 0.0), -j.id),
-            )
-            if self.preempt
-            else None
-        )
+        victims: Victims | None = None  # built when a job does not fit
         decisions: list[Decision] = []
         for job in self.order(view).jobs:
             placement = pool.pack(job) if job.gpus <= free else None
@@ -83,6 +72,8 @@ class Srtf:
                 decisions.append(Start(job.id, placement))
                 continue
             remaining = job.remaining_at(now)
+            if remaining is not None and self.preempt and victims is None:
+                victims = _victims(view, pool)
             if remaining is None or victims is None or not victims.any():
                 if free == 0:
                     break
@@ -99,6 +90,15 @@ class Srtf:
             decisions.extend(room.decisions)
             free = room.free
         return decisions
+
+
+def _victims(view: ClusterView, pool: FreePool) -> Victims:
+    """Preemptible running jobs, longest remaining time first (none is longest);
+    among equals the one started last (least work since it began to lose)."""
+    now = view.now
+    return Victims(
+        view, pool, lambda j: _remaining(j, now), lambda j: (-(j.started_at or 0.0), -j.id)
+    )
 
 
 def _remaining(job: JobView, now: float) -> float:

@@ -51,22 +51,25 @@ class Timeslice:
             "longest waiting first (since submission or last suspension)",
         )
 
-    def decide(self, view: ClusterView) -> list[Decision]:
-        if not view.pending:
-            return []
-        now = view.now
-        quantum = self.quantum
-        pool = FreePool(view)
-        free = pool.total_free()
-        decisions: list[Decision] = []
-        # Jobs whose slice is used up, the longest slice first (all of one level).
-        victims = Victims(
+    def _victims(self, view: ClusterView, pool: FreePool) -> Victims:
+        """Preemptible running jobs whose slice is used up, the longest slice first
+        (all of one level: any of them may make room for any waiting job)."""
+        now, quantum = view.now, self.quantum
+        return Victims(
             view,
             pool,
             lambda j: 0.0,
             lambda j: (j.started_at or 0.0, j.id),
             may=lambda j: j.started_at is not None and now - j.started_at >= quantum,
         )
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        if not view.pending:
+            return []
+        pool = FreePool(view)
+        free = pool.total_free()
+        decisions: list[Decision] = []
+        victims: Victims | None = None  # built when a job does not fit
         for job in self.order(view).jobs:
             placement = pool.pack(job) if job.gpus <= free else None
             if placement is not None:
@@ -74,6 +77,8 @@ class Timeslice:
                 free -= placement.num_gpus
                 decisions.append(Start(job.id, placement))
                 continue
+            if victims is None:
+                victims = self._victims(view, pool)
             room = victims.room_for(job, free)
             if room is None:
                 break

@@ -118,11 +118,18 @@ class Tiresias:
             "least attained GPU-service queue first, arrival order inside one",
         )
 
+    def _victims(self, view: ClusterView, pool: FreePool) -> Victims:
+        """Preemptible running jobs, lowest priority queue first, then the
+        latest submitted (FIFO inside a queue)."""
+        now = view.now
+        return Victims(
+            view, pool, lambda j: float(self.queue_of(j, now)), lambda j: (-j.submitted_at, -j.id)
+        )
+
     def decide(self, view: ClusterView) -> list[Decision]:
         pending = view.pending
         if not pending:
             return []
-        now = view.now
         pool = FreePool(view)
         free = pool.total_free()
         # `order` is this list without the queues, which the pass also needs.
@@ -131,13 +138,7 @@ class Tiresias:
         if free == 0 and ranked[0][0] == last:
             return []  # nothing fits and nobody may preempt anyone
         decisions: list[Decision] = []
-        # Lowest queue first, then the latest submitted (FIFO inside a queue).
-        victims = Victims(
-            view,
-            pool,
-            lambda j: float(self.queue_of(j, now)),
-            lambda j: (-j.submitted_at, -j.id),
-        )
+        victims: Victims | None = None  # built when someone must preempt
         for queue, _, _, job in ranked:
             placement = pool.pack(job) if job.gpus <= free else None
             if placement is not None:
@@ -149,6 +150,8 @@ class Tiresias:
                 if free == 0:
                     break  # the rest are in the last queue too
                 continue
+            if victims is None:
+                victims = self._victims(view, pool)
             # Only jobs of strictly lower priority queues may be suspended.
             room = victims.room_for(job, free, above=queue)
             if room is None:
