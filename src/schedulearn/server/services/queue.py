@@ -4,8 +4,9 @@ Owns nothing; it reads the same `ClusterView` the scheduler hands the
 policy (`snapshot.build`) and asks the policy in force for its order
 (`core.queue_order`, the order its `decide` walks), so the Queue page,
 `schedulearn show`'s queue position and its "jobs ahead" cannot disagree
-with the policy. A stored spec that no longer builds is read as fifo,
-as the scheduler then runs fifo.
+with the policy. A stored spec that no longer builds (a third-party
+policy uninstalled) is shown as fifo, the scheduler's own fallback; the
+page still names the stored spec.
 """
 
 from __future__ import annotations
