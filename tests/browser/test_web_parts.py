@@ -1,6 +1,8 @@
 """The dashboard's parts that need no browser: the session cookie, the Submit
-form's parsing, the queue's consideration order, the metrics' reconstruction
-of the past from the job history, and progress reading.
+form's parsing, the metrics' reconstruction of the past from the job
+history, and progress reading. (The Queue page's order is tested with the
+policies: tests/unit/core/test_queue_order.py and
+tests/unit/server/test_queue_order_live.py.)
 
 They run with the rest of the suite (no Chromium needed); the history tests
 use a real SQLite database migrated like the server's.
@@ -12,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from schedulearn.core import ClusterView, JobView, create
 from schedulearn.protocol import JobState
 from schedulearn.server import db
 from schedulearn.server.models import Job, JobTransition
-from schedulearn.server.web import forms, history, job_data, queue_order
+from schedulearn.server.web import forms, history, job_data
 from schedulearn.server.web import session as sessions
 
 # --- session cookie ----------------------------------------------------------
@@ -97,59 +98,6 @@ def test_sizes_that_disagree_are_shown_beside_min_gpus() -> None:
 )
 def test_a_refusal_is_shown_beside_the_field_it_is_about(message: str, field: str) -> None:
     assert forms.refusal_field(message) == field
-
-
-# --- queue order ---------------------------------------------------------------
-
-
-def _view(*jobs: JobView, now: float = 1000.0) -> ClusterView:
-    return ClusterView(now=now, nodes=(), pending=tuple(jobs), running=())
-
-
-def test_fifo_considers_jobs_in_arrival_order() -> None:
-    a, b = JobView(id=1, submitted_at=1, gpus=1), JobView(id=2, submitted_at=2, gpus=1)
-    ordered = queue_order.consideration_order(create("fifo"), _view(a, b))
-    assert [j.id for j in ordered.jobs] == [1, 2] and ordered.exact
-
-
-def test_srtf_considers_the_shortest_estimate_first_and_unknown_last() -> None:
-    long = JobView(id=1, submitted_at=1, gpus=1, estimated_duration=3600)
-    unknown = JobView(id=2, submitted_at=2, gpus=1)
-    short = JobView(id=3, submitted_at=3, gpus=1, estimated_duration=60)
-    ordered = queue_order.consideration_order(create("srtf"), _view(long, unknown, short))
-    assert [j.id for j in ordered.jobs] == [3, 1, 2]
-
-
-def test_edf_considers_the_earliest_deadline_first() -> None:
-    late = JobView(id=1, submitted_at=1, gpus=1, deadline=5000)
-    none = JobView(id=2, submitted_at=2, gpus=1)
-    soon = JobView(id=3, submitted_at=3, gpus=1, deadline=2000)
-    ordered = queue_order.consideration_order(create("edf"), _view(late, none, soon))
-    assert [j.id for j in ordered.jobs] == [3, 1, 2]
-
-
-def test_tiresias_puts_jobs_with_much_attained_service_behind() -> None:
-    policy = create("tiresias:threshold=100")
-    served = JobView(id=1, submitted_at=1, gpus=1, attained_gpu_seconds=500)
-    fresh = JobView(id=2, submitted_at=2, gpus=1)
-    ordered = queue_order.consideration_order(policy, _view(served, fresh))
-    assert [j.id for j in ordered.jobs] == [2, 1]
-
-
-def test_a_policy_with_its_own_order_is_shown_in_it() -> None:
-    class Reverse:
-        name = "reverse"
-        tick_seconds = None
-
-        def decide(self, view: ClusterView) -> list[object]:
-            return []
-
-        def order(self, view: ClusterView) -> list[JobView]:
-            return list(reversed(view.pending))
-
-    a, b = JobView(id=1, submitted_at=1, gpus=1), JobView(id=2, submitted_at=2, gpus=1)
-    ordered = queue_order.consideration_order(Reverse(), _view(a, b))  # type: ignore[arg-type]
-    assert [j.id for j in ordered.jobs] == [2, 1]
 
 
 # --- metrics history -------------------------------------------------------------

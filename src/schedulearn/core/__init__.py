@@ -8,7 +8,7 @@ simulator (`schedulearn.sim`) and the live scheduler
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
 from schedulearn.core.ledger import GpuLedger, InvalidDecision
 from schedulearn.core.placement import FreePool
-from schedulearn.core.policy import Policy
+from schedulearn.core.policy import Policy, QueueOrder, queue_order
 from schedulearn.core.registry import UnknownPolicyError, available, create, register
 from schedulearn.core.views import ClusterView, GpuView, JobView, NodeView, Placement
 
@@ -24,10 +24,12 @@ __all__ = [
     "Placement",
     "Policy",
     "Preempt",
+    "QueueOrder",
     "Resize",
     "Start",
     "UnknownPolicyError",
     "available",
     "create",
+    "queue_order",
     "register",
 ]

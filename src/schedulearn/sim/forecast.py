@@ -267,8 +267,9 @@ def forecast(
     ]
     workload = Workload("live", tuple(pending))
     # All arrive at `now`; a Workload sorts ties by id, but the engine must
-    # queue them in the live order (queue time, then id), which the policy
-    # reads from the pending views' order.
+    # queue them in the live order (queue time, then id): `view.pending` is in
+    # arrival order everywhere, and each policy's `order` ranks it from there,
+    # so the forecast starts jobs in the order the Queue page shows.
     object.__setattr__(workload, "jobs", tuple(pending))
     sim = _Forward(workload, cluster, policy, speed, until, deadline)
     for job in pending:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedulearn.core import create
+from schedulearn.core import available, create, queue_order
 from schedulearn.core.views import ClusterView, GpuView, JobView, NodeView, Placement
 from schedulearn.sim.forecast import forecast
 
@@ -155,3 +155,27 @@ def test_a_wall_time_budget_cuts_the_run_short_and_leaves_later_times_unknown() 
     for jid, f in cut.jobs.items():
         if f.start is not None:
             assert f.start == whole.jobs[jid].start
+
+
+@pytest.mark.parametrize("spec", [*available(), "edf:preempt=true", "fifo:backfill=true"])
+def test_predicted_starts_follow_the_order_the_queue_page_shows(spec: str) -> None:
+    # One GPU: jobs start one after another, so the predicted starts list the
+    # queue in the order the policy walks it, which is what the Queue page
+    # and `show` print (`queue_order`). Durations are short of every quantum
+    # and tick, so no job is suspended meanwhile.
+    queue = (
+        pending(1, 1, waited=400, estimated_duration=40.0),
+        pending(2, 1, waited=300, estimated_duration=10.0, deadline=NOW + 500),
+        pending(3, 1, waited=200, deadline=NOW + 100),
+        pending(4, 1, waited=100, estimated_duration=20.0),
+    )
+    view = ClusterView(NOW, (node("a", 1),), queue, ())
+    policy = create(spec)
+    order = queue_order(policy, view)
+    f = forecast(view, {1: 40.0, 2: 10.0, 3: 30.0, 4: 20.0}, policy)
+    by_start = sorted(f.jobs, key=lambda j: f.jobs[j].start or float("inf"))
+    assert all(f.jobs[j].start is not None for j in by_start)
+    if order.exact:
+        assert by_start == [j.id for j in order.jobs]
+    else:
+        assert sorted(by_start) == [1, 2, 3, 4]

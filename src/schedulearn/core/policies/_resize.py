@@ -17,7 +17,7 @@ on failure it is unchanged. No state lives here.
 from __future__ import annotations
 
 from schedulearn.core.placement import FreePool
-from schedulearn.core.policies._room import can_retake
+from schedulearn.core.preemption import can_retake
 from schedulearn.core.views import JobView, NodeView, Placement
 
 

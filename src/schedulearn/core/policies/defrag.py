@@ -34,6 +34,7 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Resize, Start
 from schedulearn.core.placement import FreePool, largest_node_gpus
 from schedulearn.core.policies._resize import old_enough
+from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 
@@ -49,11 +50,16 @@ class Defrag:
         self.min_age = float(min_age)
         self.consolidate = consolidate
 
+    def order(self, view: ClusterView) -> QueueOrder:
+        return arrival_order(
+            view, "arrival order; the head waits for room, others may move to free a node for it"
+        )
+
     def decide(self, view: ClusterView) -> list[Decision]:
         pool = FreePool(view)
         decisions: list[Decision] = []
         free = pool.total_free()
-        for job in view.pending:
+        for job in self.order(view).jobs:
             placement = pool.pack(job) if job.gpus <= free else None
             if placement is None:
                 decisions.extend(self._make_room(view, pool, job, free))

@@ -20,17 +20,17 @@ the front, ranked by how late they are.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from itertools import islice
 from typing import ClassVar
 
-from schedulearn.core.decisions import Decision, Preempt, Start
+from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
-from schedulearn.core.policies._room import make_room
+from schedulearn.core.policy import QueueOrder
+from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView
 
 _NONE = float("inf")
+RULE = "earliest deadline first; jobs with no deadline after, in arrival order"
 
 
 @register
@@ -41,6 +41,14 @@ class Edf:
     def __init__(self, preempt: bool = False) -> None:
         self.preempt = preempt
 
+    def order(self, view: ClusterView) -> QueueOrder:
+        with_deadline = sorted(
+            (j for j in view.pending if j.deadline is not None),
+            key=lambda j: (_deadline(j), j.submitted_at, j.id),
+        )
+        without = [j for j in view.pending if j.deadline is None]
+        return QueueOrder((*with_deadline, *without), RULE)
+
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:
             return []
@@ -48,50 +56,34 @@ class Edf:
         free = pool.total_free()
         if free == 0 and not self.preempt:
             return []
-        # Built only when a job with a deadline does not fit.
-        victims: list[JobView] | None = None if self.preempt else []
-        with_deadline = sorted(
-            (j for j in view.pending if j.deadline is not None),
-            key=lambda j: (_deadline(j), j.submitted_at, j.id),
-        )
-        without = [j for j in view.pending if j.deadline is None]
+        victims: Victims | None = None  # built when a job with a deadline does not fit
         decisions: list[Decision] = []
-        for job in with_deadline + without:
+        for job in self.order(view).jobs:
             placement = pool.pack(job) if job.gpus <= free else None
             if placement is not None:
                 pool.take(job, placement)
                 free -= placement.num_gpus
                 decisions.append(Start(job.id, placement))
                 continue
-            if victims is None and job.deadline is not None:
-                victims = _victims(view)
-            if job.deadline is None or not victims:
+            if job.deadline is not None and self.preempt and victims is None:
+                victims = _victims(view, pool)
+            if job.deadline is None or victims is None or not victims.any():
                 if free == 0:
                     break
                 continue
-            # Victims are sorted latest deadline first: the eligible ones are a prefix.
-            eligible = bisect_left(victims, -job.deadline, key=lambda v: -_deadline(v))
-            room = make_room(pool, job, islice(victims, eligible), free) if eligible else None
+            # Only jobs whose deadline is later than this one's may be suspended.
+            room = victims.room_for(job, free, above=job.deadline)
             if room is None:
                 continue
-            placement, used = room
-            for victim in used:
-                decisions.append(Preempt(victim.id))
-                free += victim.allocated_gpus
-            free -= placement.num_gpus
-            gone = {v.id for v in used}
-            victims = [v for v in victims if v.id not in gone]
-            decisions.append(Start(job.id, placement))
+            decisions.extend(room.decisions)
+            free = room.free
         return decisions
 
 
-def _victims(view: ClusterView) -> list[JobView]:
-    """Preemptible running jobs, latest deadline first (none is latest); among
-    equals the one started last (least work since it began to lose)."""
-    return sorted(
-        (j for j in view.running if j.preemptible),
-        key=lambda j: (-_deadline(j), -(j.started_at or 0.0), -j.id),
-    )
+def _victims(view: ClusterView, pool: FreePool) -> Victims:
+    """Preemptible running jobs, latest deadline (or none) first; among equals
+    the one started last (least work since it began to lose)."""
+    return Victims(view, pool, _deadline, lambda j: (-(j.started_at or 0.0), -j.id))
 
 
 def _deadline(job: JobView) -> float:

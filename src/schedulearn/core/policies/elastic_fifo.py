@@ -37,6 +37,7 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Resize, Start
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policies._resize import grow_one, old_enough, shrink_one
+from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView, Placement
 
@@ -68,6 +69,11 @@ class ElasticFifo:
             self._seen = (running, found)
         return self._seen[1]
 
+    def order(self, view: ClusterView) -> QueueOrder:
+        return arrival_order(
+            view, "arrival order, each job at its minimum GPUs; the head waits for room"
+        )
+
     def decide(self, view: ClusterView) -> list[Decision]:
         elastic = self._elastic(view)
         if not view.pending and not elastic:
@@ -81,7 +87,7 @@ class ElasticFifo:
         shrunk: set[int] = set()
         decisions: list[Decision] = []
         blocked = False
-        for job in view.pending:
+        for job in self.order(view).jobs:
             size = job.least_gpus
             placement = pool.pack(job, size) if size <= free else None
             if placement is not None:

@@ -25,6 +25,7 @@ from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
+from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView
 
@@ -37,13 +38,22 @@ class Fifo:
     def __init__(self, backfill: bool = False) -> None:
         self.backfill = backfill
 
+    def order(self, view: ClusterView) -> QueueOrder:
+        if self.backfill:
+            return arrival_order(
+                view,
+                "arrival order; the head waits for room, later jobs that would not delay it "
+                "may start first (EASY backfilling)",
+            )
+        return arrival_order(view, "arrival order; the head of the queue waits for room")
+
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:
             return []
         pool = FreePool(view)
         decisions: list[Decision] = []
         free = pool.total_free()
-        pending = view.pending
+        pending = self.order(view).jobs
         for i, job in enumerate(pending):
             if job.gpus > free:
                 blocked = job

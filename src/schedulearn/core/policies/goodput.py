@@ -55,7 +55,7 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
 from schedulearn.core.goodput import GoodputModel, JobGoodput
 from schedulearn.core.placement import FreePool, largest_node_gpus
-from schedulearn.core.policies._room import can_retake
+from schedulearn.core.preemption import can_retake
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView, Placement
 

@@ -25,6 +25,7 @@ from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
+from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, Placement
 
@@ -38,13 +39,16 @@ class RoundRobin:
         # The server used last; the next job tries the server after it first.
         self.last_node: str | None = None
 
+    def order(self, view: ClusterView) -> QueueOrder:
+        return arrival_order(view, "arrival order; the head waits for room, servers take turns")
+
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:
             return []
         pool = FreePool(view)
         decisions: list[Decision] = []
         free = pool.total_free()
-        for job in view.pending:
+        for job in self.order(view).jobs:
             if job.gpus > free:
                 break
             placement = pool.first_fit(job, after=self.last_node)

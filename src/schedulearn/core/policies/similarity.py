@@ -86,7 +86,8 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Resize, Start
 from schedulearn.core.estimator import Estimator, builtin_table
 from schedulearn.core.placement import FreePool
-from schedulearn.core.policies._room import can_retake
+from schedulearn.core.policy import QueueOrder, arrival_order
+from schedulearn.core.preemption import can_retake
 from schedulearn.core.registry import register
 from schedulearn.core.throughput import ProfileTable
 from schedulearn.core.views import ClusterView, JobView, Placement
@@ -153,6 +154,17 @@ class Similarity:
         self.migrate = migrate
         # A pure function of its key, cached: the estimator's answers per job shape.
         self._affinity: dict[_AffinityKey, dict[str, float]] = {}
+
+    def order(self, view: ClusterView) -> QueueOrder:
+        # Honest: jobs are matched to GPU types by the time they save there, so the
+        # next to start depends on which types have room, not on a rank.
+        return arrival_order(
+            view,
+            f"no fixed order: jobs that waited {self.max_wait / 3600:g} h or more first, oldest "
+            "first; then each job on the free GPU type where it saves most time; shown in "
+            "arrival order",
+            exact=False,
+        )
 
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending and not (self.migrate and view.running):

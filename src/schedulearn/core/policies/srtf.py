@@ -23,17 +23,17 @@ without an estimate never preempts anyone.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from itertools import islice
 from typing import ClassVar
 
-from schedulearn.core.decisions import Decision, Preempt, Start
+from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
-from schedulearn.core.policies._room import make_room
+from schedulearn.core.policy import QueueOrder
+from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView
 
 _NEVER = float("inf")
+RULE = "shortest remaining estimated time first; jobs with no estimate last, in arrival order"
 
 
 @register
@@ -50,6 +50,10 @@ class Srtf:
         self.margin = float(margin)
         self.min_gain = float(min_gain)
 
+    def order(self, view: ClusterView) -> QueueOrder:
+        now = view.now
+        return QueueOrder(tuple(sorted(view.pending, key=lambda j: _rank(j, now))), RULE)
+
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:
             return []
@@ -58,10 +62,9 @@ class Srtf:
         free = pool.total_free()
         if free == 0 and not self.preempt:
             return []
-        # Built only when a job does not fit (most passes start everything).
-        victims: list[tuple[float, JobView]] | None = None if self.preempt else []
+        victims: Victims | None = None  # built when a job does not fit
         decisions: list[Decision] = []
-        for job in sorted(view.pending, key=lambda j: _rank(j, now)):
+        for job in self.order(view).jobs:
             placement = pool.pack(job) if job.gpus <= free else None
             if placement is not None:
                 pool.take(job, placement)
@@ -69,40 +72,32 @@ class Srtf:
                 decisions.append(Start(job.id, placement))
                 continue
             remaining = job.remaining_at(now)
-            if victims is None and remaining is not None:
-                victims = _victims(view, now)
-            if remaining is None or not victims:
+            if remaining is not None and self.preempt and victims is None:
+                victims = _victims(view, pool)
+            if remaining is None or victims is None or not victims.any():
                 if free == 0:
                     break
                 continue
             bound = max(remaining * (1.0 + self.margin), remaining + self.min_gain)
-            # Victims are sorted longest first: the eligible ones are a prefix.
-            eligible = bisect_left(victims, -bound, key=lambda rj: -rj[0])
-            if not eligible:
+            if not victims.any(above=bound):
                 # Later jobs are longer: no one else can preempt either.
                 if free == 0:
                     break
                 continue
-            room = make_room(pool, job, (j for _, j in islice(victims, eligible)), free)
+            room = victims.room_for(job, free, above=bound)
             if room is None:
                 continue
-            placement, used = room
-            for victim in used:
-                decisions.append(Preempt(victim.id))
-                free += victim.allocated_gpus
-            free -= placement.num_gpus
-            gone = {v.id for v in used}
-            victims = [(r, j) for r, j in victims if j.id not in gone]
-            decisions.append(Start(job.id, placement))
+            decisions.extend(room.decisions)
+            free = room.free
         return decisions
 
 
-def _victims(view: ClusterView, now: float) -> list[tuple[float, JobView]]:
-    """Preemptible running jobs with their remaining time, longest first; among
-    equals the one started last (least work since it began to lose)."""
-    return sorted(
-        ((_remaining(j, now), j) for j in view.running if j.preemptible),
-        key=lambda rj: (-rj[0], -(rj[1].started_at or 0.0), -rj[1].id),
+def _victims(view: ClusterView, pool: FreePool) -> Victims:
+    """Preemptible running jobs, longest remaining time first (none is longest);
+    among equals the one started last (least work since it began to lose)."""
+    now = view.now
+    return Victims(
+        view, pool, lambda j: _remaining(j, now), lambda j: (-(j.started_at or 0.0), -j.id)
     )
 
 

@@ -34,6 +34,7 @@ from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
+from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView
 
@@ -145,6 +146,15 @@ class _Nodes:
 class Tetris:
     name: ClassVar[str] = "tetris"
     tick_seconds: ClassVar[float | None] = None
+
+    def order(self, view: ClusterView) -> QueueOrder:
+        # Honest: which job starts next depends on the free resources, not on a rank.
+        return arrival_order(
+            view,
+            "no fixed order: each pass starts the job whose demand best fits a node's free "
+            "resources; shown in arrival order, which breaks ties",
+            exact=False,
+        )
 
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from schedulearn.core.decisions import Decision, Preempt, Start
+from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
-from schedulearn.core.policies._room import make_room
+from schedulearn.core.policy import QueueOrder
+from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
-from schedulearn.core.views import ClusterView, JobView
+from schedulearn.core.views import ClusterView
 
 
 @register
@@ -44,15 +45,32 @@ class Timeslice:
         self.quantum = float(quantum)
         self.tick_seconds = self.quantum / 4.0
 
+    def order(self, view: ClusterView) -> QueueOrder:
+        return QueueOrder(
+            tuple(sorted(view.pending, key=lambda j: (j.waiting_since, j.submitted_at, j.id))),
+            "longest waiting first (since submission or last suspension)",
+        )
+
+    def _victims(self, view: ClusterView, pool: FreePool) -> Victims:
+        """Preemptible running jobs whose slice is used up, the longest slice first
+        (all of one level: any of them may make room for any waiting job)."""
+        now, quantum = view.now, self.quantum
+        return Victims(
+            view,
+            pool,
+            lambda j: 0.0,
+            lambda j: (j.started_at or 0.0, j.id),
+            may=lambda j: j.started_at is not None and now - j.started_at >= quantum,
+        )
+
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:
             return []
-        now = view.now
         pool = FreePool(view)
         free = pool.total_free()
         decisions: list[Decision] = []
-        victims: list[JobView] | None = None
-        for job in sorted(view.pending, key=lambda j: (j.waiting_since, j.submitted_at, j.id)):
+        victims: Victims | None = None  # built when a job does not fit
+        for job in self.order(view).jobs:
             placement = pool.pack(job) if job.gpus <= free else None
             if placement is not None:
                 pool.take(job, placement)
@@ -60,27 +78,10 @@ class Timeslice:
                 decisions.append(Start(job.id, placement))
                 continue
             if victims is None:
-                # Jobs whose slice is used up, the longest slice first.
-                victims = sorted(
-                    (
-                        j
-                        for j in view.running
-                        if j.preemptible
-                        and j.placement is not None
-                        and j.started_at is not None
-                        and now - j.started_at >= self.quantum
-                    ),
-                    key=lambda j: (j.started_at or 0.0, j.id),
-                )
-            room = make_room(pool, job, victims, free) if victims else None
+                victims = self._victims(view, pool)
+            room = victims.room_for(job, free)
             if room is None:
                 break
-            placement, used = room
-            for victim in used:
-                decisions.append(Preempt(victim.id))
-                free += victim.allocated_gpus
-            free -= placement.num_gpus
-            gone = {v.id for v in used}
-            victims = [v for v in victims if v.id not in gone]
-            decisions.append(Start(job.id, placement))
+            decisions.extend(room.decisions)
+            free = room.free
         return decisions

@@ -35,13 +35,13 @@ ends; several comma-separated values give every boundary, e.g.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from itertools import islice
+from bisect import bisect_right
 from typing import ClassVar
 
-from schedulearn.core.decisions import Decision, Preempt, Start
+from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
-from schedulearn.core.policies._room import make_room
+from schedulearn.core.policy import QueueOrder
+from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView
 
@@ -104,23 +104,42 @@ class Tiresias:
 
     # --- the pass ----------------------------------------------------------
 
+    def _ranked(self, view: ClusterView) -> list[tuple[int, float, int, JobView]]:
+        """Pending jobs by (queue, submission time, id), each with its queue."""
+        now = view.now
+        return sorted(
+            ((self.queue_of(j, now), j.submitted_at, j.id, j) for j in view.pending),
+            key=lambda t: t[:3],
+        )
+
+    def order(self, view: ClusterView) -> QueueOrder:
+        return QueueOrder(
+            tuple(t[3] for t in self._ranked(view)),
+            "least attained GPU-service queue first, arrival order inside one",
+        )
+
+    def _victims(self, view: ClusterView, pool: FreePool) -> Victims:
+        """Preemptible running jobs, lowest priority queue first, then the
+        latest submitted (FIFO inside a queue)."""
+        now = view.now
+        return Victims(
+            view, pool, lambda j: float(self.queue_of(j, now)), lambda j: (-j.submitted_at, -j.id)
+        )
+
     def decide(self, view: ClusterView) -> list[Decision]:
         pending = view.pending
         if not pending:
             return []
-        now = view.now
         pool = FreePool(view)
         free = pool.total_free()
-        order = sorted(
-            ((self.queue_of(j, now), j.submitted_at, j.id, j) for j in pending),
-            key=lambda t: t[:3],
-        )
+        # `order` is this list without the queues, which the pass also needs.
+        ranked = self._ranked(view)
         last = self.queues - 1
-        if free == 0 and order[0][0] == last:
+        if free == 0 and ranked[0][0] == last:
             return []  # nothing fits and nobody may preempt anyone
         decisions: list[Decision] = []
-        victims: list[tuple[int, JobView]] | None = None
-        for queue, _, _, job in order:
+        victims: Victims | None = None  # built when someone must preempt
+        for queue, _, _, job in ranked:
             placement = pool.pack(job) if job.gpus <= free else None
             if placement is not None:
                 pool.take(job, placement)
@@ -132,33 +151,13 @@ class Tiresias:
                     break  # the rest are in the last queue too
                 continue
             if victims is None:
-                # Built only when someone must preempt: lowest queue first,
-                # then the latest submitted (FIFO inside a queue).
-                victims = sorted(
-                    (
-                        (self.queue_of(j, now), j)
-                        for j in view.running
-                        if j.preemptible and j.placement is not None
-                    ),
-                    key=lambda qj: (-qj[0], -qj[1].submitted_at, -qj[1].id),
-                )
-            # Victims are sorted lowest queue first: the eligible ones are a prefix.
-            eligible = bisect_left(victims, -queue, key=lambda qj: -qj[0])
-            room = (
-                make_room(pool, job, (j for _, j in islice(victims, eligible)), free)
-                if eligible
-                else None
-            )
+                victims = self._victims(view, pool)
+            # Only jobs of strictly lower priority queues may be suspended.
+            room = victims.room_for(job, free, above=queue)
             if room is None:
                 continue
-            placement, used = room
-            for victim in used:
-                decisions.append(Preempt(victim.id))
-                free += victim.allocated_gpus
-            free -= placement.num_gpus
-            gone = {v.id for v in used}
-            victims = [(q, j) for q, j in victims if j.id not in gone]
-            decisions.append(Start(job.id, placement))
+            decisions.extend(room.decisions)
+            free = room.free
         return decisions
 
 

@@ -124,7 +124,7 @@ async def list_jobs(
     summary="One job, with why it waits and when it is expected to start and end",
 )
 async def show(job_id: JobId, state: State, _who: User) -> JobPublic:
-    job = await state.db.run(jobs.show, job_id)
+    job = await state.db.run(jobs.show, job_id, state.settings.default_policy, state.clock.now())
     return (await state.predictions.annotate([job]))[0]
 
 
@@ -149,7 +149,9 @@ async def progress_history(job_id: JobId, state: State, _who: User) -> ProgressH
     responses={409: {"model": ErrorBody, "description": "Not running, or changed meanwhile"}},
 )
 async def move(job_id: JobId, body: JobMove, state: State, _who: Admin) -> JobPublic:
-    public, changes = await state.db.run(moves.move, job_id, body, state.clock.now())
+    public, changes = await state.db.run(
+        moves.move, job_id, body, state.clock.now(), state.settings.default_policy
+    )
     state.wakeups.notify(changes)
     return public
 
@@ -200,7 +202,9 @@ async def _follow(
                 if ended is not None:
                     late = ended + _LATE_LINES_SECONDS - state.clock.now()
                     if late <= 0:
-                        public = await state.db.run(jobs.show, job_id)
+                        public = await state.db.run(
+                            jobs.show, job_id, state.settings.default_policy, state.clock.now()
+                        )
                         yield f"event: end\ndata: {public.model_dump_json()}\n\n"
                         return
                     await wait_for(event, late)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, or_, select, update
+from sqlalchemy import and_, bindparam, func, select, update
 from sqlmodel import Session
 
 from schedulearn.core import JobView, NodeView
@@ -28,8 +28,8 @@ from schedulearn.server.auth import Caller
 from schedulearn.server.declared import Codec
 from schedulearn.server.errors import Forbidden, NotFound, Unservable
 from schedulearn.server.models import Job, JobTransition
-from schedulearn.server.services import checkpoints, lifecycle, progress, snapshot
-from schedulearn.server.services.waiting import never_servable, waiting_reason
+from schedulearn.server.services import checkpoints, lifecycle, progress, queue, snapshot
+from schedulearn.server.services.waiting import never_servable
 from schedulearn.server.wakeups import Changes
 
 _JOB_COLUMNS = frozenset(Job.__table__.columns.keys())  # type: ignore[attr-defined]
@@ -206,30 +206,13 @@ def _get(session: Session, job_id: int) -> Job:
     return job
 
 
-def queue_position(session: Session, job: Job) -> int:
-    """1 + how many pending jobs entered the queue before this one."""
-    ahead = session.execute(
-        select(func.count())
-        .select_from(Job)
-        .where(
-            Job.state == JobState.PENDING,
-            or_(
-                Job.queued_at < job.queued_at,
-                and_(Job.queued_at == job.queued_at, Job.id < job.id),  # type: ignore[operator]
-            ),
-        )
-    ).scalar_one()
-    return int(ahead) + 1
-
-
-def show(session: Session, job_id: int) -> JobPublic:
+def show(session: Session, job_id: int, default_policy: str, now: float) -> JobPublic:
+    """The job; a pending one with its place in the policy's order and why it waits."""
     job = _get(session, job_id)
     if job.state != JobState.PENDING:
         public = to_public(job)
     else:
-        position = queue_position(session, job)
-        nodes, _, _ = snapshot.load_nodes(session)
-        reason = waiting_reason(snapshot.job_view(job), nodes, position - 1)
+        position, reason = queue.place_of(session, job, default_policy, now)
         public = to_public(job, position, reason)
     public.checkpoint = checkpoints.current(session, job_id)
     return public

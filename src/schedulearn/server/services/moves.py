@@ -21,7 +21,9 @@ from schedulearn.server.states import StaleState
 from schedulearn.server.wakeups import Changes
 
 
-def move(session: Session, job_id: int, body: JobMove, now: float) -> tuple[JobPublic, Changes]:
+def move(
+    session: Session, job_id: int, body: JobMove, now: float, default_policy: str
+) -> tuple[JobPublic, Changes]:
     job = session.get(Job, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}")
@@ -48,4 +50,5 @@ def move(session: Session, job_id: int, body: JobMove, now: float) -> tuple[JobP
         raise Conflict(f"job {job_id} changed while moving it ({exc}); try again") from None
     if result.skipped:
         raise BadRequest("; ".join(result.skipped))
-    return jobs.show(session, job_id), Changes(scheduler=True, jobs={job_id}, nodes=result.nodes)
+    changes = Changes(scheduler=True, jobs={job_id}, nodes=result.nodes)
+    return jobs.show(session, job_id, default_policy, now), changes

@@ -1,7 +1,8 @@
 """Why a job waits, and whether it could ever run: pure functions over core views.
 
-Owns the messages users read in `schedulearn show` and in a refused
-submission. Both judge a job against `NodeView`s, the same snapshot the
+Owns the messages users read in `schedulearn show`, on the Queue page and
+in a refused submission; who is ahead comes from the policy's own order
+(`services.queue`). Both judge a job against `NodeView`s, the same snapshot the
 scheduler hands the policy, so an explanation never disagrees with the
 rules the ledger enforces (one node when it fits, else a gang; GPU type;
 CPUs and memory per node).
@@ -80,8 +81,13 @@ def never_servable(
     return None
 
 
-def waiting_reason(job: JobView, nodes: Sequence[NodeView], ahead: int) -> str:
-    """A sentence for a pending job: what it needs, what is free, who is ahead."""
+def waiting_reason(job: JobView, nodes: Sequence[NodeView], ahead: int | None) -> str:
+    """A sentence for a pending job: what it needs, what is free, who is ahead.
+
+    `ahead` is how many jobs the policy in force considers before this one
+    (its `order`); None when the policy has no fixed order (it picks the
+    next job by fit), so that no count is claimed.
+    """
     healthy = [n for n in nodes if n.healthy]
     tail = f"; {_plural(ahead, 'job')} ahead" if ahead else ""
     if not nodes:
@@ -120,6 +126,8 @@ def waiting_reason(job: JobView, nodes: Sequence[NodeView], ahead: int) -> str:
             f"needs {want} {kind}GPUs over several nodes (no node has {want}); "
             f"{free_total} are free" + tail
         )
+    if ahead is None:
+        return "resources are free; the policy picks which waiting job starts first"
     if ahead:
         return f"resources are free, but {_plural(ahead, 'job')} ahead wait first (policy order)"
     return "resources are free; it starts on the next scheduling pass"

@@ -95,7 +95,7 @@ def timeline(job: JobPublic, history: JobHistory) -> list[Step]:
     return steps
 
 
-def job_page(session: Session, job_id: int) -> JobPage:
-    job = job_service.show(session, job_id)
+def job_page(session: Session, job_id: int, default_policy: str, now: float) -> JobPage:
+    job = job_service.show(session, job_id, default_policy, now)
     steps = timeline(job, job_service.history(session, job_id))
     return JobPage(job, steps, progress_of(getattr(job, "progress", None)))

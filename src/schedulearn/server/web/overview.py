@@ -3,9 +3,10 @@
 Owns one function per page, each run in one database session and
 returning a typed bundle the template renders. They reuse the server's
 services: `nodes.list_nodes` (GPUs with their holders and latest
-heartbeat samples), `snapshot.build` (the same `ClusterView` the
-scheduler hands the policy), `waiting.waiting_reason` (the words
-`schedulearn show` uses) and `policy` (the spec in force).
+heartbeat samples), `queue.read` (the pending jobs in the order the
+policy in force considers them, from the same `ClusterView` the
+scheduler hands it, with the words `schedulearn show` uses for why a job
+waits) and `policy` (the spec in force).
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ from schedulearn.protocol import GpuSample, JobState, NodePublic, PolicyPublic
 from schedulearn.server.models import Job
 from schedulearn.server.services import nodes as node_service
 from schedulearn.server.services import policy as policy_service
-from schedulearn.server.services import snapshot
-from schedulearn.server.services.waiting import waiting_reason
-from schedulearn.server.web.queue_order import consideration_order
+from schedulearn.server.services import queue as queue_service
 
 VIRTUAL = "virtual"  # the GPU type an agent declares for --gpus N
 
@@ -116,20 +115,14 @@ class QueuePage:
 
 
 def queue_page(session: Session, default_policy: str, now: float) -> QueuePage:
-    spec = policy_service.current_spec(session, default_policy)
-    policy = policy_service.build(spec)
-    snap = snapshot.build(session, now)
-    view = snap.view
-    ordered = consideration_order(policy, view)
-    rows = [
-        QueueRow(i + 1, job, waiting_reason(job, view.nodes, i))
-        for i, job in enumerate(ordered.jobs)
-    ]
+    queue = queue_service.read(session, default_policy, now)
+    view = queue.view
+    rows = [QueueRow(i + 1, job, queue.reason(job, i)) for i, job in enumerate(queue.order.jobs)]
     page = QueuePage(
         rows=rows,
-        policy=spec,
-        rule=ordered.rule,
-        exact=ordered.exact,
+        policy=queue.spec,
+        rule=queue.order.rule,
+        exact=queue.order.exact,
         nodes=view.nodes,
         running=len(view.running),
     )

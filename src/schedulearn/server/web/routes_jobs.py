@@ -97,7 +97,9 @@ async def job_list(
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_detail(request: Request, state: State, who: Signed, job_id: str) -> HTMLResponse:
-    data = await call(state, job_data.job_page, _job_id(job_id))
+    data = await call(
+        state, job_data.job_page, _job_id(job_id), state.settings.default_policy, state.clock.now()
+    )
     data.job = (await state.predictions.annotate([data.job]))[0]
     partial = is_partial(request)
     name = "_job_live.html" if partial else "job.html"

@@ -1,0 +1,208 @@
+"""Making room for a waiting job by preempting running ones: the one copy of that rule.
+
+Every preempting policy (srtf, edf, tiresias, timeslice) has the same
+problem: given the running jobs it is willing to suspend, most preferred
+first, suspend the fewest of them that let the waiting job start. The
+policies differ only in which jobs they would suspend and in what order,
+so each states that as a key and `Victims` does the rest:
+
+- the candidates are the running preemptible jobs the policy admits
+  (`may`), sorted by `level` (highest first: the job the policy most
+  wants to suspend) and then by `tiebreak`;
+- a waiting job may suspend only candidates whose level is above a bar
+  it brings (`above`: its own deadline, remaining time, queue); these
+  are a prefix of the sorted candidates;
+- victims are suspended in that order until the waiting job fits (one
+  node when it fits, else a gang over the fewest nodes, as
+  `FreePool.pack` places it); a victim's whole placement is freed, every
+  node of a gang at once; victims freed early whose GPUs the placement
+  did not need are kept running, least preferred first;
+- a non-preemptible job is never suspended.
+
+State: a `Victims` lives for one pass. It builds its sorted candidates on
+first use (most passes start every job without preempting anyone) and
+drops the ones it suspends. `make_room` and `can_retake` work on the
+caller's `FreePool` and hold nothing.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+from schedulearn.core.decisions import Decision, Preempt, Start
+from schedulearn.core.placement import FreePool
+from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
+
+_NO_BAR = float("-inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """What making room decided: suspend `victims`, start the job on `placement`.
+
+    `decisions` are the `Preempt`s then the `Start`, in the order a pass
+    returns them; `free` is the pool's free GPU count after them.
+    """
+
+    placement: Placement
+    victims: tuple[JobView, ...]
+    decisions: tuple[Decision, ...]
+    free: int
+
+
+class Victims:
+    """The running jobs one pass may suspend, most preferred first, built on first use.
+
+    `level(job)` ranks a candidate (highest suspended first) and is what a
+    waiting job's bar is compared with; `tiebreak(job)` orders candidates
+    of equal level (ascending). `may(job)` admits a candidate (besides
+    being preemptible and placed), e.g. "its time slice is used up".
+    """
+
+    __slots__ = ("_jobs", "_level", "_levels", "_may", "_pool", "_running", "_tiebreak")
+
+    def __init__(
+        self,
+        view: ClusterView,
+        pool: FreePool,
+        level: Callable[[JobView], float],
+        tiebreak: Callable[[JobView], Any],
+        may: Callable[[JobView], bool] | None = None,
+    ) -> None:
+        self._running = view.running
+        self._pool = pool
+        self._level = level
+        self._tiebreak = tiebreak
+        self._may = may
+        self._jobs: list[JobView] | None = None
+        # Minus each candidate's level, ascending (parallel to `_jobs`), for bisect.
+        self._levels: list[float] = []
+
+    def _candidates(self) -> list[JobView]:
+        if self._jobs is None:
+            may = self._may
+            ranked = sorted(
+                (
+                    (-self._level(j), self._tiebreak(j), j)
+                    for j in self._running
+                    if j.preemptible and j.placement is not None and (may is None or may(j))
+                ),
+                key=lambda t: (t[0], t[1]),
+            )
+            self._jobs = [j for _, _, j in ranked]
+            self._levels = [neg for neg, _, _ in ranked]
+        return self._jobs
+
+    def any(self, above: float = _NO_BAR) -> bool:
+        """Is there a candidate whose level is above `above`?"""
+        return self._eligible(above) > 0
+
+    def _eligible(self, above: float) -> int:
+        self._candidates()
+        # Candidates are sorted by level, highest first: those above the bar are a prefix.
+        return bisect_left(self._levels, -above)
+
+    def room_for(self, job: JobView, free: int, above: float = _NO_BAR) -> Room | None:
+        """Suspend candidates above `above`, in order, until `job` fits; None if it never does.
+
+        `free` is the pool's free GPU count now (the caller keeps it, so
+        no pass re-sums the cluster). On success the pool holds the job's
+        placement with the victims' GPUs released, and the victims are no
+        longer candidates; on failure nothing changed.
+        """
+        eligible = self._eligible(above)
+        if not eligible:
+            return None
+        jobs = self._candidates()
+        made = make_room(self._pool, job, islice(jobs, eligible), free)
+        if made is None:
+            return None
+        placement, used = made
+        decisions: list[Decision] = []
+        for victim in used:
+            decisions.append(Preempt(victim.id))
+            free += victim.allocated_gpus
+        decisions.append(Start(job.id, placement))
+        gone = {v.id for v in used}
+        keep = [i for i, j in enumerate(jobs) if j.id not in gone]
+        self._jobs = [jobs[i] for i in keep]
+        self._levels = [self._levels[i] for i in keep]
+        return Room(placement, tuple(used), tuple(decisions), free - placement.num_gpus)
+
+
+def make_room(
+    pool: FreePool,
+    job: JobView,
+    victims: Iterable[JobView],
+    free: int,
+    gpus: int | None = None,
+) -> tuple[Placement, list[JobView]] | None:
+    """Suspend victims, in the given order, until `job` fits; keep only those needed.
+
+    `free` is the number of GPUs the pool has free now. Victims that are
+    not preemptible or not running are skipped: a non-preemptible job is
+    never suspended. On success the pool holds the job's placement and
+    the needed victims' GPUs are free; the victims actually needed are
+    returned in order. On failure the pool is unchanged.
+    """
+    n = job.gpus if gpus is None else gpus
+    released: list[JobView] = []
+    placement: Placement | None = None
+    gained = 0
+    for victim in victims:
+        if not victim.preemptible or victim.placement is None:
+            continue
+        pool.release(victim)
+        released.append(victim)
+        gained += victim.placement.num_gpus
+        # A placement needs at least n free GPUs in all; skip the search until then.
+        if free + gained < n:
+            continue
+        placement = pool.pack(job, n)
+        if placement is not None:
+            break
+    if placement is None:
+        for victim in reversed(released):
+            assert victim.placement is not None
+            pool.take(victim, victim.placement)
+        return None
+    pool.take(job, placement)
+    # Victims released early may have freed GPUs the placement did not
+    # use (another node, another GPU type): let those keep running. Try
+    # the least preferred first so the policy's preference order holds.
+    needed: list[JobView] = []
+    for victim in reversed(released):
+        assert victim.placement is not None
+        if can_retake(pool, victim, victim.placement):
+            pool.take(victim, victim.placement)
+        else:
+            needed.append(victim)
+    needed.reverse()
+    return placement, needed
+
+
+def can_retake(pool: FreePool, job: JobView, placement: Placement) -> bool:
+    """Are all of `placement`'s GPUs, CPUs and memory free in `pool` now?"""
+    by_name = {node.name: node for node in pool.nodes} if placement.num_nodes > 1 else None
+    for name, gpus in placement:
+        node = by_name[name] if by_name is not None else _node(pool, name)
+        free = pool.free_gpus(node)
+        if any(g not in free for g in gpus):
+            return False
+        cpus, mem = job.demand_on(placement, len(gpus))
+        if cpus and pool.free_cpus(node) + 1e-9 < cpus:
+            return False
+        if mem and pool.free_memory_gb(node) + 1e-9 < mem:
+            return False
+    return True
+
+
+def _node(pool: FreePool, name: str) -> NodeView:
+    for node in pool.nodes:
+        if node.name == name:
+            return node
+    raise KeyError(name)

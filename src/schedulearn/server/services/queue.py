@@ -1,0 +1,67 @@
+"""The pending queue in the order of the policy in force: the Queue page and `show`.
+
+Owns nothing; it reads the same `ClusterView` the scheduler hands the
+policy (`snapshot.build`) and asks the policy in force for its order
+(`core.queue_order`, the order its `decide` walks), so the Queue page,
+`schedulearn show`'s queue position and its "jobs ahead" cannot disagree
+with the policy. A stored spec that no longer builds (a third-party
+policy uninstalled) is shown as fifo, the scheduler's own fallback; the
+page still names the stored spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlmodel import Session
+
+from schedulearn.core import ClusterView, JobView, Policy, QueueOrder, queue_order
+from schedulearn.server.errors import BadRequest
+from schedulearn.server.models import Job
+from schedulearn.server.services import policy as policy_service
+from schedulearn.server.services import snapshot
+from schedulearn.server.services.waiting import waiting_reason
+
+FALLBACK = "fifo"
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """The pending jobs as the policy in force will consider them, with the view they came from."""
+
+    spec: str
+    order: QueueOrder
+    view: ClusterView
+
+    def ahead(self, index: int) -> int | None:
+        """How many jobs the policy considers before the one at `index`; None when
+        its order is not exact (the policy picks by fit, not by rank)."""
+        return index if self.order.exact else None
+
+    def reason(self, job: JobView, index: int) -> str:
+        return waiting_reason(job, self.view.nodes, self.ahead(index))
+
+
+def policy_in_force(session: Session, default_policy: str) -> tuple[str, Policy]:
+    spec = policy_service.current_spec(session, default_policy)
+    try:
+        return spec, policy_service.build(spec)
+    except BadRequest:
+        return spec, policy_service.build(FALLBACK)
+
+
+def read(session: Session, default_policy: str, now: float) -> Queue:
+    spec, policy = policy_in_force(session, default_policy)
+    view = snapshot.build(session, now).view
+    return Queue(spec, queue_order(policy, view), view)
+
+
+def place_of(session: Session, job: Job, default_policy: str, now: float) -> tuple[int, str]:
+    """A pending job's position (1 = the policy considers it first) and why it waits."""
+    queue = read(session, default_policy, now)
+    for i, pending in enumerate(queue.order.jobs):
+        if pending.id == job.id:
+            return i + 1, queue.reason(pending, i)
+    # Not in the queue just read (the row is not pending any more): last, order unknown.
+    view = snapshot.job_view(job)
+    return len(queue.order.jobs) + 1, waiting_reason(view, queue.view.nodes, None)
