@@ -189,7 +189,7 @@ def test_order_lists_the_queue_as_the_allocation_serves_it() -> None:
     reports = {1: report(50_000, 1), 2: report(500, 1), 3: report(100)}
     view = replace(s.view(0, pending), goodput=reports)
     # Never measured first, then the shortest; a job that cannot run at all last.
-    assert [j.id for j in create("goodput").order(view)] == [3, 2, 1, 4]
+    assert [j.id for j in create("goodput").order(view).jobs] == [3, 2, 1, 4]
 
 
 def test_without_reports_a_running_job_is_not_preempted_for_an_older_one() -> None:

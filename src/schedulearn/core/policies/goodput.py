@@ -55,6 +55,7 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
 from schedulearn.core.goodput import GoodputModel, JobGoodput
 from schedulearn.core.placement import FreePool, largest_node_gpus
+from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import can_retake
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView, Placement
@@ -154,10 +155,12 @@ class Goodput:
                 entry.values[a] = urgent * a * factor
         return jobs
 
-    def order(self, view: ClusterView) -> list[JobView]:
-        """Waiting jobs by the value per GPU of their best first allocation, which
-        is the order the greedy allocation reaches them in when GPUs are short
-        (jobs it would never start last, in arrival order)."""
+    def order(self, view: ClusterView) -> QueueOrder:
+        """Waiting jobs by the value per GPU of their best first allocation.
+
+        Not exact: the greedy allocation hands out GPUs by marginal value,
+        which depends on what the other jobs already hold, so two jobs of
+        equal value per GPU may start in either order."""
         pending = {j.id for j in view.pending}
         ranked: list[tuple[float, float, int, JobView]] = []
         for entry in self._jobs(view):
@@ -167,7 +170,12 @@ class Goodput:
         ranked.sort(key=lambda r: r[:3])
         listed = {r[2] for r in ranked}
         rest = [j for j in view.pending if j.id not in listed]
-        return [r[3] for r in ranked] + rest
+        return QueueOrder(
+            tuple([r[3] for r in ranked] + rest),
+            "no fixed order: GPUs go to the jobs with the most goodput gained per GPU; "
+            "shown by each job's best value per GPU",
+            exact=False,
+        )
 
     # --- allocation ------------------------------------------------------------
 
