@@ -28,7 +28,7 @@ from schedulearn.server.auth import Caller
 from schedulearn.server.declared import Codec
 from schedulearn.server.errors import Forbidden, NotFound, Unservable
 from schedulearn.server.models import Job, JobTransition
-from schedulearn.server.services import checkpoints, lifecycle, progress, snapshot
+from schedulearn.server.services import checkpoints, lifecycle, progress, snapshot, visibility
 from schedulearn.server.services.waiting import never_servable, waiting_reason
 from schedulearn.server.wakeups import Changes
 
@@ -55,7 +55,10 @@ _CODEC = Codec(JobView, _VIEW_SUBMITTED)
 
 
 def to_public(job: Job, position: int | None = None, reason: str | None = None) -> JobPublic:
-    """The row as the API shows it: every public field from its column, by name."""
+    """The row as its owner sees it: every public field from its column, by name.
+
+    Callers other than the owner get it through `visibility.public_view`.
+    """
     values = {n: getattr(job, n) for n in _SHOWN}
     values["id"] = job.id or 0
     return JobPublic(
@@ -63,6 +66,8 @@ def to_public(job: Job, position: int | None = None, reason: str | None = None) 
         queue_position=position,
         waiting_reason=reason,
         progress=progress.latest(job),
+        # The keys only: a secret's value never leaves the server but to an agent.
+        secret_env_keys=sorted(job.secret_env or {}),
     )
 
 
@@ -75,6 +80,7 @@ def _normalised(spec: JobSpec) -> dict[str, Any]:
         deadline=spec.deadline_epoch,
         estimated_duration=spec.estimated_seconds,
         env=dict(spec.env),
+        secret_env=dict(spec.secret_env) or None,
         launcher=spec.launcher.value,
     )
     return values
@@ -174,6 +180,7 @@ def submit(
 
 def list_jobs(
     session: Session,
+    caller: Caller,
     states: list[JobState],
     user: str | None,
     name: str | None,
@@ -196,7 +203,8 @@ def list_jobs(
     order = Job.id.desc() if newest_first else Job.id.asc()  # type: ignore[union-attr]
     rows = session.execute(query.order_by(order).offset(offset).limit(limit)).scalars().all()
     total = session.execute(count).scalar_one()
-    return JobList(items=[to_public(r) for r in rows], total=total, offset=offset, limit=limit)
+    items = [visibility.public_view(to_public(r), caller) for r in rows]
+    return JobList(items=items, total=total, offset=offset, limit=limit)
 
 
 def _get(session: Session, job_id: int) -> Job:
@@ -223,6 +231,7 @@ def queue_position(session: Session, job: Job) -> int:
 
 
 def show(session: Session, job_id: int) -> JobPublic:
+    """One job in full, with why it waits (for its owner, an admin, or the server itself)."""
     job = _get(session, job_id)
     if job.state != JobState.PENDING:
         public = to_public(job)
@@ -233,6 +242,11 @@ def show(session: Session, job_id: int) -> JobPublic:
         public = to_public(job, position, reason)
     public.checkpoint = checkpoints.current(session, job_id)
     return public
+
+
+def show_to(session: Session, job_id: int, caller: Caller) -> JobPublic:
+    """One job as `caller` may see it (`visibility.public_view`)."""
+    return visibility.public_view(show(session, job_id), caller)
 
 
 def cancel(session: Session, job_id: int, caller: Caller, now: float) -> tuple[JobPublic, Changes]:
@@ -246,14 +260,15 @@ def cancel(session: Session, job_id: int, caller: Caller, now: float) -> tuple[J
     return to_public(job), changes
 
 
-def history(session: Session, job_id: int) -> JobHistory:
-    _get(session, job_id)
+def history(session: Session, job_id: int, caller: Caller) -> JobHistory:
+    """The job's state changes, as `caller` may see them (`visibility.public_history`)."""
+    owner = _get(session, job_id).user
     rows = session.execute(
         select(JobTransition)
         .where(JobTransition.job_id == job_id)  # type: ignore[arg-type]
         .order_by(JobTransition.id)  # type: ignore[arg-type]
     ).scalars()
-    return JobHistory(
+    full = JobHistory(
         job_id=job_id,
         transitions=[
             TransitionPublic(
@@ -266,3 +281,4 @@ def history(session: Session, job_id: int) -> JobHistory:
             for r in rows
         ],
     )
+    return visibility.public_history(full, owner, caller)
