@@ -99,6 +99,12 @@ REPLY_FIELDS: dict[int, Known] = {
 NOT_NULL: dict[int, Mapping[str, Mapping[str, object]]] = {
     1: {"JobPublic": {"command": "", "env": {}, "message": ""}},
 }
+# Mappings a version's clients lack, folded into one they know (model ->
+# lacking field -> known field): an agent of protocol 1 gets a job's
+# `secret_env` in its `env`, so the job still sees its variables.
+FOLDED: dict[int, Mapping[str, Mapping[str, str]]] = {
+    1: {"Assignment": {"secret_env": "env"}},
+}
 
 
 def needs_downgrade(model: type[BaseModel], version: int) -> bool:
@@ -125,15 +131,22 @@ def downgrade(model: type[BaseModel], data: object, version: int) -> object:
     known = REPLY_FIELDS.get(version)
     if known is None:
         return data
-    return _model(model, data, _Old(known, NOT_NULL.get(version, {})))
+    return _model(model, data, _Old(known, NOT_NULL.get(version, {}), FOLDED.get(version, {})))
 
 
 class _Old:
-    """What a version's clients know, and the stand-ins they need for nulls."""
+    """What a version's clients know, the stand-ins they need for nulls, and the
+    fields folded into others for them."""
 
-    def __init__(self, names: Known, not_null: Mapping[str, Mapping[str, object]]) -> None:
+    def __init__(
+        self,
+        names: Known,
+        not_null: Mapping[str, Mapping[str, object]],
+        folded: Mapping[str, Mapping[str, str]],
+    ) -> None:
         self.names = names
         self.not_null = not_null
+        self.folded = folded
 
     def get(self, model: str) -> frozenset[str] | None:
         return self.names.get(model)
@@ -144,6 +157,10 @@ def _model(model: type[BaseModel], data: object, known: _Old) -> object:
         return data
     names = known.get(model.__name__)
     stand_ins = known.not_null.get(model.__name__, {})
+    for lacking, into in known.folded.get(model.__name__, {}).items():
+        extra, base = data.get(lacking), data.get(into)
+        if isinstance(extra, dict) and extra and isinstance(base, dict):
+            data = {**data, into: {**base, **extra}}
     out = {}
     for key, value in data.items():
         if names is not None and key not in names:

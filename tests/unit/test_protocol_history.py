@@ -130,3 +130,16 @@ def test_the_log_streams_end_event_is_rewritten_for_a_protocol_1_client() -> Non
     protocol.JobPublic.model_validate_json(end)
     assert '"text":"hi"' in old
     assert json.loads(new.split("event: end\ndata: ")[1].split("\n")[0])["queue"] == "gpu-a"
+
+
+def test_a_protocol_1_agent_gets_secret_env_folded_into_env() -> None:
+    start = protocol.Assignment(
+        job_id=3, attempt=1, command="true", env={"A": "1"}, secret_env={"TOKEN": "s"}
+    )
+    old = downgrade(protocol.Assignment, json.loads(start.model_dump_json()), 1)
+    assert isinstance(old, dict)
+    assert old["env"] == {"A": "1", "TOKEN": "s"} and "secret_env" not in old
+    # Protocol 2 agents get it apart, as sent.
+    assert downgrade(protocol.Assignment, json.loads(start.model_dump_json()), 2) == json.loads(
+        start.model_dump_json()
+    )
