@@ -53,8 +53,7 @@ class JobPage:
 
     @property
     def can_cancel(self) -> bool:
-        # Who may cancel is who may see the details: the owner and admins.
-        return not self.job.state.is_final and not self.job.details_hidden
+        return not self.job.state.is_final
 
     @property
     def hidden_note(self) -> str:
