@@ -83,9 +83,7 @@ def hidden_note(job_id: int, owner: str) -> str:
 
 def owner_of(session: Session, job_id: int) -> str:
     """The user a job belongs to (NotFound for an unknown job)."""
-    owner = session.execute(
-        select(col(Job.user)).where(col(Job.id) == job_id)
-    ).scalar_one_or_none()
+    owner = session.execute(select(col(Job.user)).where(col(Job.id) == job_id)).scalar_one_or_none()
     if owner is None:
         raise NotFound(f"no job {job_id}; list jobs with `schedulearn jobs`")
     return str(owner)
