@@ -392,6 +392,9 @@ class Assignment(_Reply):
     command: list[str] | str
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    # Values no reply to a user ever holds; the agent puts them in the job's
+    # environment and never logs them (repr=False keeps them out of reprs).
+    secret_env: dict[str, str] = Field(default_factory=dict, repr=False)
     workdir: str | None = None
     gpus: list[int] = Field(default_factory=list, description="GPU indices on this node")
     cpus: float = 0.0
@@ -533,6 +536,15 @@ class JobSpec(_Request):
     env: dict[Annotated[str, Field(max_length=200)], Annotated[str, Field(max_length=10_000)]] = (
         Field(default_factory=dict)
     )
+    secret_env: dict[
+        Annotated[str, Field(min_length=1, max_length=200)],
+        Annotated[str, Field(max_length=10_000)],
+    ] = Field(
+        default_factory=dict,
+        repr=False,
+        description="Variables the job sees whose values are never shown again, to "
+        "anyone (replies list the keys only); stored in the server's database as given",
+    )
     workdir: str | None = Field(default=None, max_length=4096)
     shm_size: str | None = Field(default=None, max_length=50)
     launcher: Launcher = Launcher.NONE
@@ -569,6 +581,24 @@ class JobSpec(_Request):
         if isinstance(value, float | int) and not 0 <= value < 1e11:
             raise ValueError("deadline must be epoch seconds (or an ISO 8601 time)")
         return value
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_keys_are_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = sorted(k for k in value if "=" in k or k != k.strip())
+        if bad:
+            # The key only: the value is the secret.
+            raise ValueError(f"secret_env key {bad[0]!r} is not a variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _secrets_not_in_env(self) -> JobSpec:
+        both = sorted(set(self.env) & set(self.secret_env))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} is in both env and secret_env; give it in one of them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _sizes_agree(self) -> JobSpec:
@@ -609,13 +639,18 @@ _declare(JobSpec, JobView, Role.SUBMITTED)
 
 
 class JobPublic(_Reply):
-    """One job as the API shows it."""
+    """One job as the API shows it.
+
+    To a caller other than its owner or an admin, the job's details
+    (`server.services.visibility.DETAILS`: command, env, workdir, message,
+    progress, checkpoint, secret_env_keys) are null and `details_hidden` is true.
+    """
 
     id: int
     name: str
     user: str
     state: JobState
-    command: list[str] | str
+    command: list[str] | str | None
     image: str | None
     gpus: int
     min_gpus: int | None
@@ -628,7 +663,7 @@ class JobPublic(_Reply):
     estimated_duration: float | None
     model: str | None
     preemptible: bool
-    env: dict[str, str]
+    env: dict[str, str] | None
     workdir: str | None
     shm_size: str | None
     launcher: Launcher
@@ -641,7 +676,7 @@ class JobPublic(_Reply):
     started_at: float | None
     ended_at: float | None
     exit_code: int | None
-    message: str
+    message: str | None
     placement: dict[str, list[int]] | None
     queue_position: int | None = Field(
         default=None, description="1 for the head of the queue; None unless pending"
@@ -677,6 +712,16 @@ class JobPublic(_Reply):
     )
     checkpoint: CheckpointRef | None = Field(
         default=None, description="The checkpoint the server holds for the job, if any"
+    )
+    secret_env_keys: list[str] | None = Field(
+        default_factory=list,
+        description="The keys of the job's secret_env; their values are never shown",
+    )
+    details_hidden: bool = Field(
+        default=False,
+        description="True when the caller is neither the job's owner nor an admin: "
+        "command, env, workdir, message, progress, checkpoint and secret_env_keys are "
+        "then null (hidden, not empty)",
     )
 
 
@@ -845,6 +890,11 @@ class TransitionPublic(_Reply):
 class JobHistory(_Reply):
     job_id: int
     transitions: list[TransitionPublic]
+    details_hidden: bool = Field(
+        default=False,
+        description="True when the caller is neither the job's owner nor an admin: "
+        "the transitions' messages (which may quote the command or workdir) are blank",
+    )
 
 
 # --- throughput profiles ------------------------------------------------------

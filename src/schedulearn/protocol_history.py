@@ -93,6 +93,20 @@ REPLY_FIELDS: dict[int, Known] = {
 }  # fmt: skip
 
 
+# Fields protocol 1 required to be non-null that a newer reply may send as null
+# (a job's details, hidden from callers other than its owner and admins): a
+# client of protocol 1 gets these stand-ins, read as "nothing shown".
+NOT_NULL: dict[int, Mapping[str, Mapping[str, object]]] = {
+    1: {"JobPublic": {"command": "", "env": {}, "message": ""}},
+}
+# Mappings a version's clients lack, folded into one they know (model ->
+# lacking field -> known field): an agent of protocol 1 gets a job's
+# `secret_env` in its `env`, so the job still sees its variables.
+FOLDED: dict[int, Mapping[str, Mapping[str, str]]] = {
+    1: {"Assignment": {"secret_env": "env"}},
+}
+
+
 def needs_downgrade(model: type[BaseModel], version: int) -> bool:
     """Whether a `model` reply may hold a field clients of `version` do not know."""
     known = REPLY_FIELDS.get(version)
@@ -117,23 +131,49 @@ def downgrade(model: type[BaseModel], data: object, version: int) -> object:
     known = REPLY_FIELDS.get(version)
     if known is None:
         return data
-    return _model(model, data, known)
+    return _model(model, data, _Old(known, NOT_NULL.get(version, {}), FOLDED.get(version, {})))
 
 
-def _model(model: type[BaseModel], data: object, known: Known) -> object:
+class _Old:
+    """What a version's clients know, the stand-ins they need for nulls, and the
+    fields folded into others for them."""
+
+    def __init__(
+        self,
+        names: Known,
+        not_null: Mapping[str, Mapping[str, object]],
+        folded: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        self.names = names
+        self.not_null = not_null
+        self.folded = folded
+
+    def get(self, model: str) -> frozenset[str] | None:
+        return self.names.get(model)
+
+
+def _model(model: type[BaseModel], data: object, known: _Old) -> object:
     if not isinstance(data, dict):
         return data
     names = known.get(model.__name__)
+    stand_ins = known.not_null.get(model.__name__, {})
+    for lacking, into in known.folded.get(model.__name__, {}).items():
+        extra, base = data.get(lacking), data.get(into)
+        if isinstance(extra, dict) and extra and isinstance(base, dict):
+            data = {**data, into: {**base, **extra}}
     out = {}
     for key, value in data.items():
         if names is not None and key not in names:
+            continue
+        if value is None and key in stand_ins:
+            out[key] = stand_ins[key]
             continue
         field = model.model_fields.get(key)
         out[key] = value if field is None else _value(field.annotation, value, known)
     return out
 
 
-def _value(annotation: object, value: object, known: Known) -> object:
+def _value(annotation: object, value: object, known: _Old) -> object:
     origin = get_origin(annotation)
     if origin is Annotated:
         return _value(get_args(annotation)[0], value, known)

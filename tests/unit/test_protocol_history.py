@@ -51,9 +51,25 @@ def test_a_field_protocol_1_lacks_is_left_out_at_every_depth_and_nothing_else() 
     assert isinstance(old, dict)
     assert "queue" not in old["items"][0]
     assert old["items"][0]["env"] == {"queue": "kept: a key of env, not a field"}
-    assert {k: v for k, v in data["items"][0].items() if k != "queue"} == old["items"][0]
+    v1 = REPLY_FIELDS[1]["JobPublic"]
+    assert {k: v for k, v in data["items"][0].items() if k in v1} == old["items"][0]
     # What protocol 1's own model makes of it: it parses (it refused the field).
     protocol.JobList.model_validate(old)
+
+
+def test_hidden_details_reach_protocol_1_as_empty_values_it_accepts() -> None:
+    # Protocol 1 required command, env and message; a job whose details are
+    # hidden from the caller has them null, which a 0.1.0 CLI would refuse.
+    hidden = _job(command=None, env=None, message=None, details_hidden=True)
+    data = json.loads(protocol.JobPublic.model_validate(hidden).model_dump_json())
+    old = downgrade(protocol.JobPublic, data, 1)
+    assert isinstance(old, dict)
+    assert (old["command"], old["env"], old["message"]) == ("", {}, "")
+    assert "details_hidden" not in old
+    assert set(old) <= REPLY_FIELDS[1]["JobPublic"]
+    # A job shown whole keeps its values.
+    whole = json.loads(protocol.JobPublic.model_validate(_job()).model_dump_json())
+    assert downgrade(protocol.JobPublic, whole, 1)["command"] == ["true"]  # type: ignore[index]
 
 
 def test_only_models_that_gained_a_field_are_rewritten() -> None:
@@ -114,3 +130,16 @@ def test_the_log_streams_end_event_is_rewritten_for_a_protocol_1_client() -> Non
     protocol.JobPublic.model_validate_json(end)
     assert '"text":"hi"' in old
     assert json.loads(new.split("event: end\ndata: ")[1].split("\n")[0])["queue"] == "gpu-a"
+
+
+def test_a_protocol_1_agent_gets_secret_env_folded_into_env() -> None:
+    start = protocol.Assignment(
+        job_id=3, attempt=1, command="true", env={"A": "1"}, secret_env={"TOKEN": "s"}
+    )
+    old = downgrade(protocol.Assignment, json.loads(start.model_dump_json()), 1)
+    assert isinstance(old, dict)
+    assert old["env"] == {"A": "1", "TOKEN": "s"} and "secret_env" not in old
+    # Protocol 2 agents get it apart, as sent.
+    assert downgrade(protocol.Assignment, json.loads(start.model_dump_json()), 2) == json.loads(
+        start.model_dump_json()
+    )

@@ -126,7 +126,8 @@ def job_env(
     """
     gpus = [str(g) for g in assignment.gpus]
     visible = ",".join(str(i) for i in range(len(gpus))) if renumber_gpus else ",".join(gpus)
-    env = dict(assignment.env)
+    # Secret values go only into the job's environment, never into a log line.
+    env = {**assignment.env, **assignment.secret_env}
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": visible,

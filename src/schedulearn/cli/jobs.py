@@ -91,7 +91,14 @@ def _placement(job: JobPublic) -> str:
     return " ".join(f"{n}:{','.join(map(str, g)) or '-'}" for n, g in job.placement.items())
 
 
+def hidden_note(job: JobPublic) -> str:
+    """Why a job's details are not shown (the server sent them as null)."""
+    return f"job {job.id} belongs to {job.user}; only its owner and admins see its details"
+
+
 def _command(job: JobPublic) -> str:
+    if job.command is None:
+        return "(hidden)" if job.details_hidden else "-"
     text = job.command if isinstance(job.command, str) else " ".join(job.command)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -139,6 +146,24 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def _parse_secret_env(items: list[str]) -> dict[str, str]:
+    """`KEY=VALUE`, or `KEY` alone: the value of KEY in this shell's environment
+    (which keeps it off the command line, where `ps` would show it)."""
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not key:
+            raise typer.BadParameter("--secret-env: write KEY=VALUE, or KEY to take $KEY from here")
+        if not sep:
+            if key not in os.environ:
+                raise typer.BadParameter(
+                    f"--secret-env {key}: ${key} is not set here; set it, or write {key}=VALUE"
+                )
+            value = os.environ[key]
+        env[key] = value
+    return env
+
+
 def submit(
     command: Annotated[list[str] | None, typer.Argument(help="The command, after --")] = None,
     file: Annotated[
@@ -162,6 +187,14 @@ def submit(
     ] = None,
     preemptible: Annotated[bool | None, typer.Option("--preemptible/--not-preemptible")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE")] = None,
+    secret_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--secret-env",
+            help="KEY=VALUE the job sees but nobody is shown, you included; KEY alone "
+            "takes $KEY from this shell (off the command line)",
+        ),
+    ] = None,
     workdir: Annotated[str | None, typer.Option("--workdir", help="Default: here")] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
@@ -197,6 +230,8 @@ def submit(
     data.update({k: v for k, v in flags.items() if v is not None})
     if env:
         data["env"] = {**data.get("env", {}), **_parse_env(env)}
+    if secret_env:
+        data["secret_env"] = {**data.get("secret_env", {}), **_parse_secret_env(secret_env)}
     if "command" not in data:
         raise typer.BadParameter("no command: put it after --, or in the file given with -f")
     if not data.get("image") and not data.get("workdir"):
@@ -262,7 +297,12 @@ def show(
     table.add_column(style="bold")
     table.add_column()
     for key, value in job.model_dump(mode="json").items():
-        if value in (None, {}, "") and key not in ("message",):
+        if key == "details_hidden":
+            continue
+        if job.details_hidden and key in _DETAILS:
+            table.add_row(key, "[dim](hidden)[/dim]")
+            continue
+        if value in (None, {}, "", []) and key not in ("message",):
             continue
         if key.endswith("_at") and isinstance(value, float):
             when = _until(value, True) if value > time.time() else _ago(value)
@@ -275,6 +315,8 @@ def show(
             continue
         elif key == "progress" and job.progress is not None:
             value = progress_text(job.progress)
+        elif key == "secret_env_keys":
+            value = ", ".join(value) + " (values never shown)"
         elif key == "checkpoint" and job.checkpoint is not None:
             value = (
                 f"attempt {job.checkpoint.attempt}, {job.checkpoint.size_bytes:,} bytes "
@@ -282,6 +324,12 @@ def show(
             )
         table.add_row(key, str(value))
     out.print(table)
+    if job.details_hidden:
+        out.print(f"command, env, workdir, logs and progress hidden: {hidden_note(job)}")
+
+
+# The fields a server sends as null to a caller who may not see them.
+_DETAILS = ("command", "env", "workdir", "message", "progress", "checkpoint", "secret_env_keys")
 
 
 def progress_text(p: ProgressReport) -> str:
@@ -321,7 +369,7 @@ def logs(
             for item in client.follow(job_id):
                 if isinstance(item, JobPublic):
                     err.print(
-                        f"[dim]job {item.id} {item.state.value}[/dim] {item.message}",
+                        f"[dim]job {item.id} {item.state.value}[/dim] {item.message or ''}",
                         highlight=False,
                     )
                     if item.state is not JobState.SUCCEEDED:

@@ -78,6 +78,9 @@ class Job(_JobColumns, table=True):
     model: str | None = None
     preemptible: bool = False
     env: Any = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    # `JobSpec.secret_env`: delivered to the agent, never shown (only its keys);
+    # plain JSON like `env` (docs/visibility.md says who can read the database).
+    secret_env: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
     workdir: str | None = None
     shm_size: str | None = None
     launcher: str = "none"

@@ -28,6 +28,7 @@ from schedulearn.protocol import (
     SubmitReply,
 )
 from schedulearn.server.api.deps import Admin, JobId, State, User
+from schedulearn.server.auth import Caller
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
 from schedulearn.server.services import jobs, logs, moves, progress
 from schedulearn.server.services.jobs import Submitted
@@ -104,7 +105,7 @@ async def submit(request: Request, state: State, who: User) -> Any:
 @router.get("", response_model=JobList, summary="List jobs, newest first, with filters")
 async def list_jobs(
     state: State,
-    _who: User,
+    who: User,
     job_state: Annotated[list[JobState] | None, Query(alias="state")] = None,
     user: Annotated[str | None, Query(max_length=100)] = None,
     name: Annotated[str | None, Query(max_length=200)] = None,
@@ -113,7 +114,7 @@ async def list_jobs(
     order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
 ) -> JobList:
     listing = await state.db.run(
-        jobs.list_jobs, job_state or [], user, name, offset, limit, order == "desc"
+        jobs.list_jobs, who, job_state or [], user, name, offset, limit, order == "desc"
     )
     return listing.model_copy(update={"items": await state.predictions.annotate(listing.items)})
 
@@ -123,23 +124,25 @@ async def list_jobs(
     response_model=JobPublic,
     summary="One job, with why it waits and when it is expected to start and end",
 )
-async def show(job_id: JobId, state: State, _who: User) -> JobPublic:
-    job = await state.db.run(jobs.show, job_id, state.settings.default_policy, state.clock.now())
+async def show(job_id: JobId, state: State, who: User) -> JobPublic:
+    job = await state.db.run(
+        jobs.show_to, job_id, who, state.settings.default_policy, state.clock.now()
+    )
     return (await state.predictions.annotate([job]))[0]
 
 
 @router.get("/{job_id}/history", response_model=JobHistory, summary="The job's state changes")
-async def history(job_id: JobId, state: State, _who: User) -> JobHistory:
-    return await state.db.run(jobs.history, job_id)
+async def history(job_id: JobId, state: State, who: User) -> JobHistory:
+    return await state.db.run(jobs.history, job_id, who)
 
 
 @router.get(
     "/{job_id}/progress",
     response_model=ProgressHistory,
-    summary="The job's recent progress reports (the last 200), oldest first",
+    summary="The job's recent progress reports (the last 200), oldest first (its owner and admins)",
 )
-async def progress_history(job_id: JobId, state: State, _who: User) -> ProgressHistory:
-    return await state.db.run(progress.history, job_id)
+async def progress_history(job_id: JobId, state: State, who: User) -> ProgressHistory:
+    return await state.db.run(progress.history, job_id, who)
 
 
 @router.post(
@@ -166,22 +169,23 @@ async def cancel(job_id: JobId, state: State, who: User) -> JobPublic:
 @router.get(
     "/{job_id}/logs",
     response_model=LogPage,
-    summary="Output lines after `after`; with follow=true, a server-sent event stream",
+    summary="Output lines after `after`; with follow=true, a server-sent event stream "
+    "(its owner and admins)",
     responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
 )
 async def job_logs(
     job_id: JobId,
     state: State,
-    _who: User,
+    who: User,
     after: Annotated[int, Query(ge=0, le=2**62)] = 0,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
     follow: bool = False,
 ) -> Any:
-    first, ended = await state.db.run(logs.page, job_id, after, limit)
+    first, ended = await state.db.run(logs.page_for, job_id, who, after, limit)
     if not follow:
         return first
     return StreamingResponse(
-        _follow(state, job_id, first, ended),
+        _follow(state, job_id, who, first, ended),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -192,7 +196,7 @@ _LATE_LINES_SECONDS = 1.0
 
 
 async def _follow(
-    state: State, job_id: int, page: LogPage, ended: float | None
+    state: State, job_id: int, who: Caller, page: LogPage, ended: float | None
 ) -> AsyncIterator[str]:
     with state.wakeups.watch_job(job_id) as event:
         while True:
@@ -203,7 +207,11 @@ async def _follow(
                     late = ended + _LATE_LINES_SECONDS - state.clock.now()
                     if late <= 0:
                         public = await state.db.run(
-                            jobs.show, job_id, state.settings.default_policy, state.clock.now()
+                            jobs.show_to,
+                            job_id,
+                            who,
+                            state.settings.default_policy,
+                            state.clock.now(),
                         )
                         yield f"event: end\ndata: {public.model_dump_json()}\n\n"
                         return

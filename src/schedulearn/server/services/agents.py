@@ -266,6 +266,7 @@ def _assignment(
         command=job.command,
         image=job.image,
         env=dict(job.env),
+        secret_env=dict(job.secret_env or {}),
         workdir=job.workdir,
         gpus=list(part.gpus),
         cpus=job.cpus * share if gang else job.cpus,

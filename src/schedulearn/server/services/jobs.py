@@ -28,7 +28,14 @@ from schedulearn.server.auth import Caller
 from schedulearn.server.declared import Codec
 from schedulearn.server.errors import Forbidden, NotFound, Unservable
 from schedulearn.server.models import Job, JobTransition
-from schedulearn.server.services import checkpoints, lifecycle, progress, queue, snapshot
+from schedulearn.server.services import (
+    checkpoints,
+    lifecycle,
+    progress,
+    queue,
+    snapshot,
+    visibility,
+)
 from schedulearn.server.services.waiting import never_servable
 from schedulearn.server.wakeups import Changes
 
@@ -55,7 +62,10 @@ _CODEC = Codec(JobView, _VIEW_SUBMITTED)
 
 
 def to_public(job: Job, position: int | None = None, reason: str | None = None) -> JobPublic:
-    """The row as the API shows it: every public field from its column, by name."""
+    """The row as its owner sees it: every public field from its column, by name.
+
+    Callers other than the owner get it through `visibility.public_view`.
+    """
     values = {n: getattr(job, n) for n in _SHOWN}
     values["id"] = job.id or 0
     return JobPublic(
@@ -63,6 +73,8 @@ def to_public(job: Job, position: int | None = None, reason: str | None = None) 
         queue_position=position,
         waiting_reason=reason,
         progress=progress.latest(job),
+        # The keys only: a secret's value never leaves the server but to an agent.
+        secret_env_keys=sorted(job.secret_env or {}),
     )
 
 
@@ -75,6 +87,7 @@ def _normalised(spec: JobSpec) -> dict[str, Any]:
         deadline=spec.deadline_epoch,
         estimated_duration=spec.estimated_seconds,
         env=dict(spec.env),
+        secret_env=dict(spec.secret_env) or None,
         launcher=spec.launcher.value,
     )
     return values
@@ -174,6 +187,7 @@ def submit(
 
 def list_jobs(
     session: Session,
+    caller: Caller,
     states: list[JobState],
     user: str | None,
     name: str | None,
@@ -196,7 +210,8 @@ def list_jobs(
     order = Job.id.desc() if newest_first else Job.id.asc()  # type: ignore[union-attr]
     rows = session.execute(query.order_by(order).offset(offset).limit(limit)).scalars().all()
     total = session.execute(count).scalar_one()
-    return JobList(items=[to_public(r) for r in rows], total=total, offset=offset, limit=limit)
+    items = [visibility.public_view(to_public(r), caller) for r in rows]
+    return JobList(items=items, total=total, offset=offset, limit=limit)
 
 
 def _get(session: Session, job_id: int) -> Job:
@@ -207,7 +222,8 @@ def _get(session: Session, job_id: int) -> Job:
 
 
 def show(session: Session, job_id: int, default_policy: str, now: float) -> JobPublic:
-    """The job; a pending one with its place in the policy's order and why it waits."""
+    """One job in full; a pending one with its place in the policy's order and why it
+    waits (for its owner, an admin, or the server itself)."""
     job = _get(session, job_id)
     if job.state != JobState.PENDING:
         public = to_public(job)
@@ -216,6 +232,13 @@ def show(session: Session, job_id: int, default_policy: str, now: float) -> JobP
         public = to_public(job, position, reason)
     public.checkpoint = checkpoints.current(session, job_id)
     return public
+
+
+def show_to(
+    session: Session, job_id: int, caller: Caller, default_policy: str, now: float
+) -> JobPublic:
+    """One job as `caller` may see it (`visibility.public_view`)."""
+    return visibility.public_view(show(session, job_id, default_policy, now), caller)
 
 
 def cancel(session: Session, job_id: int, caller: Caller, now: float) -> tuple[JobPublic, Changes]:
@@ -229,14 +252,15 @@ def cancel(session: Session, job_id: int, caller: Caller, now: float) -> tuple[J
     return to_public(job), changes
 
 
-def history(session: Session, job_id: int) -> JobHistory:
-    _get(session, job_id)
+def history(session: Session, job_id: int, caller: Caller) -> JobHistory:
+    """The job's state changes, as `caller` may see them (`visibility.public_history`)."""
+    owner = _get(session, job_id).user
     rows = session.execute(
         select(JobTransition)
         .where(JobTransition.job_id == job_id)  # type: ignore[arg-type]
         .order_by(JobTransition.id)  # type: ignore[arg-type]
     ).scalars()
-    return JobHistory(
+    full = JobHistory(
         job_id=job_id,
         transitions=[
             TransitionPublic(
@@ -249,3 +273,4 @@ def history(session: Session, job_id: int) -> JobHistory:
             for r in rows
         ],
     )
+    return visibility.public_history(full, owner, caller)

@@ -11,8 +11,10 @@ from sqlalchemy import insert, select
 from sqlmodel import Session
 
 from schedulearn.protocol import JobState, LogBatch, LogLinePublic, LogPage, LogStream
+from schedulearn.server.auth import Caller
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Job, LogRecord
+from schedulearn.server.services import visibility
 from schedulearn.server.wakeups import Changes
 
 
@@ -38,6 +40,17 @@ def append(session: Session, job_id: int, batch: LogBatch) -> Changes:
     )
     session.commit()
     return Changes(jobs={job_id})
+
+
+def page_for(
+    session: Session, job_id: int, caller: Caller, after: int, limit: int
+) -> tuple[LogPage, float | None]:
+    """`page`, for a caller who may see the job's logs (403 otherwise: `visibility`).
+
+    Checked once, before a stream's first page: a job's owner never changes.
+    """
+    visibility.require_details(session, job_id, caller, "logs")
+    return page(session, job_id, after, limit)
 
 
 def page(session: Session, job_id: int, after: int, limit: int) -> tuple[LogPage, float | None]:

@@ -13,9 +13,10 @@ from sqlalchemy import delete, insert, select, update
 from sqlmodel import Session
 
 from schedulearn.protocol import ProgressBatch, ProgressHistory, ProgressPublic
+from schedulearn.server.auth import Caller
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Job, ProgressRecord
-from schedulearn.server.services import profiles
+from schedulearn.server.services import profiles, visibility
 from schedulearn.server.wakeups import Changes
 
 KEEP = 200
@@ -82,9 +83,9 @@ def latest(job: Job) -> ProgressPublic | None:
     return None if not job.progress else ProgressPublic.model_validate(job.progress)
 
 
-def history(session: Session, job_id: int) -> ProgressHistory:
-    if session.get(Job, job_id) is None:
-        raise NotFound(f"no job {job_id}; list jobs with `schedulearn jobs`")
+def history(session: Session, job_id: int, caller: Caller) -> ProgressHistory:
+    """The job's recent reports, for its owner and admins (403 otherwise: `visibility`)."""
+    visibility.require_details(session, job_id, caller, "progress reports")
     rows = session.execute(
         select(ProgressRecord.report)
         .where(ProgressRecord.job_id == job_id)  # type: ignore[arg-type]

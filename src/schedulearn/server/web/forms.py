@@ -35,6 +35,12 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("model", "Model", "e.g. resnet50 (for GPU-type-aware placement)"),
     ("preemptible", "Preemptible", "the job may be suspended and resumed from a checkpoint"),
     ("env", "Environment", "one KEY=value per line"),
+    (
+        "secret_env",
+        "Secret environment",
+        "one KEY=value per line; the job sees the values, nobody is shown them again "
+        "(not even you)",
+    ),
     ("workdir", "Working directory", "where the command runs; blank for the agent's default"),
     ("shm_size", "Shared memory", "containers only, e.g. 8g"),
     ("count", "Count", "submit a job array of this many copies"),
@@ -51,6 +57,7 @@ class SubmitForm:
     values: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     spec: JobSpec | None = None
+    secret_dropped: bool = False  # secrets were typed; a form shown again is without them
 
     @property
     def form_error(self) -> str | None:
@@ -72,7 +79,7 @@ def _clean(message: str) -> str:
     return message
 
 
-def _parse_env(text: str) -> tuple[dict[str, str], str | None]:
+def _parse_env(text: str, secret: bool = False) -> tuple[dict[str, str], str | None]:
     env: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
@@ -80,9 +87,11 @@ def _parse_env(text: str) -> tuple[dict[str, str], str | None]:
             continue
         key, sep, value = line.partition("=")
         if not sep or not key.strip():
+            # A secret line is not quoted back: it may be the secret itself.
+            shown = "" if secret else f" ({line[:40]!r})"
             return (
                 env,
-                f"Line {number} ({line[:40]!r}) is not KEY=value; write one KEY=value a line",
+                f"Line {number}{shown} is not KEY=value; write one KEY=value a line",
             )
         env[key.strip()] = value
     return env, None
@@ -104,13 +113,17 @@ def parse(form: Mapping[str, Any]) -> SubmitForm:
         raw = values[key].strip()
         if key == "preemptible":
             data[key] = bool(raw)
-        elif key == "env":
-            env, problem = _parse_env(values[key])
+        elif key in ("env", "secret_env"):
+            env, problem = _parse_env(values[key], secret=key == "secret_env")
             if problem:
-                result.errors["env"] = problem
-            data["env"] = env
+                result.errors[key] = problem
+            data[key] = env
         elif raw:
             data[key] = raw
+    # Secret values are never sent back, not even in the form they came from:
+    # after an error they must be typed again.
+    result.secret_dropped = bool(values["secret_env"].strip())
+    values["secret_env"] = ""
     # Validate even when the form already has an error, so every field's
     # problem shows at once rather than one per round trip.
     try:

@@ -1,7 +1,8 @@
 """Job detail page data: the job (with why it waits) and the timeline of its states.
 
 Owns the shape of the page's timeline and of a job's progress.
-`jobs.show` gives the job exactly as the API shows it and `jobs.history`
+`jobs.show_to` gives the job exactly as the API shows it to the same
+caller (details hidden from all but its owner and admins) and `jobs.history`
 its transitions; the timeline adds when each state began and how long
 it lasted. Progress is shown when the job reports one (a `progress` field on
 the job, from `schedulearn.runtime.report`); jobs that report none show
@@ -16,7 +17,9 @@ from typing import Any
 from sqlmodel import Session
 
 from schedulearn.protocol import JobHistory, JobPublic, JobState
+from schedulearn.server.auth import Caller
 from schedulearn.server.services import jobs as job_service
+from schedulearn.server.services import visibility
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,11 @@ class JobPage:
     @property
     def can_cancel(self) -> bool:
         return not self.job.state.is_final
+
+    @property
+    def hidden_note(self) -> str:
+        """What the page says where a detail is hidden."""
+        return visibility.hidden_note(self.job.id, self.job.user)
 
 
 def progress_of(raw: Any) -> Progress | None:
@@ -95,7 +103,10 @@ def timeline(job: JobPublic, history: JobHistory) -> list[Step]:
     return steps
 
 
-def job_page(session: Session, job_id: int, default_policy: str, now: float) -> JobPage:
-    job = job_service.show(session, job_id, default_policy, now)
-    steps = timeline(job, job_service.history(session, job_id))
+def job_page(
+    session: Session, job_id: int, caller: Caller, default_policy: str, now: float
+) -> JobPage:
+    """The page's data as `caller` may see it (`visibility`: details hidden from others)."""
+    job = job_service.show_to(session, job_id, caller, default_policy, now)
+    steps = timeline(job, job_service.history(session, job_id, caller))
     return JobPage(job, steps, progress_of(getattr(job, "progress", None)))

@@ -20,8 +20,9 @@ from sqlalchemy import select
 from sqlmodel import Session
 
 from schedulearn.protocol import JobState, LogPage
+from schedulearn.server.auth import Caller
 from schedulearn.server.models import Job
-from schedulearn.server.services import logs
+from schedulearn.server.services import logs, visibility
 from schedulearn.server.state import AppState
 from schedulearn.server.wakeups import wait_for
 
@@ -37,6 +38,15 @@ class Tail:
     ended: float | None
     state: JobState
     exit_code: int | None
+
+
+def first_tail(session: Session, job_id: int, caller: Caller, after: int) -> Tail:
+    """`tail` for a caller who may read the job's log (403 otherwise: `visibility`).
+
+    Checked once, when the stream opens: a job's owner never changes.
+    """
+    visibility.require_details(session, job_id, caller, "logs")
+    return tail(session, job_id, after)
 
 
 def tail(session: Session, job_id: int, after: int) -> Tail:

@@ -69,6 +69,7 @@ async def job_list(
     listing = await call(
         state,
         job_service.list_jobs,
+        who.caller,
         states,
         user.strip()[:100] or None,
         name.strip()[:200] or None,
@@ -98,7 +99,12 @@ async def job_list(
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_detail(request: Request, state: State, who: Signed, job_id: str) -> HTMLResponse:
     data = await call(
-        state, job_data.job_page, _job_id(job_id), state.settings.default_policy, state.clock.now()
+        state,
+        job_data.job_page,
+        _job_id(job_id),
+        who.caller,
+        state.settings.default_policy,
+        state.clock.now(),
     )
     data.job = (await state.predictions.annotate([data.job]))[0]
     partial = is_partial(request)
@@ -134,7 +140,7 @@ async def log_stream(
 ) -> StreamingResponse:
     number = _job_id(job_id)
     start = _int(request.headers.get("last-event-id") or after, 0, least=0)
-    first = await call(state, logstream.tail, number, start)
+    first = await call(state, logstream.first_tail, number, who.caller, start)
     return StreamingResponse(
         logstream.follow(state, number, first),
         media_type="text/event-stream",
