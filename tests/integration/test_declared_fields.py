@@ -211,7 +211,7 @@ def test_a_job_keeps_every_declared_field_from_spec_to_public(session: Session) 
     arrived(values, queued, "the pending view (pending_views)")
     [cached] = snapshot.PendingCache().load(session)
     arrived(values, cached, "the pending view (PendingCache)")
-    public = jobs.show(session, job_id)
+    public = jobs.show(session, job_id, "fifo", 0.0)
     arrived({n: wire(v) for n, v in values.items()}, public, "JobPublic")
 
 
@@ -230,7 +230,7 @@ def test_a_job_keeps_every_field_the_server_keeps(session: Session) -> None:
     [queued] = snapshot.pending_views(session)
     arrived(kept, queued, "the pending view")
     shown = {n: wire(v) for n, v in kept.items() if role_of(JobView, n).shown}
-    arrived(shown, jobs.show(session, job_id), "JobPublic")
+    arrived(shown, jobs.show(session, job_id, "fifo", 0.0), "JobPublic")
 
 
 def test_a_running_job_keeps_every_declared_field_in_the_pass(session: Session) -> None:
