@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from schedulearn.core.capabilities import PLAIN, NodeCapabilities
+
 
 @dataclass(frozen=True, slots=True)
 class Placement:
@@ -84,6 +86,8 @@ class NodeView:
     free_cpus: float = 0.0
     free_memory_gb: float = 0.0
     healthy: bool = True
+    # What the node can run (executors, container runtime, labels); see core.capabilities.
+    capabilities: NodeCapabilities = PLAIN
     # Derived in __post_init__; policies read it on every pass, so compute once.
     free_gpu_indices: tuple[int, ...] = field(init=False, default=())
 
@@ -100,10 +104,11 @@ class NodeView:
         cpus: float = 0.0,
         memory_gb: float = 0.0,
         gpu_memory_mb: int = 0,
+        capabilities: NodeCapabilities = PLAIN,
     ) -> NodeView:
         """An idle, healthy node with GPUs indexed 0..num_gpus-1."""
         gpus = tuple(GpuView(i, gpu_type, f"{name}-gpu{i}", gpu_memory_mb) for i in range(num_gpus))
-        return cls(name, gpus, cpus, memory_gb, cpus, memory_gb)
+        return cls(name, gpus, cpus, memory_gb, cpus, memory_gb, True, capabilities)
 
     @property
     def num_gpus(self) -> int:
@@ -148,6 +153,10 @@ class JobView:
     estimated_duration: float | None = None
     model: str | None = None
     preemptible: bool = False
+    # What the node must offer (core.capabilities.can_run): a container for a
+    # job with an image, and every label named in `constraints`.
+    image: str | None = None
+    constraints: tuple[str, ...] = ()
     # Queue and run state.
     queued_at: float | None = None
     placement: Placement | None = None
