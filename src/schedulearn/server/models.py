@@ -72,6 +72,8 @@ class Job(SQLModel, table=True):
     exit_code: int | None = None
     message: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     placement: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # Node labels the job needs (`JobView.constraints`), a JSON list of strings.
+    constraints: Any = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
 
 
 class JobTransition(SQLModel, table=True):
@@ -93,6 +95,9 @@ class Node(SQLModel, table=True):
     cpus: float = 0.0
     memory_gb: float = 0.0
     executors: Any = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    # `NodeCapabilities.as_dict()` as the agent reported it; None before it registered
+    # with a version that reports them (read as a plain process node).
+    capabilities: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
     healthy: bool = True
     registered_at: float = 0.0
     last_seen: float = 0.0

@@ -53,6 +53,8 @@ class SimJob:
     app: str | None = None
     batch_size: int | None = None
     preemptible: bool = True
+    # Node labels the job needs (a cluster spec gives nodes labels: 2x8:label=ib).
+    constraints: tuple[str, ...] = ()
 
     def view(self, estimated_duration: float | None) -> JobView:
         """The pending view a policy sees when the job arrives."""
@@ -73,6 +75,7 @@ class SimJob:
             estimated_duration=estimated_duration,
             model=self.model or self.app,
             preemptible=self.preemptible,
+            constraints=self.constraints,
             queued_at=self.submitted_at,
         )
 

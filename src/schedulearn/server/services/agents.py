@@ -40,6 +40,7 @@ from schedulearn.protocol import (
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Gpu, Job, JobPart, Node
 from schedulearn.server.services import checkpoints, lifecycle
+from schedulearn.server.services.capabilities import capabilities_of
 from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
 
@@ -99,6 +100,7 @@ def register(
     node.cpus = reg.cpus
     node.memory_gb = reg.memory_gb
     node.executors = [e.value for e in reg.executors]
+    node.capabilities = capabilities_of(reg).as_dict()
     node.healthy = True
     node.last_seen = now
     session.add(node)

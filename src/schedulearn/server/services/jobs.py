@@ -64,6 +64,7 @@ def to_public(job: Job, position: int | None = None, reason: str | None = None) 
         exit_code=job.exit_code,
         message=job.message,
         placement=job.placement,
+        constraints=list(job.constraints or ()),
         queue_position=position,
         waiting_reason=reason,
         preemptions=job.preemptions,
@@ -97,6 +98,7 @@ def _row(spec: JobSpec, user: str, now: float) -> Job:
         shm_size=spec.shm_size,
         launcher=spec.launcher.value,
         max_restarts=spec.max_restarts,
+        constraints=list(dict.fromkeys(spec.constraints)),
         submitted_at=now,
         queued_at=now,
     )
@@ -118,11 +120,13 @@ def _probe(spec: JobSpec) -> JobView:
         cpus=spec.cpus,
         memory_gb=spec.memory_gb,
         gpu_type=spec.gpu_type or None,
+        image=spec.image,
+        constraints=tuple(dict.fromkeys(spec.constraints)),
     )
 
 
-def check_servable(spec: JobSpec, nodes: tuple[NodeView, ...], docker_nodes: set[str]) -> None:
-    why = never_servable(_probe(spec), nodes, bool(spec.image), docker_nodes)
+def check_servable(spec: JobSpec, nodes: tuple[NodeView, ...]) -> None:
+    why = never_servable(_probe(spec), nodes)
     if why:
         raise Unservable(f"this job can never run here: {why}")
 
@@ -142,12 +146,12 @@ def submit(
     entry does not affect the others. Rows go in with one multi-row
     INSERT ... RETURNING, not through the ORM: this is the hot path.
     """
-    nodes, docker = (shape or snapshot.ShapeCache()).get(session)
+    nodes = (shape or snapshot.ShapeCache()).get(session)
     results: list[Submitted | Exception] = []
     batches: list[list[Job]] = []
     for spec, caller in specs:
         try:
-            check_servable(spec, nodes, docker)
+            check_servable(spec, nodes)
         except Unservable as exc:
             results.append(exc)
             batches.append([])

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from sqlmodel import Session
 
 from schedulearn.protocol import GpuPublic, GpuSample, NodeList, NodePublic
-from schedulearn.server.services import snapshot
+from schedulearn.server.services import capabilities, snapshot
 
 
 def list_nodes(session: Session, samples: Mapping[str, list[GpuSample]]) -> NodeList:
@@ -25,6 +25,7 @@ def list_nodes(session: Session, samples: Mapping[str, list[GpuSample]]) -> Node
                 memory_gb=row.memory_gb,
                 executors=list(row.executors),
                 last_seen=row.last_seen,
+                capabilities=capabilities.report(view.capabilities),
                 gpus=[
                     GpuPublic(
                         index=g.index,

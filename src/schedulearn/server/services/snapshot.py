@@ -17,6 +17,7 @@ from sqlmodel import Session
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
 from schedulearn.protocol import JobState
 from schedulearn.server.models import Allocation, Gpu, Job, Node
+from schedulearn.server.services import capabilities
 
 HOLDING = (JobState.ASSIGNED.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
 
@@ -43,6 +44,8 @@ _JOB_COLUMNS = (
     Job.attained_gpu_seconds,
     Job.preemptions,
     Job.state,
+    Job.image,
+    Job.constraints,
 )
 
 
@@ -70,6 +73,8 @@ def job_view_from_row(row: tuple) -> JobView:  # type: ignore[type-arg]
         attained,
         preemptions,
         _state,
+        image,
+        constraints,
     ) = row
     return JobView(
         id=id_,
@@ -93,6 +98,8 @@ def job_view_from_row(row: tuple) -> JobView:  # type: ignore[type-arg]
         service_seconds=service,
         attained_gpu_seconds=attained,
         preemptions=preemptions,
+        image=image,
+        constraints=tuple(constraints or ()),
     )
 
 
@@ -158,6 +165,7 @@ def load_nodes(
                 free_cpus=node.cpus - used_cpus[name],
                 free_memory_gb=node.memory_gb - used_mem[name],
                 healthy=node.healthy,
+                capabilities=capabilities.from_row(node.capabilities),
             )
         )
     return tuple(views), holders, nodes
@@ -219,8 +227,8 @@ def build(session: Session, now: float, cache: PendingCache | None = None) -> Sn
         row = tuple(r)
         if row[21] == JobState.PREEMPTING.value:
             continue
-        running.append(job_view_from_row(row[:22]))
-        attempts[row[0]] = row[22]
+        running.append(job_view_from_row(row[:24]))
+        attempts[row[0]] = row[24]
     pending = cache.load(session) if cache is not None else pending_views(session)
     nodes, holders, rows = load_nodes(session, running)
     # GPUs held by anything but the current attempt of a running job: a job
@@ -252,17 +260,15 @@ class ShapeCache:
 
     def __init__(self) -> None:
         self._nodes: tuple[NodeView, ...] | None = None
-        self._docker: set[str] = set()
 
     def invalidate(self) -> None:
         self._nodes = None
 
-    def get(self, session: Session) -> tuple[tuple[NodeView, ...], set[str]]:
+    def get(self, session: Session) -> tuple[NodeView, ...]:
+        """Every known node, capabilities included (`NodeView.capabilities`)."""
         if self._nodes is None:
-            nodes, _, rows = load_nodes(session)
-            self._docker = {n for n, r in rows.items() if "docker" in r.executors}
-            self._nodes = nodes
-        return self._nodes, self._docker
+            self._nodes, _, _ = load_nodes(session)
+        return self._nodes
 
 
 # One statement, built once: is there anything a pass could do?
