@@ -278,3 +278,10 @@ def test_no_policy_places_a_job_on_a_node_that_cannot_run_it(spec: str, view: Cl
         assert j.placement is not None
         ledger.apply([Start(j.id, j.placement)], {j.id: j})
     ledger.apply(decisions, jobs)
+
+
+def test_the_wire_and_the_core_share_one_label_pattern() -> None:
+    from schedulearn import protocol
+    from schedulearn.core import capabilities
+
+    assert protocol.LABEL_PATTERN == capabilities.LABEL_PATTERN
