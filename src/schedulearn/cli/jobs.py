@@ -278,7 +278,7 @@ def show(
     table.add_column(style="bold")
     table.add_column()
     for key, value in job.model_dump(mode="json").items():
-        if value in (None, {}, "") and key not in ("message",):
+        if value in (None, {}, "", []) and key not in ("message",):
             continue
         if key.endswith("_at") and isinstance(value, float):
             when = _until(value, True) if value > time.time() else _ago(value)
