@@ -24,6 +24,7 @@ from schedulearn.sim.engine import PolicyError
 from schedulearn.sim.jobs import SimInputError
 from schedulearn.sim.results import SimResult
 from schedulearn.sim.runner import SpeedOptions, run_all
+from schedulearn.sim.workloads.constraints import with_constraints
 from schedulearn.sim.workloads.spec import parse_workload
 
 out = Console()
@@ -39,7 +40,8 @@ WORKLOAD is a trace CSV (Philly, Pollux or Tiresias format) or a spec:
 poisson:n=100:rate=0.01, uniform:n=100:window=3600, bursts:5,10,15,20,
 tetris, philly[:path=FILE], pollux[:path=FILE], tiresias[:path=FILE].
 CLUSTER is a shape such as 3x4, 2x8+4x4, 36x1:k80+24x4:v100:cpus=48:mem=256,
-or a Tiresias cluster CSV; without it the workload's own cluster is used.
+2x8:label=ib+4x4 (node labels, for --constraint), or a Tiresias cluster
+CSV; without it the workload's own cluster is used.
 See docs/simulator.md."""
 
 
@@ -126,10 +128,23 @@ def simulate(
     jobs_json: Annotated[
         bool, typer.Option("--jobs-json", help="Include every job's record in the JSON")
     ] = False,
+    constraint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--constraint",
+            help="A node label jobs need (label nodes in --cluster, e.g. 2x8:label=ib+4x4); "
+            "repeatable",
+        ),
+    ] = None,
+    constrained: Annotated[
+        float, typer.Option("--constrained", help="Share of the jobs --constraint applies to")
+    ] = 1.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table or progress bar")] = False,
 ) -> None:
     try:
         workloads = parse_workload(workload, seed)
+        if constraint:
+            workloads = [with_constraints(w, constraint, constrained, seed) for w in workloads]
         speed = SpeedOptions(
             apps=apps,
             efficiency=efficiency,

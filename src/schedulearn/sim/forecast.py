@@ -206,7 +206,14 @@ class _Forward(Simulator):
 def _idle(node: NodeView) -> NodeView:
     gpus = tuple(GpuView(g.index, g.type, g.uuid, g.memory_mb) for g in node.gpus)
     return NodeView(
-        node.name, gpus, node.cpus, node.memory_gb, node.cpus, node.memory_gb, node.healthy
+        node.name,
+        gpus,
+        node.cpus,
+        node.memory_gb,
+        node.cpus,
+        node.memory_gb,
+        node.healthy,
+        node.capabilities,
     )
 
 
@@ -228,6 +235,7 @@ def _sim_job(view: JobView, duration: float, arrives: float) -> _LiveJob:
         deadline=view.deadline,
         model=view.model,
         preemptible=view.preemptible,
+        constraints=view.constraints,
         live=view,
     )
 

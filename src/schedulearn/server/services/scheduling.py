@@ -78,6 +78,7 @@ def ledger_for(snap: snapshot.Snapshot) -> GpuLedger:
             n.cpus,
             n.memory_gb,
             n.healthy,
+            n.capabilities,
         )
         for n in snap.view.nodes
     ]
