@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from schedulearn.core.capabilities import can_run, why_not
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
-from schedulearn.core.views import GpuView, JobView, NodeView, Placement
+from schedulearn.core.views import GpuView, JobView, NodeView, Placement, rebuild
 
 
 class InvalidDecision(ValueError):
@@ -76,16 +76,12 @@ class GpuLedger:
     def node_view(self, name: str) -> NodeView:
         """A fresh snapshot of one node, with holders and free resources."""
         state = self._nodes[name]
-        base = state.view
-        return NodeView(
-            name=base.name,
+        # Every other field (capabilities, and any declared later) by name.
+        return rebuild(
+            state.view,
             gpus=tuple(state.gpus.values()),
-            cpus=base.cpus,
-            memory_gb=base.memory_gb,
             free_cpus=state.free_cpus,
             free_memory_gb=state.free_memory_gb,
-            healthy=base.healthy,
-            capabilities=base.capabilities,
         )
 
     def take_dirty(self) -> set[str]:

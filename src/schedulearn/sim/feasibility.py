@@ -57,7 +57,15 @@ def check_feasible(workload: Workload, cluster: ClusterSpec) -> None:
     # Jobs of one shape share the answer; a trace has few shapes and many jobs.
     seen: dict[tuple[object, ...], str | None] = {}
     for job in workload.jobs:
-        key = (job.gpus, job.min_gpus, job.gpu_type, job.cpus, job.memory_gb, job.constraints)
+        key = (
+            job.gpus,
+            job.min_gpus,
+            job.gpu_type,
+            job.cpus,
+            job.memory_gb,
+            job.image,
+            job.constraints,
+        )
         if key not in seen:
             seen[key] = why_unfit(job, cluster)
         reason = seen[key]
