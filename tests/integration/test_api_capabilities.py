@@ -1,11 +1,27 @@
 """Node capabilities through the user and agent APIs: what a node reports
-at registration reaches placement, the submit-time check and the node listing."""
+at registration reaches placement, the submit-time check and the node listing.
+
+Reads send this release's protocol version, as the CLI does: a call without
+one is answered as protocol 1, which had no constraints or capabilities.
+"""
 
 from __future__ import annotations
 
 from wire_agent import WireAgent
 
-from schedulearn.protocol import CapabilitiesReport, JobPublic, NodeList, SubmitReply
+from schedulearn.protocol import (
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    CapabilitiesPublic,
+    CapabilitiesReport,
+    JobPublic,
+    NodeList,
+    SubmitReply,
+)
+
+
+def current(api) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {**api.admin, PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
 def submit(api, body: dict) -> int:  # type: ignore[no-untyped-def]
@@ -57,8 +73,8 @@ def test_constraints_pick_labelled_nodes_and_impossible_ones_are_refused(api) ->
     job = submit(api, {"command": "x", "constraints": ["ib"]})
     ib.work_until(lambda b: b.starts)
     assert placement(api, job) == {"n2": [0]}
-    shown = JobPublic.model_validate(api.get(f"/api/v1/jobs/{job}").json())
-    assert shown.constraints == ["ib"]
+    shown = JobPublic.model_validate(api.get(f"/api/v1/jobs/{job}", headers=current(api)).json())
+    assert shown.constraints == ("ib",)
 
     r = api.post("/api/v1/jobs", json={"command": "x", "constraints": ["a100-80g"]})
     assert r.status_code == 422
@@ -66,10 +82,10 @@ def test_constraints_pick_labelled_nodes_and_impossible_ones_are_refused(api) ->
     r = api.post("/api/v1/jobs", json={"command": "x", "constraints": ["bad label"]})
     assert r.status_code == 422  # not a label at all: refused by the wire model
 
-    nodes = NodeList.model_validate(api.get("/api/v1/nodes").json())
+    nodes = NodeList.model_validate(api.get("/api/v1/nodes", headers=current(api)).json())
     caps = {n.name: n.capabilities for n in nodes.items}
     assert caps["n2"].labels == ["ib", "rack=r1"]
-    assert caps["n1"] == CapabilitiesReport(executors=["process"], container_runtime="", labels=[])
+    assert caps["n1"] == CapabilitiesPublic(executors=["process"], container_runtime="", labels=[])
 
 
 def test_a_yaml_job_file_carries_constraints(api) -> None:  # type: ignore[no-untyped-def]
@@ -77,7 +93,7 @@ def test_a_yaml_job_file_carries_constraints(api) -> None:  # type: ignore[no-un
     r = api.post(
         "/api/v1/jobs",
         content=b"command: python train.py\nconstraints: [nvme]\n",
-        headers={**api.admin, "content-type": "application/yaml"},
+        headers={**current(api), "content-type": "application/yaml"},
     )
     assert r.status_code == 201, r.text
-    assert SubmitReply.model_validate(r.json()).jobs[0].constraints == ["nvme"]
+    assert SubmitReply.model_validate(r.json()).jobs[0].constraints == ("nvme",)
