@@ -80,3 +80,42 @@ def test_simulate_takes_constraint_and_labelled_cluster(tmp_path: Path) -> None:
     refused = runner.invoke(app, [*args, "--constraint", "a100-80g"])
     assert refused.exit_code == 2
     assert "a100-80g" in refused.output and "label=" in refused.output
+
+
+def test_the_forecast_of_a_live_queue_keeps_node_capabilities() -> None:
+    """The forecast copies the live nodes and jobs: a labelled or container node
+    stays one, so constrained and image jobs wait for it while a plain node idles."""
+    from schedulearn.core.capabilities import ExecutorKind, NodeCapabilities
+    from schedulearn.core.views import ClusterView, GpuView, JobView, NodeView, Placement
+    from schedulearn.sim.forecast import forecast
+
+    now = 1_000.0
+
+    def node(name: str, holder: int | None, caps: NodeCapabilities) -> NodeView:
+        gpus = tuple(GpuView(i, "", f"{name}-{i}", 0, holder) for i in range(2))
+        return NodeView(name, gpus, 48.0, 128.0, 48.0, 128.0, True, caps)
+
+    docker = NodeCapabilities(
+        executors=frozenset({ExecutorKind.PROCESS, ExecutorKind.CONTAINER}),
+        container_runtime="docker 27",
+    )
+    nodes = (
+        node("plain", None, NodeCapabilities()),
+        node("ib", 1, NodeCapabilities(labels=frozenset({"ib"}))),
+        node("box", 4, docker),
+    )
+    holding = (
+        JobView(id=1, submitted_at=0.0, gpus=2, placement=Placement.single("ib", [0, 1]),
+                started_at=now - 100, constraints=("ib",)),
+        JobView(id=4, submitted_at=0.0, gpus=2, placement=Placement.single("box", [0, 1]),
+                started_at=now - 50, image="busybox"),
+    )  # fmt: skip
+    queue = (
+        JobView(id=3, submitted_at=now - 5, gpus=1, image="busybox"),
+        JobView(id=2, submitted_at=now - 4, gpus=1, constraints=("ib",)),
+    )
+    view = ClusterView(now, nodes, queue, holding)
+    f = forecast(view, {1: 300.0, 4: 100.0, 2: 50.0, 3: 10.0}, create("fifo"))
+    # Each waits for its node's job to end, though the plain node is free now.
+    assert f.jobs[3].start == pytest.approx(now + 50)
+    assert f.jobs[2].start == pytest.approx(now + 200)
