@@ -288,6 +288,32 @@ class RunningJobReport(_Request):
     attempt: Small
 
 
+# A node label and a job constraint: one word, as `core.capabilities.LABEL_PATTERN`
+# (a unit test keeps the two the same; protocol imports no other package module).
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/=-]{0,99}$"
+Label = Annotated[str, Field(pattern=LABEL_PATTERN)]
+
+
+class CapabilitiesReport(_Request):
+    """What an agent's node can run (`core.capabilities.NodeCapabilities` on the wire)."""
+
+    executors: list[Annotated[str, Field(max_length=50)]] = Field(
+        default_factory=lambda: ["process"],
+        max_length=20,
+        description="Kinds of executor offered: process, container",
+    )
+    container_runtime: str = Field(
+        default="", max_length=200, description="The container runtime found, '' for none"
+    )
+    labels: list[Label] = Field(default_factory=list, max_length=100)
+
+
+class CapabilitiesPublic(CapabilitiesReport, _Reply):
+    """A node's capabilities as the API shows them: a reply, so unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
 class NodeRegistration(_Request):
     name: str = Field(min_length=1, max_length=200)
     address: str = Field(
@@ -297,6 +323,10 @@ class NodeRegistration(_Request):
     cpus: float = Field(default=0.0, ge=0)
     memory_gb: float = Field(default=0.0, ge=0)
     executors: list[Executor] = Field(default_factory=lambda: [Executor.SUBPROCESS])
+    capabilities: CapabilitiesReport | None = Field(
+        default=None,
+        description="None from an agent older than capabilities: derived from executors",
+    )
     running: list[RunningJobReport] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -550,6 +580,11 @@ class JobSpec(_Request):
     launcher: Launcher = Launcher.NONE
     count: int = Field(default=1, ge=1, le=1000, description="Submit a job array of this size")
     max_restarts: int = Field(default=3, ge=0, le=100)
+    constraints: list[Label] = Field(
+        default_factory=list,
+        max_length=50,
+        description="Node labels the job needs, all of them (like Slurm features)",
+    )
 
     @field_validator("command")
     @classmethod
@@ -775,6 +810,10 @@ class NodePublic(_Reply):
     executors: list[str]
     last_seen: float
     gpus: list[GpuPublic]
+    capabilities: CapabilitiesPublic = Field(
+        default_factory=CapabilitiesPublic,
+        description="What the node can run: executor kinds, container runtime, labels",
+    )
 
 
 _declare(NodePublic, NodeView, Role.SUBMITTED, Role.KEPT)

@@ -18,11 +18,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from sqlalchemy import update
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Session
 
+from schedulearn.core.capabilities import NodeCapabilities
 from schedulearn.core.views import (
     JobView,
     NodeView,
@@ -33,6 +34,7 @@ from schedulearn.core.views import (
     role_of,
 )
 from schedulearn.protocol import (
+    CapabilitiesPublic,
     JobPublic,
     JobSpec,
     NodePublic,
@@ -117,7 +119,14 @@ def wire(value: Any) -> Any:
     """A view value as the public model holds it."""
     if isinstance(value, Placement):
         return value.as_dict()
+    if isinstance(value, NodeCapabilities):
+        return CapabilitiesPublic.model_validate(value.as_dict())
     return value
+
+
+def sent(values: dict[str, Any], hints: dict[str, Any]) -> dict[str, Any]:
+    """View values in their JSON form, as a client sends them."""
+    return {n: TypeAdapter(hints[n]).dump_python(v, mode="json") for n, v in values.items()}
 
 
 def arrived(expected: dict[str, Any], got: object, where: str) -> None:
@@ -249,14 +258,14 @@ def test_a_running_job_keeps_every_declared_field_in_the_pass(session: Session) 
 
 def test_a_node_keeps_every_declared_field_from_registration_to_public(session: Session) -> None:
     values = values_for(NodeView, NODE_HINTS, Role.SUBMITTED)
-    reg = NodeRegistration.model_validate({**values, "gpus": [{"index": 0}]})
+    reg = NodeRegistration.model_validate({**sent(values, NODE_HINTS), "gpus": [{"index": 0}]})
     timing = agents.AgentTiming(1.0, 5.0, 1.0, 29500, None)
     agents.register(session, reg, 10.0, timing)
 
     [view], _, _ = snapshot.load_nodes(session)
     arrived(values, view, "NodeView")
     [public] = nodes.list_nodes(session, {}).items
-    arrived(values, public, "NodePublic")
+    arrived({n: wire(v) for n, v in values.items()}, public, "NodePublic")
 
     kept = values_for(NodeView, NODE_HINTS, Role.KEPT, Role.INTERNAL)
     session.execute(update(Node).where(Node.name == view.name).values(**kept))  # type: ignore[arg-type]

@@ -47,6 +47,7 @@ class WireAgent:
             cpus=self.node.get("cpus", 32.0),
             memory_gb=self.node.get("memory_gb", 256.0),
             executors=self.node.get("executors", ["subprocess"]),
+            capabilities=self.node.get("capabilities"),
             running=[RunningJobReport(job_id=j, attempt=a) for j, a in running],
         )
         r = self.api.post(

@@ -36,6 +36,8 @@ class AgentConfig:
     cpus: float = 0.0
     memory_gb: float = 0.0
     executors: tuple[Executor, ...] = (Executor.SUBPROCESS,)
+    # Free-form node labels jobs may ask for with --constraint (`--label ib`).
+    labels: tuple[str, ...] = ()
     docker_url: str | None = None
     network_mode: str = "none"
     gpu_mode: GpuMode = "auto"

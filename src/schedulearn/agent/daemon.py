@@ -35,14 +35,17 @@ from schedulearn.agent.client import (
     ServerUnavailable,
 )
 from schedulearn.agent.config import AgentConfig
+from schedulearn.agent.executors import registry
 from schedulearn.agent.executors.base import ExecutorImpl, NewRecord, RunHandle, StartError
 from schedulearn.agent.gpus import GpuSource
 from schedulearn.agent.jobs import JobRunner, RunnerContext
 from schedulearn.agent.outbox import EventOutbox
 from schedulearn.agent.retry import Retry, Stopped
 from schedulearn.agent.state import JobRecord, StateStore
+from schedulearn.core.capabilities import ExecutorKind
 from schedulearn.protocol import (
     Assignment,
+    CapabilitiesReport,
     Executor,
     Heartbeat,
     NodeRegistration,
@@ -73,6 +76,7 @@ class Agent:
         self.config = config
         self.gpus = gpus
         self.executors = executors
+        self.capabilities = registry.capabilities(executors.values(), config.labels)
         self.client = client or AgentClient(config.server, config.token)
         self.store = StateStore(config.state_dir)
         self.events = EventOutbox(self.client)
@@ -213,6 +217,7 @@ class Agent:
             cpus=self.config.cpus,
             memory_gb=self.config.memory_gb,
             executors=list(self.executors),
+            capabilities=CapabilitiesReport.model_validate(self.capabilities.as_dict()),
             running=running,
         )
 
@@ -303,8 +308,13 @@ class Agent:
         old = self.runners.get(assignment.job_id)
         if old is not None and old.attempt >= assignment.attempt:
             return  # delivered twice, or an older attempt than the one running
-        executor = self.executors.get(assignment.executor) or _Unoffered(
-            assignment.executor, self.config.name
+        # By name, else this agent's executor of the kind the job needs (the
+        # server places by kind: a job with an image on a node running containers).
+        needs = ExecutorKind.CONTAINER if assignment.image else ExecutorKind.PROCESS
+        executor = (
+            self.executors.get(assignment.executor)
+            or next((e for e in self.executors.values() if e.runs is needs), None)
+            or _Unoffered(assignment.executor, self.config.name)
         )
         job_dir = self.store.create_job_dir(assignment.job_id, assignment.attempt)
         checkpoint = assignment.checkpoint_dir or str(
@@ -390,6 +400,9 @@ class Agent:
 
 class _Unoffered:
     """Stands in for an executor this agent does not run; every start fails."""
+
+    runs = ExecutorKind.PROCESS
+    runtime = ""
 
     def __init__(self, kind: Executor, node: str) -> None:
         self.kind = kind

@@ -14,8 +14,8 @@ import signal
 
 from schedulearn.agent.config import AgentConfig
 from schedulearn.agent.daemon import Agent, AgentError
+from schedulearn.agent.executors import registry
 from schedulearn.agent.executors.base import ExecutorImpl, StartError
-from schedulearn.agent.executors.process import SubprocessExecutor
 from schedulearn.agent.gpus import GpuDiscoveryError, GpuSource, discover_gpus
 from schedulearn.protocol import Executor
 
@@ -23,25 +23,13 @@ log = logging.getLogger(__name__)
 
 
 def build_executors(config: AgentConfig) -> dict[Executor, ExecutorImpl]:
+    """The executors the agent was told to offer, built through the registry."""
     executors: dict[Executor, ExecutorImpl] = {}
     for kind in dict.fromkeys(config.executors):
-        if kind is Executor.SUBPROCESS:
-            executors[kind] = SubprocessExecutor(config.name, default_workdir=config.workdir)
-        elif kind is Executor.DOCKER:
-            # Imported here: a subprocess-only agent never loads the Docker SDK.
-            from schedulearn.agent.executors.container import DockerExecutor
-
-            try:
-                executors[kind] = DockerExecutor(
-                    config.name,
-                    base_url=config.docker_url,
-                    network_mode=config.network_mode,
-                    gpu_mode=config.gpu_mode,
-                    init=config.container_init,
-                    ulimits=config.container_ulimits,
-                )
-            except StartError as exc:
-                raise AgentError(str(exc)) from exc
+        try:
+            executors[kind] = registry.build(kind, config)
+        except (StartError, registry.UnknownExecutor) as exc:
+            raise AgentError(str(exc)) from exc
     if not executors:
         raise AgentError("the agent offers no executor; pass --executor subprocess or docker")
     return executors

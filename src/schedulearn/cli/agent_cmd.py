@@ -60,6 +60,14 @@ def agent(
         list[Executor] | None,
         typer.Option(help="Executors to offer; repeat for both (default: subprocess)"),
     ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="SCHEDULEARN_AGENT_LABELS",
+            help="A label of this node that jobs may ask for with --constraint, e.g. ib or "
+            "a100-80g; repeat for several (env: space-separated)",
+        ),
+    ] = None,
     docker_url: Annotated[
         str | None,
         typer.Option(
@@ -142,6 +150,12 @@ def agent(
         ulimits = dict(parse_ulimit(u) for u in container_ulimit or [])
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--container-ulimit") from None
+    from schedulearn.core.capabilities import labels_of
+
+    try:
+        labels = tuple(sorted(labels_of(label or [])))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--label") from None
     node = name or default_name()
     config = AgentConfig(
         server=server.rstrip("/"),
@@ -154,6 +168,7 @@ def agent(
         cpus=host_cpus() if cpus is None else cpus,
         memory_gb=host_memory_gb() if memory_gb is None else memory_gb,
         executors=tuple(executor or [Executor.SUBPROCESS]),
+        labels=labels,
         docker_url=docker_url,
         network_mode=network_mode,
         gpu_mode=gpu_mode.value,

@@ -25,7 +25,14 @@ from rich.table import Table
 from schedulearn.cli import forecasts
 from schedulearn.cli.client import ApiError, Client
 from schedulearn.cli.config import resolve
-from schedulearn.protocol import JobPublic, JobSpec, JobState, LogLinePublic, ProgressReport
+from schedulearn.protocol import (
+    CapabilitiesPublic,
+    JobPublic,
+    JobSpec,
+    JobState,
+    LogLinePublic,
+    ProgressReport,
+)
 
 out = Console()
 err = Console(stderr=True)
@@ -196,6 +203,13 @@ def submit(
         ),
     ] = None,
     workdir: Annotated[str | None, typer.Option("--workdir", help="Default: here")] = None,
+    constraint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--constraint",
+            help="A node label the job needs (agents get them with --label); repeatable",
+        ),
+    ] = None,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -232,6 +246,8 @@ def submit(
         data["env"] = {**data.get("env", {}), **_parse_env(env)}
     if secret_env:
         data["secret_env"] = {**data.get("secret_env", {}), **_parse_secret_env(secret_env)}
+    if constraint:
+        data["constraints"] = [*data.get("constraints", []), *constraint]
     if "command" not in data:
         raise typer.BadParameter("no command: put it after --, or in the file given with -f")
     if not data.get("image") and not data.get("workdir"):
@@ -403,6 +419,12 @@ def cancel(
         out.print(f"job {job.id}: {job.state.value}")
 
 
+def _runs(caps: CapabilitiesPublic) -> str:
+    """`process,container (docker 27.1.1)`: the executor kinds and the runtime found."""
+    runtime = f" ({caps.container_runtime})" if caps.container_runtime else ""
+    return (",".join(caps.executors) or "-") + runtime
+
+
 def nodes(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """Nodes and their GPUs."""
     with connect(server, token) as client:
@@ -411,7 +433,8 @@ def nodes(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = F
         _dump(listing)
         return
     table = Table(box=None, header_style="bold")
-    for col in ("NODE", "STATE", "ADDRESS", "GPUS", "FREE", "TYPE", "CPUS", "MEMORY", "HOLDERS"):
+    columns = ("NODE", "STATE", "ADDRESS", "GPUS", "FREE", "TYPE", "CPUS", "MEMORY", "RUNS")
+    for col in (*columns, "LABELS", "HOLDERS"):
         table.add_column(col)
     for n in listing.items:
         holders = sorted({g.job_id for g in n.gpus if g.job_id is not None})
@@ -424,6 +447,8 @@ def nodes(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = F
             ",".join(sorted({g.type for g in n.gpus if g.type})) or "-",
             f"{n.cpus:g}",
             f"{n.memory_gb:g}G",
+            _runs(n.capabilities),
+            ",".join(n.capabilities.labels) or "-",
             ",".join(map(str, holders)) or "-",
         )
     out.print(table)

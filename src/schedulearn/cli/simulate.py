@@ -24,6 +24,7 @@ from schedulearn.sim.engine import PolicyError
 from schedulearn.sim.jobs import SimInputError
 from schedulearn.sim.results import SimResult
 from schedulearn.sim.runner import SpeedOptions, run_all, run_parallel
+from schedulearn.sim.workloads.constraints import with_constraints
 from schedulearn.sim.workloads.spec import parse_workload
 
 out = Console()
@@ -43,7 +44,8 @@ A directory stands for every CSV in it; repeat --workload for several
 CSV or directory with ':adaptive' has adaptive jobs (1..64 GPUs, batch
 chosen per epoch), e.g. workload-6.csv:adaptive.
 CLUSTER is a shape such as 3x4, 2x8+4x4, 36x1:k80+24x4:v100:cpus=48:mem=256,
-or a Tiresias cluster CSV; without it the workload's own cluster is used.
+2x8:label=ib+4x4 (node labels, for --constraint), or a Tiresias cluster
+CSV; without it the workload's own cluster is used.
 See docs/simulator.md."""
 
 
@@ -181,6 +183,17 @@ def simulate(
     jobs_json: Annotated[
         bool, typer.Option("--jobs-json", help="Include every job's record in the JSON")
     ] = False,
+    constraint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--constraint",
+            help="A node label jobs need (label nodes in --cluster, e.g. 2x8:label=ib+4x4); "
+            "repeatable",
+        ),
+    ] = None,
+    constrained: Annotated[
+        float, typer.Option("--constrained", help="Share of the jobs --constraint applies to")
+    ] = 1.0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table or progress bar")] = False,
     round_seconds: Annotated[
         float | None,
@@ -193,6 +206,8 @@ def simulate(
 ) -> None:
     try:
         workloads = [w for text in workload for w in parse_workload(text, seed)]
+        if constraint:
+            workloads = [with_constraints(w, constraint, constrained, seed) for w in workloads]
         if round_seconds is not None and not round_seconds > 0:
             raise SimInputError(
                 f"--round must be a positive number of seconds, not {round_seconds}"

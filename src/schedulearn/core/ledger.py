@@ -7,8 +7,10 @@ invariants the whole system relies on:
 
 - no GPU is held by two jobs;
 - a job gets all the GPUs of its placement or none of them;
-- a job is placed only on healthy nodes, of its GPU type, within the
-  node's free CPUs and memory, at a size its request allows;
+- a job is placed only on healthy nodes that can run it
+  (`core.capabilities.can_run`: executor and container runtime, labels,
+  GPU type), within the node's free CPUs and memory, at a size its
+  request allows;
 - a pass is atomic: if one decision is invalid, nothing changes.
 """
 
@@ -17,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from schedulearn.core.capabilities import can_run, why_not
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
-from schedulearn.core.views import GpuView, JobView, NodeView, Placement
+from schedulearn.core.views import GpuView, JobView, NodeView, Placement, rebuild
 
 
 class InvalidDecision(ValueError):
@@ -73,15 +76,12 @@ class GpuLedger:
     def node_view(self, name: str) -> NodeView:
         """A fresh snapshot of one node, with holders and free resources."""
         state = self._nodes[name]
-        base = state.view
-        return NodeView(
-            name=base.name,
+        # Every other field (capabilities, and any declared later) by name.
+        return rebuild(
+            state.view,
             gpus=tuple(state.gpus.values()),
-            cpus=base.cpus,
-            memory_gb=base.memory_gb,
             free_cpus=state.free_cpus,
             free_memory_gb=state.free_memory_gb,
-            healthy=base.healthy,
         )
 
     def take_dirty(self) -> set[str]:
@@ -207,6 +207,8 @@ class GpuLedger:
                     f"job {job.id} needs {job.gpu_type} GPUs; node {name!r} has "
                     f"{state.view.gpu_type or 'untyped'} GPUs"
                 )
+            if not can_run(job, state.view):
+                raise InvalidDecision(f"job {job.id} cannot run there: {why_not(job, state.view)}")
             for g in gpus:
                 if g not in state.owners:
                     raise InvalidDecision(f"node {name!r} has no GPU {g}")

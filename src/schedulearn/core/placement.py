@@ -12,7 +12,11 @@ The rules, in one place:
 - a job goes on one node whenever one node can hold it, because
   cross-node traffic is the expensive part; otherwise it spreads over
   the fewest nodes, taking the emptiest first;
-- a job that names a GPU type only goes on nodes of that type;
+- a job goes only on nodes that can run it (`core.capabilities.can_run`:
+  a container runtime for an image, the labels it asks for, its GPU
+  type); every choosing method here goes through `fits` or `gang`, which
+  apply that rule, so a policy that places through the pool needs no
+  code of its own for it;
 - GPUs within a node are taken lowest index first.
 
 Speed: the simulator calls a policy for every event of a trace with tens
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from schedulearn.core.capabilities import can_run, is_plain
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 
 # name -> position in the node tuple last seen; verified on every lookup.
@@ -104,7 +109,14 @@ class FreePool:
             return False
         if job.gpu_type and gpus and node.gpu_type != job.gpu_type:
             return False
+        if not can_run(job, node):
+            return False
         return self._fits_rest(node, job.cpus, job.memory_gb)
+
+    def runnable(self, job: JobView, node: NodeView) -> bool:
+        """May `job` go on `node` at all (capabilities, GPU type), whatever is free?
+        For policies that score nodes themselves instead of calling `fits`."""
+        return can_run(job, node)
 
     def _fits_rest(self, node: NodeView, cpus: float, memory_gb: float) -> bool:
         if cpus and self.free_cpus(node) + 1e-9 < cpus:
@@ -147,9 +159,10 @@ class FreePool:
         n = job.gpus if gpus is None else gpus
         counts = self._count_list()
         nodes = self._nodes
-        # A job that asks for GPUs only fits on any healthy node with enough
-        # free GPUs, so the count decides without the full check.
-        gpus_only = n > 0 and not (job.cpus or job.memory_gb or job.gpu_type)
+        # A job that asks for GPUs only (no CPUs, memory, image, label or GPU
+        # type) fits on any healthy process node with enough free GPUs, so the
+        # count decides without the full check.
+        gpus_only = n > 0 and not (job.cpus or job.memory_gb) and is_plain(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
         for k in sorted(c for c in set(counts) if c >= n):
@@ -160,7 +173,9 @@ class FreePool:
                 except ValueError:
                     break
                 node = nodes[i]
-                if (gpus_only and node.healthy) or self.fits(node, job, n):
+                if (gpus_only and node.healthy and node.capabilities.runs_processes) or self.fits(
+                    node, job, n
+                ):
                     return self.on_node(node, n)
         return None
 
@@ -174,6 +189,7 @@ class FreePool:
             if node.healthy
             and self.num_free(node) > 0
             and not (job.gpu_type and node.gpu_type != job.gpu_type)
+            and self.runnable(job, node)
         ]
         if sum(self.num_free(node) for node in usable) < n:
             return None

@@ -186,12 +186,13 @@ def make_room(
 
 
 def can_retake(pool: FreePool, job: JobView, placement: Placement) -> bool:
-    """Are all of `placement`'s GPUs, CPUs and memory free in `pool` now?"""
+    """Are all of `placement`'s GPUs, CPUs and memory free in `pool` now, on
+    nodes that can run `job` (a swap may offer it another job's nodes)?"""
     by_name = {node.name: node for node in pool.nodes} if placement.num_nodes > 1 else None
     for name, gpus in placement:
         node = by_name[name] if by_name is not None else _node(pool, name)
         free = pool.free_gpus(node)
-        if any(g not in free for g in gpus):
+        if any(g not in free for g in gpus) or not pool.runnable(job, node):
             return False
         cpus, mem = job.demand_on(placement, len(gpus))
         if cpus and pool.free_cpus(node) + 1e-9 < cpus:

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from schedulearn.core.goodput import JobGoodput
 
+from schedulearn.core.capabilities import PLAIN, NodeCapabilities
+
 
 class Role(StrEnum):
     """Where a declared field of a view comes from, and so where it goes.
@@ -180,6 +182,10 @@ class NodeView:
     free_cpus: float = field(default=0.0, metadata=VIEW)
     free_memory_gb: float = field(default=0.0, metadata=VIEW)
     healthy: bool = field(default=True, metadata=KEPT)
+    # What the node can run (executors, container runtime, labels; see
+    # core.capabilities). The agent reports it at registration, where it
+    # travels as `protocol.CapabilitiesReport`.
+    capabilities: NodeCapabilities = field(default=PLAIN, metadata=SUBMITTED)
     # Derived in __post_init__; policies read it on every pass, so compute once.
     free_gpu_indices: tuple[int, ...] = field(init=False, default=(), metadata=VIEW)
 
@@ -196,10 +202,11 @@ class NodeView:
         cpus: float = 0.0,
         memory_gb: float = 0.0,
         gpu_memory_mb: int = 0,
+        capabilities: NodeCapabilities = PLAIN,
     ) -> NodeView:
         """An idle, healthy node with GPUs indexed 0..num_gpus-1."""
         gpus = tuple(GpuView(i, gpu_type, f"{name}-gpu{i}", gpu_memory_mb) for i in range(num_gpus))
-        return cls(name, gpus, cpus, memory_gb, cpus, memory_gb)
+        return cls(name, gpus, cpus, memory_gb, cpus, memory_gb, True, capabilities)
 
     @property
     def num_gpus(self) -> int:
@@ -248,6 +255,10 @@ class JobView:
     estimated_duration: float | None = field(default=None, metadata=SUBMITTED)
     model: str | None = field(default=None, metadata=SUBMITTED)
     preemptible: bool = field(default=False, metadata=SUBMITTED)
+    # What the node must offer (core.capabilities.can_run): a container for a
+    # job with an image, and every label named in `constraints`.
+    image: str | None = field(default=None, metadata=SUBMITTED)
+    constraints: tuple[str, ...] = field(default=(), metadata=SUBMITTED)
     # Queue and run state.
     queued_at: float | None = field(default=None, metadata=INTERNAL)
     placement: Placement | None = field(default=None, metadata=KEPT)

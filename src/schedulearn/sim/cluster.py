@@ -7,6 +7,8 @@ optional `:` fields):
     2x8+4x4                      2 servers of 8 GPUs and 4 of 4
     36x1:k80+24x4:v100           GPU types (any word without `=`)
     20x4:cpus=32:mem=128         CPUs and memory (GB) per server
+    2x8:v100:label=ib+4x4        node labels (repeat label=, or label=ib,nvme), which
+                                 jobs ask for with constraints (Slurm features)
 
 Without `cpus=`/`mem=` a server gets 12 CPUs and 32 GB per GPU (a
 4-GPU server then has 48 cores and 128 GB, the original Schedulearn
@@ -25,6 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from schedulearn.core.capabilities import PLAIN, NodeCapabilities, check_label
 from schedulearn.core.views import NodeView
 from schedulearn.sim.jobs import SimInputError
 
@@ -50,13 +53,20 @@ class ClusterSpec:
         return max((n.num_gpus for n in self.nodes), default=0)
 
     def describe(self) -> str:
-        shapes: dict[tuple[int, str, float, float], int] = {}
+        shapes: dict[tuple[int, str, float, float, tuple[str, ...]], int] = {}
         for n in self.nodes:
-            key = (n.num_gpus, n.gpu_type, n.cpus, n.memory_gb)
+            key = (
+                n.num_gpus,
+                n.gpu_type,
+                n.cpus,
+                n.memory_gb,
+                tuple(sorted(n.capabilities.labels)),
+            )
             shapes[key] = shapes.get(key, 0) + 1
         parts = [
             f"{count}x{gpus}{':' + kind if kind else ''}:cpus={cpus:g}:mem={mem:g}"
-            for (gpus, kind, cpus, mem), count in shapes.items()
+            + (f":label={','.join(labels)}" if labels else "")
+            for (gpus, kind, cpus, mem, labels), count in shapes.items()
         ]
         return "+".join(parts)
 
@@ -68,24 +78,26 @@ def parse_cluster(spec: str) -> ClusterSpec:
         raise SimInputError("empty --cluster; give a shape such as 3x4 or 2x8+4x4:v100")
     if text.endswith(".csv") or "/" in text:
         return _from_tiresias_csv(Path(text))
-    nodes: list[tuple[int, str, float, float]] = []
+    nodes: list[tuple[int, str, float, float, NodeCapabilities]] = []
     for segment in text.split("+"):
         nodes.extend(_parse_segment(segment.strip(), text))
     width = len(str(len(nodes) - 1))
     views = tuple(
-        NodeView.new(f"n{i:0{width}d}", gpus, kind, cpus, mem)
-        for i, (gpus, kind, cpus, mem) in enumerate(nodes)
+        NodeView.new(f"n{i:0{width}d}", gpus, kind, cpus, mem, capabilities=caps)
+        for i, (gpus, kind, cpus, mem, caps) in enumerate(nodes)
     )
     return ClusterSpec(text, views)
 
 
-def _parse_segment(segment: str, whole: str) -> list[tuple[int, str, float, float]]:
+def _parse_segment(
+    segment: str, whole: str
+) -> list[tuple[int, str, float, float, NodeCapabilities]]:
     head, *fields = segment.split(":")
     match = _SEGMENT.match(head.strip())
     if match is None:
         raise SimInputError(
             f"bad cluster segment {segment!r} in {whole!r}; write NODESxGPUS such as 3x4, "
-            "optionally :TYPE, :cpus=N, :mem=GB, and join segments with +"
+            "optionally :TYPE, :cpus=N, :mem=GB, :label=L, and join segments with +"
         )
     count, gpus = int(match.group(1)), int(match.group(2))
     if count <= 0:
@@ -93,11 +105,18 @@ def _parse_segment(segment: str, whole: str) -> list[tuple[int, str, float, floa
     kind = ""
     cpus = max(1.0, gpus * DEFAULT_CPUS_PER_GPU)
     mem = max(DEFAULT_MEMORY_GB_PER_GPU, gpus * DEFAULT_MEMORY_GB_PER_GPU)
+    labels: set[str] = set()
     for field_ in fields:
         key, sep, value = field_.partition("=")
         key = key.strip().lower()
         if not sep:
             kind = key
+            continue
+        if key in ("label", "labels"):
+            try:
+                labels.update(check_label(v.strip()) for v in value.split(","))
+            except ValueError as exc:
+                raise SimInputError(f"cluster segment {segment!r}: {exc}") from None
             continue
         try:
             number = float(value)
@@ -113,9 +132,11 @@ def _parse_segment(segment: str, whole: str) -> list[tuple[int, str, float, floa
             mem = number
         else:
             raise SimInputError(
-                f"unknown cluster field {key!r} in {whole!r}; use cpus=N, mem=GB or a GPU type"
+                f"unknown cluster field {key!r} in {whole!r}; use cpus=N, mem=GB, label=L "
+                "or a GPU type"
             )
-    return [(gpus, kind, cpus, mem)] * count
+    caps = NodeCapabilities(labels=frozenset(labels)) if labels else PLAIN
+    return [(gpus, kind, cpus, mem, caps)] * count
 
 
 def _from_tiresias_csv(path: Path) -> ClusterSpec:

@@ -8,6 +8,7 @@ memory split across nodes is only checked in total.
 
 from __future__ import annotations
 
+from schedulearn.core.capabilities import can_run
 from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.jobs import SimInputError, SimJob, Workload
 
@@ -17,11 +18,16 @@ def why_unfit(job: SimJob, cluster: ClusterSpec) -> str | None:
     # The requested size, not an elastic job's minimum: policies that do not
     # resize give a job exactly what it asked for.
     need = job.gpus
-    nodes = [
-        n
-        for n in cluster.nodes
-        if n.healthy and not (job.gpu_type and need and n.gpu_type != job.gpu_type)
-    ]
+    # The one feasibility rule (labels, GPU type), as the policies and the ledger apply it.
+    view = job.view(None)
+    nodes = [n for n in cluster.nodes if n.healthy and can_run(view, n)]
+    if job.constraints and not nodes:
+        present = sorted({label for n in cluster.nodes for label in n.capabilities.labels})
+        return (
+            f"needs label {', '.join(job.constraints)}, which no node has together "
+            f"(labels present: {', '.join(present) or 'none'}); give nodes labels in "
+            f"--cluster, e.g. 2x8:label={job.constraints[0]}"
+        )
     kind = f"{job.gpu_type} " if job.gpu_type else ""
     capacity = sum(n.num_gpus for n in nodes)
     if need > capacity:
@@ -49,9 +55,17 @@ def check_feasible(workload: Workload, cluster: ClusterSpec) -> None:
     """Raise `SimInputError` naming the first job that can never start, and how many."""
     bad: list[tuple[SimJob, str]] = []
     # Jobs of one shape share the answer; a trace has few shapes and many jobs.
-    seen: dict[tuple[int, int | None, str | None, float, float], str | None] = {}
+    seen: dict[tuple[object, ...], str | None] = {}
     for job in workload.jobs:
-        key = (job.gpus, job.min_gpus, job.gpu_type, job.cpus, job.memory_gb)
+        key = (
+            job.gpus,
+            job.min_gpus,
+            job.gpu_type,
+            job.cpus,
+            job.memory_gb,
+            job.image,
+            job.constraints,
+        )
         if key not in seen:
             seen[key] = why_unfit(job, cluster)
         reason = seen[key]

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from schedulearn.core.decisions import Start
 from schedulearn.core.ledger import InvalidDecision
 from schedulearn.core.policy import Policy
-from schedulearn.core.views import ClusterView, GpuView, JobView, NodeView
+from schedulearn.core.views import ClusterView, GpuView, JobView, NodeView, Role, declared, rebuild
 from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.engine import Simulator
 from schedulearn.sim.feasibility import why_unfit
@@ -205,30 +205,25 @@ class _Forward(Simulator):
 
 def _idle(node: NodeView) -> NodeView:
     gpus = tuple(GpuView(g.index, g.type, g.uuid, g.memory_mb) for g in node.gpus)
-    return NodeView(
-        node.name, gpus, node.cpus, node.memory_gb, node.cpus, node.memory_gb, node.healthy
-    )
+    # Every other field (capabilities, and any declared later) by name.
+    return rebuild(node, gpus=gpus, free_cpus=node.cpus, free_memory_gb=node.memory_gb)
+
+
+_SUBMITTED = declared(JobView, Role.SUBMITTED)
 
 
 def _sim_job(view: JobView, duration: float, arrives: float) -> _LiveJob:
+    # Every submitted field by name (image and constraints included, so the
+    # forecast applies the same feasibility rule as the live scheduler).
+    submitted = {n: getattr(view, n) for n in _SUBMITTED}
     return _LiveJob(
         id=view.id,
         submitted_at=arrives,
-        gpus=view.gpus,
         duration=duration,
-        name=view.name,
         user=view.user,
         group=None,
-        min_gpus=view.min_gpus,
-        max_gpus=view.max_gpus,
-        cpus=view.cpus,
-        memory_gb=view.memory_gb,
-        gpu_type=view.gpu_type,
-        priority=view.priority,
-        deadline=view.deadline,
-        model=view.model,
-        preemptible=view.preemptible,
         live=view,
+        **submitted,
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from waiting import wait_until
 
 HERE = Path(__file__).parent
@@ -148,12 +149,16 @@ class AgentProc(Proc):
 
 
 class AdminApi:
-    """The user API, as the admin, over real HTTP."""
+    """The user API, as the admin, over real HTTP, speaking this release's
+    protocol as the CLI does (a call without it is answered as protocol 1)."""
 
     def __init__(self, url: str) -> None:
         self.http = httpx.Client(
             base_url=url + "/api/v1",
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            headers={
+                "Authorization": f"Bearer {ADMIN_TOKEN}",
+                PROTOCOL_HEADER: str(PROTOCOL_VERSION),
+            },
             timeout=10.0,
         )
 

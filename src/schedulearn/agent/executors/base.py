@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from schedulearn.agent.state import JobRecord
+from schedulearn.core.capabilities import ExecutorKind
 from schedulearn.protocol import Assignment, Executor, LogStream
 
 # Exit codes follow the shell's convention: 128 + signal for a killed job.
@@ -83,6 +84,10 @@ class RunHandle(Protocol):
 
 class ExecutorImpl(Protocol):
     kind: Executor
+    # What it runs a job as (the node's capabilities list these), and the
+    # container runtime it reached ("" for an executor that needs none).
+    runs: ExecutorKind
+    runtime: str
 
     async def start(self, assignment: Assignment, record: JobRecord) -> RunHandle: ...
 

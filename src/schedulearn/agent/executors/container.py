@@ -39,7 +39,7 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest, Ulimit
 
-from schedulearn.agent.config import GpuMode
+from schedulearn.agent.config import AgentConfig, GpuMode
 from schedulearn.agent.executors.base import (
     ExitStatus,
     LineSink,
@@ -53,6 +53,7 @@ from schedulearn.agent.executors.base import (
 from schedulearn.agent.launchers import LaunchError, plan_launch
 from schedulearn.agent.progress import CONTAINER_PROGRESS_DIR, progress_file
 from schedulearn.agent.state import PROGRESS_FILE, JobRecord
+from schedulearn.core.capabilities import ExecutorKind
 from schedulearn.protocol import Assignment, Executor, LogStream
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class DockerExecutor:
     """Runs jobs as containers on a Docker (or Podman) engine."""
 
     kind = Executor.DOCKER
+    runs = ExecutorKind.CONTAINER
 
     def __init__(
         self,
@@ -129,6 +131,8 @@ class DockerExecutor:
                 f"cannot reach a Docker engine at {where}: {exc}; start Docker (or "
                 "`podman system service`) or pass --docker-url"
             ) from exc
+        # Reported as the node's container runtime (`schedulearn nodes` shows it).
+        self.runtime = f"docker {info.get('ServerVersion') or '(version unknown)'}"
         has_nvidia = "nvidia" in (info.get("Runtimes") or {})
         self.device_requests = gpu_mode == "device-requests" or (gpu_mode == "auto" and has_nvidia)
 
@@ -414,3 +418,15 @@ class ContainerHandle:
         except Exception:
             return
         emit(split_lines(whole, final=True)[count:])
+
+
+def build(config: AgentConfig) -> DockerExecutor:
+    """The executor as `executors.registry` offers it; `StartError` when no engine answers."""
+    return DockerExecutor(
+        config.name,
+        base_url=config.docker_url,
+        network_mode=config.network_mode,
+        gpu_mode=config.gpu_mode,
+        init=config.container_init,
+        ulimits=config.container_ulimits,
+    )

@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+from schedulearn.agent.config import AgentConfig
 from schedulearn.agent.executors.base import (
     ExitStatus,
     LineSink,
@@ -58,6 +59,7 @@ from schedulearn.agent.executors.base import (
 from schedulearn.agent.launchers import LaunchError, plan_launch
 from schedulearn.agent.progress import progress_file
 from schedulearn.agent.state import EXIT_FILE, JobRecord
+from schedulearn.core.capabilities import ExecutorKind
 from schedulearn.protocol import Assignment, Executor, LogStream
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,8 @@ class SubprocessExecutor:
     """Runs jobs as process groups on this host."""
 
     kind = Executor.SUBPROCESS
+    runs = ExecutorKind.PROCESS
+    runtime = ""
 
     def __init__(
         self,
@@ -351,3 +355,8 @@ def _read_exit_file(path: Path) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+def build(config: AgentConfig) -> SubprocessExecutor:
+    """The executor as `executors.registry` offers it (host processes need nothing)."""
+    return SubprocessExecutor(config.name, default_workdir=config.workdir)

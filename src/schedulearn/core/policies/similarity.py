@@ -440,6 +440,8 @@ def _as(job: JobView, gpu_type: str, gpus: int | None = None) -> JobView:
         memory_gb=job.memory_gb,
         gpu_type=gpu_type or job.gpu_type,
         model=job.model,
+        image=job.image,
+        constraints=job.constraints,
     )
 
 

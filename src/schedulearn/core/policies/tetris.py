@@ -12,7 +12,8 @@ dimensions GPU, CPU and memory, the alignment score is
     sum over dimensions d of (demand_j[d] / C_n[d]) * (F_n[d] / C_n[d])
 
 counting only dimensions the node has (capacity above 0), and only pairs
-where the job fits on the node whole (GPU type included). The best pair
+where the job fits on the node whole (GPU type included) and the node
+can run it (`FreePool.runnable`: container runtime, labels). The best pair
 starts; the node's free vector shrinks; repeat. Large demands on empty
 nodes score highest, so big tasks are placed while room exists and
 small tasks fill the gaps, which cuts fragmentation and makespan. Ties
@@ -44,7 +45,18 @@ _EPS = 1e-9
 class _Demand:
     """Pending jobs with one demand vector, in arrival order, and its best node."""
 
-    __slots__ = ("best", "cpus", "gpu_type", "gpus", "jobs", "mem", "next", "ranks", "score")
+    __slots__ = (
+        "allowed",
+        "best",
+        "cpus",
+        "gpu_type",
+        "gpus",
+        "jobs",
+        "mem",
+        "next",
+        "ranks",
+        "score",
+    )
 
     def __init__(self, job: JobView) -> None:
         self.gpus = job.gpus
@@ -56,6 +68,9 @@ class _Demand:
         self.next = 0
         self.best = -1  # position of the best-aligned node that fits, -1 if none
         self.score = -1.0
+        # Per node position: may the demand's jobs run there at all (the shared
+        # rule, `FreePool.runnable`)? None when every node may.
+        self.allowed: list[bool] | None = None
 
 
 class _Nodes:
@@ -103,7 +118,8 @@ class _Nodes:
         (the first listed among equals)."""
         g, c, m, t = d.gpus, d.cpus, d.mem, d.gpu_type
         fg, fc, fm, wg, wc, wm = self.fg, self.fc, self.fm, self.wg, self.wc, self.wm
-        if not (c or m or t) and g:
+        allowed = d.allowed
+        if not (c or m or t) and g and allowed is None:
             # GPUs only (the common case in GPU traces): one C-speed pass.
             scores = [f * w if f >= g else -1.0 for f, w in zip(fg, wg, strict=True)]
             top = max(scores, default=-1.0)
@@ -126,6 +142,8 @@ class _Nodes:
                 continue
             if t and g and types[i] != t:
                 continue
+            if allowed is not None and not allowed[i]:
+                continue
             s = g * free_g * wg[i] + c * free_c * wc[i] + m * free_m * wm[i]
             if s > best_s:
                 best, best_s = i, s
@@ -138,7 +156,8 @@ class _Nodes:
             and not (d.cpus and n.cpus + _EPS < d.cpus)
             and not (d.mem and n.memory_gb + _EPS < d.mem)
             and not (d.gpu_type and d.gpus and n.gpu_type != d.gpu_type)
-            for n in self.views
+            and (d.allowed is None or d.allowed[i])
+            for i, n in enumerate(self.views)
         )
 
 
@@ -159,9 +178,16 @@ class Tetris:
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:
             return []
-        demands: dict[tuple[int, float, float, str], _Demand] = {}
+        demands: dict[tuple[object, ...], _Demand] = {}
         for rank, job in enumerate(view.pending):
-            key = (job.gpus, job.cpus, job.memory_gb, job.gpu_type or "")
+            key: tuple[object, ...] = (
+                job.gpus,
+                job.cpus,
+                job.memory_gb,
+                job.gpu_type or "",
+                job.image is not None,
+                *job.constraints,
+            )
             d = demands.get(key)
             if d is None:
                 d = demands[key] = _Demand(job)
@@ -176,6 +202,9 @@ class Tetris:
         )
         live = list(demands.values())
         for d in live:
+            job = d.jobs[0]  # one demand shares its image need and constraints
+            allowed = [pool.runnable(job, n) for n in nodes.views]
+            d.allowed = None if all(allowed) else allowed
             nodes.score_best(d)
         decisions: list[Decision] = []
         while True:

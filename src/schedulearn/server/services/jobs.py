@@ -80,8 +80,8 @@ def to_public(job: Job, position: int | None = None, reason: str | None = None) 
 
 def _normalised(spec: JobSpec) -> dict[str, Any]:
     """The submitted fields as stored: by name, in the stored form."""
-    values = {n: _CODEC.dump(n, getattr(spec, n)) for n in _SUBMITTED}
-    values.update(
+    # The fields whose wire form differs from the stored one.
+    spelled = dict(
         gpus=spec.requested_gpus,
         gpu_type=spec.gpu_type or None,
         deadline=spec.deadline_epoch,
@@ -89,7 +89,11 @@ def _normalised(spec: JobSpec) -> dict[str, Any]:
         env=dict(spec.env),
         secret_env=dict(spec.secret_env) or None,
         launcher=spec.launcher.value,
+        # A list of checked labels on the wire; one named twice counts once.
+        constraints=list(dict.fromkeys(spec.constraints)),
     )
+    values = {n: _CODEC.dump(n, getattr(spec, n)) for n in _SUBMITTED if n not in spelled}
+    values.update(spelled)
     return values
 
 
@@ -119,8 +123,8 @@ def _probe(spec: JobSpec) -> JobView:
     return JobView(id=0, submitted_at=0.0, **values)
 
 
-def check_servable(spec: JobSpec, nodes: tuple[NodeView, ...], docker_nodes: set[str]) -> None:
-    why = never_servable(_probe(spec), nodes, bool(spec.image), docker_nodes)
+def check_servable(spec: JobSpec, nodes: tuple[NodeView, ...]) -> None:
+    why = never_servable(_probe(spec), nodes)
     if why:
         raise Unservable(f"this job can never run here: {why}")
 
@@ -140,12 +144,12 @@ def submit(
     entry does not affect the others. Rows go in with one multi-row
     INSERT ... RETURNING, not through the ORM: this is the hot path.
     """
-    nodes, docker = (shape or snapshot.ShapeCache()).get(session)
+    nodes = (shape or snapshot.ShapeCache()).get(session)
     results: list[Submitted | Exception] = []
     batches: list[list[Job]] = []
     for spec, caller in specs:
         try:
-            check_servable(spec, nodes, docker)
+            check_servable(spec, nodes)
         except Unservable as exc:
             results.append(exc)
             batches.append([])

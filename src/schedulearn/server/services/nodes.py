@@ -14,6 +14,7 @@ from sqlmodel import Session
 from schedulearn.protocol import GpuPublic, GpuSample, NodeList, NodePublic, NodeRegistration
 from schedulearn.server.models import Node
 from schedulearn.server.services import snapshot
+from schedulearn.server.services.capabilities import capabilities_of
 
 _NODE_COLUMNS = frozenset(Node.__table__.columns.keys())  # type: ignore[attr-defined]
 # Registration fields kept in the column of the same name (the GPUs have their own table).
@@ -23,8 +24,16 @@ _SHOWN = tuple(n for n in NodePublic.model_fields if n in _NODE_COLUMNS)
 
 
 def apply_registration(node: Node, reg: NodeRegistration) -> None:
-    """Store what an agent registered, every field by name, in its JSON form."""
-    for name, value in reg.model_dump(mode="json", include=set(REGISTERED)).items():
+    """Store what an agent registered, every field by name, in its JSON form.
+
+    `capabilities` is the one field whose wire form differs from the
+    stored one: an agent older than capability reports sends none, so it
+    is derived from the executors it names (`capabilities_of`), and it is
+    stored as `NodeCapabilities.as_dict()` (sorted, unknown kinds dropped).
+    """
+    stored = reg.model_dump(mode="json", include=set(REGISTERED))
+    stored["capabilities"] = capabilities_of(reg).as_dict()
+    for name, value in stored.items():
         setattr(node, name, value)
 
 

@@ -46,6 +46,7 @@ from schedulearn.core import (
     Resize,
     Start,
 )
+from schedulearn.core.views import rebuild
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.services import lifecycle, snapshot
@@ -70,15 +71,14 @@ class PassResult:
 
 def ledger_for(snap: snapshot.Snapshot) -> GpuLedger:
     """A ledger holding exactly what the database says is held."""
+    # Every node with its GPUs free; every other field (capabilities, and
+    # any declared later) copied by name.
     bare = [
-        type(n)(
-            n.name,
-            tuple(type(g)(g.index, g.type, g.uuid, g.memory_mb) for g in n.gpus),
-            n.cpus,
-            n.memory_gb,
-            n.cpus,
-            n.memory_gb,
-            n.healthy,
+        rebuild(
+            n,
+            gpus=tuple(type(g)(g.index, g.type, g.uuid, g.memory_mb) for g in n.gpus),
+            free_cpus=n.cpus,
+            free_memory_gb=n.memory_gb,
         )
         for n in snap.view.nodes
     ]

@@ -213,17 +213,15 @@ class ShapeCache:
 
     def __init__(self) -> None:
         self._nodes: tuple[NodeView, ...] | None = None
-        self._docker: set[str] = set()
 
     def invalidate(self) -> None:
         self._nodes = None
 
-    def get(self, session: Session) -> tuple[tuple[NodeView, ...], set[str]]:
+    def get(self, session: Session) -> tuple[NodeView, ...]:
+        """Every known node, capabilities included (`NodeView.capabilities`)."""
         if self._nodes is None:
-            nodes, _, rows = load_nodes(session)
-            self._docker = {n for n, r in rows.items() if "docker" in r.executors}
-            self._nodes = nodes
-        return self._nodes, self._docker
+            self._nodes, _, _ = load_nodes(session)
+        return self._nodes
 
 
 def _count_on_healthy(column: Any) -> Any:

@@ -4,8 +4,9 @@ Owns the messages users read in `schedulearn show`, on the Queue page and
 in a refused submission; who is ahead comes from the policy's own order
 (`services.queue`). Both judge a job against `NodeView`s, the same snapshot the
 scheduler hands the policy, so an explanation never disagrees with the
-rules the ledger enforces (one node when it fits, else a gang; GPU type;
-CPUs and memory per node).
+rules the ledger enforces (one node when it fits, else a gang; the
+capabilities rule `core.capabilities.can_run`: container runtime, labels,
+GPU type; CPUs and memory per node).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schedulearn.core import JobView, NodeView
+from schedulearn.core.capabilities import can_run, unrunnable
 
 
 def _plural(n: int | float, word: str) -> str:
@@ -23,9 +25,12 @@ def _of_type(nodes: Sequence[NodeView], gpu_type: str | None) -> list[NodeView]:
     return [n for n in nodes if not gpu_type or n.gpu_type == gpu_type]
 
 
-def never_servable(
-    job: JobView, nodes: Sequence[NodeView], needs_docker: bool, docker_nodes: set[str]
-) -> str | None:
+def _able(nodes: Sequence[NodeView], job: JobView) -> list[NodeView]:
+    """The nodes that can run `job` at all (the one feasibility rule)."""
+    return [n for n in nodes if can_run(job, n)]
+
+
+def never_servable(job: JobView, nodes: Sequence[NodeView]) -> str | None:
     """Why no node of this cluster could ever run `job`, or None if some could.
 
     Judged against every known node, up or down (a down node may come
@@ -34,20 +39,16 @@ def never_servable(
     """
     if not nodes:
         return None
-    if needs_docker and docker_nodes and not any(n.name in docker_nodes for n in nodes):
-        return "no node runs container images; drop --image, or start an agent with Docker"
-    if needs_docker and not docker_nodes:
-        return (
-            "no node runs container images (no agent has the docker executor); "
-            "drop --image, or start an agent with Docker"
-        )
-    if job.gpu_type and not _of_type(nodes, job.gpu_type):
+    why = unrunnable(job, nodes)
+    if why is not None:
+        return why
+    if job.gpu_type and not _of_type(_able(nodes, job), job.gpu_type):
         types = sorted({n.gpu_type for n in nodes if n.gpu_type}) or ["none named"]
         return (
             f"no node has {job.gpu_type} GPUs; the GPU types here are {', '.join(types)}; "
             "change gpu_type or leave it out"
         )
-    usable = _of_type(nodes, job.gpu_type)
+    usable = _of_type(_able(nodes, job), job.gpu_type)
     kind = f"{job.gpu_type} " if job.gpu_type else ""
     want = job.least_gpus
     largest = max((n.num_gpus for n in usable), default=0)
@@ -94,7 +95,10 @@ def waiting_reason(job: JobView, nodes: Sequence[NodeView], ahead: int | None) -
         return "no node has joined yet; start an agent (schedulearn agent --server URL)" + tail
     if not healthy:
         return "every node is down; waiting for an agent to come back" + tail
-    usable = _of_type(healthy, job.gpu_type)
+    why = unrunnable(job, healthy)
+    if why is not None:
+        return f"no healthy node can run it: {why}" + tail
+    usable = _of_type(_able(healthy, job), job.gpu_type)
     kind = f"{job.gpu_type} " if job.gpu_type else ""
     want = job.least_gpus
     if job.gpu_type and not usable:

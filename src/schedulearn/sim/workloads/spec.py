@@ -14,6 +14,10 @@ A PATH is a CSV in a known trace format (Philly, Pollux, Tiresias; see
                                `adaptive` makes its jobs adaptive (see `adaptive`)
   tiresias[:path=FILE]         a Tiresias job CSV (default: the packaged sample)
 
+Any spec also takes `constraint=LABEL[,LABEL]` and `constrained=SHARE`:
+that share of its jobs (default all) need those node labels (see
+`constraints`; the cluster labels nodes with `label=`).
+
 A trace PATH may carry the same option: `workload-6.csv:adaptive` (or
 `:adaptive=32` for a GPU cap other than 64). A directory stands for
 every `.csv` in it, in name order (`workloads/:adaptive` too). Some specs give several
@@ -28,6 +32,7 @@ from pathlib import Path
 
 from schedulearn.sim.jobs import SimInputError, Workload
 from schedulearn.sim.workloads.adaptive import DEFAULT_CAP
+from schedulearn.sim.workloads.constraints import with_constraints
 from schedulearn.sim.workloads.gavel import gavel
 from schedulearn.sim.workloads.options import Options
 from schedulearn.sim.workloads.synthetic import bursts, poisson, uniform
@@ -88,6 +93,17 @@ def parse_workload(text: str, seed: int = 0) -> list[Workload]:
     if path.suffix == ".csv" or path.is_file():
         return [_load(detect(path), path, None)]
     opts = Options.parse(text)
+    # Options every kind takes: taken out before the generator checks its own.
+    labels = [v for v in opts.pairs.pop("constraint", "").split(",") if v.strip()]
+    share_text = opts.pairs.pop("constrained", "1")
+    try:
+        share = float(share_text)
+    except ValueError:
+        raise SimInputError(f"{opts.kind}: constrained={share_text!r} is not a number") from None
+    return [with_constraints(w, labels, share, seed) for w in _parse(opts, seed)]
+
+
+def _parse(opts: Options, seed: int) -> list[Workload]:
     if opts.kind in _GENERATORS:
         return [_GENERATORS[opts.kind](opts, seed)]
     if opts.kind == "bursts":

@@ -1,0 +1,287 @@
+"""Node capabilities: the one feasibility rule, and every policy obeying it.
+
+`can_run` is checked on its own; then the shared helpers (`FreePool`,
+`GpuLedger`) are shown to apply it; then every registered policy is run
+on random snapshots whose nodes differ in container runtime and labels,
+and no decision may put a job on a node that cannot run it. The fixed
+scenarios first prove a capable node exists and gets the job, so "never
+on the wrong node" is not passed by never placing anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedulearn.core import (
+    ClusterView,
+    FreePool,
+    GpuLedger,
+    InvalidDecision,
+    JobView,
+    NodeView,
+    Placement,
+    Resize,
+    Start,
+    available,
+    create,
+)
+from schedulearn.core.capabilities import (
+    PLAIN,
+    ExecutorKind,
+    NodeCapabilities,
+    can_run,
+    check_label,
+    unrunnable,
+    why_not,
+)
+
+SPECS = [
+    *available(),
+    "fifo:backfill=true",
+    "elastic-fifo:min_age=0",
+    "srtf:margin=0:min_gain=0",
+    "edf:preempt=true",
+    "tiresias:queues=3:threshold=50,500:starvation_factor=1",
+    "timeslice:quantum=10",
+]
+BOTH = frozenset({ExecutorKind.PROCESS, ExecutorKind.CONTAINER})
+DOCKER = NodeCapabilities(executors=BOTH, container_runtime="docker 27.1")
+
+
+def job(job_id: int = 1, gpus: int = 1, **fields: object) -> JobView:
+    return JobView(id=job_id, submitted_at=float(job_id), gpus=gpus, **fields)  # type: ignore[arg-type]
+
+
+def node(name: str, gpus: int = 4, caps: NodeCapabilities = PLAIN, gpu_type: str = "") -> NodeView:
+    return NodeView.new(name, gpus, gpu_type=gpu_type, capabilities=caps)
+
+
+# --- the rule -------------------------------------------------------------------
+
+
+def test_an_image_needs_a_container_executor_and_a_runtime() -> None:
+    image = job(image="pytorch:2")
+    assert not can_run(image, node("plain"))
+    assert can_run(image, node("docker", caps=DOCKER))
+    # A container executor without a runtime runs nothing.
+    no_runtime = NodeCapabilities(executors=BOTH)
+    assert not can_run(image, node("broken", caps=no_runtime))
+    assert why_not(image, node("plain")) == "node 'plain' has no container runtime"
+
+
+def test_a_plain_job_needs_the_process_executor() -> None:
+    containers_only = NodeCapabilities(
+        executors=frozenset({ExecutorKind.CONTAINER}), container_runtime="podman 5"
+    )
+    assert can_run(job(), node("plain"))
+    assert not can_run(job(), node("c", caps=containers_only))
+    assert can_run(job(image="x"), node("c", caps=containers_only))
+
+
+def test_constraints_are_a_subset_of_labels() -> None:
+    labelled = node("ib", caps=NodeCapabilities(labels=frozenset({"ib", "a100-80g"})))
+    assert can_run(job(constraints=("ib",)), labelled)
+    assert can_run(job(constraints=("ib", "a100-80g")), labelled)
+    assert not can_run(job(constraints=("ib", "nvme")), labelled)
+    assert not can_run(job(constraints=("ib",)), node("plain"))
+    assert why_not(job(constraints=("nvme",)), labelled) == "node 'ib' lacks label 'nvme'"
+
+
+def test_gpu_type_counts_only_when_the_job_asks_for_gpus() -> None:
+    v100 = node("v", gpu_type="v100")
+    assert can_run(job(gpu_type="v100"), v100)
+    assert not can_run(job(gpu_type="k80"), v100)
+    assert can_run(job(gpus=0, gpu_type="k80"), v100)
+
+
+def test_capabilities_round_trip_and_tolerate_what_they_do_not_know() -> None:
+    caps = NodeCapabilities(BOTH, "docker 27.1", frozenset({"ib", "rack=r1"}))
+    assert NodeCapabilities.from_dict(caps.as_dict()) == caps
+    newer = {**caps.as_dict(), "executors": ["process", "wasm"], "unix_accounts": ["ann"]}
+    assert NodeCapabilities.from_dict(newer).executors == {ExecutorKind.PROCESS}
+    assert NodeCapabilities.from_dict(None) == PLAIN
+
+
+@pytest.mark.parametrize("bad", ["", "-ib", "has space", "x" * 101, "a,b"])
+def test_a_bad_label_says_what_a_label_may_contain(bad: str) -> None:
+    with pytest.raises(ValueError, match="letters, digits"):
+        check_label(bad)
+
+
+def test_unrunnable_names_what_is_missing_and_what_is_present() -> None:
+    nodes = [
+        node("n1", caps=NodeCapabilities(labels=frozenset({"ib"}))),
+        node("n2", caps=NodeCapabilities(labels=frozenset({"nvme"}))),
+    ]
+    why = unrunnable(job(constraints=("a100-80g",)), nodes)
+    assert why is not None
+    assert "no node has label 'a100-80g'; labels present: ib, nvme" in why
+    assert "--label a100-80g" in why
+    together = unrunnable(job(constraints=("ib", "nvme")), nodes)
+    assert together is not None and "n1: ib; n2: nvme" in together
+    image = unrunnable(job(image="x"), nodes)
+    assert image is not None and "no node runs container images" in image
+    assert unrunnable(job(constraints=("ib",)), nodes) is None
+    assert unrunnable(job(image="x"), []) is None  # nothing to judge by
+
+
+# --- the shared helpers apply it ------------------------------------------------------
+
+
+def test_every_pool_method_skips_nodes_that_cannot_run_the_job() -> None:
+    # The plain node comes first and is the best fit: only the rule sends the job on.
+    nodes = (node("plain", 2), node("docker", 4, DOCKER))
+    image = job(image="pytorch:2", gpus=2)
+    pool = FreePool(nodes)
+    for placement in (pool.first_fit(image), pool.best_fit(image), pool.pack(image)):
+        assert placement == Placement.single("docker", [0, 1])
+    assert [n.name for n in pool.candidates(image, 2)] == ["docker"]
+    assert pool.first_fit(job(gpus=2)) == Placement.single("plain", [0, 1])
+    # A gang only over capable nodes: 6 GPUs exist, but only 4 can run it.
+    assert pool.gang(job(image="x", gpus=6)) is None
+    assert pool.gang(job(gpus=6)) is not None
+
+
+def test_the_ledger_refuses_a_placement_on_a_node_that_cannot_run_the_job() -> None:
+    ledger = GpuLedger([node("plain"), node("docker", caps=DOCKER)])
+    image = job(image="pytorch:2")
+    with pytest.raises(InvalidDecision, match="node 'plain' has no container runtime"):
+        ledger.apply([Start(1, Placement.single("plain", [0]))], {1: image})
+    ledger.apply([Start(1, Placement.single("docker", [0]))], {1: image})
+    assert ledger.node_view("docker").capabilities == DOCKER  # snapshots keep them
+
+
+# --- every policy --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize(
+    ("needs", "caps"),
+    [
+        ({"image": "pytorch:2"}, DOCKER),
+        ({"constraints": ("ib",)}, NodeCapabilities(labels=frozenset({"ib"}))),
+    ],
+    ids=["image", "constraint"],
+)
+def test_each_policy_sends_the_job_to_the_only_node_that_can_run_it(
+    spec: str, needs: dict[str, object], caps: NodeCapabilities
+) -> None:
+    # The incapable node is first in scan order and has the most room.
+    nodes = (node("plain", 8), node("able", 2, caps))
+    view = ClusterView(1000.0, nodes, (job(1, 1, estimated_duration=60.0, **needs),))
+    decisions = create(spec).decide(view)
+    assert decisions == [Start(1, Placement.single("able", [0]))]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_each_policy_leaves_a_job_no_node_can_run_waiting(spec: str) -> None:
+    # The plain job arrives first (a FIFO head that cannot run would block the
+    # rest, as a job of a GPU type no node has does): it starts, the others wait.
+    view = ClusterView(
+        1000.0,
+        (node("plain", 8), node("ib", 2, NodeCapabilities(labels=frozenset({"ib"})))),
+        (
+            job(1, 1, estimated_duration=60.0),
+            job(2, 1, image="pytorch:2", estimated_duration=60.0),
+            job(3, 1, constraints=("nvme",), estimated_duration=60.0),
+        ),
+    )
+    started = {d.job_id for d in create(spec).decide(view) if isinstance(d, Start)}
+    assert started == {1}
+
+
+CAPS = [
+    PLAIN,
+    DOCKER,
+    NodeCapabilities(labels=frozenset({"ib"})),
+    NodeCapabilities(BOTH, "podman 5", frozenset({"ib", "nvme"})),
+    NodeCapabilities(frozenset({ExecutorKind.CONTAINER}), "docker 27", frozenset({"nvme"})),
+]
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> ClusterView:
+    types = draw(st.sampled_from([[""], ["k80", "v100"]]))
+    nodes = tuple(
+        NodeView.new(
+            f"n{i}",
+            draw(st.integers(0, 8)),
+            gpu_type=draw(st.sampled_from(types)),
+            cpus=draw(st.sampled_from([0.0, 16.0])),
+            capabilities=draw(st.sampled_from(CAPS)),
+        )
+        for i in range(draw(st.integers(1, 6)))
+    )
+    now = 1000.0
+
+    def a_job(job_id: int) -> JobView:
+        gpus = draw(st.integers(0, 8))
+        elastic = gpus > 0 and draw(st.booleans())
+        return JobView(
+            id=job_id,
+            submitted_at=draw(st.floats(0, now)),
+            gpus=gpus,
+            min_gpus=draw(st.integers(1, gpus)) if elastic else None,
+            max_gpus=draw(st.integers(gpus, 10)) if elastic else None,
+            cpus=draw(st.sampled_from([0.0, 0.0, 4.0])),
+            gpu_type=draw(st.sampled_from([None, None, *[t for t in types if t]])),
+            deadline=draw(st.one_of(st.none(), st.floats(0, 3 * now))),
+            estimated_duration=draw(st.one_of(st.none(), st.floats(1, 5000))),
+            preemptible=draw(st.booleans()),
+            attained_gpu_seconds=draw(st.sampled_from([0.0, 60.0, 10_000.0])),
+            image=draw(st.sampled_from([None, None, "pytorch:2"])),
+            constraints=draw(st.sampled_from([(), (), ("ib",), ("nvme",), ("ib", "nvme")])),
+        )
+
+    # Running jobs are placed through a pool and a ledger, so the snapshot is consistent.
+    ledger = GpuLedger(nodes)
+    pool = FreePool(nodes)
+    running: list[JobView] = []
+    for k in range(draw(st.integers(0, 6))):
+        j = a_job(100 + k)
+        placement = pool.pack(j, j.least_gpus)
+        if placement is None:
+            continue
+        pool.take(j, placement)
+        started = replace(j, placement=placement, started_at=draw(st.floats(0, now)))
+        ledger.apply([Start(j.id, placement)], {j.id: started})
+        running.append(started)
+    pending = sorted(
+        (a_job(k) for k in range(draw(st.integers(1, 8)))), key=lambda j: j.submitted_at
+    )
+    return ClusterView(
+        now, tuple(ledger.node_view(n.name) for n in nodes), tuple(pending), tuple(running)
+    )
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(view=snapshots())
+def test_no_policy_places_a_job_on_a_node_that_cannot_run_it(spec: str, view: ClusterView) -> None:
+    decisions = create(spec).decide(view)
+    jobs = {j.id: j for j in (*view.pending, *view.running)}
+    by_name = {n.name: n for n in view.nodes}
+    for d in decisions:
+        if isinstance(d, Start | Resize):
+            j = jobs[d.job_id]
+            for name in d.placement.nodes:
+                assert can_run(j, by_name[name]), why_not(j, by_name[name])
+    # And the ledger, which every host applies a pass through, agrees.
+    ledger = GpuLedger(
+        replace(n, gpus=tuple(replace(g, job_id=None) for g in n.gpus)) for n in view.nodes
+    )
+    for j in view.running:
+        assert j.placement is not None
+        ledger.apply([Start(j.id, j.placement)], {j.id: j})
+    ledger.apply(decisions, jobs)
+
+
+def test_the_wire_and_the_core_share_one_label_pattern() -> None:
+    from schedulearn import protocol
+    from schedulearn.core import capabilities
+
+    assert protocol.LABEL_PATTERN == capabilities.LABEL_PATTERN
