@@ -26,9 +26,9 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.auth import Caller
 from schedulearn.server.declared import Codec
-from schedulearn.server.errors import Forbidden, NotFound, Unservable
+from schedulearn.server.errors import BadRequest, Forbidden, NotFound, Unservable
 from schedulearn.server.models import Job, JobTransition
-from schedulearn.server.services import checkpoints, lifecycle, progress, snapshot
+from schedulearn.server.services import checkpoints, lifecycle, progress, snapshot, users
 from schedulearn.server.services.waiting import never_servable, waiting_reason
 from schedulearn.server.wakeups import Changes
 
@@ -132,8 +132,9 @@ def submit(
     batches: list[list[Job]] = []
     for spec, caller in specs:
         try:
+            users.check_priority(spec.priority, caller)
             check_servable(spec, nodes, docker)
-        except Unservable as exc:
+        except (BadRequest, Unservable) as exc:
             results.append(exc)
             batches.append([])
             continue
