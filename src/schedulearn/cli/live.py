@@ -1,7 +1,7 @@
 """`schedulearn server` and `schedulearn up` (a server plus a local agent).
 
 Also registers the user commands of `cli.jobs` (submit, jobs, show, logs,
-cancel, nodes, policy, token, whoami). The `agent` command belongs to the
+cancel, nodes, policy, whoami). The `agent` command belongs to the
 agent's own CLI module.
 
 `up` owns the local set-up: it makes (or reuses) an admin token for you
