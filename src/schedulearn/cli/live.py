@@ -176,7 +176,9 @@ def up(
     err.print(f"  local agent {name!r}: {what}, log {log_path}")
     err.print(
         f"  your admin token and the agent's are in {path} (readable only by you); "
-        "the CLI uses them from there"
+        "the CLI uses them from there",
+        soft_wrap=True,  # a path broken over two lines cannot be copied
+        highlight=False,
     )
     err.print("  try: schedulearn submit --gpus 1 -- echo hello")
     err.print(f"  web page: {url}/ui (sign in with the `token` in {path})")
