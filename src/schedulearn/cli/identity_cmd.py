@@ -229,16 +229,14 @@ def token_revoke(
 
 def register(app: typer.Typer) -> None:
     users = typer.Typer(help="Users as records (admin).", no_args_is_help=True)
-    for name, fn in (
-        ("add", user_add),
-        ("list", user_list),
-        ("set", user_set),
-        ("disable", user_disable),
-        ("enable", user_enable),
-    ):
-        users.command(name)(fn)
+    users.command("add")(user_add)
+    users.command("list")(user_list)
+    users.command("set")(user_set)
+    users.command("disable")(user_disable)
+    users.command("enable")(user_enable)
     app.add_typer(users, name="user")
     tokens = typer.Typer(help="API tokens: make, list, revoke.", no_args_is_help=True)
-    for name, fn in (("create", token_create), ("list", token_list), ("revoke", token_revoke)):
-        tokens.command(name)(fn)
+    tokens.command("create")(token_create)
+    tokens.command("list")(token_list)
+    tokens.command("revoke")(token_revoke)
     app.add_typer(tokens, name="token")

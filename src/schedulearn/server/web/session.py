@@ -85,7 +85,7 @@ def resolve(session: Session, session_id: str, now: float, default: PriorityRang
 
 def end(session: Session, session_id: str) -> None:
     """Sign out: the session stops working at once."""
-    session.execute(delete(WebSession).where(WebSession.id_hash == _digest(session_id)))
+    session.execute(delete(WebSession).where(col(WebSession.id_hash) == _digest(session_id)))
     session.commit()
 
 
