@@ -887,20 +887,135 @@ class LogPage(_Reply):
     next_after: int = Field(description="Pass as `after` to fetch only newer lines")
 
 
+# --- users and tokens (identity) -------------------------------------------------
+
+USER_NAME_PATTERN = r"^[A-Za-z0-9_.@-]+$"
+# POSIX portable user names (useradd's default rule, upper case allowed).
+UNIX_ACCOUNT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$"
+
+
+class RunAs(_Reply):
+    """The unix account a user's jobs run as on the GPU hosts (an agent started as
+    root switches to it; an agent started as an ordinary user runs everything as itself)."""
+
+    account: str = Field(description="The account's name on the GPU hosts")
+    allow_root: bool = Field(
+        default=False, description="An admin allowed this user's jobs to run as root"
+    )
+
+
+class UserCreate(_Request):
+    name: str = Field(min_length=1, max_length=100, pattern=USER_NAME_PATTERN)
+    unix_account: str | None = Field(
+        default=None,
+        pattern=UNIX_ACCOUNT_PATTERN,
+        description="The unix account their jobs run as on the GPU hosts (default: the name)",
+    )
+    allow_root: bool = Field(
+        default=False, description="Allow this user's jobs to run as root (unix_account root)"
+    )
+    priority_max: int | None = Field(
+        default=None,
+        ge=-1_000_000,
+        le=1_000_000,
+        description="Highest priority this user may give a job (default: the server's setting)",
+    )
+
+
+class UserUpdate(_Request):
+    """Change a user's record; fields left out stay as they are."""
+
+    unix_account: str | None = Field(default=None, pattern=UNIX_ACCOUNT_PATTERN)
+    allow_root: bool | None = None
+    priority_max: int | None = Field(default=None, ge=-1_000_000, le=1_000_000)
+    clear_priority_max: bool = Field(
+        default=False, description="Go back to the server's priority range"
+    )
+    disabled: bool | None = Field(
+        default=None,
+        description="true: their tokens and web sessions stop working at once; false: again",
+    )
+
+
+class UserPublic(_Reply):
+    name: str
+    unix_account: str = Field(description="The account their jobs run as on the GPU hosts")
+    allow_root: bool
+    priority_min: int = Field(description="Lowest priority they may give a job")
+    priority_max: int = Field(description="Highest priority they may give a job")
+    priority_max_own: bool = Field(
+        default=False, description="priority_max is set on this user (not the server's)"
+    )
+    created_at: float
+    disabled_at: float | None = None
+
+
+class UserList(_Reply):
+    items: list[UserPublic]
+
+
+class TokenState(StrEnum):
+    ACTIVE = "active"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
 class TokenCreate(_Request):
-    user: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.@-]+$")
+    user: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=USER_NAME_PATTERN,
+        description="Who the token is for (default: the caller)",
+    )
     role: Literal["user", "admin", "agent"] = "user"
+    name: str = Field(default="", max_length=100, description="A label to tell tokens apart")
+    expires: str | None = Field(
+        default=None,
+        max_length=40,
+        description="When it stops working: a span from now (90m, 12h, 30d, 8w) or a UTC "
+        "date or time (2027-01-31, 2027-01-31T18:00); default: never",
+    )
 
 
 class TokenPublic(_Reply):
+    id: int = 0
     user: str
     role: str
+    name: str = ""
+    expires_at: float | None = None
     token: str = Field(description="Shown once; the server stores only its hash")
+
+
+class TokenInfo(_Reply):
+    """A token as `token list` shows it: never its secret."""
+
+    id: int
+    user: str
+    role: str
+    name: str
+    state: TokenState
+    created_at: float
+    expires_at: float | None = None
+    last_used_at: float | None = Field(
+        default=None, description="Last time it was checked (to within a minute)"
+    )
+    revoked_at: float | None = None
+
+
+class TokenList(_Reply):
+    items: list[TokenInfo]
 
 
 class WhoAmI(_Reply):
     user: str
     role: str
+    priority_min: int | None = Field(
+        default=None, description="Lowest priority you may give a job (none: no bound)"
+    )
+    priority_max: int | None = Field(
+        default=None, description="Highest priority you may give a job (none: no bound)"
+    )
 
 
 class Health(_Reply):

@@ -46,9 +46,29 @@ class ServerSettings(BaseSettings):
     )
     # Tokens: when given, these are stored (hashed) at start so a deployment
     # or a test knows them in advance; otherwise the server makes them at
-    # first start and prints them once.
+    # first start and writes them to `token_file` (0600), never to a log.
     admin_token: str | None = None
     agent_token: str | None = None
+    token_file: str | None = Field(
+        default=None,
+        description="Where the tokens made at first start are written (mode 0600); default: "
+        "`first-tokens` next to the SQLite file, or in the user's data directory",
+    )
+    auth_cache_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        description="How long a checked token is trusted without asking the database again. "
+        "This replica honours a revocation, an expiry or a disabled user at once; other "
+        "replicas within this many seconds (0: every request asks the database)",
+    )
+    user_priority_min: int = Field(
+        default=-100, description="Lowest priority a user (not an admin) may give a job"
+    )
+    user_priority_max: int = Field(
+        default=0,
+        description="Highest priority a user may give a job, unless their user record sets "
+        "its own (`schedulearn user add NAME --priority-max N`); admins have no bound",
+    )
     heartbeat_seconds: float = Field(default=2.0, gt=0)
     node_timeout_seconds: float = Field(
         default=10.0, gt=0, description="A node silent this long is marked down"
@@ -83,6 +103,3 @@ class ServerSettings(BaseSettings):
         default=29500, description="MASTER_PORT of a gang is this + job id % 10000"
     )
     log_level: str = "info"
-    print_tokens: bool = Field(
-        default=True, description="Print tokens made at first start on stderr (shown once)"
-    )

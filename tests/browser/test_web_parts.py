@@ -1,5 +1,5 @@
-"""The dashboard's parts that need no browser: the session cookie, the Submit
-form's parsing, the metrics' reconstruction of the past from the job
+"""The dashboard's parts that need no browser: the server-side session, the
+Submit form's parsing, the metrics' reconstruction of the past from the job
 history, and progress reading. (The Queue page's order is tested with the
 policies: tests/unit/core/test_queue_order.py and
 tests/unit/server/test_queue_order_live.py.)
@@ -20,23 +20,39 @@ from schedulearn.server.models import Job, JobTransition
 from schedulearn.server.web import forms, history, job_data
 from schedulearn.server.web import session as sessions
 
-# --- session cookie ----------------------------------------------------------
+# --- sessions ----------------------------------------------------------------------
 
 
-def test_session_cookie_round_trips_and_refuses_forgery_and_expiry() -> None:
-    secret = b"k" * 32
-    ws = sessions.new_session("abc123", now=1000.0)
-    value = sessions.encode(ws, secret)
-    assert sessions.decode(value, secret, now=1001.0) == ws
-    assert sessions.decode(value, b"other" * 8, now=1001.0) is None
-    signature = value.rsplit(".", 1)[1]
-    forged = sessions.encode(sessions.WebSession("admin-hash", ws.csrf, ws.expires), b"x" * 32)
-    assert sessions.decode(forged.rsplit(".", 1)[0] + "." + signature, secret, 1001.0) is None
-    assert sessions.decode(value, secret, now=ws.expires + 1) is None
-    assert sessions.decode("garbage", secret, now=1001.0) is None
-    assert sessions.decode(None, secret, now=1001.0) is None
-    assert not sessions.same_token("", ws.csrf)
-    assert sessions.same_token(ws.csrf, ws.csrf)
+def test_a_session_lives_on_the_server_and_sign_out_ends_it(tmp_path: Path) -> None:
+    """The cookie holds only a random id; the row holds its hash; ending it removes it."""
+    from sqlmodel import select
+
+    from schedulearn.server.auth import PriorityRange, Role
+    from schedulearn.server.models import WebSession
+    from schedulearn.server.services import tokens
+
+    database = db.Database(f"sqlite:///{tmp_path / 'x.db'}")
+    db.migrate(database.engine)
+    bounds = PriorityRange(-100, 0)
+    try:
+        with database.session() as session:
+            row, _secret = tokens.issue(session, "ana", Role.USER, now=1000.0)
+            assert row.id is not None
+            cookie, csrf = sessions.start(session, row.id, now=1000.0)
+            stored = session.exec(select(WebSession)).one()
+            assert stored.id_hash != cookie and cookie not in stored.id_hash
+            signed = sessions.resolve(session, cookie, 1001.0, bounds)
+            assert signed is not None and signed.caller.user == "ana" and signed.csrf == csrf
+            assert sessions.resolve(session, cookie + "x", 1001.0, bounds) is None
+            assert (
+                sessions.resolve(session, cookie, 1000.0 + sessions.SESSION_SECONDS, bounds) is None
+            )
+            sessions.end(session, cookie)
+            assert sessions.resolve(session, cookie, 1001.0, bounds) is None
+    finally:
+        database.close()
+    assert not sessions.same_token("", csrf)
+    assert sessions.same_token(csrf, csrf)
 
 
 # --- the Submit form -----------------------------------------------------------

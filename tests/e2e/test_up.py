@@ -1,7 +1,8 @@
 """The README's run command as a new user meets it: `schedulearn up` in an empty
 home (no configuration, no database), then the documented `schedulearn submit`
 of `examples/train_toy.py` from a second terminal that passes no server or
-token, `logs`, and Ctrl-C, which stops the agent and the server cleanly."""
+token, `logs`, and Ctrl-C, which stops the agent and the server cleanly. No
+token is printed: they are in the CLI config, mode 0600."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -75,7 +77,11 @@ def test_up_then_submit_the_readme_example_then_ctrl_c(tmp_path: Path) -> None:
         nodes = wait_until(joined, 60, "the local agent to join")
         # 4 virtual GPUs where there are no NVIDIA GPUs, else the real ones.
         assert nodes == [("local", 4)] or (has_nvidia_gpus() and nodes[0][0] == "local"), nodes
-        assert json.loads(config.read_text())["server"] == f"http://127.0.0.1:{port}"
+        written = json.loads(config.read_text())
+        assert written["server"] == f"http://127.0.0.1:{port}"
+        # The tokens are in the CLI config, readable by this user only.
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600
+        assert written["token"] and written["agent_token"]
 
         submitted = _cli(env, "submit", "--gpus", "1", "--", "python", "examples/train_toy.py")
         assert submitted.returncode == 0, submitted.stderr
@@ -101,6 +107,10 @@ def test_up_then_submit_the_readme_example_then_ctrl_c(tmp_path: Path) -> None:
     assert up.returncode in (0, 130) and "Traceback" not in said, said
     assert "stopping the agent, then the server" in said
     assert "local agent 'local'" in said
+    # `up` says where the tokens are, and prints none of them.
+    assert f"are in {config} (readable only by you)" in said, said
+    assert written["token"] not in said and written["agent_token"] not in said
+    assert not re.search(r"sl(ad|us|ag)_", said), said
     assert _cli(env, "nodes").returncode != 0, "the server still answers after Ctrl-C"
     assert not _processes_naming(f"127.0.0.1:{port}"), "the agent outlived Ctrl-C"
 

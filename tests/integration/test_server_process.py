@@ -1,10 +1,12 @@
-"""`schedulearn server` as a real uvicorn process: first-start tokens, the
-database named by SCHEDULEARN_DATABASE_URL, migrations, and a restart."""
+"""`schedulearn server` as a real uvicorn process: first-start tokens (to a 0600
+file, never the log), the database named by SCHEDULEARN_DATABASE_URL,
+migrations, and a restart."""
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +17,10 @@ from schedulearn.cli.localcluster import free_port
 from waiting import wait_until
 
 
-def start(database_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+def start(database_url: str, port: int, log: Path, token_file: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULEARN_")}
     env["SCHEDULEARN_DATABASE_URL"] = database_url
+    env["SCHEDULEARN_TOKEN_FILE"] = str(token_file)
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "schedulearn.cli.main", "server", "--port", str(port)],
@@ -28,22 +31,30 @@ def start(database_url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
         assert proc.poll() is None, log.read_text()
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
 
-    wait_until(healthy, 60, "the server to answer /healthz", ignore=(httpx.HTTPError,))
+    wait_until(healthy, 90, "the server to answer /healthz", ignore=(httpx.HTTPError,))
     return proc
 
 
-def test_first_start_shows_tokens_once_and_they_work(database_url: str, tmp_path: Path) -> None:
+def test_first_start_writes_tokens_to_a_private_file_never_the_log(
+    database_url: str, tmp_path: Path
+) -> None:
     port = free_port()
     log = tmp_path / "server.log"
-    proc = start(database_url, port, log)
+    token_file = tmp_path / "secrets" / "first-tokens"
+    proc = start(database_url, port, log, token_file)
     try:
         text = log.read_text()
-        admin = re.search(r"admin token: (\S+)", text)
-        agent = re.search(r"agent token: (\S+)", text)
-        assert admin and agent, text
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        written = token_file.read_text()
+        admin = re.search(r"^admin_token=(\S+)$", written, re.M)
+        agent = re.search(r"^agent_token=(\S+)$", written, re.M)
+        assert admin and agent, written
+        # The log says where they are, and holds neither.
+        assert str(token_file) in text and "readable only by you" in text, text
+        assert admin[1] not in text and agent[1] not in text
         url = f"http://127.0.0.1:{port}"
         me = httpx.get(f"{url}/api/v1/whoami", headers={"Authorization": f"Bearer {admin[1]}"})
-        assert me.json() == {"user": "admin", "role": "admin"}
+        assert (me.json()["user"], me.json()["role"]) == ("admin", "admin")
         reg = httpx.post(
             f"{url}/api/v1/agent/register",
             headers={"Authorization": f"Bearer {agent[1]}"},
@@ -60,9 +71,11 @@ def test_first_start_shows_tokens_once_and_they_work(database_url: str, tmp_path
         proc.kill()  # like a crash: the next start must find everything
         proc.wait()
     log.write_text("")
-    proc = start(database_url, port, log)
+    token_file.unlink()
+    proc = start(database_url, port, log, token_file)
     try:
-        assert "token" not in log.read_text()  # shown once, at the first start only
+        # Made once, at the first start only.
+        assert "token" not in log.read_text() and not token_file.exists()
         url = f"http://127.0.0.1:{port}"
         jobs = httpx.get(f"{url}/api/v1/jobs", headers={"Authorization": f"Bearer {admin[1]}"})
         assert jobs.json()["total"] == 1  # the committed job survived SIGKILL

@@ -31,7 +31,14 @@ from schedulearn.protocol import (
     ProfileImportReply,
     ProfileList,
     SubmitReply,
+    TokenCreate,
+    TokenInfo,
+    TokenList,
     TokenPublic,
+    UserCreate,
+    UserList,
+    UserPublic,
+    UserUpdate,
     WhoAmI,
 )
 
@@ -168,9 +175,38 @@ class Client:
         response = self._call("POST", "/profiles", json=body.model_dump(mode="json"))
         return ProfileImportReply.model_validate(response.json())
 
-    def create_token(self, user: str, role: str = "user") -> TokenPublic:
-        body = {"user": user, "role": role}
-        return TokenPublic.model_validate(self._call("POST", "/tokens", json=body).json())
+    def create_token(
+        self,
+        user: str | None = None,
+        role: str = "user",
+        name: str = "",
+        expires: str | None = None,
+    ) -> TokenPublic:
+        body = TokenCreate(user=user, role=role, name=name, expires=expires)  # type: ignore[arg-type]
+        response = self._call("POST", "/tokens", json=body.model_dump(exclude_defaults=True))
+        return TokenPublic.model_validate(response.json())
+
+    def tokens(self, user: str | None = None, include_ended: bool = False) -> TokenList:
+        params: dict[str, Any] = {"all": include_ended}
+        if user:
+            params["user"] = user
+        return TokenList.model_validate(self._call("GET", "/tokens", params=params).json())
+
+    def revoke_token(self, token_id: int) -> TokenInfo:
+        return TokenInfo.model_validate(self._call("DELETE", f"/tokens/{token_id}").json())
+
+    def users(self) -> UserList:
+        return UserList.model_validate(self._call("GET", "/users").json())
+
+    def add_user(self, body: UserCreate) -> UserPublic:
+        response = self._call("POST", "/users", json=body.model_dump(exclude_defaults=True))
+        return UserPublic.model_validate(response.json())
+
+    def update_user(self, name: str, body: UserUpdate) -> UserPublic:
+        response = self._call(
+            "PATCH", f"/users/{name}", json=body.model_dump(exclude_defaults=True)
+        )
+        return UserPublic.model_validate(response.json())
 
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self._call("GET", "/whoami").json())

@@ -45,8 +45,12 @@ def save(config: CliConfig, path: Path | None = None) -> Path:
     path = path or config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(config.model_dump(), indent=2) + "\n")
-    tmp.chmod(0o600)  # it holds a token
+    tmp.unlink(missing_ok=True)
+    # It holds tokens: created 0600, so it is never readable by others, not even briefly.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(config.model_dump(), indent=2) + "\n")
+    tmp.chmod(0o600)
     tmp.replace(path)
     return path
 

@@ -1,5 +1,5 @@
 """User commands against a running server: submit, jobs, show, logs, cancel,
-nodes, policy, token, whoami.
+nodes, policy, whoami (users and tokens: `cli.identity_cmd`).
 
 Thin over `cli.client.Client`: parse flags, make one call, print a Rich
 table (or JSON with `--json`, for scripts).
@@ -490,22 +490,6 @@ def policy(
     out.print(f"[dim]available: {', '.join(current.available)}[/dim]")
 
 
-def token_create(
-    user: Annotated[str, typer.Argument(help="Who the token is for")],
-    role: Annotated[str, typer.Option("--role", help="user|admin|agent")] = "user",
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Make a token (admin). It is shown once."""
-    with connect(server, token) as client:
-        made = client.create_token(user, role)
-    if as_json:
-        _dump(made)
-        return
-    out.print(made.token)
-
-
 def whoami(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """The user and role of the token in use."""
     with connect(server, token) as client:
@@ -531,6 +515,3 @@ COMMANDS: list[tuple[str, Callable[..., None]]] = [
 def register(app: typer.Typer) -> None:
     for name, fn in COMMANDS:
         app.command(name)(fn)
-    tokens = typer.Typer(help="Manage API tokens (admin).", no_args_is_help=True)
-    tokens.command("create")(token_create)
-    app.add_typer(tokens, name="token")

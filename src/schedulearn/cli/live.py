@@ -1,15 +1,16 @@
 """`schedulearn server` and `schedulearn up` (a server plus a local agent).
 
 Also registers the user commands of `cli.jobs` (submit, jobs, show, logs,
-cancel, nodes, policy, token, whoami). The `agent` command belongs to the
+cancel, nodes, policy, whoami). The `agent` command belongs to the
 agent's own CLI module.
 
 `up` owns the local set-up: it makes (or reuses) an admin token for you
-and an agent token for its agent, writes the CLI config so `submit`
-works from any shell, then hands over to `cli.serving`, which serves the
-API on uvicorn, starts the agent as a child process once the server
-listens, and on Ctrl-C stops the agent first (so it can stop its jobs and
-report them) and then the server. That module is imported only by these
+and an agent token for its agent, writes them to the CLI config (0600,
+never to the terminal) so `submit` works from any shell, then hands
+over to `cli.serving`, which serves the API on uvicorn, starts the agent
+as a child process once the server listens, and on Ctrl-C stops the
+agent first (so it can stop its jobs and report them) and then the
+server. That module is imported only by these
 two commands: uvicorn and the server are the server extra's, and the
 agent and user commands must run without them.
 """
@@ -94,26 +95,30 @@ def server(
 
 def local_tokens(settings: ServerSettings) -> tuple[str, str]:
     """An admin token for this user and an agent token, reused from the CLI
-    config when the database still knows them, made (and stored hashed) otherwise."""
+    config while they still work, made (and stored hashed) otherwise."""
     from schedulearn.server import auth, db
+    from schedulearn.server.services import tokens
 
     database = db.Database(settings.database_url)
     try:
         db.migrate(database.engine)
         config = load_file()
         now = time.time()
+        default = auth.PriorityRange(settings.user_priority_min, settings.user_priority_max)
         with database.session() as session:
 
-            def known(token: str | None, role: auth.Role) -> bool:
-                found = auth.TokenCache().load(session, auth.hash_token(token)) if token else None
-                return found is not None and found.role is role
+            def works(token: str | None, role: auth.Role) -> bool:
+                if not token:
+                    return False
+                found = auth.lookup(session, auth.hash_token(token), now, default)
+                return not isinstance(found, auth.Refusal) and found[0].role is role
 
             admin = config.token
-            if not known(admin, auth.Role.ADMIN):
-                admin = auth.create_token(session, getpass.getuser(), auth.Role.ADMIN, now)
+            if not works(admin, auth.Role.ADMIN):
+                admin = tokens.issue(session, getpass.getuser(), auth.Role.ADMIN, now, "up")[1]
             agent = config.agent_token
-            if not known(agent, auth.Role.AGENT):
-                agent = auth.create_token(session, "local-agent", auth.Role.AGENT, now)
+            if not works(agent, auth.Role.AGENT):
+                agent = tokens.issue(session, "local-agent", auth.Role.AGENT, now, "up")[1]
         assert admin is not None and agent is not None
         return admin, agent
     finally:
@@ -169,8 +174,14 @@ def up(
     err.print(f"Schedulearn is up at [bold]{url}[/bold] (database: {settings.database_url})")
     what = f"{gpus} virtual GPUs" if gpus else "NVIDIA GPUs"
     err.print(f"  local agent {name!r}: {what}, log {log_path}")
-    err.print(f"  CLI configured in {path}; try: schedulearn submit --gpus 1 -- echo hello")
-    err.print(f"  web page: {url}/ui (sign in with the token in {path})")
+    err.print(
+        f"  your admin token and the agent's are in {path} (readable only by you); "
+        "the CLI uses them from there",
+        soft_wrap=True,  # a path broken over two lines cannot be copied
+        highlight=False,
+    )
+    err.print("  try: schedulearn submit --gpus 1 -- echo hello")
+    err.print(f"  web page: {url}/ui (sign in with the `token` in {path})")
     err.print("  Ctrl-C stops both.")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     from schedulearn.cli.serving import serve_with_agent

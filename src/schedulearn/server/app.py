@@ -1,7 +1,7 @@
 """`create_app(settings)`: the FastAPI application, its lifespan and its schema.
 
 Owns start-up: migrate the database, make the first admin and agent
-tokens (printed once, stored hashed), start the scheduler loop; and
+tokens (stored hashed, written once to a 0600 file), start the scheduler loop; and
 shut-down. Each call builds an independent app with its own database,
 events and metrics, so tests never share state.
 """
@@ -14,7 +14,6 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
@@ -25,10 +24,13 @@ from schedulearn.clock import Clock, SystemClock
 from schedulearn.protocol import JobSpec
 from schedulearn.server import auth, db, errors, versioning
 from schedulearn.server.api import agent, cluster, jobs, ops, profiles
+from schedulearn.server.api import tokens as token_routes
+from schedulearn.server.api import users as user_routes
 from schedulearn.server.batching import Batcher
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services import jobs as job_service
+from schedulearn.server.services import tokens
 from schedulearn.server.services.agents import AgentTiming
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
@@ -39,35 +41,26 @@ from schedulearn.settings import ServerSettings
 log = logging.getLogger("schedulearn.server")
 
 
-@dataclass(frozen=True, slots=True)
-class FirstTokens:
-    """Tokens made at this start (None: one already existed)."""
+def bootstrap(database: db.Database, settings: ServerSettings, now: float) -> dict[auth.Role, str]:
+    """Migrate, then make sure a working admin and agent token exist.
 
-    admin: str | None
-    agent: str | None
-
-
-def bootstrap(database: db.Database, settings: ServerSettings, now: float) -> FirstTokens:
-    """Migrate, then make sure an admin and an agent token exist.
-
-    Tokens given in the settings are stored (hashed); otherwise new ones
-    are made on the first start only, and returned so they can be shown once.
+    Tokens given in the settings are stored (hashed); otherwise a new one is
+    made for a role none of whose tokens works any more (a new database, or
+    every admin token revoked), and returned so it can be written to the
+    token file. Never printed.
     """
     db.migrate(database.engine)
-    made: dict[auth.Role, str | None] = {}
+    made: dict[auth.Role, str] = {}
     with database.session() as session:
         for role, given in (
             (auth.Role.ADMIN, settings.admin_token),
             (auth.Role.AGENT, settings.agent_token),
         ):
             if given:
-                auth.store_token(session, given, role.value, role, now)
-                made[role] = None
-            elif not auth.has_role(session, role):
-                made[role] = auth.create_token(session, role.value, role, now)
-            else:
-                made[role] = None
-    return FirstTokens(admin=made[auth.Role.ADMIN], agent=made[auth.Role.AGENT])
+                tokens.issue(session, role.value, role, now, "from the settings", secret=given)
+            elif not tokens.has_working(session, role, now):
+                made[role] = tokens.issue(session, role.value, role, now, "first start")[1]
+    return made
 
 
 def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
@@ -78,17 +71,16 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        first = bootstrap(database, settings, clock.now())
-        if settings.print_tokens and (first.admin or first.agent):
+        made = bootstrap(database, settings, clock.now())
+        if made:
+            # Written to a file only this user can read, never to a log.
+            path = tokens.write_first_tokens(tokens.first_tokens_path(settings), made)
+            roles = " and ".join(f"an {r.value} token" for r in made)
             print(
-                "Schedulearn made these tokens at its first start; they are shown once:",
+                f"Schedulearn made {roles} and wrote them to {path} (readable only by you); "
+                "keep them, then delete the file",
                 file=sys.stderr,
             )
-            if first.admin:
-                print(f"  admin token: {first.admin}", file=sys.stderr)
-            if first.agent:
-                print(f"  agent token: {first.agent}", file=sys.stderr)
-        app.state.first_tokens = first
         sl.scheduler.started_at = clock.now()
         sl.scheduler.start()
         log.info("schedulearn server ready (%s)", database.backend)
@@ -111,7 +103,10 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         db=database,
         clock=clock,
         wakeups=wakeups,
-        tokens=auth.TokenCache(),
+        tokens=auth.TokenCache(
+            settings.auth_cache_seconds,
+            auth.PriorityRange(settings.user_priority_min, settings.user_priority_max),
+        ),
         metrics=metrics,
         scheduler=scheduler,
         submitter=Batcher(database, job_service.submit, clock.now, lambda: shape),
@@ -136,7 +131,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     # Added last, so it runs first: a refused client gets the version message
     # before anything else judges its request.
     app.add_middleware(versioning.ProtocolCheck)
-    for module in (jobs, cluster, agent, ops, profiles):
+    for module in (jobs, cluster, agent, ops, profiles, token_routes, user_routes):
         app.include_router(module.router)
     if importlib.util.find_spec("schedulearn.server.web") is not None:
         # The web dashboard (its own package) mounts its pages under /ui.

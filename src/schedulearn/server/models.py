@@ -212,10 +212,53 @@ class LogRecord(SQLModel, table=True):
 
 
 class Token(SQLModel, table=True):
-    hash: str = Field(primary_key=True)
+    """An API token: only its SHA-256 is kept (`server.auth`, `services.tokens`).
+
+    A token ends when it is revoked (`revoked_at`) or expires (`expires_at`);
+    its row stays so `token list --all` can show when and why.
+    """
+
+    __table_args__ = (Index("ix_token_hash", "hash", unique=True), Index("ix_token_user", "user"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    hash: str
     user: str
     role: str
+    name: str = ""
     created_at: float
+    expires_at: float | None = None
+    last_used_at: float | None = None
+    revoked_at: float | None = None
+
+
+class User(SQLModel, table=True):
+    """A person who submits jobs (`services.users`): who they are on the GPU hosts
+    (`unix_account`, their name when unset), whether their jobs may run as root,
+    how high they may set a job's priority, and whether they are disabled."""
+
+    __tablename__ = "app_user"
+
+    name: str = Field(primary_key=True)
+    unix_account: str | None = None
+    allow_root: bool = False
+    priority_max: int | None = None
+    created_at: float
+    disabled_at: float | None = None
+
+
+class WebSession(SQLModel, table=True):
+    """A signed-in browser (`web.session`): the cookie holds a random id, this row its
+    SHA-256, the token it signed in with and its CSRF token. Deleting the row (sign-out,
+    token revoked) ends the session at once, on every replica."""
+
+    __tablename__ = "web_session"
+    __table_args__ = (Index("ix_web_session_token_id", "token_id"),)
+
+    id_hash: str = Field(primary_key=True)
+    token_id: int
+    csrf: str
+    created_at: float
+    expires_at: float
 
 
 class ThroughputRecord(SQLModel, table=True):

@@ -1,4 +1,4 @@
-"""/api/v1/nodes, /api/v1/policy, /api/v1/tokens, /api/v1/whoami."""
+"""/api/v1/nodes, /api/v1/policy, /api/v1/whoami (tokens: `api.tokens`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,8 @@ from schedulearn.protocol import (
     PolicyPreview,
     PolicyPublic,
     PolicySet,
-    TokenCreate,
-    TokenPublic,
     WhoAmI,
 )
-from schedulearn.server import auth
 from schedulearn.server.api.deps import Admin, State, User
 from schedulearn.server.errors import ERROR_RESPONSES
 from schedulearn.server.services import nodes, policy
@@ -66,19 +63,12 @@ async def set_policy(body: PolicySet, state: State, _who: Admin) -> PolicyPublic
     return result
 
 
-@router.post(
-    "/tokens",
-    response_model=TokenPublic,
-    status_code=201,
-    tags=["tokens"],
-    summary="New token (admin)",
-)
-async def create_token(body: TokenCreate, state: State, _who: Admin) -> TokenPublic:
-    role = auth.Role(body.role)
-    token = await state.db.run(auth.create_token, body.user, role, state.clock.now())
-    return TokenPublic(user=body.user, role=role.value, token=token)
-
-
 @router.get("/whoami", response_model=WhoAmI, tags=["tokens"], summary="Who this token is")
 async def whoami(who: User) -> WhoAmI:
-    return WhoAmI(user=who.user, role=who.role.value)
+    bounds = who.priority
+    return WhoAmI(
+        user=who.user,
+        role=who.role.value,
+        priority_min=bounds.low if bounds else None,
+        priority_max=bounds.high if bounds else None,
+    )

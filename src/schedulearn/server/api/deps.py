@@ -1,4 +1,7 @@
-"""Request dependencies: the app state and who is calling (from the bearer token)."""
+"""Request dependencies: the app state and who is calling (from the bearer token).
+
+Every route names one of `User`, `Admin` or `Agent`, so every route checks a role.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from schedulearn.server.auth import Caller, Role
+from schedulearn.server.auth import Caller, Refusal, Role
 from schedulearn.server.errors import Forbidden, Unauthorized
 from schedulearn.server.state import AppState, get_state
 
@@ -23,6 +26,16 @@ async def _state(request: Request) -> AppState:
 State = Annotated[AppState, Depends(_state)]
 
 
+async def authenticate(state: AppState, token: str) -> Caller | Refusal:
+    """Who a token stands for, or why it does not work (unknown, revoked, expired, disabled)."""
+    now = state.clock.now()
+    digest, known = state.tokens.cached(token, now)
+    if known is not None:
+        return known
+    found: Caller | Refusal = await state.db.run(state.tokens.load, digest, now)
+    return found
+
+
 async def caller(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -31,12 +44,9 @@ async def caller(
         raise Unauthorized(
             "no token; pass --token, set SCHEDULEARN_TOKEN, or run `schedulearn up` to write one"
         )
-    state = get_state(request)
-    digest, known = state.tokens.cached(creds.credentials)
-    if known is None:
-        known = await state.db.run(state.tokens.load, digest)
-    if known is None:
-        raise Unauthorized("unknown token; ask an admin for one (schedulearn token create)")
+    known = await authenticate(get_state(request), creds.credentials)
+    if isinstance(known, Refusal):
+        raise Unauthorized(known.reason)
     return known
 
 

@@ -26,7 +26,7 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.auth import Caller
 from schedulearn.server.declared import Codec
-from schedulearn.server.errors import Forbidden, NotFound, Unservable
+from schedulearn.server.errors import BadRequest, Forbidden, NotFound, Unservable
 from schedulearn.server.models import Job, JobTransition
 from schedulearn.server.services import (
     checkpoints,
@@ -34,6 +34,7 @@ from schedulearn.server.services import (
     progress,
     queue,
     snapshot,
+    users,
     visibility,
 )
 from schedulearn.server.services.waiting import never_servable
@@ -149,8 +150,9 @@ def submit(
     batches: list[list[Job]] = []
     for spec, caller in specs:
         try:
+            users.check_priority(spec.priority, caller)
             check_servable(spec, nodes)
-        except Unservable as exc:
+        except (BadRequest, Unservable) as exc:
             results.append(exc)
             batches.append([])
             continue

@@ -17,7 +17,16 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from schedulearn.server.web.deps import HERE, PageError, SignInNeeded, WebState, sign_in_url, viewer
+from schedulearn.server.web import session as sessions
+from schedulearn.server.web.deps import (
+    HERE,
+    PageError,
+    SignInNeeded,
+    WebState,
+    safe_next,
+    sign_in_url,
+    viewer,
+)
 from schedulearn.server.web.render import make_templates, page
 
 STATIC_DIR = HERE / "static"
@@ -35,10 +44,24 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(SignInNeeded)
     async def _sign_in(request: Request, exc: SignInNeeded) -> Response:
         url = sign_in_url(exc.next_path)
+        response: Response
         if request.headers.get("hx-request") == "true":
             # htmx would swap the sign-in page into a fragment; make it navigate.
-            return Response(status_code=204, headers={"HX-Redirect": url})
-        return RedirectResponse(url, status_code=303)
+            response = Response(status_code=204, headers={"HX-Redirect": url})
+        elif exc.ended:
+            # A session that ended (signed out, token revoked): 401 with the form.
+            response = routes_auth.login_form_page(
+                request,
+                safe_next(exc.next_path),
+                "Your session has ended (signed out, or its token was revoked or expired); "
+                "sign in again.",
+                401,
+            )
+        else:
+            return RedirectResponse(url, status_code=303)
+        if exc.ended:
+            response.delete_cookie(sessions.SESSION_COOKIE, path="/")
+        return response
 
     @app.exception_handler(PageError)
     async def _page_error(request: Request, exc: PageError) -> HTMLResponse:

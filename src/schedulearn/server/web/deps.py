@@ -1,9 +1,10 @@
 """Who is looking at a page, and the errors pages show instead of JSON.
 
-Owns `WebState` (hung on `app.state.web` by `install`: the templates and
-the page secret, read once from the database) and the page dependencies:
-`Viewer` (the signed-in user, from the session cookie; a browser that is
-not signed in is sent to the sign-in page) and `check_csrf`.
+Owns `WebState` (hung on `app.state.web` by `install`: the templates) and
+the page dependencies: `Viewer` (the signed-in user, from the server-side
+session the cookie names; a browser that is not signed in is sent to the
+sign-in page, one whose session ended gets 401 and the sign-in form) and
+`check_csrf`.
 
 Service errors become `PageError`s, rendered as an HTML page with the
 service's message (which says what to change), because the app's own
@@ -12,9 +13,8 @@ handlers answer API callers in JSON.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 from urllib.parse import quote
@@ -34,23 +34,19 @@ T = TypeVar("T")
 @dataclass(slots=True)
 class WebState:
     templates: Jinja2Templates
-    _secret: bytes | None = None
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    async def secret(self, state: AppState) -> bytes:
-        if self._secret is None:
-            async with self._lock:
-                if self._secret is None:
-                    self._secret = await state.db.run(sessions.load_secret)
-        return self._secret
 
 
 class SignInNeeded(Exception):
-    """The browser has no valid session; send it to the sign-in page."""
+    """The browser has no working session; send it to the sign-in page.
 
-    def __init__(self, next_path: str) -> None:
+    `ended`: it sent a session cookie that no longer works (signed out, its
+    token revoked or expired, its user disabled), answered 401.
+    """
+
+    def __init__(self, next_path: str, ended: bool = False) -> None:
         super().__init__(next_path)
         self.next_path = next_path
+        self.ended = ended
 
 
 class PageError(Exception):
@@ -76,17 +72,20 @@ _TITLES = {
 class Viewer:
     """The signed-in user of a page."""
 
-    user: str
-    role: Role
+    caller: Caller
     csrf: str
+
+    @property
+    def user(self) -> str:
+        return self.caller.user
+
+    @property
+    def role(self) -> Role:
+        return self.caller.role
 
     @property
     def is_admin(self) -> bool:
         return self.role is Role.ADMIN
-
-    @property
-    def caller(self) -> Caller:
-        return Caller(self.user, self.role)
 
 
 def web_state(request: Request) -> WebState:
@@ -105,24 +104,20 @@ def safe_next(value: str | None) -> str:
     return "/ui/cluster"
 
 
-async def current_session(request: Request) -> sessions.WebSession | None:
-    state = get_state(request)
-    secret = await web_state(request).secret(state)
-    return sessions.decode(request.cookies.get(sessions.SESSION_COOKIE), secret, state.clock.now())
-
-
 async def viewer(request: Request) -> Viewer:
     state = get_state(request)
-    ws = await current_session(request)
-    who: Caller | None = None
-    if ws is not None:
-        who = await state.db.run(state.tokens.load, ws.token_hash)
-    if ws is None or who is None or who.role is Role.AGENT:
+    cookie = request.cookies.get(sessions.SESSION_COOKIE)
+    signed: sessions.Signed | None = None
+    if cookie:
+        signed = await state.db.run(
+            sessions.resolve, cookie, state.clock.now(), state.tokens.default
+        )
+    if signed is None or signed.caller.role is Role.AGENT:
         path = request.url.path
         if request.url.query:
             path += "?" + request.url.query
-        raise SignInNeeded(path)
-    return Viewer(user=who.user, role=who.role, csrf=ws.csrf)
+        raise SignInNeeded(path, ended=bool(cookie))
+    return Viewer(signed.caller, signed.csrf)
 
 
 Signed = Annotated[Viewer, Depends(viewer)]

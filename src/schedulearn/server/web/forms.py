@@ -146,6 +146,8 @@ def parse(form: Mapping[str, Any]) -> SubmitForm:
 def refusal_field(message: str) -> str:
     """Beside which field a refusal ("this job can never run here: ...") is shown."""
     text = message.lower()
+    if text.startswith("priority "):
+        return "priority"
     if "container" in text or "image" in text:
         return "image"
     if "gpu types" in text or "gpu_type" in text:

@@ -1,4 +1,5 @@
-"""Sign in with a token, sign out; `/` and `/ui` lead to the Cluster page.
+"""Sign in with a token (a server-side session starts), sign out (it ends at once);
+`/` and `/ui` lead to the Cluster page.
 
 Routers parse, call one service function, render.
 """
@@ -10,10 +11,11 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from schedulearn.server.api.deps import State
+from schedulearn.server import auth
+from schedulearn.server.api.deps import State, authenticate
 from schedulearn.server.auth import Role
 from schedulearn.server.web import session as sessions
-from schedulearn.server.web.deps import Signed, check_csrf, safe_next, web_state
+from schedulearn.server.web.deps import Signed, check_csrf, safe_next
 from schedulearn.server.web.render import page, redirect
 
 router = APIRouter(include_in_schema=False)
@@ -26,9 +28,10 @@ async def home() -> RedirectResponse:
     return RedirectResponse("/ui/cluster", status_code=307)
 
 
-def _login_form(
+def login_form_page(
     request: Request, next_path: str, error: str | None = None, status: int = 200
 ) -> HTMLResponse:
+    """The sign-in form (with a fresh double-submit nonce), at any URL and status."""
     nonce = sessions.new_login_nonce()
     response = page(
         request, "login.html", None, status=status, next=next_path, nonce=nonce, error=error
@@ -47,7 +50,7 @@ def _login_form(
 
 @router.get("/ui/login", response_class=HTMLResponse)
 async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
-    return _login_form(request, safe_next(next))
+    return login_form_page(request, safe_next(next))
 
 
 @router.post("/ui/login", response_model=None)
@@ -60,31 +63,30 @@ async def login(
 ) -> Response:
     target = safe_next(next)
     if not sessions.same_token(request.cookies.get(sessions.LOGIN_COOKIE), nonce):
-        return _login_form(request, target, "The sign-in form expired; try again.", 403)
+        return login_form_page(request, target, "The sign-in form expired; try again.", 403)
     token = token.strip()
     if not token:
-        return _login_form(request, target, "Paste your token to sign in.", 400)
-    digest, who = state.tokens.cached(token)
-    if who is None:
-        who = await state.db.run(state.tokens.load, digest)
-    if who is None:
-        return _login_form(
+        return login_form_page(request, target, "Paste your token to sign in.", 400)
+    who = await authenticate(state, token)
+    if who is auth.UNKNOWN:
+        return login_form_page(
             request,
             target,
             "Unknown token. Use the one `schedulearn up` wrote to your CLI config, "
-            "or ask an admin for one (schedulearn token create USER).",
+            "or ask an admin for one (schedulearn token create --user NAME).",
             401,
         )
-    if who.role is Role.AGENT:
-        return _login_form(
+    if isinstance(who, auth.Refusal):
+        return login_form_page(request, target, f"Cannot sign in: {who.reason}.", 401)
+    if who.role is Role.AGENT or who.token_id is None:
+        return login_form_page(
             request, target, "That is an agent token; sign in with a user or admin token.", 403
         )
-    secret = await web_state(request).secret(state)
-    ws = sessions.new_session(digest, state.clock.now())
+    session_id, _csrf = await state.db.run(sessions.start, who.token_id, state.clock.now())
     response = redirect(target, f"Signed in as {who.user} ({who.role.value}).")
     response.set_cookie(
         sessions.SESSION_COOKIE,
-        sessions.encode(ws, secret),
+        session_id,
         max_age=int(sessions.SESSION_SECONDS),
         path="/",
         httponly=True,
@@ -97,9 +99,13 @@ async def login(
 
 @router.post("/ui/logout")
 async def logout(
-    request: Request, who: Signed, csrf: Annotated[str, Form(max_length=200)] = ""
+    request: Request,
+    state: State,
+    who: Signed,
+    csrf: Annotated[str, Form(max_length=200)] = "",
 ) -> RedirectResponse:
     check_csrf(request, who, csrf)
+    await state.db.run(sessions.end, request.cookies.get(sessions.SESSION_COOKIE, ""))
     response = redirect("/ui/login", "Signed out.")
     response.delete_cookie(sessions.SESSION_COOKIE, path="/")
     return response

@@ -1,12 +1,12 @@
-"""Sign-in sessions and CSRF tokens of the web pages.
+"""Sign-in sessions and CSRF tokens of the web pages, kept on the server.
 
-Owns the `sl_session` cookie and the page secret. A user signs in once
-with an API token; the cookie then carries the token's SHA-256 (never
-the token itself), a per-session CSRF token and an expiry, signed with
-HMAC-SHA256. Nothing is stored per session on the server, so any API
-replica can serve any page; the secret is kept in the `setting` table
-(row `web_secret`, made at the first sign-in), so it survives restarts
-and is shared by replicas on PostgreSQL.
+Owns the `web_session` table and the `sl_session` cookie. A user signs in
+once with an API token; the server then stores a session row (the SHA-256
+of a random session id, the token's id, a CSRF token and an expiry) and
+the HttpOnly, SameSite cookie carries only the random id. Every page
+request looks the row up with its token and user (`auth.check`), so
+signing out (the row is deleted), revoking the token, the token expiring
+or the user being disabled ends the session at once, on every replica.
 
 Forms carry the CSRF token in a hidden field and htmx requests in the
 `X-CSRF-Token` header; a request that changes something without the
@@ -16,88 +16,77 @@ session yet, uses a double-submit cookie (`sl_login`) instead.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import json
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session
+from sqlalchemy import delete
+from sqlmodel import Session, col, select
 
-from schedulearn.server.models import Setting
+from schedulearn.server.auth import Caller, PriorityRange, Refusal, check
+from schedulearn.server.models import Token, User, WebSession
 
 SESSION_COOKIE = "sl_session"
 LOGIN_COOKIE = "sl_login"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 SESSION_SECONDS = 7 * 24 * 3600.0
-SECRET_KEY = "web_secret"
 
 
 @dataclass(frozen=True, slots=True)
-class WebSession:
-    """What a signed-in browser carries: whose token, its CSRF token, when it ends."""
+class Signed:
+    """A live session: who it is and its CSRF token."""
 
-    token_hash: str
+    caller: Caller
     csrf: str
-    expires: float
 
 
-def load_secret(session: Session) -> bytes:
-    """The page secret; made (and stored) on first use."""
-    row = session.get(Setting, SECRET_KEY)
-    if row is not None:
-        return bytes.fromhex(row.value)
-    value = secrets.token_hex(32)
-    session.add(Setting(key=SECRET_KEY, value=value))
-    try:
-        session.commit()
-    except IntegrityError:
-        # Another replica (or request) made it first: use theirs.
-        session.rollback()
-        row = session.get(Setting, SECRET_KEY)
-        assert row is not None
-        return bytes.fromhex(row.value)
-    return bytes.fromhex(value)
+def _digest(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+def start(session: Session, token_id: int, now: float) -> tuple[str, str]:
+    """A new session for a signed-in token: (the cookie's value, the CSRF token)."""
+    # Sessions that ended by time are swept here, so the table does not grow.
+    session.execute(delete(WebSession).where(col(WebSession.expires_at) <= now))
+    session_id = secrets.token_urlsafe(32)
+    csrf = secrets.token_urlsafe(24)
+    session.add(
+        WebSession(
+            id_hash=_digest(session_id),
+            token_id=token_id,
+            csrf=csrf,
+            created_at=now,
+            expires_at=now + SESSION_SECONDS,
+        )
+    )
+    session.commit()
+    return session_id, csrf
 
 
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _sign(secret: bytes, payload: str) -> str:
-    return _b64(hmac.new(secret, payload.encode(), hashlib.sha256).digest())
-
-
-def new_session(token_hash: str, now: float) -> WebSession:
-    return WebSession(token_hash, secrets.token_urlsafe(24), now + SESSION_SECONDS)
-
-
-def encode(ws: WebSession, secret: bytes) -> str:
-    payload = _b64(json.dumps([ws.token_hash, ws.csrf, ws.expires]).encode())
-    return f"{payload}.{_sign(secret, payload)}"
-
-
-def decode(value: str | None, secret: bytes, now: float) -> WebSession | None:
-    """The session in a cookie, or None if it is missing, forged, malformed or expired."""
-    if not value or "." not in value:
+def resolve(session: Session, session_id: str, now: float, default: PriorityRange) -> Signed | None:
+    """The live session a cookie names, or None (unknown, signed out, expired, or its
+    token revoked, expired or its user disabled)."""
+    row = session.exec(
+        select(WebSession, Token, User)
+        .join(Token, col(Token.id) == col(WebSession.token_id))
+        .join(User, col(User.name) == col(Token.user), isouter=True)
+        .where(WebSession.id_hash == _digest(session_id))
+    ).first()
+    if row is None:
         return None
-    payload, signature = value.rsplit(".", 1)
-    if not hmac.compare_digest(signature, _sign(secret, payload)):
+    web, token, user = row
+    if web.expires_at <= now:
         return None
-    try:
-        token_hash, csrf, expires = json.loads(_unb64(payload))
-    except (ValueError, TypeError):
-        return None
-    if not isinstance(expires, int | float) or expires <= now:
-        return None
-    return WebSession(str(token_hash), str(csrf), float(expires))
+    caller = check(session, token, user, now, default)
+    return None if isinstance(caller, Refusal) else Signed(caller, web.csrf)
+
+
+def end(session: Session, session_id: str) -> None:
+    """Sign out: the session stops working at once."""
+    session.execute(delete(WebSession).where(col(WebSession.id_hash) == _digest(session_id)))
+    session.commit()
 
 
 def same_token(given: str | None, expected: str) -> bool:
