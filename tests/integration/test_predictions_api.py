@@ -243,7 +243,7 @@ def test_reported_progress_extrapolates_a_running_jobs_end(api) -> None:  # type
     )
     r = api.post(
         f"/api/v1/agent/jobs/{job_id}/progress",
-        headers=api.agent,
+        headers=api.node("n1"),
         json=body.model_dump(mode="json"),
     )
     assert r.status_code == 200, r.text

@@ -24,7 +24,7 @@ import schedulearn
 from schedulearn.clock import Clock, SystemClock
 from schedulearn.protocol import JobSpec
 from schedulearn.server import auth, db, errors, versioning
-from schedulearn.server.api import agent, cluster, jobs, ops, profiles
+from schedulearn.server.api import agent, cluster, enroll, jobs, ops, profiles
 from schedulearn.server.batching import Batcher
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
@@ -136,7 +136,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     # Added last, so it runs first: a refused client gets the version message
     # before anything else judges its request.
     app.add_middleware(versioning.ProtocolCheck)
-    for module in (jobs, cluster, agent, ops, profiles):
+    for module in (jobs, cluster, enroll, agent, ops, profiles):
         app.include_router(module.router)
     if importlib.util.find_spec("schedulearn.server.web") is not None:
         # The web dashboard (its own package) mounts its pages under /ui.
