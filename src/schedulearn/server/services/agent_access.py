@@ -18,8 +18,9 @@ Anything else is refused with 403 before anything is written. A report
 about a job that does not exist stays a 404; an event of a job or an
 attempt that exists on no node is acknowledged as ignored, as before (the
 lifecycle changes nothing for it), while one placed on another node is
-refused, and an event batch with any such event is refused whole. A part never moves between nodes, so a check
-cannot be outdated by the time the work it guards runs.
+refused, and an event batch with any such event is refused whole. A
+part never moves between nodes, so a check cannot be outdated by the
+time the work it guards runs.
 """
 
 from __future__ import annotations
