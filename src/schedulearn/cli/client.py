@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -22,9 +23,12 @@ from schedulearn.protocol import (
     JobList,
     JobPublic,
     JobSpec,
+    JoinTokenPublic,
     LogLinePublic,
     LogPage,
+    NodeAdd,
     NodeList,
+    NodeRemoved,
     PolicyPreview,
     PolicyPublic,
     ProfileImport,
@@ -171,6 +175,14 @@ class Client:
     def create_token(self, user: str, role: str = "user") -> TokenPublic:
         body = {"user": user, "role": role}
         return TokenPublic.model_validate(self._call("POST", "/tokens", json=body).json())
+
+    def add_node(self, name: str, expires_seconds: float) -> JoinTokenPublic:
+        body = NodeAdd(name=name, expires_seconds=expires_seconds).model_dump(mode="json")
+        return JoinTokenPublic.model_validate(self._call("POST", "/nodes", json=body).json())
+
+    def remove_node(self, name: str) -> NodeRemoved:
+        path = f"/nodes/{quote(name, safe='')}"
+        return NodeRemoved.model_validate(self._call("DELETE", path).json())
 
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self._call("GET", "/whoami").json())
