@@ -167,6 +167,7 @@ class AgentProc(Proc):
         gpus: int = 4,
         extra: Iterable[str] = (),
         token: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.state_dir = state_dir
@@ -176,10 +177,11 @@ class AgentProc(Proc):
         args += ["--token", token] if token is not None else []
         args += ["--name", name, "--gpus", str(gpus)]
         args += ["--state-dir", str(state_dir), "--log-level", "debug", *extra]
-        super().__init__(args, log_path, {})
+        super().__init__(args, log_path, dict(env or {}))
 
     def start(self) -> None:
-        if self.token is None and "SCHEDULEARN_JOIN_TOKEN" not in self.env:
+        given = {"SCHEDULEARN_JOIN_TOKEN", "SCHEDULEARN_AGENT_TOKEN"} & self.env.keys()
+        if self.token is None and not given:
             self.env["SCHEDULEARN_JOIN_TOKEN"] = join_token(self.server_url, self.name)
         super().start()
 
