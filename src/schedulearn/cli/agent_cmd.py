@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from click.core import ParameterSource
 
 from schedulearn.protocol import Executor
 
@@ -168,7 +167,8 @@ def agent(
         ("--token", "token", "--token-file or SCHEDULEARN_AGENT_TOKEN"),
         ("--join-token", "join_token", "--join-token-file or SCHEDULEARN_JOIN_TOKEN"),
     ):
-        if ctx.get_parameter_source(param) is ParameterSource.COMMANDLINE:
+        source = ctx.get_parameter_source(param)
+        if source is not None and source.name == "COMMANDLINE":
             typer.echo(ARGV_WARNING.format(flag=flag, instead=instead), err=True)
     # Not handed down to jobs (the executors strip SCHEDULEARN_* too).
     for name_ in ("SCHEDULEARN_AGENT_TOKEN", "SCHEDULEARN_JOIN_TOKEN"):

@@ -223,6 +223,8 @@ def test_an_agent_with_a_wrong_token_exits_and_says_what_to_change(
     assert agent.popen.wait(30) == 2
     assert "refused this node's credential (HTTP 401" in agent.log()
     assert "schedulearn node add NAME" in agent.log()
+    # A secret on argv is readable by every local user: it works, with a warning.
+    assert "--token puts a secret on the command line" in agent.log()
 
 
 def test_sigterm_leaves_jobs_running_unless_told_to_stop_them(

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from schedulearn.protocol import (
     CheckpointRef,
@@ -61,13 +60,9 @@ def own_node(who: AgentIdentity, named: str) -> str:
 
 def owns_attempt(session: Session, node: str, job_id: int, attempt: int) -> bool:
     """Whether attempt `attempt` of job `job_id` has a part placed on `node`."""
-    found = session.execute(
+    found = session.exec(
         select(JobPart.id)
-        .where(
-            JobPart.job_id == job_id,  # type: ignore[arg-type]
-            JobPart.attempt == attempt,  # type: ignore[arg-type]
-            JobPart.node == node,  # type: ignore[arg-type]
-        )
+        .where(JobPart.job_id == job_id, JobPart.attempt == attempt, JobPart.node == node)
         .limit(1)
     ).first()
     return found is not None
@@ -75,10 +70,8 @@ def owns_attempt(session: Session, node: str, job_id: int, attempt: int) -> bool
 
 def _placed(session: Session, job_id: int, attempt: int) -> bool:
     """Whether attempt `attempt` of job `job_id` has a part on any node."""
-    found = session.execute(
-        select(JobPart.id)
-        .where(JobPart.job_id == job_id, JobPart.attempt == attempt)  # type: ignore[arg-type]
-        .limit(1)
+    found = session.exec(
+        select(JobPart.id).where(JobPart.job_id == job_id, JobPart.attempt == attempt).limit(1)
     ).first()
     return found is not None
 
@@ -151,10 +144,9 @@ def record_events(
     ids = {job_id for job_id, _ in pairs}
     owned: set[tuple[int, int]] = set(
         (job_id, attempt)
-        for job_id, attempt in session.execute(
+        for job_id, attempt in session.exec(
             select(JobPart.job_id, JobPart.attempt).where(
-                JobPart.node == node,  # type: ignore[arg-type]
-                JobPart.job_id.in_(ids),  # type: ignore[attr-defined]
+                JobPart.node == node, col(JobPart.job_id).in_(ids)
             )
         ).all()
     )
@@ -164,9 +156,9 @@ def record_events(
         # ignored, as before (it changes nothing); one placed on another node is refused.
         foreign = sorted(
             (job_id, attempt)
-            for job_id, attempt in session.execute(
+            for job_id, attempt in session.exec(
                 select(JobPart.job_id, JobPart.attempt).where(
-                    JobPart.job_id.in_({j for j, _ in missing}),  # type: ignore[attr-defined]
+                    col(JobPart.job_id).in_({j for j, _ in missing})
                 )
             ).all()
             if (job_id, attempt) in missing
