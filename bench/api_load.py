@@ -133,7 +133,7 @@ async def main() -> None:
     server = ServerProcess(db, root / "server.log", ADMIN, AGENT)
     agents = [
         AgentProcess(
-            server.url, AGENT, f"bench{i}", args.gpus_per_agent, root / f"agent{i}.log",
+            server.url, "", f"bench{i}", args.gpus_per_agent, root / f"agent{i}.log",
             root / f"state{i}", extra=["--workdir", str(root), "--log-level", "warning"],
         )
         for i in range(2)
@@ -158,6 +158,7 @@ async def main() -> None:
             f"{cpu_per(meter.spent(), len(ids))} per submission"
         )
         for a in agents:
+            a.enroll(server)  # each node its own credential
             a.start()
         start = time.perf_counter()
         conn = Connection(server.url, ADMIN)

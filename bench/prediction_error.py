@@ -85,7 +85,7 @@ def run_policy(policy: str, args: argparse.Namespace, root: Path) -> Outcome:
     agents = [
         AgentProcess(
             server.url,
-            AGENT,
+            "",
             f"n{i}",
             args.gpus,
             root / f"agent{i}.log",
@@ -99,6 +99,7 @@ def run_policy(policy: str, args: argparse.Namespace, root: Path) -> Outcome:
     try:
         server.wait_ready()
         for agent in agents:
+            agent.enroll(server)  # each node its own credential
             agent.start()
         with Client(server.url, ADMIN) as client:
             while sum(n.healthy for n in client.nodes().items) < args.agents:

@@ -1093,3 +1093,39 @@ class ProfileList(_Reply):
 
 class ProfileImportReply(_Reply):
     stored: int
+
+
+# --- node enrollment (per-node credentials) ------------------------------------
+
+NodeName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.@:-]+$")]
+
+
+class NodeAdd(_Request):
+    """`schedulearn node add NAME`: a one-time join token for a node (admin)."""
+
+    name: NodeName
+    expires_seconds: float = Field(
+        default=3600.0, gt=0, le=7 * 86400, description="How long the join token is valid"
+    )
+
+
+class JoinTokenPublic(_Reply):
+    node: str
+    join_token: str = Field(description="Shown once; works once, until `expires_at`")
+    expires_at: float
+
+
+class NodeJoin(_Request):
+    """An agent exchanges a join token for its node's credential (`/api/v1/agent/join`)."""
+
+    join_token: str = Field(min_length=1, max_length=500)
+
+
+class NodeJoined(_Reply):
+    node: str = Field(description="The node the credential is bound to")
+    credential: str = Field(description="The agent's credential for this node; shown once")
+
+
+class NodeRemoved(_Reply):
+    name: str
+    lost_jobs: list[int] = Field(default_factory=list, description="Jobs requeued by the removal")

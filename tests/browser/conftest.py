@@ -47,15 +47,14 @@ def cluster() -> Iterator[Cluster]:
         },
     )
     agents = {
-        name: AgentProcess(
-            server.url, AGENT, name, gpus, work / f"{name}.log", work / f"{name}-state"
-        )
+        name: AgentProcess(server.url, "", name, gpus, work / f"{name}.log", work / f"{name}-state")
         for name, gpus in (("gpu-node-a", 4), ("gpu-node-b", 4), ("gpu-node-c", 2))
     }
     server.start()
     try:
         server.wait_ready()
         for agent in agents.values():
+            agent.enroll(server)  # each node its own credential
             agent.start()
         running = Cluster(server, agents)
         running.wait_nodes(len(agents))

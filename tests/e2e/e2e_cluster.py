@@ -53,13 +53,14 @@ class Cluster:
     def add_agent(self, name: str, gpus: int = 4) -> AgentProcess:
         agent = AgentProcess(
             self.server.url,
-            AGENT,
+            "",
             name,
             gpus,
             self.root / f"agent-{name}.log",
             self.root / f"state-{name}",
             extra=["--workdir", str(self.root), "--stop-jobs-on-exit"],
         )
+        agent.enroll(self.server)  # each node its own credential
         agent.start()
         self.agents[name] = agent
         return agent

@@ -17,7 +17,9 @@ class Api:
     def __init__(self, client: TestClient) -> None:
         self.client = client
         self.admin = {"Authorization": f"Bearer {ADMIN}"}
+        # The old-style agent token: bound to the first node it registers.
         self.agent = {"Authorization": f"Bearer {AGENT}"}
+        self._nodes: dict[str, dict[str, str]] = {}
 
     def get(self, path: str, headers: dict[str, str] | None = None, **kw: object):  # type: ignore[no-untyped-def]
         return self.client.get(path, headers=headers or self.admin, **kw)  # type: ignore[arg-type]
@@ -50,3 +52,18 @@ class Api:
         r = self.post("/api/v1/tokens", json={"user": user, "role": "user"})
         assert r.status_code == 201, r.text
         return {"Authorization": f"Bearer {r.json()['token']}"}
+
+    def enroll(self, node: str) -> str:
+        """A fresh credential for `node`, as `node add` and an agent's join make one."""
+        r = self.post("/api/v1/nodes", json={"name": node})
+        assert r.status_code == 201, r.text
+        joined = self.client.post("/api/v1/agent/join", json={"join_token": r.json()["join_token"]})
+        assert joined.status_code == 200, joined.text
+        assert joined.json()["node"] == node
+        return str(joined.json()["credential"])
+
+    def node(self, name: str) -> dict[str, str]:
+        """Agent headers for node `name` (enrolled on first use)."""
+        if name not in self._nodes:
+            self._nodes[name] = {"Authorization": f"Bearer {self.enroll(name)}"}
+        return self._nodes[name]

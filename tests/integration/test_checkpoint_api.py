@@ -52,7 +52,7 @@ def _put(api, job_id: int, attempt: int, body: bytes, sha: str | None = None):  
     return api.client.put(
         f"/api/v1/agent/jobs/{job_id}/checkpoint",
         params={"attempt": attempt, "node": "n1"},
-        headers={**api.agent, "X-Checkpoint-Sha256": sha or hashlib.sha256(body).hexdigest()},
+        headers={**api.node("n1"), "X-Checkpoint-Sha256": sha or hashlib.sha256(body).hexdigest()},
         content=body,
     )
 
@@ -78,7 +78,7 @@ def test_upload_download_and_the_next_attempt_names_it(api, tmp_path: Path) -> N
         "size_bytes": len(body),
     }
     assert api.get(f"/api/v1/jobs/{job_id}").json()["checkpoint"]["attempt"] == attempt
-    got = api.client.get(f"/api/v1/agent/jobs/{job_id}/checkpoint", headers=api.agent)
+    got = api.client.get(f"/api/v1/agent/jobs/{job_id}/checkpoint", headers=api.node("n1"))
     assert got.status_code == 200 and got.content == body
     assert got.headers["X-Checkpoint-Sha256"] == hashlib.sha256(body).hexdigest()
     # Moved to the other GPU: the next attempt's assignment carries the checkpoint.
@@ -96,7 +96,7 @@ def test_upload_download_and_the_next_attempt_names_it(api, tmp_path: Path) -> N
     assert _put(api, job_id, nxt.attempt, newer).status_code == 200
     stale = _put(api, job_id, attempt, _tar({"checkpoint.pkl": b"old"}))
     assert stale.status_code == 200 and stale.json()["attempt"] == nxt.attempt
-    again = api.client.get(f"/api/v1/agent/jobs/{job_id}/checkpoint", headers=api.agent)
+    again = api.client.get(f"/api/v1/agent/jobs/{job_id}/checkpoint", headers=api.node("n1"))
     assert again.content == newer
 
 
@@ -110,7 +110,7 @@ def test_oversized_and_damaged_uploads_are_refused(api, tmp_path: Path) -> None:
     r = _put(api, job_id, attempt, body, sha="0" * 64)
     assert r.status_code == 400 and "damaged" in r.json()["error"]
     assert api.get(f"/api/v1/jobs/{job_id}").json()["checkpoint"] is None
-    missing = api.client.get(f"/api/v1/agent/jobs/{job_id}/checkpoint", headers=api.agent)
+    missing = api.client.get(f"/api/v1/agent/jobs/{job_id}/checkpoint", headers=api.node("n1"))
     assert missing.status_code == 404
     assert list((tmp_path / "store").iterdir()) == []  # nothing half-written is kept
     user = api.user_token("alice")

@@ -22,7 +22,7 @@ def listed(api, headers=None) -> ProfileList:  # type: ignore[no-untyped-def]
     return ProfileList.model_validate(r.json())
 
 
-def report(api, job_id: int, attempt: int, samples: float) -> None:  # type: ignore[no-untyped-def]
+def report(api, job_id: int, attempt: int, samples: float, expect: int = 200) -> None:  # type: ignore[no-untyped-def]
     body = ProgressBatch(
         attempt=attempt,
         node="n1",
@@ -30,10 +30,10 @@ def report(api, job_id: int, attempt: int, samples: float) -> None:  # type: ign
     )
     r = api.post(
         f"/api/v1/agent/jobs/{job_id}/progress",
-        headers=api.agent,
+        headers=api.node("n1"),
         json=body.model_dump(mode="json"),
     )
-    assert r.status_code == 200, r.text
+    assert r.status_code == expect, r.text
 
 
 def running_job(api, node: WireAgent, **spec) -> tuple[int, int]:  # type: ignore[no-untyped-def]
@@ -79,7 +79,8 @@ def test_reports_that_cannot_be_attributed_make_no_profile(api) -> None:  # type
     typed.register()
     no_model, attempt = running_job(api, typed)
     report(api, no_model, attempt, 100.0)
-    report(api, no_model, attempt + 1, 100.0)  # an old or unknown attempt
+    # An attempt not placed on this node: refused (a node reports only on its own).
+    report(api, no_model, attempt + 1, 100.0, expect=403)
     assert listed(api).items == []
 
 

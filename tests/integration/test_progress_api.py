@@ -18,7 +18,7 @@ def _send(api, job_id: int, attempt: int, *reports: ProgressReport) -> None:  # 
     body = ProgressBatch(attempt=attempt, node="n1", reports=list(reports))
     r = api.post(
         f"/api/v1/agent/jobs/{job_id}/progress",
-        headers=api.agent,
+        headers=api.node("n1"),
         json=body.model_dump(mode="json"),
     )
     assert r.status_code == 200, r.text
@@ -44,7 +44,7 @@ def test_latest_progress_and_history(api) -> None:  # type: ignore[no-untyped-de
     assert api.get(f"/api/v1/jobs/{job_id}").json()["progress"]["epoch"] == 1
     for start in range(0, KEEP + 50, 100):
         reports = [ProgressReport(at=200.0 + i, step=i) for i in range(start, start + 100)]
-        _send(api, job_id, 2, *reports)
+        _send(api, job_id, 1, *reports)
     history = api.get(f"/api/v1/jobs/{job_id}/progress").json()["reports"]
     assert len(history) == KEEP
     assert history[-1]["step"] == 299 and history[0]["step"] == 300 - KEEP

@@ -31,9 +31,11 @@ class WireAgent:
         self.gpu_type = gpu_type
         self.node = node
         self.running: dict[int, int] = {}
+        # Its own credential, as a real agent has (`Api.node` enrolls it).
+        self.headers: dict[str, str] = api.node(name)
 
     def _post(self, path: str, body: Any) -> Any:
-        r = self.api.post(path, headers=self.api.agent, json=body.model_dump(mode="json"))
+        r = self.api.post(path, headers=self.headers, json=body.model_dump(mode="json"))
         assert r.status_code == 200, r.text
         return r.json()
 
@@ -51,7 +53,7 @@ class WireAgent:
             running=[RunningJobReport(job_id=j, attempt=a) for j, a in running],
         )
         r = self.api.post(
-            "/api/v1/agent/register", headers=self.api.agent, json=body.model_dump(mode="json")
+            "/api/v1/agent/register", headers=self.headers, json=body.model_dump(mode="json")
         )
         assert r.status_code == 200, r.text
         return RegistrationReply.model_validate(r.json())
@@ -62,14 +64,14 @@ class WireAgent:
             running=[RunningJobReport(job_id=j, attempt=a) for j, a in self.running.items()],
         )
         r = self.api.post(
-            "/api/v1/agent/heartbeat", headers=self.api.agent, json=body.model_dump(mode="json")
+            "/api/v1/agent/heartbeat", headers=self.headers, json=body.model_dump(mode="json")
         )
         assert r.status_code == 200, r.text
         return HeartbeatReply.model_validate(r.json())
 
     def work(self, wait: float = 5.0) -> WorkBatch:
         r = self.api.get(
-            "/api/v1/agent/work", headers=self.api.agent, params={"node": self.name, "wait": wait}
+            "/api/v1/agent/work", headers=self.headers, params={"node": self.name, "wait": wait}
         )
         assert r.status_code == 200, r.text
         return WorkBatch.model_validate(r.json())
@@ -99,7 +101,7 @@ class WireAgent:
         )  # type: ignore[arg-type]
         r = self.api.post(
             f"/api/v1/agent/jobs/{job_id}/events",
-            headers=self.api.agent,
+            headers=self.headers,
             json=body.model_dump(mode="json"),
         )
         assert r.status_code == 200, r.text
@@ -119,7 +121,7 @@ class WireAgent:
                 for j, a, k, c in events
             ]
         }
-        r = self.api.post("/api/v1/agent/events", headers=self.api.agent, json=body)
+        r = self.api.post("/api/v1/agent/events", headers=self.headers, json=body)
         assert r.status_code == 200, r.text
         return EventAcks.model_validate(r.json())
 
@@ -138,7 +140,7 @@ class WireAgent:
         )
         r = self.api.post(
             f"/api/v1/agent/jobs/{job_id}/logs",
-            headers=self.api.agent,
+            headers=self.headers,
             json=body.model_dump(mode="json"),
         )
         assert r.status_code == 200, r.text

@@ -8,10 +8,15 @@ refuses it for good (a 4xx: it will never accept it, so retrying would
 only stall the reports queued behind it).
 
 Errors are split the way the agent must react to them:
-`ServerUnavailable` (retry later), `AuthRejected` (the token is wrong:
-stop and tell the admin), `ProtocolRefused` (the server does not speak
-this agent's protocol version: stop and say which to upgrade), `Rejected`
-(this request will never succeed).
+`ServerUnavailable` (retry later), `AuthRejected` (the credential is
+unknown or revoked (401), or the node itself is refused (403 on a
+node-level call): stop and tell the admin), `ProtocolRefused` (the server
+does not speak this agent's protocol version: stop and say which to
+upgrade), `Rejected` (this request will never succeed; a 403 about one
+job's report is one of these: that report is dropped, the agent goes on).
+
+`join` exchanges a one-time join token for the node's credential, which
+`set_token` then puts on every later call.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from schedulearn.protocol import (
     HeartbeatReply,
     JobEvent,
     LogBatch,
+    NodeJoin,
+    NodeJoined,
     NodeRegistration,
     ProgressBatch,
     RegistrationReply,
@@ -52,6 +59,9 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 _RETRYABLE_STATUS = {408, 425, 429}
+# Calls about the node itself: a 403 there means this node is refused (stop);
+# elsewhere it refuses one job's report.
+_NODE_PATHS = {"/join", "/register", "/heartbeat", "/work"}
 
 
 class ServerUnavailable(Temporary):
@@ -93,6 +103,14 @@ class AgentClient:
 
     async def close(self) -> None:
         await self._http.aclose()
+
+    def set_token(self, token: str) -> None:
+        self._http.headers["Authorization"] = f"Bearer {token}"
+
+    async def join(self, join_token: str) -> NodeJoined:
+        """Exchange a join token for the node's credential (the token is the only proof)."""
+        self._http.headers.pop("Authorization", None)
+        return await self._call("POST", "/join", NodeJoined, NodeJoin(join_token=join_token))
 
     async def register(self, body: NodeRegistration) -> RegistrationReply:
         return await self._call("POST", "/register", RegistrationReply, body)
@@ -174,7 +192,7 @@ class AgentClient:
             raise ServerUnavailable(f"{method} {path}: HTTP {status}")
         if status >= 400:
             message = _error_message(response)
-            if status in (401, 403):
+            if status == 401 or (status == 403 and path in _NODE_PATHS):
                 raise AuthRejected(status, message)
             if SERVER_PROTOCOL_HEADER in response.headers:
                 raise ProtocolRefused(status, message)

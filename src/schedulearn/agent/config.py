@@ -27,6 +27,8 @@ NVIDIA_VISIBLE_DEVICES; `auto` picks by whether the engine has the NVIDIA runtim
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     server: str
+    # The node credential (or an old-style agent token); "" when `join_token`
+    # is to be exchanged for one at start (`agent.credential`).
     token: str
     name: str
     state_dir: Path
@@ -51,6 +53,12 @@ class AgentConfig:
     # must not kill a week of training).
     stop_jobs_on_exit: bool = False
     exit_grace_seconds: float = 10.0
+    # A one-time join token from `schedulearn node add`, exchanged at start.
+    join_token: str | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        # Never print the credential (a config may end up in a log line).
+        return f"AgentConfig(server={self.server!r}, name={self.name!r}, token=<hidden>)"
 
 
 def default_name() -> str:

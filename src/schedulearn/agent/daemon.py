@@ -2,6 +2,8 @@
 
 `Agent.run()` is the whole life of an agent process:
 
+0. enroll: with a join token, exchange it for this node's credential
+   and keep that in the state directory (`agent.credential`);
 1. recover: ask every executor which runs of earlier agent processes are
    still on this host (state records; containers by label);
 2. register with the server, listing them; the reply says which the
@@ -27,6 +29,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from schedulearn.agent import credential
 from schedulearn.agent.client import (
     AgentClient,
     AuthRejected,
@@ -93,9 +96,11 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; raises `AgentError` if the server refuses the agent."""
         self._fatal = asyncio.get_running_loop().create_future()
-        recovered = await self._recover()
         tasks: list[asyncio.Task[None]] = []
         try:
+            if not await self._enroll(stop):
+                return
+            recovered = await self._recover()
             await self._register(recovered, wait_for=stop)
             if stop.is_set():
                 return
@@ -164,6 +169,46 @@ class Agent:
         await self.client.close()
         self.gpus.close()
         self.store.close()
+
+    # --- enrollment ------------------------------------------------------------
+
+    async def _enroll(self, stop: asyncio.Event) -> bool:
+        """Exchange the join token, unless the stored credential came from it; False if stopped."""
+        join_token = self.config.join_token
+        if not join_token:
+            return True
+        digest = credential.join_digest(join_token)
+        stored = credential.load(self.config.state_dir)
+        if stored is not None and stored.join_digest == digest and stored.node == self.config.name:
+            log.info("node %s is enrolled with this join token already", self.config.name)
+            self.client.set_token(stored.credential)
+            return True
+        retry = Retry(f"join {self.config.server}", stop=stop)
+        try:
+            joined = await retry.run(lambda: self.client.join(join_token))
+        except Stopped:
+            return False
+        except AuthRejected as exc:
+            raise AgentError(
+                f"the server {self.config.server} refused the join token: {exc.message}"
+            ) from exc
+        except ProtocolRefused as exc:
+            raise AgentError(_protocol_refused(self.config.server, exc)) from exc
+        except Rejected as exc:
+            raise AgentError(f"the server refused the join token: {exc}") from exc
+        if joined.node != self.config.name:
+            raise AgentError(
+                f"that join token is for node {joined.node!r}, but this agent is "
+                f"{self.config.name!r}; start it with --name {joined.node}, or ask for a join "
+                f"token for {self.config.name!r} (`schedulearn node add {self.config.name}`)"
+            )
+        path = credential.save(
+            self.config.state_dir,
+            credential.StoredCredential(joined.node, joined.credential, digest),
+        )
+        log.info("node %s enrolled; its credential is kept in %s", joined.node, path)
+        self.client.set_token(joined.credential)
+        return True
 
     # --- registration ----------------------------------------------------------
 
@@ -429,6 +474,8 @@ def _protocol_refused(server: str, exc: Rejected) -> str:
 
 def _token_refused(server: str, exc: Rejected) -> str:
     return (
-        f"the server {server} refused the agent token ({exc.message}); pass the agent token "
-        "the server printed at its first start (--token or SCHEDULEARN_AGENT_TOKEN)"
+        f"the server {server} refused this node's credential (HTTP {exc.status}: {exc.message}); "
+        "stopping. If the node was removed or its credential revoked, an admin enrolls it "
+        "again with `schedulearn node add NAME`; start the agent with that join token "
+        "(--join-token-file or SCHEDULEARN_JOIN_TOKEN)"
     )

@@ -2,14 +2,25 @@
 
 Thin over `schedulearn.agent.service`: parse the flags into an
 `AgentConfig`, run the agent until Ctrl-C or SIGTERM. The server address
-and agent token come from the flags, else `SCHEDULEARN_SERVER` and
-`SCHEDULEARN_AGENT_TOKEN`, else the CLI's config file (where `schedulearn
-up` keeps its local agent's token).
+comes from `--server`, else `SCHEDULEARN_SERVER`, else the CLI's config file.
+
+The node's credential, first found of:
+1. a join token from `schedulearn node add NAME`: `--join-token-file`,
+   `SCHEDULEARN_JOIN_TOKEN`, or `--join-token` (exchanged once for the
+   credential, which is then kept 0600 in the state directory);
+2. a credential or old-style agent token given: `--token-file`,
+   `SCHEDULEARN_AGENT_TOKEN`, or `--token`;
+3. the credential stored in the state directory (later starts, and
+   `schedulearn up`'s local agent);
+4. an agent token an older `schedulearn up` kept in the CLI's config file.
+A secret given on the command line is readable by every local user
+(`/proc/<pid>/cmdline`), so `--token` and `--join-token` still work but warn.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +28,11 @@ from typing import Annotated
 import typer
 
 from schedulearn.protocol import Executor
+
+ARGV_WARNING = (
+    "warning: {flag} puts a secret on the command line, where every local user can read "
+    "it (/proc/PID/cmdline); use {instead} instead"
+)
 
 
 class GpuModeOption(StrEnum):
@@ -34,15 +50,34 @@ def _from_config_file() -> tuple[str | None, str | None]:
 
 
 def agent(
+    ctx: typer.Context,
     server: Annotated[
         str | None,
         typer.Option(envvar="SCHEDULEARN_SERVER", help="Server URL, e.g. http://gpu-head:8642"),
+    ] = None,
+    join_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding a one-time join token from `schedulearn node add NAME` "
+            "(or set SCHEDULEARN_JOIN_TOKEN); exchanged for this node's credential"
+        ),
+    ] = None,
+    join_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SCHEDULEARN_JOIN_TOKEN",
+            help="The join token itself (prefer --join-token-file: argv is public)",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="File holding this node's credential or an agent token"),
     ] = None,
     token: Annotated[
         str | None,
         typer.Option(
             envvar="SCHEDULEARN_AGENT_TOKEN",
-            help="Agent token (the server prints one at its first start)",
+            help="Node credential or old-style agent token (prefer --token-file: argv is public)",
         ),
     ] = None,
     gpus: Annotated[
@@ -117,6 +152,7 @@ def agent(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
 ) -> None:
     """Run the node agent: register this host's GPUs, run the jobs the server sends."""
+    from schedulearn.agent import credential
     from schedulearn.agent.config import (
         AgentConfig,
         address_towards,
@@ -135,16 +171,46 @@ def agent(
     # One line per HTTP request would drown the agent's own messages.
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if server is None or token is None:
+    for flag, param, instead in (
+        ("--token", "token", "--token-file or SCHEDULEARN_AGENT_TOKEN"),
+        ("--join-token", "join_token", "--join-token-file or SCHEDULEARN_JOIN_TOKEN"),
+    ):
+        source = ctx.get_parameter_source(param)
+        if source is not None and source.name == "COMMANDLINE":
+            typer.echo(ARGV_WARNING.format(flag=flag, instead=instead), err=True)
+    # Not handed down to jobs (the executors strip SCHEDULEARN_* too).
+    for name_ in ("SCHEDULEARN_AGENT_TOKEN", "SCHEDULEARN_JOIN_TOKEN"):
+        os.environ.pop(name_, None)
+    node = name or default_name()
+    where = state_dir or default_state_dir(node)
+    try:
+        if join_token_file is not None:
+            join_token = credential.read_secret_file(join_token_file, "join token")
+        if token_file is not None:
+            token = credential.read_secret_file(token_file, "token")
+        if not join_token and not token:
+            stored = credential.load(where)
+            if stored is not None:
+                if stored.node != node:
+                    raise typer.BadParameter(
+                        f"the credential in {credential.path_in(where)} is node "
+                        f"{stored.node!r}'s, not {node!r}; pass --name {stored.node} or "
+                        "another --state-dir"
+                    )
+                token = stored.credential
+    except credential.CredentialError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if server is None or (token is None and not join_token):
         saved_server, saved_token = _from_config_file()
         server = server or saved_server
-        token = token or saved_token
+        token = token or (None if join_token else saved_token)
     if not server:
         raise typer.BadParameter("give the server's URL with --server or SCHEDULEARN_SERVER")
-    if not token:
+    if not token and not join_token:
         raise typer.BadParameter(
-            "give the agent token with --token or SCHEDULEARN_AGENT_TOKEN "
-            "(the server prints it at its first start)"
+            f"this node has no credential (none stored in {where}); an admin runs "
+            f"`schedulearn node add {node}`, and you start the agent with that join token "
+            "in a file: --join-token-file PATH (or SCHEDULEARN_JOIN_TOKEN)"
         )
     try:
         ulimits = dict(parse_ulimit(u) for u in container_ulimit or [])
@@ -156,12 +222,12 @@ def agent(
         labels = tuple(sorted(labels_of(label or [])))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--label") from None
-    node = name or default_name()
     config = AgentConfig(
         server=server.rstrip("/"),
-        token=token,
+        token=token or "",
+        join_token=join_token or None,
         name=node,
-        state_dir=state_dir or default_state_dir(node),
+        state_dir=where,
         address=address or address_towards(server),
         gpus=gpus,
         gpu_type=gpu_type,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -22,9 +23,12 @@ from schedulearn.protocol import (
     JobList,
     JobPublic,
     JobSpec,
+    JoinTokenPublic,
     LogLinePublic,
     LogPage,
+    NodeAdd,
     NodeList,
+    NodeRemoved,
     PolicyPreview,
     PolicyPublic,
     ProfileImport,
@@ -207,6 +211,14 @@ class Client:
             "PATCH", f"/users/{name}", json=body.model_dump(exclude_defaults=True)
         )
         return UserPublic.model_validate(response.json())
+
+    def add_node(self, name: str, expires_seconds: float) -> JoinTokenPublic:
+        body = NodeAdd(name=name, expires_seconds=expires_seconds).model_dump(mode="json")
+        return JoinTokenPublic.model_validate(self._call("POST", "/nodes", json=body).json())
+
+    def remove_node(self, name: str) -> NodeRemoved:
+        path = f"/nodes/{quote(name, safe='')}"
+        return NodeRemoved.model_validate(self._call("DELETE", path).json())
 
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self._call("GET", "/whoami").json())

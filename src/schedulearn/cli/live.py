@@ -5,12 +5,13 @@ cancel, nodes, policy, whoami). The `agent` command belongs to the
 agent's own CLI module.
 
 `up` owns the local set-up: it makes (or reuses) an admin token for you
-and an agent token for its agent, writes them to the CLI config (0600,
-never to the terminal) so `submit` works from any shell, then hands
-over to `cli.serving`, which serves the API on uvicorn, starts the agent
-as a child process once the server listens, and on Ctrl-C stops the
-agent first (so it can stop its jobs and report them) and then the
-server. That module is imported only by these
+and its local node's credential (`local_node_credential`, kept 0600 in the
+agent's state directory, where the agent finds it: no join step and no
+secret on the agent's command line), writes the CLI config (0600, never to the terminal) so `submit`
+works from any shell, then hands over to `cli.serving`, which serves the
+API on uvicorn, starts the agent as a child process once the server
+listens, and on Ctrl-C stops the agent first (so it can stop its jobs and
+report them) and then the server. That module is imported only by these
 two commands: uvicorn and the server are the server extra's, and the
 agent and user commands must run without them.
 """
@@ -22,7 +23,7 @@ import os
 import socket
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -30,6 +31,9 @@ from rich.console import Console
 from schedulearn.cli import jobs as job_commands
 from schedulearn.cli.config import config_path, load_file, save
 from schedulearn.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
 
 err = Console(stderr=True)
 
@@ -93,9 +97,9 @@ def server(
 # --- up ----------------------------------------------------------------------
 
 
-def local_tokens(settings: ServerSettings) -> tuple[str, str]:
-    """An admin token for this user and an agent token, reused from the CLI
-    config while they still work, made (and stored hashed) otherwise."""
+def local_tokens(settings: ServerSettings, node: str = "local") -> tuple[str, str]:
+    """An admin token for this user, reused from the CLI config when the database
+    still knows it, made (and stored hashed) otherwise; and the local node's credential."""
     from schedulearn.server import auth, db
     from schedulearn.server.services import tokens
 
@@ -116,18 +120,37 @@ def local_tokens(settings: ServerSettings) -> tuple[str, str]:
             admin = config.token
             if not works(admin, auth.Role.ADMIN):
                 admin = tokens.issue(session, getpass.getuser(), auth.Role.ADMIN, now, "up")[1]
-            agent = config.agent_token
-            if not works(agent, auth.Role.AGENT):
-                agent = tokens.issue(session, "local-agent", auth.Role.AGENT, now, "up")[1]
-        assert admin is not None and agent is not None
+            agent = local_node_credential(session, node, now)
+        assert admin is not None
         return admin, agent
     finally:
         database.close()
 
 
-def agent_command(url: str, token: str, gpus: int | None, name: str) -> list[str]:
-    """The local agent: the agent package's own entry point, as a child process."""
-    cmd = [sys.executable, "-m", "schedulearn.agent", "--server", url, "--token", token]
+def local_node_credential(session: Session, node: str, now: float) -> str:
+    """The local agent's credential: the one in its state directory while the
+    database still holds it live for `node`, else a new one written there (0600)."""
+    from schedulearn.agent import credential
+    from schedulearn.agent.config import default_state_dir
+    from schedulearn.server.services import enrollment
+
+    state_dir = default_state_dir(node)
+    try:
+        stored = credential.load(state_dir)
+    except credential.CredentialError:
+        stored = None
+    known = stored.credential if stored is not None and stored.node == node else None
+    made = enrollment.local_credential(session, node, known, now)
+    if made != known:
+        credential.save(state_dir, credential.StoredCredential(node, made))
+    return made
+
+
+def agent_command(url: str, gpus: int | None, name: str) -> list[str]:
+    """The local agent: the agent package's own entry point, as a child process.
+
+    It reads its credential from its state directory, never from this command line."""
+    cmd = [sys.executable, "-m", "schedulearn.agent", "--server", url]
     # Ctrl-C on `up` means "stop everything": the jobs too, not left to re-adopt.
     cmd += ["--name", name, "--stop-jobs-on-exit"]
     if gpus is not None:
@@ -164,13 +187,12 @@ def up(
     _check_port(settings.host, settings.port)
     if gpus is None and not has_nvidia_gpus():
         gpus = 4
-    admin, agent_token = local_tokens(settings)
+    admin, _credential = local_tokens(settings, name)
     url = f"http://{settings.host}:{settings.port}"
-    path = save(
-        load_file().model_copy(update={"server": url, "token": admin, "agent_token": agent_token})
-    )
+    # The agent's credential lives in its own state directory, not in the CLI config.
+    path = save(load_file().model_copy(update={"server": url, "token": admin, "agent_token": None}))
     log_path = config_path().parent / "agent.log"
-    cmd = agent_command(url, agent_token, gpus, name)
+    cmd = agent_command(url, gpus, name)
     err.print(f"Schedulearn is up at [bold]{url}[/bold] (database: {settings.database_url})")
     what = f"{gpus} virtual GPUs" if gpus else "NVIDIA GPUs"
     err.print(f"  local agent {name!r}: {what}, log {log_path}")

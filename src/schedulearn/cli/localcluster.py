@@ -104,6 +104,17 @@ class ServerProcess(Proc):
             },
         )
 
+    def join_token(self, node: str) -> str:
+        """Enroll `node` as the admin (`schedulearn node add`): its one-time join token."""
+        r = httpx.post(
+            f"{self.url}/api/v1/nodes",
+            json={"name": node},
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+            timeout=10,
+        )
+        r.raise_for_status()
+        return str(r.json()["join_token"])
+
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -117,7 +128,12 @@ class ServerProcess(Proc):
 
 
 class AgentProcess(Proc):
-    """`python -m schedulearn.agent` with virtual GPUs."""
+    """`python -m schedulearn.agent` with virtual GPUs.
+
+    Give it a `join_token` (`ServerProcess.join_token`) to enroll as its own
+    node (passed in the environment, never on argv); a `token` is passed
+    with `--token`, as agents of earlier releases take it.
+    """
 
     def __init__(
         self,
@@ -129,12 +145,19 @@ class AgentProcess(Proc):
         state_dir: Path,
         extra: list[str] | None = None,
         env: dict[str, str] | None = None,
+        join_token: str | None = None,
     ) -> None:
         self.name = name
         args = [sys.executable, "-m", "schedulearn.agent", "--server", server_url]
-        args += ["--token", token, "--name", name]
+        args += ["--token", token] if token else []
+        args += ["--name", name]
         args += ["--gpus", str(gpus), "--state-dir", str(state_dir), *(extra or [])]
         # Launchers installed beside this interpreter (torchrun, horovodrun) are found
         # even when its environment is not activated.
         scripts = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-        super().__init__(args, log_path, {"PATH": scripts, **(env or {})})
+        secret = {"SCHEDULEARN_JOIN_TOKEN": join_token} if join_token else {}
+        super().__init__(args, log_path, {"PATH": scripts, **secret, **(env or {})})
+
+    def enroll(self, server: ServerProcess) -> None:
+        """Enroll this agent's node on `server` (running), as `node add` does; before `start`."""
+        self.env["SCHEDULEARN_JOIN_TOKEN"] = server.join_token(self.name)

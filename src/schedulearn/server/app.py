@@ -23,7 +23,7 @@ import schedulearn
 from schedulearn.clock import Clock, SystemClock
 from schedulearn.protocol import JobSpec
 from schedulearn.server import auth, db, errors, versioning
-from schedulearn.server.api import agent, cluster, jobs, ops, profiles
+from schedulearn.server.api import agent, cluster, enroll, jobs, ops, profiles
 from schedulearn.server.api import tokens as token_routes
 from schedulearn.server.api import users as user_routes
 from schedulearn.server.batching import Batcher
@@ -131,7 +131,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     # Added last, so it runs first: a refused client gets the version message
     # before anything else judges its request.
     app.add_middleware(versioning.ProtocolCheck)
-    for module in (jobs, cluster, agent, ops, profiles, token_routes, user_routes):
+    for module in (jobs, cluster, enroll, agent, ops, profiles, token_routes, user_routes):
         app.include_router(module.router)
     if importlib.util.find_spec("schedulearn.server.web") is not None:
         # The web dashboard (its own package) mounts its pages under /ui.

@@ -287,3 +287,35 @@ class ThroughputRecord(SQLModel, table=True):
 class Setting(SQLModel, table=True):
     key: str = Field(primary_key=True)
     value: str
+
+
+class CredentialKind(StrEnum):
+    """How a node credential came to be (`services.enrollment` makes them)."""
+
+    JOINED = "joined"  # exchanged for a join token from `schedulearn node add`
+    LOCAL = "local"  # made by `schedulearn up` for its own local agent
+    BOUND_TOKEN = "bound-token"  # an old-style agent token, bound at its first registration
+
+
+class JoinToken(SQLModel, table=True):
+    """A one-time token `node add` printed (its hash): exchanged once, before it expires."""
+
+    __tablename__ = "join_token"
+
+    hash: str = Field(primary_key=True)
+    node: str = Field(index=True)
+    created_at: float
+    expires_at: float
+    used_at: float | None = None
+
+
+class NodeCredential(SQLModel, table=True):
+    """What an agent authenticates with (its hash), bound to one node; `node rm` revokes it."""
+
+    __tablename__ = "node_credential"
+
+    hash: str = Field(primary_key=True)
+    node: str = Field(index=True)
+    kind: CredentialKind = Field(sa_type=EnumText(CredentialKind))
+    created_at: float
+    revoked_at: float | None = None

@@ -1,6 +1,6 @@
 """Everything one running app holds, hung on `app.state.sl` by `create_app`.
 
-Owns the in-memory parts of the server: the token cache, wake-up events,
+Owns the in-memory parts of the server: the token and node-credential caches, wake-up events,
 the submission batcher, the latest GPU samples from heartbeats (shown by
 `nodes`, never stored) and stop orders for runs an agent reported that
 the server does not know.
@@ -21,6 +21,7 @@ from schedulearn.server.db import Database
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services.agents import AgentTiming
+from schedulearn.server.services.enrollment import CredentialCache
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.wakeups import Wakeups
@@ -42,6 +43,7 @@ class AppState:
     predictions: Predictor
     samples: dict[str, list[GpuSample]] = field(default_factory=dict)
     orphan_stops: dict[str, list[StopOrder]] = field(default_factory=lambda: defaultdict(list))
+    credentials: CredentialCache = field(default_factory=CredentialCache)
 
 
 def get_state(request: Request) -> AppState:

@@ -127,8 +127,26 @@ class ServerProc(Proc):
         return self
 
 
+def join_token(server_url: str, node: str) -> str:
+    """Enroll `node` as the admin (`schedulearn node add`): its one-time join token."""
+    r = httpx.post(
+        f"{server_url}/api/v1/nodes",
+        json={"name": node},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    return str(r.json()["join_token"])
+
+
 class AgentProc(Proc):
-    """`python -m schedulearn.agent` with virtual GPUs."""
+    """`python -m schedulearn.agent` with virtual GPUs.
+
+    Without a `token`, its node is enrolled at the first `start` (a join
+    token in the environment, exchanged for the node's own credential,
+    which later starts find in the state directory); a `token` is passed
+    with `--token`, as agents of earlier releases take it.
+    """
 
     def __init__(
         self,
@@ -138,14 +156,24 @@ class AgentProc(Proc):
         log_path: Path,
         gpus: int = 4,
         extra: Iterable[str] = (),
-        token: str = AGENT_TOKEN,
+        token: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.state_dir = state_dir
+        self.server_url = server_url
+        self.token = token
         args = [sys.executable, "-m", "schedulearn.agent", "--server", server_url]
-        args += ["--token", token, "--name", name, "--gpus", str(gpus)]
+        args += ["--token", token] if token is not None else []
+        args += ["--name", name, "--gpus", str(gpus)]
         args += ["--state-dir", str(state_dir), "--log-level", "debug", *extra]
-        super().__init__(args, log_path, {})
+        super().__init__(args, log_path, dict(env or {}))
+
+    def start(self) -> None:
+        given = {"SCHEDULEARN_JOIN_TOKEN", "SCHEDULEARN_AGENT_TOKEN"} & self.env.keys()
+        if self.token is None and not given:
+            self.env["SCHEDULEARN_JOIN_TOKEN"] = join_token(self.server_url, self.name)
+        super().start()
 
 
 class AdminApi:

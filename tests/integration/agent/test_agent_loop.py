@@ -240,8 +240,10 @@ def test_an_agent_with_a_wrong_token_exits_and_says_what_to_change(
     agent = start_agent("n1", gpus=1, token="not-the-token")
     assert agent.popen is not None
     assert agent.popen.wait(30) == 2
-    assert "refused the agent token" in agent.log()
-    assert "--token or SCHEDULEARN_AGENT_TOKEN" in agent.log()
+    assert "refused this node's credential (HTTP 401" in agent.log()
+    assert "schedulearn node add NAME" in agent.log()
+    # A secret on argv is readable by every local user: it works, with a warning.
+    assert "--token puts a secret on the command line" in agent.log()
 
 
 def test_sigterm_leaves_jobs_running_unless_told_to_stop_them(

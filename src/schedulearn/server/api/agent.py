@@ -1,4 +1,11 @@
-"""/api/v1/agent: the node agents' side of the contract in `schedulearn.protocol`."""
+"""/api/v1/agent: the node agents' side of the contract in `schedulearn.protocol`.
+
+Every route but `/join` needs a node credential (`deps.agent`: which node
+the caller is) and calls `services.agent_access`, which lets it act only
+on its own node and on the attempts placed there (403 otherwise, with
+nothing changed). `/join` exchanges a one-time join token from
+`schedulearn node add` for that credential.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +23,8 @@ from schedulearn.protocol import (
     HeartbeatReply,
     JobEvent,
     LogBatch,
+    NodeJoin,
+    NodeJoined,
     NodeRegistration,
     ProgressBatch,
     RegistrationReply,
@@ -23,15 +32,26 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.api.deps import Agent, JobId, State
 from schedulearn.server.errors import ERROR_RESPONSES
-from schedulearn.server.services import agents, checkpoints, logs, progress
+from schedulearn.server.services import agent_access, agents, checkpoints, enrollment
 from schedulearn.server.wakeups import wait_for
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"], responses=ERROR_RESPONSES)
 
 
+@router.post(
+    "/join",
+    response_model=NodeJoined,
+    summary="Exchange a one-time join token (`schedulearn node add`) for the node's credential",
+)
+async def join(body: NodeJoin, state: State) -> NodeJoined:
+    joined = await state.db.run(enrollment.join, body.join_token, state.clock.now())
+    state.credentials.forget_node(joined.node)  # the node's older credential is revoked
+    return joined
+
+
 @router.post("/register", response_model=RegistrationReply)
-async def register(body: NodeRegistration, state: State, _who: Agent) -> RegistrationReply:
-    done = await state.db.run(agents.register, body, state.clock.now(), state.timing)
+async def register(body: NodeRegistration, state: State, who: Agent) -> RegistrationReply:
+    done = await state.db.run(agent_access.register, who, body, state.clock.now(), state.timing)
     state.shape.invalidate()
     state.orphan_stops.pop(body.name, None)
     state.wakeups.notify(done.changes)
@@ -39,8 +59,8 @@ async def register(body: NodeRegistration, state: State, _who: Agent) -> Registr
 
 
 @router.post("/heartbeat", response_model=HeartbeatReply)
-async def heartbeat(body: Heartbeat, state: State, _who: Agent) -> HeartbeatReply:
-    beat = await state.db.run(agents.heartbeat, body, state.clock.now(), state.timing)
+async def heartbeat(body: Heartbeat, state: State, who: Agent) -> HeartbeatReply:
+    beat = await state.db.run(agent_access.heartbeat, who, body, state.clock.now(), state.timing)
     state.samples[body.name] = body.gpus
     if beat.orphans:
         state.orphan_stops[body.name] = agents.orphan_orders(beat.orphans, state.timing)
@@ -55,17 +75,20 @@ async def heartbeat(body: Heartbeat, state: State, _who: Agent) -> HeartbeatRepl
 async def work(
     request: Request,
     state: State,
-    _who: Agent,
+    who: Agent,
     node: Annotated[str, Query(min_length=1, max_length=200)],
     wait: Annotated[float, Query(ge=0, le=3600)] = 0.0,
 ) -> WorkBatch:
     wait = min(wait, state.settings.max_wait_seconds)
+    node = agent_access.own_node(who, node)
     event = state.wakeups.node(node)
     deadline = state.clock.now() + wait
     while True:
         # Clear before reading: a wake-up that lands during the read is kept.
         event.clear()
-        batch = await state.db.run(agents.take_work, node, state.clock.now(), state.timing)
+        batch = await state.db.run(
+            agent_access.take_work, who, node, state.clock.now(), state.timing
+        )
         orphans = state.orphan_stops.pop(node, None)
         if orphans:
             batch.stops.extend(orphans)
@@ -80,29 +103,29 @@ async def work(
 
 
 @router.post("/jobs/{job_id}/events", response_model=Ack)
-async def event(job_id: JobId, body: JobEvent, state: State, _who: Agent) -> Ack:
-    changes = await state.db.run(agents.record_event, job_id, body, state.clock.now())
+async def event(job_id: JobId, body: JobEvent, state: State, who: Agent) -> Ack:
+    changes = await state.db.run(agent_access.record_event, who, job_id, body, state.clock.now())
     state.wakeups.notify(changes)
     return Ack(ignored=not changes.jobs)
 
 
 @router.post("/events", response_model=EventAcks, summary="Events of many jobs at once")
-async def events(body: EventBatch, state: State, _who: Agent) -> EventAcks:
-    done = await state.db.run(agents.record_events, body.events, state.clock.now())
+async def events(body: EventBatch, state: State, who: Agent) -> EventAcks:
+    done = await state.db.run(agent_access.record_events, who, body.events, state.clock.now())
     state.wakeups.notify(done.changes)
     return EventAcks(acks=done.acks)
 
 
 @router.post("/jobs/{job_id}/logs", response_model=Ack)
-async def job_logs(job_id: JobId, body: LogBatch, state: State, _who: Agent) -> Ack:
-    changes = await state.db.run(logs.append, job_id, body)
+async def job_logs(job_id: JobId, body: LogBatch, state: State, who: Agent) -> Ack:
+    changes = await state.db.run(agent_access.append_logs, who, job_id, body)
     state.wakeups.notify(changes)
     return Ack()
 
 
 @router.post("/jobs/{job_id}/progress", response_model=Ack, summary="New progress reports")
-async def job_progress(job_id: JobId, body: ProgressBatch, state: State, _who: Agent) -> Ack:
-    changes = await state.db.run(progress.record, job_id, body)
+async def job_progress(job_id: JobId, body: ProgressBatch, state: State, who: Agent) -> Ack:
+    changes = await state.db.run(agent_access.record_progress, who, job_id, body)
     state.wakeups.notify(changes)
     return Ack()
 
@@ -117,11 +140,13 @@ async def put_checkpoint(
     job_id: JobId,
     request: Request,
     state: State,
-    _who: Agent,
+    who: Agent,
     attempt: Annotated[int, Query(ge=1, le=2**31 - 1)],
     sha256: Annotated[str, Header(alias="X-Checkpoint-Sha256", max_length=64)],
     node: Annotated[str, Query(max_length=200)] = "",
 ) -> CheckpointRef:
+    # Checked before the body is read: a refused upload writes nothing.
+    node = await state.db.run(agent_access.may_upload, who, job_id, attempt, node)
     store = checkpoints.store_dir(state.settings)
     length = request.headers.get("content-length")
     upload = await checkpoints.receive(
@@ -142,9 +167,9 @@ async def put_checkpoint(
     summary="Download the job's latest checkpoint (a tar; its hash in X-Checkpoint-Sha256)",
     response_class=FileResponse,
 )
-async def get_checkpoint(job_id: JobId, state: State, _who: Agent) -> FileResponse:
+async def get_checkpoint(job_id: JobId, state: State, who: Agent) -> FileResponse:
     store = checkpoints.store_dir(state.settings)
-    path, ref = await state.db.run(checkpoints.download, store, job_id)
+    path, ref = await state.db.run(agent_access.download, who, store, job_id)
     return FileResponse(
         path,
         media_type="application/x-tar",

@@ -1,4 +1,5 @@
-"""Request dependencies: the app state and who is calling (from the bearer token).
+"""Request dependencies: the app state and who is calling (from the bearer token):
+a user or an admin (`user`, `admin`), or a node agent (`agent`: its node credential).
 
 Every route names one of `User`, `Admin` or `Agent`, so every route checks a role.
 """
@@ -10,8 +11,10 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from schedulearn.server.auth import Caller, Refusal, Role
+from schedulearn.server.auth import Caller, Refusal, Role, hash_token
 from schedulearn.server.errors import Forbidden, Unauthorized
+from schedulearn.server.services import enrollment
+from schedulearn.server.services.enrollment import AgentIdentity
 from schedulearn.server.state import AppState, get_state
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `schedulearn up` or an admin")
@@ -62,14 +65,31 @@ async def admin(who: Annotated[Caller, Depends(caller)]) -> Caller:
     return who
 
 
-async def agent(who: Annotated[Caller, Depends(caller)]) -> Caller:
-    if who.role not in (Role.AGENT, Role.ADMIN):
-        raise Forbidden("this route is for agents; use the agent token")
+async def agent(
+    request: Request,
+    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> AgentIdentity:
+    """The node an agent request acts as (`services.enrollment`; cached briefly).
+
+    What that node may touch is decided in `services.agent_access`.
+    """
+    if creds is None or not creds.credentials:
+        raise Unauthorized(
+            "no agent credential; start the agent with --join-token-file (from "
+            "`schedulearn node add NAME`) or --token-file"
+        )
+    state = get_state(request)
+    digest = hash_token(creds.credentials)
+    now = state.clock.now()
+    who = state.credentials.get(digest, now)
+    if who is None:
+        who = await state.db.run(enrollment.identify, digest, now)
+        state.credentials.keep(who, now)
     return who
 
 
 User = Annotated[Caller, Depends(user)]
 Admin = Annotated[Caller, Depends(admin)]
-Agent = Annotated[Caller, Depends(agent)]
+Agent = Annotated[AgentIdentity, Depends(agent)]
 
 JobId = Annotated[int, Path(ge=1, le=2**62, description="A job's number")]

@@ -1,0 +1,212 @@
+"""What an agent may touch: its own node, and the attempts placed there.
+
+The one place the agent routes are authorized. Each agent route calls one
+function here with the caller's `AgentIdentity` (from its credential,
+`services.enrollment`); it checks, then hands over to the service that
+does the work (`agents`, `logs`, `progress`, `checkpoints`) in the same
+session. The rule:
+
+- a node name in a request (registration, heartbeat, work poll, the
+  `node` of an event, log or progress batch, or checkpoint upload) must
+  be the caller's own; an empty one means the caller's;
+- a report about a job (event, logs, progress, checkpoint upload) needs
+  a part of that attempt placed on the caller's node (`owns_attempt`);
+- a checkpoint download needs a part of the job's current attempt on
+  the caller's node.
+
+Anything else is refused with 403 before anything is written. A report
+about a job that does not exist stays a 404; an event of a job or an
+attempt that exists on no node is acknowledged as ignored, as before (the
+lifecycle changes nothing for it), while one placed on another node is
+refused, and an event batch with any such event is refused whole. A
+part never moves between nodes, so a check cannot be outdated by the
+time the work it guards runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlmodel import Session, col, select
+
+from schedulearn.protocol import (
+    CheckpointRef,
+    Heartbeat,
+    JobEvent,
+    JobEventReport,
+    LogBatch,
+    NodeRegistration,
+    ProgressBatch,
+    WorkBatch,
+)
+from schedulearn.server.errors import Forbidden, NotFound
+from schedulearn.server.models import Job, JobPart
+from schedulearn.server.services import agents, checkpoints, enrollment, logs, progress
+from schedulearn.server.services.agents import AgentTiming, Beat, EventsRecorded, Registered
+from schedulearn.server.services.enrollment import AgentIdentity
+from schedulearn.server.wakeups import Changes
+
+
+def own_node(who: AgentIdentity, named: str) -> str:
+    """The caller's node, if `named` is it (or empty); 403 otherwise."""
+    node = who.bound
+    if named and named != node:
+        raise Forbidden(
+            f"this credential is node {node!r}'s; it cannot act for node {named!r} "
+            "(each node has its own: `schedulearn node add NAME`)"
+        )
+    return node
+
+
+def owns_attempt(session: Session, node: str, job_id: int, attempt: int) -> bool:
+    """Whether attempt `attempt` of job `job_id` has a part placed on `node`."""
+    found = session.exec(
+        select(JobPart.id)
+        .where(JobPart.job_id == job_id, JobPart.attempt == attempt, JobPart.node == node)
+        .limit(1)
+    ).first()
+    return found is not None
+
+
+def _placed(session: Session, job_id: int, attempt: int) -> bool:
+    """Whether attempt `attempt` of job `job_id` has a part on any node."""
+    found = session.exec(
+        select(JobPart.id).where(JobPart.job_id == job_id, JobPart.attempt == attempt).limit(1)
+    ).first()
+    return found is not None
+
+
+def _refuse(node: str, job_id: int, attempt: int) -> None:
+    raise Forbidden(
+        f"attempt {attempt} of job {job_id} was not placed on node {node!r}; a node reports "
+        "only on its own jobs"
+    )
+
+
+def require_attempt(session: Session, node: str, job_id: int, attempt: int) -> None:
+    """403 unless the attempt has a part on `node` (404 for a job that does not exist)."""
+    if owns_attempt(session, node, job_id, attempt):
+        return
+    if session.get(Job, job_id) is None:
+        raise NotFound(f"no job {job_id}")
+    _refuse(node, job_id, attempt)
+
+
+# --- node-level calls ------------------------------------------------------------
+
+
+def register(
+    session: Session, who: AgentIdentity, reg: NodeRegistration, now: float, timing: AgentTiming
+) -> Registered:
+    # An old-style token is bound here, in the registration's own transaction.
+    node = enrollment.bind_on_registration(session, who, reg.name, now)
+    own_node(AgentIdentity(who.digest, node), reg.name)
+    return agents.register(session, reg, now, timing)
+
+
+def heartbeat(
+    session: Session, who: AgentIdentity, beat: Heartbeat, now: float, timing: AgentTiming
+) -> Beat:
+    own_node(who, beat.name)
+    return agents.heartbeat(session, beat, now, timing)
+
+
+def take_work(
+    session: Session, who: AgentIdentity, node: str, now: float, timing: AgentTiming
+) -> WorkBatch:
+    # Checked again on each pass of the long poll, so that `node rm` ends it at once.
+    enrollment.identify(session, who.digest, now)
+    return agents.take_work(session, own_node(who, node), now, timing)
+
+
+# --- reports about jobs ------------------------------------------------------------
+
+
+def record_event(
+    session: Session, who: AgentIdentity, job_id: int, event: JobEvent, now: float
+) -> Changes:
+    node = own_node(who, event.node)
+    if not owns_attempt(session, node, job_id, event.attempt) and _placed(
+        session, job_id, event.attempt
+    ):
+        _refuse(node, job_id, event.attempt)
+    return agents.record_event(session, job_id, event.model_copy(update={"node": node}), now)
+
+
+def record_events(
+    session: Session, who: AgentIdentity, reports: list[JobEventReport], now: float
+) -> EventsRecorded:
+    """A batch is refused whole (nothing recorded) if any event is not the caller's."""
+    node = who.bound
+    for report in reports:
+        own_node(who, report.node)
+    pairs = {(r.job_id, r.attempt) for r in reports}
+    ids = {job_id for job_id, _ in pairs}
+    owned: set[tuple[int, int]] = set(
+        (job_id, attempt)
+        for job_id, attempt in session.exec(
+            select(JobPart.job_id, JobPart.attempt).where(
+                JobPart.node == node, col(JobPart.job_id).in_(ids)
+            )
+        ).all()
+    )
+    missing = pairs - owned
+    if missing:
+        # An event of a job, or an attempt, that exists nowhere is acknowledged as
+        # ignored, as before (it changes nothing); one placed on another node is refused.
+        foreign = sorted(
+            (job_id, attempt)
+            for job_id, attempt in session.exec(
+                select(JobPart.job_id, JobPart.attempt).where(
+                    col(JobPart.job_id).in_({j for j, _ in missing})
+                )
+            ).all()
+            if (job_id, attempt) in missing
+        )
+        if foreign:
+            job_id, attempt = foreign[0]
+            raise Forbidden(
+                f"attempt {attempt} of job {job_id} was not placed on node {node!r}; a node "
+                "reports only on its own jobs (nothing in this batch was recorded)"
+            )
+    mine = [r.model_copy(update={"node": node}) for r in reports]
+    return agents.record_events(session, mine, now)
+
+
+def append_logs(session: Session, who: AgentIdentity, job_id: int, batch: LogBatch) -> Changes:
+    node = own_node(who, batch.node)
+    require_attempt(session, node, job_id, batch.attempt)
+    return logs.append(session, job_id, batch.model_copy(update={"node": node}))
+
+
+def record_progress(
+    session: Session, who: AgentIdentity, job_id: int, batch: ProgressBatch
+) -> Changes:
+    node = own_node(who, batch.node)
+    require_attempt(session, node, job_id, batch.attempt)
+    return progress.record(session, job_id, batch.model_copy(update={"node": node}))
+
+
+# --- checkpoints -------------------------------------------------------------------
+
+
+def may_upload(session: Session, who: AgentIdentity, job_id: int, attempt: int, node: str) -> str:
+    """Checked before the upload is read; returns the node to record it under."""
+    mine = own_node(who, node)
+    require_attempt(session, mine, job_id, attempt)
+    return mine
+
+
+def download(
+    session: Session, who: AgentIdentity, store: Path, job_id: int
+) -> tuple[Path, CheckpointRef]:
+    node = who.bound
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    if not owns_attempt(session, node, job_id, job.attempt):
+        raise Forbidden(
+            f"job {job_id}'s current attempt is not placed on node {node!r}; a node downloads "
+            "only the checkpoints of jobs it is to run"
+        )
+    return checkpoints.download(session, store, job_id)
