@@ -79,9 +79,16 @@ def test_up_then_submit_the_readme_example_then_ctrl_c(tmp_path: Path) -> None:
         assert nodes == [("local", 4)] or (has_nvidia_gpus() and nodes[0][0] == "local"), nodes
         written = json.loads(config.read_text())
         assert written["server"] == f"http://127.0.0.1:{port}"
-        # The tokens are in the CLI config, readable by this user only.
+        # The admin token is in the CLI config, readable by this user only; the
+        # agent's credential is in its own state directory (0600), not the config.
         assert stat.S_IMODE(config.stat().st_mode) == 0o600
-        assert written["token"] and written["agent_token"]
+        assert written["token"] and not written.get("agent_token")
+        (credential,) = (tmp_path / ".local" / "state").rglob("credential.json")
+        assert stat.S_IMODE(credential.stat().st_mode) == 0o600
+        agent_secret = json.loads(credential.read_text())["credential"]
+        # The running agent got it from that file: it is on no command line.
+        assert _processes_naming(f"127.0.0.1:{port}"), "no agent process to look at"
+        assert not _processes_naming(agent_secret)
 
         submitted = _cli(env, "submit", "--gpus", "1", "--", "python", "examples/train_toy.py")
         assert submitted.returncode == 0, submitted.stderr
@@ -109,7 +116,7 @@ def test_up_then_submit_the_readme_example_then_ctrl_c(tmp_path: Path) -> None:
     assert "local agent 'local'" in said
     # `up` says where the tokens are, and prints none of them.
     assert f"are in {config} (readable only by you)" in said, said
-    assert written["token"] not in said and written["agent_token"] not in said
+    assert written["token"] not in said and agent_secret not in said
     assert not re.search(r"sl(ad|us|ag)_", said), said
     assert _cli(env, "nodes").returncode != 0, "the server still answers after Ctrl-C"
     assert not _processes_naming(f"127.0.0.1:{port}"), "the agent outlived Ctrl-C"

@@ -245,7 +245,7 @@ def test_reported_progress_extrapolates_a_running_jobs_end(settings) -> None:  #
         )
         r = app.api.post(
             f"/api/v1/agent/jobs/{job_id}/progress",
-            headers=app.api.agent,
+            headers=app.api.node("n1"),
             json=body.model_dump(mode="json"),
         )
         assert r.status_code == 200, r.text

@@ -91,7 +91,9 @@ def _alices_running_job(api):  # type: ignore[no-untyped-def]
     # Polled as an agent of this release (WireAgent speaks protocol 1, whose
     # agents get secret_env folded into env).
     r = api.get(
-        "/api/v1/agent/work", headers={**api.agent, **CURRENT}, params={"node": "n1", "wait": 10}
+        "/api/v1/agent/work",
+        headers={**api.node("n1"), **CURRENT},
+        params={"node": "n1", "wait": 10},
     )
     assert r.status_code == 200, r.text
     start = WorkBatch.model_validate(r.json()).starts[0]
@@ -102,7 +104,7 @@ def _alices_running_job(api):  # type: ignore[no-untyped-def]
     )
     r = api.post(
         f"/api/v1/agent/jobs/{job_id}/progress",
-        headers=api.agent,
+        headers=api.node("n1"),
         json=progress.model_dump(mode="json"),
     )
     assert r.status_code == 200, r.text
@@ -110,7 +112,7 @@ def _alices_running_job(api):  # type: ignore[no-untyped-def]
     r = api.client.put(
         f"/api/v1/agent/jobs/{job_id}/checkpoint",
         params={"attempt": start.attempt, "node": "n1"},
-        headers={**api.agent, "X-Checkpoint-Sha256": hashlib.sha256(body).hexdigest()},
+        headers={**api.node("n1"), "X-Checkpoint-Sha256": hashlib.sha256(body).hexdigest()},
         content=body,
     )
     assert r.status_code == 200, r.text
