@@ -157,6 +157,10 @@ class JobView:
     # job with an image, and every label named in `constraints`.
     image: str | None = None
     constraints: tuple[str, ...] = ()
+    # The owner's unix account (a node that runs jobs as their owners must
+    # have it; core.capabilities); None: not known, which restricts nothing.
+    # Computed when the view is built (a VIEW field: neither stored nor shown).
+    account: str | None = None
     # Queue and run state.
     queued_at: float | None = None
     placement: Placement | None = None

@@ -248,7 +248,8 @@ def show(session: Session, job_id: int) -> JobPublic:
     else:
         position = queue_position(session, job)
         nodes, _, _ = snapshot.load_nodes(session)
-        reason = waiting_reason(snapshot.job_view(job), nodes, position - 1)
+        view = snapshot.AccountBook(session).attach(snapshot.job_view(job))
+        reason = waiting_reason(view, nodes, position - 1)
         public = to_public(job, position, reason)
     public.checkpoint = checkpoints.current(session, job_id)
     return public

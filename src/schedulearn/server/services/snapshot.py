@@ -8,16 +8,19 @@ because a pass may read thousands of pending jobs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import select, text
 from sqlmodel import Session
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
+from schedulearn.core.capabilities import NO_ACCOUNT
 from schedulearn.protocol import JobState
 from schedulearn.server.models import Allocation, Gpu, Job, Node
-from schedulearn.server.services import capabilities
+from schedulearn.server.services import capabilities, users
 
 HOLDING = (JobState.ASSIGNED.value, JobState.RUNNING.value, JobState.PREEMPTING.value)
 
@@ -105,6 +108,29 @@ def job_view_from_row(row: tuple) -> JobView:  # type: ignore[type-arg]
 
 def job_view(job: Job) -> JobView:
     return job_view_from_row(tuple(getattr(job, c.key) for c in _JOB_COLUMNS))
+
+
+class AccountBook:
+    """Each job owner's unix account (`JobView.account`), looked up once per user.
+
+    A node whose agent runs jobs as their owners takes only jobs whose
+    account it has (`core.capabilities.can_run`); one book serves one pass.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._known: dict[str, str] = {}
+
+    def account(self, user: str) -> str:
+        known = self._known.get(user)
+        if known is None:
+            run_as = users.unix_account_of(self._session, user)
+            known = self._known[user] = NO_ACCOUNT if run_as is None else run_as.account
+        return known
+
+    def attach(self, view: JobView) -> JobView:
+        account = self.account(view.user)
+        return view if view.account == account else dataclasses.replace(view, account=account)
 
 
 @dataclass(slots=True)
@@ -196,7 +222,9 @@ class PendingCache:
     def __init__(self) -> None:
         self._views: dict[int, tuple[float, JobView]] = {}
 
-    def load(self, session: Session) -> list[JobView]:
+    def load(
+        self, session: Session, attach: Callable[[JobView], JobView] | None = None
+    ) -> list[JobView]:
         # The one query of a pass that grows with the queue: run it on the
         # driver's cursor (no parameters, so the SQL is the same for SQLite
         # and PostgreSQL), skipping SQLAlchemy's per-row processing.
@@ -215,21 +243,32 @@ class PendingCache:
                 views[row[0]] = (row[15], job_view_from_row(row))
         if len(views) > 2 * len(order) + 1000:
             self._views = views = {i: views[i] for i, _ in order}
+        if attach is not None:
+            # Kept attached: a view is copied only when its owner's account changed.
+            for i, _ in order:
+                queued, view = views[i]
+                if (new := attach(view)) is not view:
+                    views[i] = (queued, new)
         return [views[i][1] for i, _ in order]
 
 
 def build(session: Session, now: float, cache: PendingCache | None = None) -> Snapshot:
     running: list[JobView] = []
     attempts: dict[int, int] = {}
+    book = AccountBook(session)
     for r in session.connection().execute(
         select(*_JOB_COLUMNS, Job.attempt).where(Job.state.in_(HOLDING))  # type: ignore[attr-defined]
     ):
         row = tuple(r)
         if row[21] == JobState.PREEMPTING.value:
             continue
-        running.append(job_view_from_row(row[:24]))
+        running.append(book.attach(job_view_from_row(row[:24])))
         attempts[row[0]] = row[24]
-    pending = cache.load(session) if cache is not None else pending_views(session)
+    pending = (
+        cache.load(session, book.attach)
+        if cache is not None
+        else [book.attach(v) for v in pending_views(session)]
+    )
     nodes, holders, rows = load_nodes(session, running)
     # GPUs held by anything but the current attempt of a running job: a job
     # being preempted, or an old attempt (or a cancelled job) still exiting.
