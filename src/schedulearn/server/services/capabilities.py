@@ -37,4 +37,5 @@ def report(caps: NodeCapabilities) -> CapabilitiesReport:
         executors=sorted(e.value for e in caps.executors),
         container_runtime=caps.container_runtime,
         labels=sorted(caps.labels),
+        accounts=None if caps.accounts is None else sorted(caps.accounts),
     )
