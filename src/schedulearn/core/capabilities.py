@@ -231,9 +231,9 @@ def unrunnable(job: JobView, nodes: Sequence[NodeView]) -> str | None:
                 f"{job.user or 'NAME'} --unix-account ACCOUNT)"
             )
         return (
-            f"no node has the unix account {job.account!r} that user {job.user!r}'s jobs run "
-            f"as; create it on a node (useradd {job.account}) and restart or wait for its "
-            "agent to report it, or ask an admin to set the user's unix account"
+            f"no node has unix account {job.account!r} (user {job.user!r} runs jobs as it); "
+            f"create it on a node (useradd {job.account}; its agent reports it within a "
+            "heartbeat), or ask an admin to set the user's unix account"
         )
     present = sorted({label for n in nodes for label in n.capabilities.labels})
     shown = ", ".join(present) if present else "none"

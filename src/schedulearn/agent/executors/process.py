@@ -127,8 +127,10 @@ class SubprocessExecutor:
         if account is None:
             workdir = assignment.workdir or self._default_workdir
         else:
-            # The agent's own directory is no place for someone else's job.
-            workdir = assignment.workdir or self._workdir_option or account.home
+            # The agent's own directory is no place for someone else's job: it
+            # starts in its account's home, or in / as login does without one.
+            home = account.home if Path(account.home).is_dir() else "/"
+            workdir = assignment.workdir or self._workdir_option or home
         if not Path(workdir).is_dir():
             raise StartError(
                 f"workdir {workdir!r} does not exist on node {self.node_name!r}; "
