@@ -153,15 +153,6 @@ class SubprocessExecutor:
             if account is not None or path.exists():
                 accounts.job_file(path, account)
         argv = ["/bin/sh", "-c", SHIM, str(exit_file(record)), *plan.argv]
-        identity: dict[str, object] = {}
-        if account is not None:
-            identity = {
-                "user": account.uid,
-                "group": account.gid,
-                # Always given: without it the job would keep the agent's groups.
-                "extra_groups": list(account.groups),
-                "umask": accounts.JOB_UMASK,
-            }
         out = _open_log(log_file(record.job_dir, LogStream.STDOUT))
         err = _open_log(log_file(record.job_dir, LogStream.STDERR))
         try:
@@ -174,7 +165,11 @@ class SubprocessExecutor:
                 env=env,
                 start_new_session=True,
                 close_fds=True,
-                **identity,  # type: ignore[arg-type]
+                user=None if account is None else account.uid,
+                group=None if account is None else account.gid,
+                # Always given with a user: without it the job keeps the agent's groups.
+                extra_groups=None if account is None else list(account.groups),
+                umask=-1 if account is None else accounts.JOB_UMASK,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise StartError(f"could not start the job on {self.node_name!r}: {exc}") from exc
