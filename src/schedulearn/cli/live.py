@@ -130,6 +130,8 @@ def agent_command(url: str, token: str, gpus: int | None, name: str) -> list[str
     cmd = [sys.executable, "-m", "schedulearn.agent", "--server", url, "--token", token]
     # Ctrl-C on `up` means "stop everything": the jobs too, not left to re-adopt.
     cmd += ["--name", name, "--stop-jobs-on-exit"]
+    # One person's machine: jobs run as whoever ran `up`, root included.
+    cmd += ["--run-jobs-as", "agent"]
     if gpus is not None:
         cmd += ["--gpus", str(gpus)]
     return cmd

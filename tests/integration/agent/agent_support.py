@@ -144,6 +144,9 @@ class AgentProc(Proc):
         self.state_dir = state_dir
         args = [sys.executable, "-m", "schedulearn.agent", "--server", server_url]
         args += ["--token", token, "--name", name, "--gpus", str(gpus)]
+        # Tests run as root with made-up users: jobs run as the agent's own user
+        # unless a test passes --run-jobs-as owner (the later option wins).
+        args += ["--run-jobs-as", "agent"]
         args += ["--state-dir", str(state_dir), "--log-level", "debug", *extra]
         super().__init__(args, log_path, {})
 
