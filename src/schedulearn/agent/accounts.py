@@ -150,12 +150,16 @@ def give(path: Path, account: Account | None, mode: int = 0o700) -> None:
 
 
 def job_file(path: Path, account: Account | None) -> None:
-    """Create (or empty) file `path` for the job to write: its account's, 0600.
+    """Create file `path` for the job to write (or take the one a reused
+    directory has): its account's, 0600.
 
     The job's directory itself stays the agent's, so the job can write
     this file but not replace it with a link the agent would then follow.
+    Not truncated: a reused directory's files were emptied or blanked when
+    it was set aside (`spares`), and truncating an exit file ext4 has not
+    written yet waits for the disk.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         if account is not None:
             os.fchown(fd, account.uid, account.gid)
