@@ -288,6 +288,10 @@ class RunningJobReport(_Request):
     attempt: Small
 
 
+# The longest unix account name Linux tools accept (useradd: 32; a little room).
+UNIX_NAME_MAX = 64
+
+
 # A node label and a job constraint: one word, as `core.capabilities.LABEL_PATTERN`
 # (a unit test keeps the two the same; protocol imports no other package module).
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/=-]{0,99}$"
@@ -306,6 +310,12 @@ class CapabilitiesReport(_Request):
         default="", max_length=200, description="The container runtime found, '' for none"
     )
     labels: list[Label] = Field(default_factory=list, max_length=100)
+    accounts: list[Annotated[str, Field(max_length=UNIX_NAME_MAX)]] | None = Field(
+        default=None,
+        max_length=100_000,
+        description="Unix accounts jobs may run as on this node (an agent started as root "
+        "runs each job as its owner's); None: every job runs as the agent's own user",
+    )
 
 
 class CapabilitiesPublic(CapabilitiesReport, _Reply):
@@ -443,6 +453,11 @@ class Assignment(_Reply):
         default=False,
         description="After a preemption, pack the checkpoint directory and upload it to "
         "the server before reporting the exit (rank 0 of a job without a shared path)",
+    )
+    run_as: RunAs | None = Field(
+        default=None,
+        description="The owner's unix account: an agent started as root runs the job as "
+        "it; None when the owner has none (such an agent then refuses the job)",
     )
 
 

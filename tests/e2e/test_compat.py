@@ -151,6 +151,9 @@ def cluster(previous_src: Path, tmp_path: Path) -> Iterator[tuple[ServerProcess,
         env={"PYTHONPATH": str(previous_src)},
     )
     agent.args[agent.args.index("--server") + 1] = server.url
+    # The previous release has no --run-jobs-as (it runs every job as itself).
+    at = agent.args.index("--run-jobs-as")
+    del agent.args[at : at + 2]
     try:
         server.start()
         server.wait_ready()

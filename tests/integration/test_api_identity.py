@@ -213,9 +213,14 @@ def test_unix_account_of_is_the_name_unless_set_and_none_for_no_record_or_disabl
         assert users.unix_account_of(session, "fay") == RunAs(account="f_a-y", allow_root=False)
         assert users.unix_account_of(session, "ops") == RunAs(account="root", allow_root=True)
         assert users.unix_account_of(session, "nobody") is None
+        # The scheduler's pass reads every user at once; it agrees with the one-by-one look-up.
+        every = users.unix_accounts(session)
+        assert {"erin", "fay", "ops"} <= set(every) and "nobody" not in every
+        assert all(users.unix_account_of(session, name) == run_as for name, run_as in every.items())
     site.client.patch("/api/v1/users/fay", headers=ADMIN_H, json={"disabled": True})
     with database.session() as session:
         assert users.unix_account_of(session, "fay") is None
+        assert "fay" not in users.unix_accounts(session)
 
 
 # --- bounded priority -----------------------------------------------------------------

@@ -68,7 +68,7 @@ def test_a_reply_with_fields_this_release_does_not_know_parses() -> None:
     assert not hasattr(page.items[0], "queue")
     # The agent's side: a work batch from a newer server, down to the nested models.
     batch = WorkBatch.model_validate_json(
-        '{"starts": [{"job_id": 1, "attempt": 1, "command": "true", "run_as": "alice",'
+        '{"starts": [{"job_id": 1, "attempt": 1, "command": "true", "sandbox": "gvisor",'
         ' "gang": {"world_size": 2, "node_rank": 0, "master_addr": "a", "master_port": 1,'
         ' "nproc_per_node": 1, "backend": "nccl"}}], "stops": [], "drain": true}'
     )

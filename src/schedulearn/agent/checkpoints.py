@@ -89,11 +89,17 @@ def pack(checkpoint_dir: Path, into: Path) -> Packed | None:
     if not checkpoint_dir.is_dir():
         return None
     files = 0
+    # The directory is the job's account's: a file someone else owns got there
+    # by a hard link (to a file the agent, as root, could read but the job
+    # could not), and is never carried.
+    owner = checkpoint_dir.stat().st_uid
     with tarfile.open(into, "w") as tar:
         for path in sorted(checkpoint_dir.rglob("*")):
             rel = path.relative_to(checkpoint_dir).as_posix()
             if path.is_symlink():
                 continue  # never carry links: they may point anywhere on this host
+            if path.is_file() and path.stat().st_uid != owner:
+                continue
             if path.is_file():
                 # A temporary file of a save in progress is not the checkpoint.
                 if path.name.endswith(".tmp") and path.name.startswith("."):

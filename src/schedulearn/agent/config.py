@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
+from schedulearn.agent.accounts import JobsAs
 from schedulearn.protocol import Executor
 
 GpuMode = Literal["auto", "device-requests", "env"]
@@ -53,6 +54,9 @@ class AgentConfig:
     # must not kill a week of training).
     stop_jobs_on_exit: bool = False
     exit_grace_seconds: float = 10.0
+    # Whom jobs run as (agent.accounts): `schedulearn agent` picks their owners'
+    # accounts when started as root, else the agent's own user.
+    jobs_as: JobsAs = JobsAs.AGENT
     # A one-time join token from `schedulearn node add`, exchanged at start.
     join_token: str | None = field(default=None, repr=False)
 
@@ -66,6 +70,10 @@ def default_name() -> str:
 
 
 def default_state_dir(name: str) -> Path:
+    # Root's home is closed to other users, and jobs run as their owners must
+    # reach their checkpoint directory under the state directory.
+    if os.geteuid() == 0:
+        return Path("/var/lib/schedulearn/agent") / name
     return platformdirs.user_state_path("schedulearn") / "agent" / name
 
 

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import shutil
 import time
 from collections.abc import Coroutine
 from typing import Any
 
-from schedulearn.agent import credential
+from schedulearn.agent import accounts, credential
+from schedulearn.agent.accounts import Account, JobsAs
 from schedulearn.agent.client import (
     AgentClient,
     AuthRejected,
@@ -79,11 +82,16 @@ class Agent:
         self.config = config
         self.gpus = gpus
         self.executors = executors
-        self.capabilities = registry.capabilities(executors.values(), config.labels)
+        check_jobs_as(config)
+        self.capabilities = registry.capabilities(
+            executors.values(), config.labels, self._accounts()
+        )
         self.client = client or AgentClient(config.server, config.token)
         self.store = StateStore(config.state_dir)
         self.events = EventOutbox(self.client)
-        self.ctx = RunnerContext(self.client, self.events, self.store, config.name)
+        self.ctx = RunnerContext(
+            self.client, self.events, self.store, config.name, jobs_as=config.jobs_as
+        )
         self.runners: dict[int, JobRunner] = {}
         self.heartbeat_seconds = 5.0
         self._registered = asyncio.Event()
@@ -169,6 +177,20 @@ class Agent:
         await self.client.close()
         self.gpus.close()
         self.store.close()
+
+    def _accounts(self) -> frozenset[str] | None:
+        """The accounts this node runs jobs as (None: every job as the agent itself)."""
+        return accounts.node_accounts() if self.config.jobs_as is JobsAs.OWNER else None
+
+    async def _report_new_accounts(self) -> None:
+        """Register again when accounts were added or removed on this host, so the
+        scheduler places jobs by the accounts the node has now."""
+        now = self._accounts()
+        if now == self.capabilities.accounts:
+            return
+        self.capabilities = dataclasses.replace(self.capabilities, accounts=now)
+        log.info("this node's unix accounts changed; registering again to report them")
+        await self._register()
 
     # --- enrollment ------------------------------------------------------------
 
@@ -441,6 +463,26 @@ class Agent:
             if reply.reregister:
                 log.info("the server asked this node to register again")
                 await self._register()
+            else:
+                await self._report_new_accounts()
+
+
+def check_jobs_as(config: AgentConfig) -> None:
+    """`AgentError` when the agent cannot run jobs as `config.jobs_as` says."""
+    if config.jobs_as is not JobsAs.OWNER:
+        return
+    if os.geteuid() != 0:
+        raise AgentError(
+            "running jobs as their owners' unix accounts needs an agent started as root; "
+            "start it as root, or pass --run-jobs-as agent to run every job as this user"
+        )
+    closed = accounts.unreachable_ancestor(config.state_dir)
+    if closed is not None:
+        raise AgentError(
+            f"jobs run as their owners must reach their files under the state directory "
+            f"{config.state_dir}, but {closed} is closed to other users; pass a --state-dir "
+            f"elsewhere (e.g. /var/lib/schedulearn/agent) or `chmod o+x {closed}`"
+        )
 
 
 class _Unoffered:
@@ -453,7 +495,9 @@ class _Unoffered:
         self.kind = kind
         self.node = node
 
-    async def start(self, assignment: Assignment, record: JobRecord) -> RunHandle:
+    async def start(
+        self, assignment: Assignment, record: JobRecord, account: Account | None = None
+    ) -> RunHandle:
         raise StartError(
             f"node {self.node!r} does not offer the {self.kind.value} executor; start its "
             f"agent with --executor {self.kind.value}"

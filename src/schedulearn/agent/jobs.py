@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from schedulearn.agent import checkpoints
+from schedulearn.agent import accounts, checkpoints
+from schedulearn.agent.accounts import AccountError, JobsAs
 from schedulearn.agent.client import AgentClient
 from schedulearn.agent.executors.base import ExecutorImpl, ExitStatus, RunHandle, StartError
 from schedulearn.agent.outbox import EventOutbox
@@ -57,6 +58,8 @@ class RunnerContext:
     store: StateStore
     node: str
     log_interval: float = 0.2
+    # Whom jobs run as: their owners' unix accounts, or the agent's own user.
+    jobs_as: JobsAs = JobsAs.AGENT
 
 
 class JobRunner:
@@ -168,6 +171,12 @@ class JobRunner:
             await self._finish_unstarted(f"{self._stop_why} before it started")
             return False
         record.upload_checkpoint = self.assignment.upload_checkpoint
+        try:
+            account = accounts.for_job(self.ctx.jobs_as, self.assignment, self.ctx.node)
+        except AccountError as exc:
+            log.warning("job %s cannot start: %s", self.job_id, exc)
+            await self._finish_unstarted(str(exc), kind=EventKind.FAILED_TO_START)
+            return False
         ref = self.assignment.checkpoint
         if ref is not None and self.assignment.checkpoint_dir is None:
             try:
@@ -183,11 +192,13 @@ class JobRunner:
                 return False
             if note:
                 log.info("job %s: %s", self.job_id, note)
+                # Unpacked by the agent: the files become the job's to read and write.
+                accounts.give_tree(Path(record.checkpoint_dir), account)
         # The record is first written once the run exists (with its pid or
         # container): a record without one could not be found again anyway.
         try:
-            store.create_checkpoint_dir(record)
-            self.handle = await self.executor.start(self.assignment, record)
+            store.create_checkpoint_dir(record, account)
+            self.handle = await self.executor.start(self.assignment, record, account)
         except StartError as exc:
             log.warning("job %s failed to start: %s", self.job_id, exc)
             await self._finish_unstarted(str(exc), kind=EventKind.FAILED_TO_START)

@@ -37,8 +37,9 @@ def progress_file(record: JobRecord) -> Path:
     """Where on this host the run's reports land.
 
     A container gets the `progress` folder mounted (so it is created here);
-    a process is told the file itself, which its first report creates: a
-    job that reports nothing costs no file.
+    a process is told the file itself, which its first report creates (a
+    job run as its owner's account gets it made beforehand, as the job
+    cannot create files in the agent's directory).
     """
     if record.executor is Executor.DOCKER:
         folder = Path(record.job_dir) / "progress"

@@ -12,6 +12,16 @@ lives on disk, not in memory:
     <state_dir>/checkpoints/<job_id>/                 default checkpoint volume
     <state_dir>/spare/                                directories kept for reuse (`spares`)
 
+Who may read what (an agent started as root runs jobs as their owners,
+`agent.accounts`): the state directory, `jobs/` and `checkpoints/` are
+the agent's, mode 0711, so a job cannot list them but can reach by path
+the files that are its own; `agent.db` (and the credentials kept here)
+are 0600, output logs 0600 (the agent opens them and hands the job the
+descriptors), `spare/` 0700. A job directory is the agent's (0711); in
+it the job's account owns only its exit file and progress file, and it
+owns its checkpoint directory (0700). Ownership is set again whenever a
+spare directory is reused, so nothing passes from one account to another.
+
 A record is written when the job starts, updated as log batches and
 events are acknowledged by the server, and deleted only after the server
 has acknowledged the job's exit. So a restarted agent re-adopts what
@@ -37,6 +47,7 @@ import sqlite3
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from schedulearn.agent.accounts import Account, give
 from schedulearn.agent.spares import SparePool
 from schedulearn.protocol import Executor
 
@@ -108,13 +119,20 @@ class StateStore:
         self.checkpoints_dir = state_dir / "checkpoints"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        # Enterable, not listable: a job reaches its own files by path only.
+        for folder in (state_dir, self.jobs_dir, self.checkpoints_dir):
+            folder.chmod(0o711)
+        (state_dir / "spare").mkdir(mode=0o700, exist_ok=True)
+        (state_dir / "spare").chmod(0o700)
         self._spare_job_dirs = SparePool(
             state_dir / "spare" / "jobs", keep=RUN_FILES, blank=frozenset({EXIT_FILE})
         )
         self._spare_empty_dirs = SparePool(state_dir / "spare" / "empty")
         # Autocommit (isolation_level=None): every statement is its own transaction.
+        db_path = state_dir / "agent.db"
+        db_path.touch(mode=0o600, exist_ok=True)
         self._db = sqlite3.connect(
-            state_dir / "agent.db", isolation_level=None, check_same_thread=False, timeout=30
+            db_path, isolation_level=None, check_same_thread=False, timeout=30
         )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -123,6 +141,10 @@ class StateStore:
             "record TEXT NOT NULL, PRIMARY KEY (job_id, attempt))"
         )
         self._import_legacy_records()
+        # SQLite gives its -wal and -shm files the database's mode; files an
+        # older agent made with its umask are closed to other users here.
+        for path in state_dir.glob("agent.db*"):
+            path.chmod(0o600)
 
     def close(self) -> None:
         self._db.close()
@@ -141,16 +163,25 @@ class StateStore:
             # as far as a record): start clean rather than mix old logs in.
             shutil.rmtree(path, ignore_errors=True)
         self._spare_job_dirs.make(path)
+        path.chmod(0o711)
         return path
 
-    def create_checkpoint_dir(self, record: JobRecord) -> None:
+    def create_checkpoint_dir(self, record: JobRecord, account: Account | None = None) -> None:
+        """The run's checkpoint directory, made (or kept) and given to `account`
+        (None: the agent's own user), mode 0700."""
         path = Path(record.checkpoint_dir)
-        if path.is_dir():
-            return  # an earlier attempt's, or one just downloaded
-        if record.own_checkpoint_dir and path.parent == self.checkpoints_dir:
-            self._spare_empty_dirs.make(path)
-        else:
-            path.mkdir(parents=True, exist_ok=True)
+        if not path.is_dir():  # else an earlier attempt's, or one just downloaded
+            if record.own_checkpoint_dir and path.parent == self.checkpoints_dir:
+                self._spare_empty_dirs.make(path)
+            else:
+                path.mkdir(parents=True, exist_ok=True)
+        try:
+            give(path, account)
+        except OSError as exc:
+            if record.own_checkpoint_dir:
+                raise
+            # A shared path (NFS with root squashed) may refuse; the admin owns it.
+            log.warning("could not give %s to the job's account: %s", path, exc)
 
     def save(self, record: JobRecord) -> None:
         self._db.execute(

@@ -41,6 +41,11 @@ class GpuModeOption(StrEnum):
     ENV = "env"
 
 
+class JobsAsOption(StrEnum):
+    OWNER = "owner"
+    AGENT = "agent"
+
+
 def _from_config_file() -> tuple[str | None, str | None]:
     """(server, agent token) from the CLI's config file, when there is one."""
     from schedulearn.cli import config as cli_config
@@ -149,10 +154,19 @@ def agent(
             "next agent process re-adopts them"
         ),
     ] = False,
+    run_jobs_as: Annotated[
+        JobsAsOption | None,
+        typer.Option(
+            help="owner: each job runs as its owner's unix account (needs root; the "
+            "default for an agent started as root); agent: every job runs as this agent's "
+            "own user (the default otherwise)"
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
 ) -> None:
     """Run the node agent: register this host's GPUs, run the jobs the server sends."""
     from schedulearn.agent import credential
+    from schedulearn.agent.accounts import JobsAs, default_jobs_as
     from schedulearn.agent.config import (
         AgentConfig,
         address_towards,
@@ -242,6 +256,7 @@ def agent(
         container_ulimits=ulimits,
         workdir=workdir,
         stop_jobs_on_exit=stop_jobs_on_exit,
+        jobs_as=JobsAs(run_jobs_as.value) if run_jobs_as else default_jobs_as(),
     )
     try:
         run_agent(config)

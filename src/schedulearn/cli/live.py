@@ -153,6 +153,8 @@ def agent_command(url: str, gpus: int | None, name: str) -> list[str]:
     cmd = [sys.executable, "-m", "schedulearn.agent", "--server", url]
     # Ctrl-C on `up` means "stop everything": the jobs too, not left to re-adopt.
     cmd += ["--name", name, "--stop-jobs-on-exit"]
+    # One person's machine: jobs run as whoever ran `up`, root included.
+    cmd += ["--run-jobs-as", "agent"]
     if gpus is not None:
         cmd += ["--gpus", str(gpus)]
     return cmd

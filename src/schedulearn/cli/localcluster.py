@@ -151,6 +151,9 @@ class AgentProcess(Proc):
         args = [sys.executable, "-m", "schedulearn.agent", "--server", server_url]
         args += ["--token", token] if token else []
         args += ["--name", name]
+        # Tests run as root with made-up users: jobs run as the agent's own user
+        # unless a test passes --run-jobs-as owner (the later option wins).
+        args += ["--run-jobs-as", "agent"]
         args += ["--gpus", str(gpus), "--state-dir", str(state_dir), *(extra or [])]
         # Launchers installed beside this interpreter (torchrun, horovodrun) are found
         # even when its environment is not activated.

@@ -16,11 +16,20 @@ does not, so no policy needs code of its own for it. `unrunnable`
 explains, for a refused submission or a waiting job, what no node
 offers and what to change.
 
+Unix accounts: an agent started as root runs each job as its owner's
+unix account, so it reports the accounts its host has (`accounts`: every
+account with a uid of 1000 or more and a login shell, plus root, which
+the agent still refuses unless the admin allowed it for the user). A job
+goes only on a node that has its owner's account (`JobView.account`).
+An agent started as an ordinary user runs every job as itself and
+reports `accounts=None`: any job may go there. A job view without an
+account (`None`: the simulator, a view built before the owner is known)
+is not restricted by accounts; `NO_ACCOUNT` marks an owner who has no
+unix account at all, which no node with accounts takes.
+
 The GPU type is read from the node's GPUs (`NodeView.gpu_type`), not
-stored here again: the GPUs are its one source. Room for later
-capabilities (the unix accounts a node has, for running jobs as their
-owner): a field here, its key in `as_dict`/`from_dict`, and a clause in
-`can_run`.
+stored here again: the GPUs are its one source. A later capability is a
+field here, its key in `as_dict`/`from_dict`, and a clause in `can_run`.
 """
 
 from __future__ import annotations
@@ -38,6 +47,9 @@ if TYPE_CHECKING:  # views imports this module; the types are only for annotatio
 # so `ib`, `a100-80g`, `rack=r12` and `zone/eu-1` all work; at most 100 characters.
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/=-]{0,99}$"
 _LABEL = re.compile(LABEL_PATTERN)
+# `JobView.account` of a job whose owner has no unix account: no node that
+# runs jobs as their owners takes it.
+NO_ACCOUNT = ""
 
 
 class ExecutorKind(StrEnum):
@@ -75,6 +87,9 @@ class NodeCapabilities:
     # "" when none: a container executor without a runtime runs nothing.
     container_runtime: str = ""
     labels: frozenset[str] = frozenset()
+    # The unix accounts jobs may run as (an agent started as root); None: the
+    # agent runs every job as its own user, whoever owns it.
+    accounts: frozenset[str] | None = None
 
     @property
     def runs_containers(self) -> bool:
@@ -90,6 +105,7 @@ class NodeCapabilities:
             "executors": sorted(e.value for e in self.executors),
             "container_runtime": self.container_runtime,
             "labels": sorted(self.labels),
+            "accounts": None if self.accounts is None else sorted(self.accounts),
         }
 
     @classmethod
@@ -102,6 +118,7 @@ class NodeCapabilities:
         executors = data.get("executors", ())
         labels = data.get("labels", ())
         runtime = data.get("container_runtime", "")
+        accounts = data.get("accounts")
         return cls(
             executors=frozenset(
                 ExecutorKind(e)
@@ -110,6 +127,9 @@ class NodeCapabilities:
             ),
             container_runtime=runtime if isinstance(runtime, str) else "",
             labels=frozenset(str(x) for x in (labels if isinstance(labels, list | tuple) else ())),
+            accounts=frozenset(str(x) for x in accounts)
+            if isinstance(accounts, list | tuple)
+            else None,
         )
 
     def describe(self) -> str:
@@ -120,7 +140,12 @@ class NodeCapabilities:
             else e.value
             for e in sorted(self.executors)
         )
-        return f"{kinds or 'no executor'} {','.join(sorted(self.labels)) or '-'}"
+        owners = "" if self.accounts is None else f" as-owner({len(self.accounts)} accounts)"
+        return f"{kinds or 'no executor'} {','.join(sorted(self.labels)) or '-'}{owners}"
+
+    def has_account(self, account: str | None) -> bool:
+        """May a job running as `account` go here (see the module docstring)?"""
+        return self.accounts is None or account is None or account in self.accounts
 
 
 PLAIN = NodeCapabilities()
@@ -132,7 +157,8 @@ def can_run(job: JobView, node: NodeView) -> bool:
     - a job with an image needs a container executor and a container runtime;
       a job without one needs the host-process executor;
     - every constraint of the job must be one of the node's labels;
-    - a job that asks for GPUs of a type needs a node of that type.
+    - a job that asks for GPUs of a type needs a node of that type;
+    - a node that runs jobs as their owners needs the job's unix account.
     """
     caps = node.capabilities
     if job.image is None:
@@ -142,12 +168,15 @@ def can_run(job: JobView, node: NodeView) -> bool:
         return False
     if job.constraints and not caps.labels.issuperset(job.constraints):
         return False
+    if not caps.has_account(job.account):
+        return False
     return not (job.gpu_type and job.most_gpus and node.gpu_type != job.gpu_type)
 
 
 def is_plain(job: JobView) -> bool:
     """A job with no image, constraint or GPU type: for it `can_run` only asks
-    whether the node runs host processes (placement shortcuts rely on this)."""
+    whether the node runs host processes (and, on a node that runs jobs as
+    their owners, has the job's account)."""
     return job.image is None and not job.constraints and not job.gpu_type
 
 
@@ -163,7 +192,15 @@ def why_not(job: JobView, node: NodeView) -> str | None:
         return f"node {node.name!r} lacks label {_names(missing)}"
     if job.gpu_type and job.most_gpus and node.gpu_type != job.gpu_type:
         return f"node {node.name!r} has {node.gpu_type or 'untyped'} GPUs, not {job.gpu_type}"
+    if not caps.has_account(job.account):
+        return f"node {node.name!r} has {_account_of(job)}"
     return None
+
+
+def _account_of(job: JobView) -> str:
+    if job.account == NO_ACCOUNT:
+        return f"no unix account for user {job.user!r} (who has none: no enabled user record)"
+    return f"no unix account {job.account!r} (user {job.user!r} runs jobs as it)"
 
 
 def unrunnable(job: JobView, nodes: Sequence[NodeView]) -> str | None:
@@ -185,6 +222,19 @@ def unrunnable(job: JobView, nodes: Sequence[NodeView]) -> str | None:
         return (
             "no node runs host processes (every agent offers containers only); give "
             "--image, or start an agent with --executor subprocess"
+        )
+    if not any(n.capabilities.has_account(job.account) for n in nodes):
+        if job.account == NO_ACCOUNT:
+            return (
+                f"user {job.user!r} has no unix account (no user record, or a disabled one), "
+                "and every node runs jobs as their owner's account; ask an admin to add the "
+                f"user (schedulearn user add {job.user or 'NAME'} --unix-account ACCOUNT) or "
+                f"enable them (schedulearn user enable {job.user or 'NAME'})"
+            )
+        return (
+            f"no node has unix account {job.account!r} (user {job.user!r} runs jobs as it); "
+            f"create it on a node (useradd {job.account}; its agent reports it within a "
+            "heartbeat), or ask an admin to set the user's unix account"
         )
     present = sorted({label for n in nodes for label in n.capabilities.labels})
     shown = ", ".join(present) if present else "none"

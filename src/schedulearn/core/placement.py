@@ -160,8 +160,9 @@ class FreePool:
         counts = self._count_list()
         nodes = self._nodes
         # A job that asks for GPUs only (no CPUs, memory, image, label or GPU
-        # type) fits on any healthy process node with enough free GPUs, so the
-        # count decides without the full check.
+        # type) fits on any healthy node with enough free GPUs that can run it
+        # (`can_run`: host processes, the owner's account), so the count
+        # decides without the rest of the check.
         gpus_only = n > 0 and not (job.cpus or job.memory_gb) and is_plain(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
@@ -173,9 +174,7 @@ class FreePool:
                 except ValueError:
                     break
                 node = nodes[i]
-                if (gpus_only and node.healthy and node.capabilities.runs_processes) or self.fits(
-                    node, job, n
-                ):
+                if (gpus_only and node.healthy and can_run(job, node)) or self.fits(node, job, n):
                     return self.on_node(node, n)
         return None
 

@@ -259,6 +259,10 @@ class JobView:
     # job with an image, and every label named in `constraints`.
     image: str | None = field(default=None, metadata=SUBMITTED)
     constraints: tuple[str, ...] = field(default=(), metadata=SUBMITTED)
+    # The owner's unix account (a node that runs jobs as their owners must
+    # have it; core.capabilities); None: not known, which restricts nothing.
+    # Computed per pass from the user records (neither stored nor shown).
+    account: str | None = field(default=None, metadata=VIEW)
     # Queue and run state.
     queued_at: float | None = field(default=None, metadata=INTERNAL)
     placement: Placement | None = field(default=None, metadata=KEPT)

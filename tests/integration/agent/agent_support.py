@@ -166,6 +166,9 @@ class AgentProc(Proc):
         args = [sys.executable, "-m", "schedulearn.agent", "--server", server_url]
         args += ["--token", token] if token is not None else []
         args += ["--name", name, "--gpus", str(gpus)]
+        # Tests run as root with made-up users: jobs run as the agent's own user
+        # unless a test passes --run-jobs-as owner (the later option wins).
+        args += ["--run-jobs-as", "agent"]
         args += ["--state-dir", str(state_dir), "--log-level", "debug", *extra]
         super().__init__(args, log_path, dict(env or {}))
 

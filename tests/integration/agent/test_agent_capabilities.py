@@ -54,6 +54,7 @@ def test_image_and_constrained_jobs_go_only_to_nodes_that_can_run_them(
         "executors": ["process"],
         "container_runtime": "",
         "labels": [],
+        "accounts": None,  # runs every job as the agent's own user (--run-jobs-as agent)
     }
     assert box["capabilities"]["executors"] == ["container", "process"]
     assert box["capabilities"]["container_runtime"].startswith("docker ")

@@ -30,6 +30,7 @@ from schedulearn.core import (
     create,
 )
 from schedulearn.core.capabilities import (
+    NO_ACCOUNT,
     PLAIN,
     ExecutorKind,
     NodeCapabilities,
@@ -285,3 +286,54 @@ def test_the_wire_and_the_core_share_one_label_pattern() -> None:
     from schedulearn.core import capabilities
 
     assert protocol.LABEL_PATTERN == capabilities.LABEL_PATTERN
+
+
+# --- unix accounts (nodes whose agent runs jobs as their owners) ----------------------
+
+ALICE_ONLY = NodeCapabilities(accounts=frozenset({"root", "alice"}))
+BOB_ONLY = NodeCapabilities(accounts=frozenset({"root", "bob"}))
+
+
+def test_a_node_that_runs_jobs_as_their_owners_needs_the_owners_account() -> None:
+    alice = job(user="alice", account="alice")
+    assert can_run(alice, node("a", caps=ALICE_ONLY))
+    assert not can_run(alice, node("b", caps=BOB_ONLY))
+    assert why_not(alice, node("b", caps=BOB_ONLY)) == (
+        "node 'b' has no unix account 'alice' (user 'alice' runs jobs as it)"
+    )
+    # A node that runs every job as its agent's user takes anyone's.
+    assert can_run(alice, node("plain"))
+    # A view that does not know the account (the simulator) is not restricted.
+    assert can_run(job(user="alice"), node("b", caps=BOB_ONLY))
+    # An owner with no account at all goes only where accounts do not matter.
+    nobody = job(user="carol", account=NO_ACCOUNT)
+    assert not can_run(nobody, node("a", caps=ALICE_ONLY))
+    assert can_run(nobody, node("plain"))
+
+
+def test_accounts_round_trip_and_none_means_any() -> None:
+    assert NodeCapabilities.from_dict(ALICE_ONLY.as_dict()) == ALICE_ONLY
+    assert NodeCapabilities.from_dict(PLAIN.as_dict()).accounts is None
+    assert NodeCapabilities.from_dict({"executors": ["process"]}).accounts is None
+
+
+def test_unrunnable_says_which_account_is_missing_and_what_to_do() -> None:
+    nodes = [node("b", caps=BOB_ONLY)]
+    why = unrunnable(job(user="alice", account="alice"), nodes)
+    assert why is not None and "no node has unix account 'alice'" in why
+    assert "useradd alice" in why
+    none = unrunnable(job(user="carol", account=NO_ACCOUNT), nodes)
+    assert none is not None and "user 'carol' has no unix account" in none
+    assert unrunnable(job(user="bob", account="bob"), nodes) is None
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_each_policy_sends_a_job_only_where_its_owner_has_an_account(spec: str) -> None:
+    # The node without the account is first in scan order and has the most room.
+    nodes = (node("bobs", 8, BOB_ONLY), node("alices", 2, ALICE_ONLY))
+    alice = job(1, 1, estimated_duration=60.0, user="alice", account="alice")
+    decisions = create(spec).decide(ClusterView(1000.0, nodes, (alice,)))
+    assert decisions == [Start(1, Placement.single("alices", [0]))]
+    # The best fit by count alone would be the 1-GPU node without the account.
+    pool = FreePool((node("bobs", 1, BOB_ONLY), node("alices", 2, ALICE_ONLY)))
+    assert pool.best_fit(alice) == pool.first_fit(alice) == Placement.single("alices", [0])

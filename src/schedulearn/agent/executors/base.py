@@ -3,8 +3,9 @@
 Every executor (a process group on the host, a Docker or Podman
 container) gives the agent the same things:
 
-- `Executor.start(assignment, record)` starts one run and returns a
-  `RunHandle`; it raises `StartError`, whose message says what to change,
+- `Executor.start(assignment, record, account)` starts one run as the
+  unix `account` (None: as the agent's own user; `agent.accounts`) and
+  returns a `RunHandle`; it raises `StartError`, whose message says what to change,
   when the job cannot start (unknown program, missing image, bad workdir);
 - `Executor.recover(records)` finds the runs of earlier agent processes on
   this host and returns handles for those still there (running or ended);
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from schedulearn.agent.accounts import Account
 from schedulearn.agent.state import JobRecord
 from schedulearn.core.capabilities import ExecutorKind
 from schedulearn.protocol import Assignment, Executor, LogStream
@@ -89,7 +91,9 @@ class ExecutorImpl(Protocol):
     runs: ExecutorKind
     runtime: str
 
-    async def start(self, assignment: Assignment, record: JobRecord) -> RunHandle: ...
+    async def start(
+        self, assignment: Assignment, record: JobRecord, account: Account | None = None
+    ) -> RunHandle: ...
 
     async def recover(
         self, records: list[JobRecord], new_record: NewRecord | None = None

@@ -13,6 +13,13 @@ mode (default `none`: a training job reaches nothing unless the admin
 allows it; `host` for multi-node jobs), and the job's checkpoint
 directory mounted at `/schedulearn/checkpoint`.
 
+Whom it runs as (`agent.accounts`): the job's owner's uid:gid (with the
+account's groups), or, for an agent that runs every job as itself and
+is not root, the agent's uid:gid; never privileged, every capability
+dropped, `no-new-privileges` set. Only the job's checkpoint directory
+and its own progress folder (both its account's) are mounted: nothing
+else of the agent's state, and nothing else of the host.
+
 GPUs: when the engine has the NVIDIA runtime, the job's GPUs are passed
 as device requests; the container then sees only them, numbered from 0,
 so `CUDA_VISIBLE_DEVICES` counts from 0. Otherwise `NVIDIA_VISIBLE_DEVICES`
@@ -28,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -39,6 +47,8 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest, Ulimit
 
+from schedulearn.agent import accounts
+from schedulearn.agent.accounts import Account
 from schedulearn.agent.config import AgentConfig, GpuMode
 from schedulearn.agent.executors.base import (
     ExitStatus,
@@ -138,7 +148,9 @@ class DockerExecutor:
 
     # --- start -----------------------------------------------------------------
 
-    async def start(self, assignment: Assignment, record: JobRecord) -> RunHandle:
+    async def start(
+        self, assignment: Assignment, record: JobRecord, account: Account | None = None
+    ) -> RunHandle:
         if not assignment.image:
             raise StartError(
                 f"job {assignment.job_id} has no image; the docker executor runs images — "
@@ -155,6 +167,8 @@ class DockerExecutor:
         except LaunchError as exc:
             raise StartError(str(exc)) from exc
         Path(record.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        progress_dir = progress_file(record).parent
+        accounts.give(progress_dir, account)
         labels = {
             LABEL_JOB: str(assignment.job_id),
             LABEL_ATTEMPT: str(assignment.attempt),
@@ -172,10 +186,14 @@ class DockerExecutor:
             "network_mode": self.network_mode,
             "volumes": {
                 record.checkpoint_dir: {"bind": CONTAINER_CHECKPOINT_DIR, "mode": "rw"},
-                str(progress_file(record).parent): {"bind": CONTAINER_PROGRESS_DIR, "mode": "rw"},
+                str(progress_dir): {"bind": CONTAINER_PROGRESS_DIR, "mode": "rw"},
             },
             "init": self.init,
             "detach": True,
+            "privileged": False,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            **_identity(account),
         }
         if assignment.workdir:
             options["working_dir"] = assignment.workdir
@@ -288,6 +306,19 @@ class DockerExecutor:
 
     async def close(self) -> None:
         self.client.close()
+
+
+def _identity(account: Account | None) -> dict[str, Any]:
+    """The container's user: the job's account, else a non-root agent's own user.
+
+    A root agent that runs every job as itself keeps the image's own USER.
+    """
+    if account is not None:
+        groups = [str(g) for g in account.groups if g != account.gid]
+        return {"user": f"{account.uid}:{account.gid}", "group_add": groups}
+    if os.geteuid() != 0:
+        return {"user": f"{os.geteuid()}:{os.getegid()}"}
+    return {}
 
 
 class ContainerHandle:

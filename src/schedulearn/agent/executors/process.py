@@ -23,6 +23,14 @@ still written. Output goes to files in the job's directory, never pipes,
 for the same reason: a pipe to a dead agent would kill the job with
 SIGPIPE. The agent tails those files line by line.
 
+Run as its owner (`agent.accounts`): given an `Account`, the shim and
+the job run with its uid, gid and supplementary groups, its HOME, USER
+and LOGNAME, and umask 022; a job without a workdir starts in the
+account's home. The agent opens the output files (0600, its own) and
+hands the job their descriptors; the exit file and the progress file
+are made beforehand and given to the account, in a directory that stays
+the agent's, so the job can write them but reach nothing else there.
+
 Exit is observed through a pidfd, which works for a child and for a
 re-adopted process alike. Cancel: SIGTERM to the whole group, a grace
 period, then SIGKILL of the group. When the job ends, stray processes
@@ -44,6 +52,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
+from schedulearn.agent import accounts
+from schedulearn.agent.accounts import Account
 from schedulearn.agent.config import AgentConfig
 from schedulearn.agent.executors.base import (
     ExitStatus,
@@ -109,17 +119,26 @@ class SubprocessExecutor:
         self.node_name = node_name
         source = os.environ if base_env is None else base_env
         self._base_env = {k: v for k, v in source.items() if not k.startswith(_PRIVATE_PREFIXES)}
+        self._workdir_option = default_workdir
         self._default_workdir = default_workdir or os.getcwd()
 
-    async def start(self, assignment: Assignment, record: JobRecord) -> RunHandle:
+    async def start(
+        self, assignment: Assignment, record: JobRecord, account: Account | None = None
+    ) -> RunHandle:
         try:
             plan = plan_launch(
                 assignment, record.checkpoint_dir, progress_file=str(progress_file(record))
             )
         except LaunchError as exc:
             raise StartError(str(exc)) from exc
-        env = {**self._base_env, **plan.env}
-        workdir = assignment.workdir or self._default_workdir
+        env = {**self._base_env, **(account.env() if account else {}), **plan.env}
+        if account is None:
+            workdir = assignment.workdir or self._default_workdir
+        else:
+            # The agent's own directory is no place for someone else's job: it
+            # starts in its account's home, or in / as login does without one.
+            home = account.home if Path(account.home).is_dir() else "/"
+            workdir = assignment.workdir or self._workdir_option or home
         if not Path(workdir).is_dir():
             raise StartError(
                 f"workdir {workdir!r} does not exist on node {self.node_name!r}; "
@@ -135,24 +154,36 @@ class SubprocessExecutor:
                 "image that has it"
             )
         Path(record.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        # The files the job itself writes, given to its account (it cannot make
+        # files in the agent's directory); a spare directory's are given again,
+        # so nothing passes between accounts.
+        for path in (exit_file(record), progress_file(record)):
+            if account is not None or path.exists():
+                accounts.job_file(path, account)
         argv = ["/bin/sh", "-c", SHIM, str(exit_file(record)), *plan.argv]
-        with (
-            open(log_file(record.job_dir, LogStream.STDOUT), "ab") as out,
-            open(log_file(record.job_dir, LogStream.STDERR), "ab") as err,
-        ):
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    cwd=workdir,
-                    env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as exc:
-                raise StartError(f"could not start the job on {self.node_name!r}: {exc}") from exc
+        out = _open_log(log_file(record.job_dir, LogStream.STDOUT))
+        err = _open_log(log_file(record.job_dir, LogStream.STDERR))
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                user=None if account is None else account.uid,
+                group=None if account is None else account.gid,
+                # Always given with a user: without it the job keeps the agent's groups.
+                extra_groups=None if account is None else list(account.groups),
+                umask=-1 if account is None else accounts.JOB_UMASK,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise StartError(f"could not start the job on {self.node_name!r}: {exc}") from exc
+        finally:
+            os.close(out)
+            os.close(err)
         record.pid = proc.pid
         return ProcessHandle(record, proc)
 
@@ -344,6 +375,13 @@ class _FileTail:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _open_log(path: Path) -> int:
+    """An output file for appending, the agent's and 0600 (the job gets the descriptor)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
 
 
 def _read_exit_file(path: Path) -> int | None:

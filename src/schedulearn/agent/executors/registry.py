@@ -45,8 +45,13 @@ def build(name: Executor | str, config: AgentConfig) -> ExecutorImpl:
     return executor
 
 
-def capabilities(executors: Iterable[ExecutorImpl], labels: Iterable[str]) -> NodeCapabilities:
-    """What a node offering `executors`, labelled `labels`, can run."""
+def capabilities(
+    executors: Iterable[ExecutorImpl],
+    labels: Iterable[str],
+    accounts: frozenset[str] | None = None,
+) -> NodeCapabilities:
+    """What a node offering `executors`, labelled `labels`, can run; `accounts`:
+    the unix accounts it runs jobs as (None: every job as the agent's own user)."""
     offered = list(executors)
     runtimes = sorted(
         {e.runtime for e in offered if e.runs is ExecutorKind.CONTAINER and e.runtime}
@@ -55,4 +60,5 @@ def capabilities(executors: Iterable[ExecutorImpl], labels: Iterable[str]) -> No
         executors=frozenset(e.runs for e in offered),
         container_runtime=", ".join(runtimes),
         labels=labels_of(labels),
+        accounts=accounts,
     )

@@ -39,7 +39,7 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Gpu, Job, JobCheckpoint, JobPart, Node, PartStatus
-from schedulearn.server.services import checkpoints, event_batch, lifecycle, nodes
+from schedulearn.server.services import checkpoints, event_batch, lifecycle, nodes, users
 from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
 
@@ -280,6 +280,8 @@ def _assignment(
         # downloads it before starting, rank 0 uploads it after a preemption.
         checkpoint=checkpoint if shared is None else None,
         upload_checkpoint=shared is None and job.preemptible and part.rank == 0,
+        # An agent started as root runs the job as its owner's unix account.
+        run_as=users.unix_account_of(session, job.user),
     )
 
 

@@ -11,7 +11,9 @@ States in the queries are bound parameters from `JobState`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -20,9 +22,11 @@ from sqlalchemy import Dialect, Select, exists, func, or_, select
 from sqlmodel import Session
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
+from schedulearn.core.capabilities import NO_ACCOUNT
 from schedulearn.protocol import JobState
 from schedulearn.server.declared import ViewReader
 from schedulearn.server.models import Allocation, Gpu, Job, Node
+from schedulearn.server.services import users
 
 HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 
@@ -42,6 +46,27 @@ NODES: ViewReader[NodeView] = ViewReader(NodeView, Node.__table__)  # type: igno
 
 def job_view(job: Job) -> JobView:
     return JOBS.from_object(job)
+
+
+class AccountBook:
+    """Each job owner's unix account (`JobView.account`, a VIEW field: computed
+    here from the user records, never stored), read in one query per pass.
+
+    A node whose agent runs jobs as their owners takes only jobs whose
+    account it has (`core.capabilities.can_run`); an owner without an
+    enabled record gets `NO_ACCOUNT`, which no such node takes. One book
+    serves one pass.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._accounts = {name: r.account for name, r in users.unix_accounts(session).items()}
+
+    def account(self, user: str) -> str:
+        return self._accounts.get(user, NO_ACCOUNT)
+
+    def attach(self, view: JobView) -> JobView:
+        account = self.account(view.user)
+        return view if view.account == account else dataclasses.replace(view, account=account)
 
 
 @dataclass(slots=True)
@@ -144,7 +169,9 @@ class PendingCache:
         # (dialect name, SQL, parameters) of the queue-order query.
         self._sql: tuple[str, str, Any] | None = None
 
-    def load(self, session: Session) -> list[JobView]:
+    def load(
+        self, session: Session, attach: Callable[[JobView], JobView] | None = None
+    ) -> list[JobView]:
         # The one query of a pass that grows with the queue: run it on the
         # driver's cursor (compiled once for the database's dialect),
         # skipping SQLAlchemy's per-row processing.
@@ -168,21 +195,31 @@ class PendingCache:
                 views[view.id] = (r.queued_at, view)
         if len(views) > 2 * len(order) + 1000:
             self._views = views = {i: views[i] for i, _ in order}
+        if attach is not None:
+            # Kept attached: a view is copied only when its owner's account changed.
+            for i, _ in order:
+                queued, view = views[i]
+                if (new := attach(view)) is not view:
+                    views[i] = (queued, new)
         return [views[i][1] for i, _ in order]
 
 
 def build(session: Session, now: float, cache: PendingCache | None = None) -> Snapshot:
     running: list[JobView] = []
     attempts: dict[int, int] = {}
+    book = AccountBook(session)
     for r in session.connection().execute(
         select(*JOBS.columns, Job.state, Job.attempt).where(Job.state.in_(HOLDING))  # type: ignore[attr-defined]
     ):
         if r.state is JobState.PREEMPTING:
             continue
-        view = JOBS.from_row(r)
-        running.append(view)
-        attempts[view.id] = r.attempt
-    pending = cache.load(session) if cache is not None else pending_views(session)
+        running.append(JOBS.from_row(r, account=book.account(r.user)))
+        attempts[r.id] = r.attempt
+    pending = (
+        cache.load(session, book.attach)
+        if cache is not None
+        else [book.attach(v) for v in pending_views(session)]
+    )
     nodes, holders, rows = load_nodes(session, running)
     # GPUs held by anything but the current attempt of a running job: a job
     # being preempted, or an old attempt (or a cancelled job) still exiting.

@@ -125,7 +125,20 @@ def unix_account_of(session: Session, user_name: str) -> RunAs | None:
     row = session.get(User, user_name)
     if row is None or row.disabled_at is not None:
         return None
-    return RunAs(account=row.unix_account or row.name, allow_root=row.allow_root)
+    return _run_as(row.name, row.unix_account, row.allow_root)
+
+
+def unix_accounts(session: Session) -> dict[str, RunAs]:
+    """`unix_account_of` for every user at once (one query; the scheduler's
+    pass needs every job owner's): users absent here get None."""
+    rows = session.execute(
+        select(User.name, User.unix_account, User.allow_root).where(col(User.disabled_at).is_(None))
+    )
+    return {name: _run_as(name, account, allow_root) for name, account, allow_root in rows}
+
+
+def _run_as(name: str, unix_account: str | None, allow_root: bool) -> RunAs:
+    return RunAs(account=unix_account or name, allow_root=allow_root)
 
 
 def check_priority(priority: int, caller: Caller) -> None:
