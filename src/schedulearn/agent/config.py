@@ -69,10 +69,12 @@ def default_name() -> str:
     return socket.gethostname() or "node"
 
 
-def default_state_dir(name: str) -> Path:
-    # Root's home is closed to other users, and jobs run as their owners must
-    # reach their checkpoint directory under the state directory.
-    if os.geteuid() == 0:
+def default_state_dir(name: str, jobs_as_owners: bool = False) -> Path:
+    """Where an agent keeps its state unless told: the user's state directory,
+    or /var/lib for a root agent that runs jobs as their owners (root's home is
+    closed to other users, and those jobs must reach their checkpoint
+    directories under the state directory)."""
+    if jobs_as_owners and os.geteuid() == 0:
         return Path("/var/lib/schedulearn/agent") / name
     return platformdirs.user_state_path("schedulearn") / "agent" / name
 

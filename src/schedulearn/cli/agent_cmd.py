@@ -196,7 +196,8 @@ def agent(
     for name_ in ("SCHEDULEARN_AGENT_TOKEN", "SCHEDULEARN_JOIN_TOKEN"):
         os.environ.pop(name_, None)
     node = name or default_name()
-    where = state_dir or default_state_dir(node)
+    jobs_as = JobsAs(run_jobs_as.value) if run_jobs_as else default_jobs_as()
+    where = state_dir or default_state_dir(node, jobs_as is JobsAs.OWNER)
     try:
         if join_token_file is not None:
             join_token = credential.read_secret_file(join_token_file, "join token")
@@ -256,7 +257,7 @@ def agent(
         container_ulimits=ulimits,
         workdir=workdir,
         stop_jobs_on_exit=stop_jobs_on_exit,
-        jobs_as=JobsAs(run_jobs_as.value) if run_jobs_as else default_jobs_as(),
+        jobs_as=jobs_as,
     )
     try:
         run_agent(config)
