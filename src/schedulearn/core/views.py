@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from schedulearn.core.fairshare_queues import Tenancy
     from schedulearn.core.goodput import JobGoodput
 
 
@@ -248,6 +249,9 @@ class JobView:
     estimated_duration: float | None = field(default=None, metadata=SUBMITTED)
     model: str | None = field(default=None, metadata=SUBMITTED)
     preemptible: bool = field(default=False, metadata=SUBMITTED)
+    # The tenant queue (team, project) the job belongs to; "" is the default
+    # queue. Read by the fair-share layer (core.fairshare) when queues are set.
+    queue: str = field(default="", metadata=SUBMITTED)
     # Queue and run state.
     queued_at: float | None = field(default=None, metadata=INTERNAL)
     placement: Placement | None = field(default=None, metadata=KEPT)
@@ -329,6 +333,11 @@ class ClusterView:
     # Optional: what the host knows of each job's goodput (job id -> measured
     # steps, gradient statistics, work left), for goodput-aware policies.
     goodput: Mapping[int, JobGoodput] | None = None
+    # Optional: the tenant queues (guarantees, limits, weights) and their
+    # decayed usage, filled by the host; None means no queues. Read by the
+    # fair-share layer (core.fairshare), which is why it lives in the view:
+    # see core/fairshare_queues.py for why queues are not policy options.
+    tenancy: Tenancy | None = None
 
     @property
     def free_gpus(self) -> int:
