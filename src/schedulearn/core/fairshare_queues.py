@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 ANY_TYPE = ""
 _EPS = 1e-9
-_EMPTY: Mapping[str, float] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +74,7 @@ class Queue:
             )
         if not self.weight > 0:
             raise ValueError(f"queue {self.name!r}: weight must be above 0, not {self.weight}")
-        object.__setattr__(self, "guaranteed", MappingProxyType(dict(self.guaranteed)))
+        object.__setattr__(self, "guaranteed", dict(self.guaranteed))
 
     @classmethod
     def of(
@@ -106,7 +105,7 @@ class Tenancy:
     """The queues and their decayed usage (GPU-seconds) as of the snapshot."""
 
     queues: tuple[Queue, ...]
-    usage: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    usage: Mapping[str, float] = field(default_factory=dict)
     # Seconds for past usage to count half; None: usage never decays.
     half_life: float | None = 7 * 24 * 3600.0
     by_name: Mapping[str, Queue] = field(init=False, repr=False, compare=False)
@@ -116,7 +115,7 @@ class Tenancy:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"queues named twice: {', '.join(dupes)}; give each queue one entry")
-        object.__setattr__(self, "by_name", MappingProxyType({q.name: q for q in self.queues}))
+        object.__setattr__(self, "by_name", {q.name: q for q in self.queues})
 
     def queue(self, name: str) -> Queue:
         q = self.by_name.get(name)
@@ -135,7 +134,7 @@ class UsageMeter:
     so a change costs O(1) and reading all queues (`usage_at`) O(queues).
     """
 
-    __slots__ = ("_busy", "_rate", "_since", "_used")
+    __slots__ = ("_busy", "_rate", "_since", "_used", "now")
 
     def __init__(self, half_life: float | None) -> None:
         if half_life is not None and not half_life > 0:
@@ -144,6 +143,8 @@ class UsageMeter:
         self._used: dict[str, float] = {}
         self._busy: dict[str, int] = {}
         self._since: dict[str, float] = {}
+        # The time `live()` reads usage at; the host moves it before each pass.
+        self.now = 0.0
 
     def _settle(self, queue: str, now: float) -> float:
         used = self._used.get(queue, 0.0)
@@ -167,6 +168,33 @@ class UsageMeter:
     def usage_at(self, now: float) -> dict[str, float]:
         """Every queue's decayed usage as of `now` (GPU-seconds)."""
         return {q: self._settle(q, now) for q in self._since}
+
+    def live(self) -> Mapping[str, float]:
+        """A read-only mapping of usage as of `self.now`, computed per queue on access.
+
+        For a host that hands `Tenancy(usage=meter.live())` to a pass: most
+        passes never read usage (nobody waits), so none is computed for them.
+        """
+        return _LiveUsage(self)
+
+
+class _LiveUsage(MappingABC[str, float]):
+    __slots__ = ("_meter",)
+
+    def __init__(self, meter: UsageMeter) -> None:
+        self._meter = meter
+
+    def __getitem__(self, queue: str) -> float:
+        meter = self._meter
+        if queue not in meter._since:
+            raise KeyError(queue)
+        return meter._settle(queue, meter.now)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._meter._since))
+
+    def __len__(self) -> int:
+        return len(self._meter._since)
 
 
 @dataclass(slots=True)
