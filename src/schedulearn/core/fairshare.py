@@ -21,8 +21,10 @@ decay and how a queue's fair share is computed), one pass runs:
    share does the same from queues above their fair share. Its jobs are
    taken in the inner policy's order (`order`, else arrival order); a job
    that would take the queue over the bound, or cannot be made room for,
-   is skipped. Victims: queues furthest over first, latest started
-   first; only jobs that have run `min_run` seconds (no thrashing).
+   is skipped. Victims: jobs of queues over the bound, queues furthest
+   over first, latest started first, as few as the job needs (a victim
+   queue may end below its bound: GPUs come back whole jobs at a time);
+   only jobs that have run `min_run` seconds (no thrashing).
 4. Lend: GPUs still idle go to queues with waiting work in order of
    decayed usage per weight (least first), one inner pass each, up to
    each queue's limit. Lent GPUs are what step 3 takes back later.
@@ -301,6 +303,16 @@ class _Pass:
                     continue
                 if not s.may_hold(job) or not s.within(job.gpus, bound):
                     continue
+                # The inner policy may have passed over it (its own order, a
+                # head-of-line wait): work within the bound starts if it fits.
+                placement = self._pack(job, s, guarantee) if job.gpus <= self.free else None
+                if placement is not None:
+                    self._take(job, placement)
+                    self._started(s, job, placement)
+                    self.decisions.append(Start(job.id, placement))
+                    if s.used >= bound - _EPS:
+                        break
+                    continue
                 victims = self._victims(s, guarantee)
                 if not victims or self.free + sum(v.allocated_gpus for v in victims) < job.gpus:
                     continue
@@ -330,21 +342,11 @@ class _Pass:
         return [t[3] for t in out]
 
     def _make_room(self, s: QueueShare, job: JobView, victims: list[JobView], g: bool) -> bool:
+        # Every victim's queue is over its bound now; one may end below it
+        # (a gang's GPUs come whole): the waiting queue's bound comes first.
         book = self.book
-        freed: dict[str, int] = {}
-
-        def live() -> Iterator[JobView]:
-            # A queue stops giving once it is down to its bound.
-            for v in victims:
-                owner = book[v.queue]
-                if owner.used - freed.get(v.queue, 0) <= self._bound(owner, g) + _EPS:
-                    continue
-                freed[v.queue] = freed.get(v.queue, 0) + v.allocated_gpus
-                yield v
-
         for candidate in _typed_variants(job, s, g):
-            freed.clear()
-            room = make_room(self.pool, candidate, live(), self.free)
+            room = make_room(self.pool, candidate, victims, self.free)
             if room is None:
                 continue
             placement, used = room
@@ -358,13 +360,23 @@ class _Pass:
                 self.decisions.append(Preempt(v.id))
             self._mark(job, placement, job.id)
             self.free -= placement.num_gpus
-            self.started.add(job.id)
-            s.used += placement.num_gpus
-            if not job.preemptible:
-                s.pinned += placement.num_gpus
+            self._started(s, job, placement)
             self.decisions.append(Start(job.id, placement))
             return True
         return False
+
+    def _started(self, s: QueueShare, job: JobView, placement: Placement) -> None:
+        self.started.add(job.id)
+        s.used += placement.num_gpus
+        if not job.preemptible:
+            s.pinned += placement.num_gpus
+
+    def _pack(self, job: JobView, s: QueueShare, guarantee: bool) -> Placement | None:
+        for candidate in _typed_variants(job, s, guarantee):
+            placement = self.pool.pack(candidate)
+            if placement is not None:
+                return placement
+        return None
 
     # --- the pool and the node views, kept together --------------------------
 
