@@ -86,10 +86,13 @@ class FairShare:
         tenancy = view.tenancy
         if tenancy is None:
             return self.inner.decide(view)
-        if view.pending:
-            fast = self._fast(view, tenancy)
-            if fast is not None:
-                return fast
+        if not view.pending:
+            # Nobody waits: only a policy that grows running jobs acts, and
+            # then limits apply, so the full pass checks it.
+            return self.inner.decide(view) and _Pass(self, view, tenancy).run()
+        fast = self._fast(view, tenancy)
+        if fast is not None:
+            return fast
         return _Pass(self, view, tenancy).run()
 
     def order(self, view: ClusterView) -> list[JobView]:
@@ -256,9 +259,7 @@ class _Pass:
                 victim = self.running[d.job_id]
                 self._release(victim)
                 released.append(victim)
-        ok = all(
-            _free_in(self.pool, d.placement) for d in group if isinstance(d, Start | Resize)
-        )
+        ok = all(_free_in(self.pool, d.placement) for d in group if isinstance(d, Start | Resize))
         if not ok:
             for victim in reversed(released):
                 assert victim.placement is not None
@@ -316,9 +317,8 @@ class _Pass:
                 victims = self._victims(s, guarantee)
                 if not victims or self.free + sum(v.allocated_gpus for v in victims) < job.gpus:
                     continue
-                if self._make_room(s, job, victims, guarantee):
-                    if s.used >= bound - _EPS:
-                        break
+                if self._make_room(s, job, victims, guarantee) and s.used >= bound - _EPS:
+                    break
 
     def _victims(self, s: QueueShare, guarantee: bool) -> list[JobView]:
         """Running jobs other queues may lose: preemptible, run `min_run`, queue over its bound."""

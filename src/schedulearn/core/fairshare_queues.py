@@ -66,7 +66,9 @@ class Queue:
             raise ValueError('a queue needs a name ("" is the default queue, not a declared one)')
         bad = {t: n for t, n in self.guaranteed.items() if not isinstance(n, int) or n < 0}
         if bad:
-            raise ValueError(f"queue {self.name!r}: guaranteed GPUs must be whole and 0 or more, not {bad}")
+            raise ValueError(
+                f"queue {self.name!r}: guaranteed GPUs must be whole and 0 or more, not {bad}"
+            )
         if self.limit is not None and self.limit < self.guaranteed_gpus:
             raise ValueError(
                 f"queue {self.name!r}: limit {self.limit} is below its {self.guaranteed_gpus} "
@@ -286,7 +288,9 @@ def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]
         wanting = still
 
 
-def _decayed_weights(qs: list[QueueShare], usage: Mapping[str, float]) -> Iterator[tuple[str, float]]:
+def _decayed_weights(
+    qs: list[QueueShare], usage: Mapping[str, float]
+) -> Iterator[tuple[str, float]]:
     total_usage = sum(max(0.0, usage.get(s.name, 0.0)) for s in qs)
     total_weight = sum(s.queue.weight for s in qs)
     for s in qs:

@@ -55,8 +55,13 @@ def _run(task: _Task) -> SimResult:
         label = f"{task.spec}+queues"
     model = task.speed.build([task.workload])
     sim = Simulator(
-        task.workload, task.cluster, policy, model, record_segments=False,
-        policy_name=label, tenancy=task.tenancy,
+        task.workload,
+        task.cluster,
+        policy,
+        model,
+        record_segments=False,
+        policy_name=label,
+        tenancy=task.tenancy,
     )
     return sim.run()
 

@@ -93,7 +93,9 @@ def load_queue_file(path: Path) -> Tenancy:
             raise SimInputError(f"queue file {str(path)!r}, queue {name!r}: {exc}") from None
     half_life = data.get("half_life", WEEK)
     try:
-        return Tenancy(tuple(queues), half_life=None if half_life in (0, None) else float(half_life))
+        return Tenancy(
+            tuple(queues), half_life=None if half_life in (0, None) else float(half_life)
+        )
     except ValueError as exc:
         raise SimInputError(f"queue file {str(path)!r}: {exc}") from None
 
@@ -179,9 +181,7 @@ def per_queue(result: SimResult) -> dict[str, tuple[int, float, float]]:
     }
 
 
-def fairness(
-    shared: SimResult, alone: Mapping[str, SimResult], tenancy: Tenancy
-) -> Fairness:
+def fairness(shared: SimResult, alone: Mapping[str, SimResult], tenancy: Tenancy) -> Fairness:
     figures = per_queue(shared)
     rows = []
     for name in sorted(figures):
@@ -206,7 +206,10 @@ def render(fair: Fairness) -> str:
             f"{q.queue:<14} {q.guaranteed:>6} {q.jobs:>7,} {q.mean_jct:>11,.0f} "
             f"{q.mean_slowdown:>9.2f} {alone:>12} {ratio:>6}"
         )
-    lines.append(f"Jain's index over per-queue slowdowns: {fair.jain:.3f}; worst ratio {fair.worst_ratio:.3f}")
+    lines.append(
+        f"Jain's index over per-queue slowdowns: {fair.jain:.3f}; "
+        f"worst ratio {fair.worst_ratio:.3f}"
+    )
     return "\n".join(lines)
 
 

@@ -8,17 +8,24 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from core_scenario import Scenario, job, node, preempts, starts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedulearn.core import ClusterView, FreePool, GpuLedger, JobView, NodeView, Start, available
-from schedulearn.core import create
+from schedulearn.core import (
+    ClusterView,
+    FreePool,
+    GpuLedger,
+    JobView,
+    NodeView,
+    Start,
+    available,
+    create,
+)
 from schedulearn.core.fairshare import FairShare
 from schedulearn.core.fairshare_queues import Queue, Tenancy, UsageMeter, shares
 from schedulearn.core.fairshare_reasons import ShareRule, share_reason
 from schedulearn.core.policies._room import make_room
-
-from core_scenario import Scenario, job, node, preempts, starts
 
 TWO = Tenancy((Queue.of("A", 2), Queue.of("B", 2)))
 
@@ -153,13 +160,20 @@ NAMES = ("A", "B", "C")
 
 @st.composite
 def tenant_snapshots(draw: st.DrawFn) -> tuple[ClusterView, float]:
-    nodes = tuple(NodeView.new(f"n{i}", draw(st.integers(1, 8))) for i in range(draw(st.integers(1, 4))))
+    nodes = tuple(
+        NodeView.new(f"n{i}", draw(st.integers(1, 8))) for i in range(draw(st.integers(1, 4)))
+    )
     total = sum(n.num_gpus for n in nodes)
     now = 1000.0
     min_run = draw(st.sampled_from([0.0, 300.0]))
     guaranteed = [draw(st.integers(0, max(0, total // 2))) for _ in NAMES]
     queues = tuple(
-        Queue.of(name, g, draw(st.one_of(st.none(), st.integers(max(g, 1), total + 2))), draw(st.sampled_from([1.0, 2.0])))
+        Queue.of(
+            name,
+            g,
+            draw(st.one_of(st.none(), st.integers(max(g, 1), total + 2))),
+            draw(st.sampled_from([1.0, 2.0])),
+        )
         for name, g in zip(NAMES, guaranteed, strict=True)
     )
     usage = {name: draw(st.sampled_from([0.0, 1e4])) for name in NAMES}
@@ -184,10 +198,14 @@ def tenant_snapshots(draw: st.DrawFn) -> tuple[ClusterView, float]:
         if placement is None:
             continue
         pool.take(j, placement)
-        started = replace(j, placement=placement, started_at=draw(st.sampled_from([0.0, 900.0, now])))
+        started = replace(
+            j, placement=placement, started_at=draw(st.sampled_from([0.0, 900.0, now]))
+        )
         ledger.apply([Start(j.id, placement)], {j.id: started})
         running.append(started)
-    pending = sorted((a_job(k) for k in range(draw(st.integers(0, 8)))), key=lambda j: j.submitted_at)
+    pending = sorted(
+        (a_job(k) for k in range(draw(st.integers(0, 8)))), key=lambda j: j.submitted_at
+    )
     view = ClusterView(
         now,
         tuple(ledger.node_view(n.name) for n in nodes),
@@ -221,14 +239,24 @@ def test_a_pass_is_valid_deterministic_and_keeps_guarantees(
     started = starts(decisions)
     gone = preempts(decisions) | {d.job_id for d in decisions if not isinstance(d, Start)}
     running = [j for j in view.running if j.id not in gone]
-    running += [replace(j, placement=started[j.id], started_at=view.now) for j in view.pending if j.id in started]
+    running += [
+        replace(j, placement=started[j.id], started_at=view.now)
+        for j in view.pending
+        if j.id in started
+    ]
     # Resized jobs keep running on their new placement.
     for d in decisions:
         if d.job_id in gone and d.job_id not in preempts(decisions):
             old = jobs[d.job_id]
             running.append(replace(old, placement=d.placement))  # type: ignore[union-attr]
     pending = [j for j in view.pending if j.id not in started]
-    after = replace(view, nodes=tuple(ledger.node_view(n.name) for n in view.nodes), pending=tuple(pending), running=tuple(running), free_counts=None)
+    after = replace(
+        view,
+        nodes=tuple(ledger.node_view(n.name) for n in view.nodes),
+        pending=tuple(pending),
+        running=tuple(running),
+        free_counts=None,
+    )
     book = shares(after, view.tenancy)
 
     for s in book.values():
