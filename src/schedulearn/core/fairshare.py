@@ -68,7 +68,8 @@ class FairShare:
     """The fair-share layer around `inner` (any policy object); see the module doc."""
 
     name: ClassVar[str] = "fairshare"
-    tick_seconds: float | None  # type: ignore[misc]
+    # Per instance (the inner policy's tick, or `min_run`): set in __init__.
+    tick_seconds: ClassVar[float | None] = None
 
     def __init__(self, inner: Policy, min_run: float = 300.0) -> None:
         if min_run < 0:
@@ -80,7 +81,8 @@ class FairShare:
         inner_tick = inner.tick_seconds
         own = self.min_run if self.min_run > 0 else None
         ticks = [t for t in (inner_tick, own) if t is not None]
-        self.tick_seconds = min(ticks) if ticks else None
+        # An instance value shadows the class one (setattr: mypy reads ClassVar).
+        setattr(self, "tick_seconds", min(ticks) if ticks else None)  # noqa: B010
 
     def decide(self, view: ClusterView) -> list[Decision]:
         tenancy = view.tenancy

@@ -85,9 +85,9 @@ def run_tenants(
         for on in with_queues:
             tasks.append(_Task(workload, cluster, spec, tenancy if on else None, speed, min_run))
         for q in queues:
-            alone = queue_workload(workload, q)
-            shape = alone_cluster(tenancy.queue(q), alone, cluster)
-            tasks.append(_Task(alone, shape, spec, None, speed, min_run))
+            own = queue_workload(workload, q)
+            shape = alone_cluster(tenancy.queue(q), own, cluster)
+            tasks.append(_Task(own, shape, spec, None, speed, min_run))
     workers = min(len(tasks), processes or os.cpu_count() or 1)
     if workers <= 1:
         results = [_run(t) for t in tasks]
