@@ -32,6 +32,9 @@ decay and how a queue's fair share is computed), one pass runs:
    queue over its guarantee: after a pass, no queue below its guarantee
    with a waiting job that fits in it is left waiting while preemptible
    jobs (run `min_run`) of queues over their guarantee could make room.
+   With `min_run` 0 a start of this pass counts as such a job: the
+   reclaim withdraws it (the Start is dropped, the job waits on) rather
+   than leave the guaranteed job waiting.
 
 Throughout: a queue never holds more than its limit, and a
 non-preemptible job starts only within its queue's guarantee (the
@@ -156,6 +159,10 @@ class _Pass:
             self.pending.setdefault(j.queue, []).append(j)
         self.running: dict[int, JobView] = {j.id: j for j in view.running}
         self.started: set[int] = set()
+        # Same-pass starts, placed: with min_run 0 a later reclaim may take
+        # them back (the Start is withdrawn), like any job that ran min_run.
+        self.fresh: dict[int, JobView] = {}
+        self.withdrawn: set[int] = set()
         self.stopped: set[int] = set()
         self.decisions: list[Decision] = []
 
@@ -196,13 +203,17 @@ class _Pass:
         return (self.tenancy.usage.get(s.name, 0.0) / s.queue.weight, s.used, s.name)
 
     def _waiting(self, queue: str) -> bool:
-        return any(j.id not in self.started for j in self.pending.get(queue, ()))
+        return any(self._open(j.id) for j in self.pending.get(queue, ()))
+
+    def _open(self, job_id: int) -> bool:
+        """A pending job this pass may still start (a withdrawn start stays out)."""
+        return job_id not in self.started and job_id not in self.withdrawn
 
     # --- one queue's turn with the inner policy ----------------------------
 
     def _sub_view(self, queue: str) -> ClusterView:
         view = self.view
-        pending = tuple(j for j in self.pending.get(queue, ()) if j.id not in self.started)
+        pending = tuple(j for j in self.pending.get(queue, ()) if self._open(j.id))
         running = tuple(
             j for j in self.running.values() if j.queue == queue and j.id not in self.stopped
         )
@@ -224,7 +235,7 @@ class _Pass:
             allowance -= sum(self._delta(d) for d in group)
 
     def _pending_job(self, queue: str, job_id: int) -> JobView | None:
-        if job_id in self.started:
+        if not self._open(job_id):
             return None
         return next((j for j in self.pending.get(queue, ()) if j.id == job_id), None)
 
@@ -272,10 +283,7 @@ class _Pass:
                 pend = self._pending_job(s.name, d.job_id)
                 assert pend is not None
                 self._take(pend, d.placement)
-                self.started.add(d.job_id)
-                s.used += d.placement.num_gpus
-                if not pend.preemptible:
-                    s.pinned += d.placement.num_gpus
+                self._started(s, pend, d.placement)
             elif isinstance(d, Preempt):
                 victim = self.running[d.job_id]
                 self.stopped.add(d.job_id)
@@ -302,7 +310,7 @@ class _Pass:
             if s.used >= bound - _EPS or not self._waiting(s.name):
                 continue
             for job in inner_order(self.inner, self._sub_view(s.name)):
-                if job.id in self.started:
+                if not self._open(job.id):
                     continue
                 if not s.may_hold(job) or not s.within(job.gpus, bound):
                     continue
@@ -328,12 +336,13 @@ class _Pass:
         min_run = self.policy.min_run
         book = self.book
         out: list[tuple[float, float, int, JobView]] = []
-        for j in self.running.values():
+        # A start of this pass has run 0 s: a victim only when min_run is 0
+        # (latest started first, so it goes before any job that really ran).
+        fresh = self.fresh.values() if min_run <= _EPS else ()
+        for j in (*self.running.values(), *fresh):
             if j.id in self.stopped or not j.preemptible or j.queue == s.name:
                 continue
             if j.started_at is None or now - j.started_at < min_run - _EPS:
-                continue
-            if j.id in self.started:
                 continue
             owner = book[j.queue]
             over = owner.used - self._bound(owner, guarantee)
@@ -357,9 +366,12 @@ class _Pass:
                 assert v.placement is not None
                 self._mark(v, v.placement, None)
                 self.free += v.allocated_gpus
-                self.stopped.add(v.id)
                 book[v.queue].used -= v.allocated_gpus
-                self.decisions.append(Preempt(v.id))
+                if v.id in self.fresh:
+                    self._withdraw(v)
+                else:
+                    self.stopped.add(v.id)
+                    self.decisions.append(Preempt(v.id))
             self._mark(job, placement, job.id)
             self.free -= placement.num_gpus
             self._started(s, job, placement)
@@ -369,9 +381,22 @@ class _Pass:
 
     def _started(self, s: QueueShare, job: JobView, placement: Placement) -> None:
         self.started.add(job.id)
+        self.fresh[job.id] = rebuild(job, placement=placement, started_at=self.view.now)
         s.used += placement.num_gpus
         if not job.preemptible:
             s.pinned += placement.num_gpus
+
+    def _withdraw(self, job: JobView) -> None:
+        """Take back a start of this pass (its GPUs are already released):
+        the job waits on. A preemption the inner policy decided in its
+        queue to make room for it stands (still a valid decision; rare, as
+        only a queue's own turn preempts its own jobs)."""
+        del self.fresh[job.id]
+        self.started.discard(job.id)
+        self.withdrawn.add(job.id)
+        self.decisions = [
+            d for d in self.decisions if not (isinstance(d, Start) and d.job_id == job.id)
+        ]
 
     def _pack(self, job: JobView, s: QueueShare, guarantee: bool) -> Placement | None:
         for candidate in _typed_variants(job, s, guarantee):

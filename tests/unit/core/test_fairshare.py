@@ -80,6 +80,27 @@ def test_non_preemptible_jobs_are_never_taken_and_use_only_the_guarantee() -> No
     assert reason is not None and reason.rule is ShareRule.PINNED
 
 
+@pytest.mark.parametrize("spec", ["fifo", "defrag"])
+def test_a_start_of_the_same_pass_is_withdrawn_for_a_guarantee(spec: str) -> None:
+    # C is guaranteed 2 GPUs; the only free GPU goes to B in the share round,
+    # so C's gang fits only in A's old GPU plus that one. With min_run 0 the
+    # new start counts as a job that ran min_run: it is withdrawn (never a
+    # Preempt of a job that is not running) and C starts.
+    tenancy = Tenancy((Queue("A"), Queue("B"), Queue.of("C", 2)))
+    sc = Scenario(node("n0", 1), node("n1", 3))
+    sc.run(job(100, 1, queue="A", preemptible=True), {"n0": [0]})
+    sc.run(job(101, 2, queue="A", preemptible=False), {"n1": [0, 1]})
+    pending = [job(0, 1, queue="B", preemptible=True), job(1, 2, queue="C", preemptible=True)]
+    view = with_queues(sc.view(1000.0, pending), tenancy)
+    decisions = FairShare(create(spec), min_run=0).decide(view)
+    assert set(starts(decisions)) == {1}
+    assert preempts(decisions) == {100}
+    sc.ledger.apply(decisions, {j.id: j for j in [*pending, *sc.running]})
+    # With a minimum run time a new start is never taken back: C waits.
+    decisions = FairShare(create(spec), min_run=300).decide(view)
+    assert 1 not in starts(decisions)
+
+
 def test_idle_gpus_are_lent_and_a_limit_holds() -> None:
     sc = Scenario(node("n", 4))
     a = [job(i, 1, queue="A", preemptible=True) for i in range(6)]
