@@ -11,6 +11,7 @@ in a fixed order.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 from collections.abc import Sequence
@@ -21,10 +22,10 @@ from schedulearn.core.fairshare_queues import Tenancy
 from schedulearn.core.registry import create
 from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.engine import Simulator
-from schedulearn.sim.jobs import Workload
+from schedulearn.sim.jobs import SimInputError, Workload
 from schedulearn.sim.results import SimResult
 from schedulearn.sim.runner import SpeedOptions, check_policies
-from schedulearn.sim.tenants import Fairness, alone_cluster, fairness, queue_workload
+from schedulearn.sim.tenants import Fairness, alone_cluster, fairness, queue_workload, tenancy_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +108,33 @@ def run_tenants(
         for on, res in zip(with_queues, shared, strict=True):
             out.append(TenantRun(spec, on, res, fairness(res, alone, tenancy)))
     return out
+
+
+def simulate_tenants(
+    workload: Workload,
+    cluster: ClusterSpec,
+    specs: Sequence[str],
+    tenants: str,
+    speed: SpeedOptions | None = None,
+    min_run: float = 300.0,
+    half_life: float | None = None,
+    processes: int | None = None,
+) -> list[TenantRun]:
+    """`simulate --tenants`: queues from `tenants` (`philly` or a queue file), each
+    policy's shared run with them, and its fairness against each queue alone.
+
+    `half_life` (seconds; 0: usage never decays) replaces the queues' own
+    (a week for `philly`, the file's `half_life` otherwise) when given.
+    """
+    if not min_run >= 0:
+        raise SimInputError(f"--min-run must be 0 or more seconds, not {min_run}")
+    if half_life is not None and not half_life >= 0:
+        raise SimInputError(
+            f"--half-life must be positive seconds (0: usage never decays), not {half_life}"
+        )
+    tenancy = tenancy_for(tenants, workload, cluster.total_gpus)
+    if half_life is not None:
+        tenancy = dataclasses.replace(tenancy, half_life=half_life or None)
+    return run_tenants(
+        workload, cluster, specs, tenancy, speed, (True,), min_run=min_run, processes=processes
+    )

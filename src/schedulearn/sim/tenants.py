@@ -23,6 +23,7 @@ and Jain's index over the per-queue mean slowdowns.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -164,6 +165,14 @@ class Fairness:
     @property
     def worst_ratio(self) -> float:
         return max((q.ratio for q in self.queues if q.ratio is not None), default=0.0)
+
+    def to_dict(self) -> dict[str, object]:
+        """For JSON: Jain's index, the worst ratio and each queue's figures."""
+        return {
+            "jain": self.jain,
+            "worst_ratio": self.worst_ratio,
+            "queues": [{**dataclasses.asdict(q), "ratio": q.ratio} for q in self.queues],
+        }
 
 
 def per_queue(result: SimResult) -> dict[str, tuple[int, float, float]]:
