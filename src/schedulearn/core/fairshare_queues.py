@@ -60,6 +60,8 @@ class Queue:
     guaranteed: Mapping[str, int] = field(default_factory=dict)
     limit: int | None = None
     weight: float = 1.0
+    # sum(guaranteed.values()), read on every share comparison of a pass.
+    _gpus: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -69,6 +71,7 @@ class Queue:
             raise ValueError(
                 f"queue {self.name!r}: guaranteed GPUs must be whole and 0 or more, not {bad}"
             )
+        object.__setattr__(self, "_gpus", sum(self.guaranteed.values()))
         if self.limit is not None and self.limit < self.guaranteed_gpus:
             raise ValueError(
                 f"queue {self.name!r}: limit {self.limit} is below its {self.guaranteed_gpus} "
@@ -87,7 +90,7 @@ class Queue:
 
     @property
     def guaranteed_gpus(self) -> int:
-        return sum(self.guaranteed.values())
+        return self._gpus
 
     @property
     def typed(self) -> tuple[str, ...]:
@@ -216,7 +219,7 @@ class QueueShare:
 
     @property
     def guaranteed(self) -> int:
-        return self.queue.guaranteed_gpus
+        return self.queue._gpus
 
     @property
     def cap(self) -> int:

@@ -57,7 +57,9 @@ def test_nothing_is_taken_back_before_the_minimum_run_time() -> None:
     b = [job(10, 1, queue="B", preemptible=True)]
     fs = FairShare(create("fifo"), min_run=60)
     assert fs.decide(with_queues(sc.view(1000.0, b))) == []
-    # The same snapshot once the jobs have run 60 s: B gets its GPU.
+    assert fs.decide(with_queues(sc.view(1005.0, b))) == []  # a quiet pass, remembered
+    # The same snapshot once the jobs have run 60 s: B gets its GPU (the
+    # remembered quiet pass does not hide a job crossing min_run).
     assert set(starts(fs.decide(with_queues(sc.view(1010.0, b))))) == {10}
     assert fs.tick_seconds == 60
 
@@ -99,6 +101,17 @@ def test_a_start_of_the_same_pass_is_withdrawn_for_a_guarantee(spec: str) -> Non
     # With a minimum run time a new start is never taken back: C waits.
     decisions = FairShare(create(spec), min_run=300).decide(view)
     assert 1 not in starts(decisions)
+
+
+def test_a_remembered_quiet_pass_is_redone_when_the_jobs_change() -> None:
+    sc = Scenario(node("n", 4))
+    for i in range(3):
+        sc.run(job(i, 1, queue="A", preemptible=True), {"n": [i]}, started_at=990.0)
+    fs = FairShare(create("fifo"), min_run=60)
+    big = [job(10, 2, queue="B", preemptible=True)]
+    assert fs.decide(with_queues(sc.view(1000.0, big))) == []  # 1 GPU free, none to take yet
+    small = [*big, job(11, 1, queue="B", preemptible=True)]
+    assert set(starts(fs.decide(with_queues(sc.view(1001.0, small))))) == {11}
 
 
 def test_idle_gpus_are_lent_and_a_limit_holds() -> None:
