@@ -23,7 +23,9 @@ from schedulearn.core.registry import UnknownPolicyError, available
 from schedulearn.sim.engine import PolicyError
 from schedulearn.sim.jobs import SimInputError
 from schedulearn.sim.results import SimResult
-from schedulearn.sim.runner import SpeedOptions, run_all, run_parallel
+from schedulearn.sim.runner import SpeedOptions, cluster_for, run_all, run_parallel
+from schedulearn.sim.tenant_runs import TenantRun, simulate_tenants
+from schedulearn.sim.tenants import render as render_fairness
 from schedulearn.sim.workloads.constraints import with_constraints
 from schedulearn.sim.workloads.spec import parse_workload
 
@@ -46,7 +48,11 @@ chosen per epoch), e.g. workload-6.csv:adaptive.
 CLUSTER is a shape such as 3x4, 2x8+4x4, 36x1:k80+24x4:v100:cpus=48:mem=256,
 2x8:label=ib+4x4 (node labels, for --constraint), or a Tiresias cluster
 CSV; without it the workload's own cluster is used.
-See docs/simulator.md."""
+--tenants philly makes the Philly trace's virtual clusters queues
+guaranteed GPUs in proportion to their GPU-hours (--tenants FILE: a TOML
+queue file) and runs each policy under the fair-share layer; a
+per-queue report compares each queue with its run alone on its
+guaranteed GPUs. See docs/simulator.md."""
 
 
 def _fmt(seconds: float) -> str:
@@ -203,11 +209,34 @@ def simulate(
         int | None,
         typer.Option("--processes", help="Parallel runs for several workloads [default: cores]"),
     ] = None,
+    tenants: Annotated[
+        str | None,
+        typer.Option(
+            "--tenants",
+            help="Queues: philly (the trace's virtual clusters) or a TOML queue file",
+            metavar="philly|FILE",
+        ),
+    ] = None,
+    min_run: Annotated[
+        float | None,
+        typer.Option("--min-run", help="With --tenants: seconds before reclaim [default: 300]"),
+    ] = None,
+    half_life: Annotated[
+        float | None,
+        typer.Option(
+            "--half-life",
+            help="With --tenants: usage half-life in seconds, 0 for none [default: a week]",
+        ),
+    ] = None,
 ) -> None:
     try:
         workloads = [w for text in workload for w in parse_workload(text, seed)]
         if constraint:
             workloads = [with_constraints(w, constraint, constrained, seed) for w in workloads]
+        if tenants is None and (min_run is not None or half_life is not None):
+            raise SimInputError("--min-run and --half-life apply to queues; add --tenants")
+        if tenants is not None and (len(workloads) > 1 or round_seconds is not None):
+            raise SimInputError("--tenants runs one workload without --round; give one --workload")
         if round_seconds is not None and not round_seconds > 0:
             raise SimInputError(
                 f"--round must be a positive number of seconds, not {round_seconds}"
@@ -235,7 +264,20 @@ def simulate(
         )
         policies = policy.split(",")
         big = max(len(w) for w in workloads) >= PROGRESS_FROM_JOBS
-        if len(workloads) > 1 and processes != 1:
+        fair: list[TenantRun] = []
+        if tenants is not None:
+            fair = simulate_tenants(
+                workloads[0],
+                cluster_for(workloads[0], cluster),
+                policies,
+                tenants,
+                speed,
+                300.0 if min_run is None else min_run,
+                half_life,
+                processes,
+            )
+            results = [r.shared for r in fair]
+        elif len(workloads) > 1 and processes != 1:
             # Several workloads: one process per run.
             results = run_parallel(workloads, policies, cluster, speed, round_seconds, processes)
         elif big and not quiet:
@@ -269,11 +311,16 @@ def simulate(
                 f"{r.workload} unfinished (it started nothing while they waited)",
                 highlight=False,
             )
+        for run in fair:
+            out.print(f"\n{run.shared.policy}: per queue (ratio: mean JCT shared / alone)")
+            out.print(render_fairness(run.fairness), highlight=False)
     if json_file is not None:
         payload = {
             "policies_available": available(),
             "results": [r.to_dict(jobs=jobs_json) for r in results],
         }
+        if fair:
+            payload["fairness"] = {run.shared.policy: run.fairness.to_dict() for run in fair}
         text = json.dumps(payload, indent=2)
         if str(json_file) == "-":
             sys.stdout.write(text + "\n")

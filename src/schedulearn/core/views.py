@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from schedulearn.core.fairshare_queues import Tenancy
     from schedulearn.core.goodput import JobGoodput
 
 from schedulearn.core.capabilities import PLAIN, NodeCapabilities
@@ -263,6 +264,9 @@ class JobView:
     # have it; core.capabilities); None: not known, which restricts nothing.
     # Computed per pass from the user records (neither stored nor shown).
     account: str | None = field(default=None, metadata=VIEW)
+    # The tenant queue (team, project) the job belongs to; "" is the default
+    # queue. Read by the fair-share layer (core.fairshare) when queues are set.
+    queue: str = field(default="", metadata=SUBMITTED)
     # Queue and run state.
     queued_at: float | None = field(default=None, metadata=INTERNAL)
     placement: Placement | None = field(default=None, metadata=KEPT)
@@ -344,6 +348,11 @@ class ClusterView:
     # Optional: what the host knows of each job's goodput (job id -> measured
     # steps, gradient statistics, work left), for goodput-aware policies.
     goodput: Mapping[int, JobGoodput] | None = None
+    # Optional: the tenant queues (guarantees, limits, weights) and their
+    # decayed usage, filled by the host; None means no queues. Read by the
+    # fair-share layer (core.fairshare), which is why it lives in the view:
+    # see core/fairshare_queues.py for why queues are not policy options.
+    tenancy: Tenancy | None = None
 
     @property
     def free_gpus(self) -> int:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
+from schedulearn.core.fairshare_queues import Tenancy, UsageMeter
 from schedulearn.core.ledger import GpuLedger, InvalidDecision
 from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
@@ -61,6 +62,7 @@ class Simulator:
         on_progress: ProgressFn | None = None,
         policy_name: str | None = None,
         round_seconds: float | None = None,
+        tenancy: Tenancy | None = None,
     ) -> None:
         self.workload = workload
         self.cluster = cluster
@@ -78,6 +80,13 @@ class Simulator:
         # Measured steps and gradient statistics, for a policy that asks for them.
         self._feed = GoodputFeed.wanted(self.speed, policy)
         self.ledger = GpuLedger(cluster.nodes)
+        # Tenant queues: the view carries them, with usage the meter keeps
+        # from every start and stop (read lazily, as of the pass's time).
+        self._meter: UsageMeter | None = None
+        self._tenancy: Tenancy | None = None
+        if tenancy is not None:
+            self._meter = UsageMeter(tenancy.half_life)
+            self._tenancy = Tenancy(tenancy.queues, self._meter.live(), tenancy.half_life)
         self._runs: dict[int, RunState] = {}
         for job in workload.jobs:
             work = self.speed.work(job)
@@ -228,6 +237,8 @@ class Simulator:
         placement = run.placement
         assert placement is not None
         self._busy -= placement.num_gpus
+        if self._meter is not None:
+            self._meter.change(t, run.job.queue, -placement.num_gpus)
         if self.record_segments:
             self._segments.append(Segment(run.job.id, run.started, t, placement, reason))
         run.placement = None
@@ -245,6 +256,8 @@ class Simulator:
         if run.first_start is None:
             run.first_start = t
         self._busy += placement.num_gpus
+        if self._meter is not None:
+            self._meter.change(t, job.queue, placement.num_gpus)
         finish = run.ready + curve.seconds_to(run.done, run.work)
         self._seq += 1
         heapq.heappush(self._heap, (finish, self._seq, job.id, run.version))
@@ -262,7 +275,9 @@ class Simulator:
         if self._feed is not None:
             ids = [*self._pending, *self._running]
             goodput = self._feed.snapshot(t, self._runs, ids)
-        view = ClusterView(t, nodes, pending, running, self._counts, goodput)
+        if self._meter is not None:
+            self._meter.now = t
+        view = ClusterView(t, nodes, pending, running, self._counts, goodput, self._tenancy)
         self.passes += 1
         decisions = self.policy.decide(view)
         if not decisions:
@@ -368,6 +383,7 @@ class Simulator:
                 r.preemptions,
                 r.migrations,
                 r.resizes,
+                r.job.queue,
             )
             for r in self._runs.values()
         )

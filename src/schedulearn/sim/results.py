@@ -49,6 +49,8 @@ class JobRecord:
     preemptions: int
     migrations: int
     resizes: int
+    # The tenant queue it belonged to ("" without queues).
+    queue: str = ""
 
     @property
     def jct(self) -> float | None:

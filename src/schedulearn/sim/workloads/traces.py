@@ -3,7 +3,7 @@
 Formats, recognised by their header:
 - Philly (`timestamp,duration,num_gpus,gpu_time,cluster`): submission
   times become seconds from the first submission; the virtual cluster
-  id becomes the job's `user`.
+  id becomes the job's `user` and its `queue` (`simulate --tenants philly`).
 - Pollux workloads (`name,time,application,num_replicas,batch_size`):
   no duration; the job names its application and batch size, and the
   measured speed model supplies its work.
@@ -82,6 +82,7 @@ def load_philly(path: Path, limit: int | None = None) -> Workload:
                 duration=duration,
                 name=f"philly-{k}",
                 user=row.get("cluster", ""),
+                queue=row.get("cluster", ""),
             )
         )
     return Workload(

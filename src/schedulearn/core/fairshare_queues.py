@@ -1,0 +1,305 @@
+"""Tenant queues: what each queue is promised, what it has used, and its share now.
+
+A `Queue` (a team or a project) has guaranteed GPUs (optionally per GPU
+type), an optional limit and a fair-share weight. `Tenancy` is what the
+host hands the core with each snapshot (`ClusterView.tenancy`): the
+queues and each queue's decayed usage. `UsageMeter` keeps that usage for
+a host (the simulator now, the live scheduler later); `shares` turns
+queues, usage and the snapshot into each queue's GPUs in use and its
+fair share of the cluster at this moment.
+
+Why queues travel in the view and not as options of the fair-share
+policy: queues are cluster data that an admin edits while the system
+runs (like nodes), and usage is history the host records; the policy in
+force is switched independently of both. With queues in the view, the
+same `FairShare` object serves any queue set, a queue change needs no
+policy switch, the reason a job waits (`fairshare_reasons`) is judged
+from the snapshot alone, and the policy keeps no state between passes
+(a host may rebuild it at any time).
+
+Shares, in one place (all in GPUs; a job's GPUs count for its queue):
+- demand = GPUs in use + GPUs its pending jobs ask for, at most its limit;
+- first every queue gets min(demand, guarantee);
+- the rest of the healthy GPUs are lent by weighted water-filling over the
+  queues that want more, each weight scaled by a usage-decay factor
+  `2 ** -(usage share / weight share)` (Slurm's classic fair-share
+  factor): a queue that used much of the cluster lately gets less of
+  what is idle now. Half-life: `Tenancy.half_life` (the meter's).
+
+Jobs of a queue the tenancy does not name belong to a best-effort queue:
+no guarantee, weight 1, no limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping as MappingABC
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schedulearn.core.views import ClusterView, JobView
+
+ANY_TYPE = ""
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """One tenant queue.
+
+    `guaranteed` maps a GPU type to the GPUs of that type the queue is
+    promised ("" = any type): `{"": 8}` is 8 GPUs of any type,
+    `{"v100": 4}` four V100s. `limit` caps the GPUs it may hold at once
+    (None: no cap). `weight` is its share of idle capacity relative to
+    the other queues.
+    """
+
+    name: str
+    guaranteed: Mapping[str, int] = field(default_factory=dict)
+    limit: int | None = None
+    weight: float = 1.0
+    # sum(guaranteed.values()), read on every share comparison of a pass.
+    _gpus: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError('a queue needs a name ("" is the default queue, not a declared one)')
+        bad = {t: n for t, n in self.guaranteed.items() if not isinstance(n, int) or n < 0}
+        if bad:
+            raise ValueError(
+                f"queue {self.name!r}: guaranteed GPUs must be whole and 0 or more, not {bad}"
+            )
+        object.__setattr__(self, "_gpus", sum(self.guaranteed.values()))
+        if self.limit is not None and self.limit < self.guaranteed_gpus:
+            raise ValueError(
+                f"queue {self.name!r}: limit {self.limit} is below its {self.guaranteed_gpus} "
+                "guaranteed GPUs; raise the limit or lower the guarantee"
+            )
+        if not self.weight > 0:
+            raise ValueError(f"queue {self.name!r}: weight must be above 0, not {self.weight}")
+        object.__setattr__(self, "guaranteed", dict(self.guaranteed))
+
+    @classmethod
+    def of(
+        cls, name: str, guaranteed: int = 0, limit: int | None = None, weight: float = 1.0
+    ) -> Queue:
+        """A queue guaranteed `guaranteed` GPUs of any type."""
+        return cls(name, {ANY_TYPE: guaranteed} if guaranteed else {}, limit, weight)
+
+    @property
+    def guaranteed_gpus(self) -> int:
+        return self._gpus
+
+    @property
+    def typed(self) -> tuple[str, ...]:
+        """The GPU types of a queue guaranteed only typed GPUs (empty if any type goes)."""
+        if not self.guaranteed or ANY_TYPE in self.guaranteed:
+            return ()
+        return tuple(sorted(t for t, n in self.guaranteed.items() if n > 0))
+
+
+def best_effort(name: str) -> Queue:
+    """The queue of jobs whose queue the tenancy does not name."""
+    return Queue(name or "default")
+
+
+@dataclass(frozen=True, slots=True)
+class Tenancy:
+    """The queues and their decayed usage (GPU-seconds) as of the snapshot."""
+
+    queues: tuple[Queue, ...]
+    usage: Mapping[str, float] = field(default_factory=dict)
+    # Seconds for past usage to count half; None: usage never decays.
+    half_life: float | None = 7 * 24 * 3600.0
+    by_name: Mapping[str, Queue] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = [q.name for q in self.queues]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"queues named twice: {', '.join(dupes)}; give each queue one entry")
+        object.__setattr__(self, "by_name", {q.name: q for q in self.queues})
+
+    def queue(self, name: str) -> Queue:
+        q = self.by_name.get(name)
+        return best_effort(name) if q is None else q
+
+    @property
+    def has_limits(self) -> bool:
+        return any(q.limit is not None for q in self.queues)
+
+
+class UsageMeter:
+    """Each queue's GPU-seconds of use, decayed with a half-life, kept by a host.
+
+    The host reports every change of a queue's GPUs in use (`change`); the
+    meter integrates `dU/dt = busy - U ln2 / half_life` per queue lazily,
+    so a change costs O(1) and reading all queues (`usage_at`) O(queues).
+    """
+
+    __slots__ = ("_busy", "_rate", "_since", "_used", "now")
+
+    def __init__(self, half_life: float | None) -> None:
+        if half_life is not None and not half_life > 0:
+            raise ValueError(f"a usage half-life must be positive seconds, not {half_life}")
+        self._rate = 0.0 if half_life is None else math.log(2) / half_life
+        self._used: dict[str, float] = {}
+        self._busy: dict[str, int] = {}
+        self._since: dict[str, float] = {}
+        # The time `live()` reads usage at; the host moves it before each pass.
+        self.now = 0.0
+
+    def _settle(self, queue: str, now: float) -> float:
+        used = self._used.get(queue, 0.0)
+        busy = self._busy.get(queue, 0)
+        dt = now - self._since.get(queue, now)
+        if dt > 0:
+            rate = self._rate
+            if rate == 0.0:
+                used += busy * dt
+            else:
+                keep = math.exp(-rate * dt)
+                used = used * keep + busy * (1.0 - keep) / rate
+        return used
+
+    def change(self, now: float, queue: str, gpus: int) -> None:
+        """`queue` holds `gpus` more (or fewer, if negative) GPUs from `now` on."""
+        self._used[queue] = self._settle(queue, now)
+        self._since[queue] = now
+        self._busy[queue] = self._busy.get(queue, 0) + gpus
+
+    def usage_at(self, now: float) -> dict[str, float]:
+        """Every queue's decayed usage as of `now` (GPU-seconds)."""
+        return {q: self._settle(q, now) for q in self._since}
+
+    def live(self) -> Mapping[str, float]:
+        """A read-only mapping of usage as of `self.now`, computed per queue on access.
+
+        For a host that hands `Tenancy(usage=meter.live())` to a pass: most
+        passes never read usage (nobody waits), so none is computed for them.
+        """
+        return _LiveUsage(self)
+
+
+class _LiveUsage(MappingABC[str, float]):
+    __slots__ = ("_meter",)
+
+    def __init__(self, meter: UsageMeter) -> None:
+        self._meter = meter
+
+    def __getitem__(self, queue: str) -> float:
+        meter = self._meter
+        if queue not in meter._since:
+            raise KeyError(queue)
+        return meter._settle(queue, meter.now)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._meter._since))
+
+    def __len__(self) -> int:
+        return len(self._meter._since)
+
+
+@dataclass(slots=True)
+class QueueShare:
+    """One queue's position in one pass: what it holds, wants and may have."""
+
+    queue: Queue
+    used: int = 0
+    # GPUs held by its non-preemptible jobs (these must fit its guarantee).
+    pinned: int = 0
+    pending: int = 0
+    share: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.queue.name
+
+    @property
+    def guaranteed(self) -> int:
+        return self.queue._gpus
+
+    @property
+    def cap(self) -> int:
+        """The most GPUs it may hold (its limit, or unbounded)."""
+        limit = self.queue.limit
+        return limit if limit is not None else 1 << 30
+
+    @property
+    def demand(self) -> int:
+        return min(self.cap, self.used + self.pending)
+
+    def within(self, gpus: int, bound: float) -> bool:
+        """Would `gpus` more keep it at or below `bound`?"""
+        return self.used + gpus <= bound + _EPS
+
+    def may_hold(self, job: JobView) -> bool:
+        """Limit and the non-preemptible rule: may it start `job` at all?"""
+        if self.used + job.gpus > self.cap:
+            return False
+        return job.preemptible or self.pinned + job.gpus <= self.guaranteed
+
+
+def shares(view: ClusterView, tenancy: Tenancy) -> dict[str, QueueShare]:
+    """Every queue with jobs or a guarantee: its use now and its fair share (see module doc)."""
+    out: dict[str, QueueShare] = {q.name: QueueShare(q) for q in tenancy.queues}
+    for job in view.running:
+        s = out.get(job.queue)
+        if s is None:
+            s = out[job.queue] = QueueShare(tenancy.queue(job.queue))
+        n = job.allocated_gpus
+        s.used += n
+        if not job.preemptible:
+            s.pinned += n
+    for job in view.pending:
+        s = out.get(job.queue)
+        if s is None:
+            s = out[job.queue] = QueueShare(tenancy.queue(job.queue))
+        s.pending += job.gpus
+    fill(out.values(), view.total_gpus, tenancy.usage)
+    return out
+
+
+def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
+    """Set each queue's `share`: guarantees first, then weighted water-filling."""
+    qs = list(queues)
+    left = float(capacity)
+    for s in qs:
+        s.share = float(min(s.demand, s.guaranteed))
+        left -= s.share
+    weights = dict(_decayed_weights(qs, usage))
+    wanting = [s for s in qs if s.demand > s.share + _EPS]
+    while left > _EPS and wanting:
+        total = sum(weights[s.name] for s in wanting)
+        still: list[QueueShare] = []
+        given = 0.0
+        for s in wanting:
+            offer = left * weights[s.name] / total
+            need = s.demand - s.share
+            if need <= offer + _EPS:
+                s.share += need
+                given += need
+            else:
+                still.append(s)
+        if len(still) == len(wanting):
+            for s in still:
+                s.share += left * weights[s.name] / total
+            return
+        left -= given
+        wanting = still
+
+
+def _decayed_weights(
+    qs: list[QueueShare], usage: Mapping[str, float]
+) -> Iterator[tuple[str, float]]:
+    total_usage = sum(max(0.0, usage.get(s.name, 0.0)) for s in qs)
+    total_weight = sum(s.queue.weight for s in qs)
+    for s in qs:
+        w = s.queue.weight
+        if total_usage <= 0:
+            yield s.name, w
+            continue
+        used_share = max(0.0, usage.get(s.name, 0.0)) / total_usage
+        yield s.name, w * 2.0 ** (-used_share / (w / total_weight))

@@ -1,0 +1,226 @@
+"""Simulated tenants: queues for a workload, and the per-queue fairness report.
+
+`tenancy_for("philly", workload, cluster)` makes every queue the jobs
+name (the Philly trace's 15 virtual clusters: its loader puts the
+`cluster` column in `JobView.queue`) a queue guaranteed GPUs in
+proportion to its GPU-hours in the workload, whole GPUs by largest
+remainder, all of the cluster's GPUs shared out. `tenancy_for(PATH, ...)`
+reads a queue file (TOML):
+
+    [queues.team-a]
+    guaranteed = 8            # or { v100 = 4, k80 = 8 }
+    limit = 16                # optional
+    weight = 2                # optional, default 1
+    half_life = 604800        # optional, top level: usage half-life in seconds
+
+`fairness` compares a shared run with each queue run alone on a cluster
+of its guaranteed size (nodes as large as the shared cluster's, raised
+to the queue's largest job so that the run can finish): per queue the
+mean JCT, mean slowdown and the sharing-incentive ratio (shared mean JCT
+over alone mean JCT; at most 1 means no team is worse off for sharing),
+and Jain's index over the per-queue mean slowdowns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from schedulearn.core.fairshare_queues import Queue, Tenancy
+from schedulearn.core.views import NodeView
+from schedulearn.sim.cluster import ClusterSpec
+from schedulearn.sim.jobs import SimInputError, Workload
+from schedulearn.sim.metrics import jain
+from schedulearn.sim.results import SimResult, job_units
+
+WEEK = 7 * 24 * 3600.0
+
+
+def tenancy_for(spec: str, workload: Workload, total_gpus: int) -> Tenancy:
+    """Queues from `philly` (shares of the workload's GPU-hours) or a queue file."""
+    if spec.strip().lower() == "philly":
+        tenancy = proportional(workload, total_gpus)
+    else:
+        tenancy = load_queue_file(Path(spec))
+    missing = sorted({j.queue for j in workload.jobs} - set(tenancy.by_name))
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5])
+        raise SimInputError(
+            f"workload {workload.name!r} has jobs in queues the queue file does not define: "
+            f"{shown}{' ...' if len(missing) > 5 else ''}; add them to {spec}"
+        )
+    return tenancy
+
+
+def proportional(workload: Workload, total_gpus: int, half_life: float = WEEK) -> Tenancy:
+    """Every queue named by the jobs, guaranteed GPUs in proportion to its GPU-hours."""
+    hours: dict[str, float] = {}
+    for j in workload.jobs:
+        hours[j.queue] = hours.get(j.queue, 0.0) + j.gpus * (j.duration or 0.0)
+    if not hours or (len(hours) == 1 and "" in hours):
+        raise SimInputError(
+            f"workload {workload.name!r} names no queues (the Philly trace's cluster column "
+            "does); give a queue file with --tenants FILE"
+        )
+    total = sum(hours.values()) or 1.0
+    exact = {q: total_gpus * h / total for q, h in hours.items()}
+    whole = {q: math.floor(x) for q, x in exact.items()}
+    left = total_gpus - sum(whole.values())
+    for q in sorted(exact, key=lambda q: (whole[q] - exact[q], q))[:left]:
+        whole[q] += 1
+    queues = tuple(Queue.of(q or "default", whole[q]) for q in sorted(hours))
+    return Tenancy(queues, half_life=half_life)
+
+
+def load_queue_file(path: Path) -> Tenancy:
+    if not path.is_file():
+        raise SimInputError(f"queue file {str(path)!r} does not exist; give philly or a TOML file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SimInputError(f"queue file {str(path)!r} is not valid TOML: {exc}") from None
+    table = data.get("queues")
+    if not isinstance(table, dict) or not table:
+        raise SimInputError(f"queue file {str(path)!r} has no [queues.NAME] tables; add one")
+    queues = []
+    for name, spec in table.items():
+        try:
+            queues.append(_queue(name, spec))
+        except (TypeError, ValueError) as exc:
+            raise SimInputError(f"queue file {str(path)!r}, queue {name!r}: {exc}") from None
+    half_life = data.get("half_life", WEEK)
+    try:
+        return Tenancy(
+            tuple(queues), half_life=None if half_life in (0, None) else float(half_life)
+        )
+    except ValueError as exc:
+        raise SimInputError(f"queue file {str(path)!r}: {exc}") from None
+
+
+def _queue(name: str, spec: object) -> Queue:
+    if not isinstance(spec, dict):
+        raise TypeError("write guaranteed = N, limit = N, weight = W under [queues.NAME]")
+    unknown = sorted(set(spec) - {"guaranteed", "limit", "weight"})
+    if unknown:
+        raise ValueError(f"unknown keys {', '.join(unknown)}; use guaranteed, limit, weight")
+    g = spec.get("guaranteed", 0)
+    guaranteed: Mapping[str, int] = (
+        {str(k): v for k, v in g.items()} if isinstance(g, dict) else ({"": g} if g else {})
+    )
+    return Queue(name, guaranteed, spec.get("limit"), float(spec.get("weight", 1.0)))
+
+
+def alone_cluster(queue: Queue, workload: Workload, shared: ClusterSpec) -> ClusterSpec:
+    """A cluster of the queue's guaranteed size, in nodes like the shared cluster's."""
+    size = max(queue.guaranteed_gpus, max((j.gpus for j in workload.jobs), default=0), 1)
+    per = max(1, shared.largest_node_gpus)
+    template = shared.nodes[0]
+    sizes = [per] * (size // per) + ([size % per] if size % per else [])
+    nodes = tuple(
+        NodeView.new(
+            f"n{i}",
+            g,
+            template.gpu_type,
+            template.cpus * g / max(1, template.num_gpus),
+            template.memory_gb * g / max(1, template.num_gpus),
+        )
+        for i, g in enumerate(sizes)
+    )
+    return ClusterSpec(f"{queue.name}-alone-{size}", nodes)
+
+
+def queue_workload(workload: Workload, queue: str) -> Workload:
+    jobs = tuple(j for j in workload.jobs if j.queue == queue)
+    return Workload(f"{workload.name}[{queue}]", jobs, workload.description, workload.source)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFairness:
+    """One queue's figures in a shared run, and alone."""
+
+    queue: str
+    guaranteed: int
+    jobs: int
+    mean_jct: float
+    mean_slowdown: float
+    alone_mean_jct: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        """Sharing-incentive ratio: shared mean JCT over alone mean JCT."""
+        if self.alone_mean_jct is None or self.alone_mean_jct <= 0:
+            return None
+        return self.mean_jct / self.alone_mean_jct
+
+
+@dataclass(frozen=True, slots=True)
+class Fairness:
+    queues: tuple[QueueFairness, ...]
+    jain: float
+
+    @property
+    def worst_ratio(self) -> float:
+        return max((q.ratio for q in self.queues if q.ratio is not None), default=0.0)
+
+    def to_dict(self) -> dict[str, object]:
+        """For JSON: Jain's index, the worst ratio and each queue's figures."""
+        return {
+            "jain": self.jain,
+            "worst_ratio": self.worst_ratio,
+            "queues": [{**dataclasses.asdict(q), "ratio": q.ratio} for q in self.queues],
+        }
+
+
+def per_queue(result: SimResult) -> dict[str, tuple[int, float, float]]:
+    """Per queue: finished jobs, mean JCT, mean slowdown."""
+    by: dict[str, list[tuple[float, float]]] = {}
+    queue_of = {r.id: r.queue for r in result.records}
+    for u in job_units(result.records):
+        if u.end is None or not isinstance(u.key, int):
+            continue
+        jct = u.end - u.submitted_at
+        by.setdefault(queue_of[u.key], []).append((jct, jct / u.isolated if u.isolated else 1.0))
+    return {
+        q: (len(v), sum(x for x, _ in v) / len(v), sum(s for _, s in v) / len(v))
+        for q, v in by.items()
+    }
+
+
+def fairness(shared: SimResult, alone: Mapping[str, SimResult], tenancy: Tenancy) -> Fairness:
+    figures = per_queue(shared)
+    rows = []
+    for name in sorted(figures):
+        n, jct, slow = figures[name]
+        solo = alone.get(name)
+        solo_jct = solo.summary.mean_jct if solo is not None else None
+        rows.append(
+            QueueFairness(name, tenancy.queue(name).guaranteed_gpus, n, jct, slow, solo_jct)
+        )
+    return Fairness(tuple(rows), jain([r.mean_slowdown for r in rows]))
+
+
+def render(fair: Fairness) -> str:
+    lines = [
+        f"{'queue':<14} {'guar.':>6} {'jobs':>7} {'mean JCT s':>11} {'slowdown':>9} "
+        f"{'alone JCT s':>12} {'ratio':>6}"
+    ]
+    for q in fair.queues:
+        ratio = "-" if q.ratio is None else f"{q.ratio:.3f}"
+        alone = "-" if q.alone_mean_jct is None else f"{q.alone_mean_jct:,.0f}"
+        lines.append(
+            f"{q.queue:<14} {q.guaranteed:>6} {q.jobs:>7,} {q.mean_jct:>11,.0f} "
+            f"{q.mean_slowdown:>9.2f} {alone:>12} {ratio:>6}"
+        )
+    lines.append(
+        f"Jain's index over per-queue slowdowns: {fair.jain:.3f}; "
+        f"worst ratio {fair.worst_ratio:.3f}"
+    )
+    return "\n".join(lines)
+
+
+def queues_of(workload: Workload) -> Sequence[str]:
+    return sorted({j.queue for j in workload.jobs})

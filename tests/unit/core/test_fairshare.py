@@ -1,0 +1,320 @@
+"""The fair-share layer: guarantees, reclaim after the minimum run time, limits,
+non-preemptible jobs, lending by decayed usage, reasons; and, on random
+snapshots around every registered policy, valid passes and the guarantee
+invariant."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from core_scenario import Scenario, job, node, preempts, starts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schedulearn.core import (
+    ClusterView,
+    FreePool,
+    GpuLedger,
+    JobView,
+    NodeView,
+    Start,
+    available,
+    create,
+)
+from schedulearn.core.fairshare import FairShare
+from schedulearn.core.fairshare_queues import Queue, Tenancy, UsageMeter, shares
+from schedulearn.core.fairshare_reasons import ShareRule, share_reason
+from schedulearn.core.preemption import make_room
+
+TWO = Tenancy((Queue.of("A", 2), Queue.of("B", 2)))
+
+
+def with_queues(view: ClusterView, tenancy: Tenancy = TWO) -> ClusterView:
+    return replace(view, tenancy=tenancy)
+
+
+def a_fills_four(started_at: float = 0.0) -> Scenario:
+    sc = Scenario(node("n", 4))
+    for i in range(4):
+        sc.run(job(i, 1, queue="A", preemptible=True), {"n": [i]}, started_at=started_at)
+    return sc
+
+
+@pytest.mark.parametrize("spec", ["fifo", "srtf", "tiresias", "edf", "timeslice"])
+def test_a_queue_below_its_guarantee_takes_two_gpus_back(spec: str) -> None:
+    sc = a_fills_four()
+    b = [job(10, 1, queue="B", preemptible=True), job(11, 1, queue="B", preemptible=True)]
+    decisions = FairShare(create(spec), min_run=60).decide(with_queues(sc.view(1000.0, b)))
+    assert set(starts(decisions)) == {10, 11}
+    assert len(preempts(decisions)) == 2
+    assert preempts(decisions) <= {0, 1, 2, 3}
+    sc.ledger.apply(decisions, {j.id: j for j in [*b, *sc.running]})
+
+
+def test_nothing_is_taken_back_before_the_minimum_run_time() -> None:
+    sc = a_fills_four(started_at=950.0)
+    b = [job(10, 1, queue="B", preemptible=True)]
+    fs = FairShare(create("fifo"), min_run=60)
+    assert fs.decide(with_queues(sc.view(1000.0, b))) == []
+    assert fs.decide(with_queues(sc.view(1005.0, b))) == []  # a quiet pass, remembered
+    # The same snapshot once the jobs have run 60 s: B gets its GPU (the
+    # remembered quiet pass does not hide a job crossing min_run).
+    assert set(starts(fs.decide(with_queues(sc.view(1010.0, b))))) == {10}
+    assert fs.tick_seconds == 60
+
+
+def test_non_preemptible_jobs_are_never_taken_and_use_only_the_guarantee() -> None:
+    sc = Scenario(node("n", 4))
+    for i in range(4):
+        sc.run(job(i, 1, queue="A", preemptible=False), {"n": [i]})
+    b = [job(10, 1, queue="B", preemptible=True)]
+    assert FairShare(create("fifo"), min_run=0).decide(with_queues(sc.view(1000.0, b))) == []
+
+    sc = Scenario(node("n", 4))
+    pinned = [job(1, 2, queue="A", preemptible=False), job(2, 1, queue="A", preemptible=False)]
+    decisions = FairShare(create("fifo")).decide(with_queues(sc.view(10.0, pinned)))
+    assert set(starts(decisions)) == {1}  # 2 guaranteed GPUs: the second would go beyond
+    reason = share_reason(with_queues(sc.view(10.0, [pinned[1]])), pinned[1])
+    assert reason is None  # A holds nothing yet in that view
+    sc.run(pinned[0], starts(decisions)[1])
+    reason = share_reason(with_queues(sc.view(10.0, [pinned[1]])), pinned[1])
+    assert reason is not None and reason.rule is ShareRule.PINNED
+
+
+@pytest.mark.parametrize("spec", ["fifo", "defrag"])
+def test_a_start_of_the_same_pass_is_withdrawn_for_a_guarantee(spec: str) -> None:
+    # C is guaranteed 2 GPUs; the only free GPU goes to B in the share round,
+    # so C's gang fits only in A's old GPU plus that one. With min_run 0 the
+    # new start counts as a job that ran min_run: it is withdrawn (never a
+    # Preempt of a job that is not running) and C starts.
+    tenancy = Tenancy((Queue("A"), Queue("B"), Queue.of("C", 2)))
+    sc = Scenario(node("n0", 1), node("n1", 3))
+    sc.run(job(100, 1, queue="A", preemptible=True), {"n0": [0]})
+    sc.run(job(101, 2, queue="A", preemptible=False), {"n1": [0, 1]})
+    pending = [job(0, 1, queue="B", preemptible=True), job(1, 2, queue="C", preemptible=True)]
+    view = with_queues(sc.view(1000.0, pending), tenancy)
+    decisions = FairShare(create(spec), min_run=0).decide(view)
+    assert set(starts(decisions)) == {1}
+    assert preempts(decisions) == {100}
+    sc.ledger.apply(decisions, {j.id: j for j in [*pending, *sc.running]})
+    # With a minimum run time a new start is never taken back: C waits.
+    decisions = FairShare(create(spec), min_run=300).decide(view)
+    assert 1 not in starts(decisions)
+
+
+def test_a_remembered_quiet_pass_is_redone_when_the_jobs_change() -> None:
+    sc = Scenario(node("n", 4))
+    for i in range(3):
+        sc.run(job(i, 1, queue="A", preemptible=True), {"n": [i]}, started_at=990.0)
+    fs = FairShare(create("fifo"), min_run=60)
+    big = [job(10, 2, queue="B", preemptible=True)]
+    assert fs.decide(with_queues(sc.view(1000.0, big))) == []  # 1 GPU free, none to take yet
+    small = [*big, job(11, 1, queue="B", preemptible=True)]
+    assert set(starts(fs.decide(with_queues(sc.view(1001.0, small))))) == {11}
+
+
+def test_idle_gpus_are_lent_and_a_limit_holds() -> None:
+    sc = Scenario(node("n", 4))
+    a = [job(i, 1, queue="A", preemptible=True) for i in range(6)]
+    decisions = FairShare(create("fifo")).decide(with_queues(sc.view(10.0, a)))
+    assert len(starts(decisions)) == 4  # B wants nothing: A borrows its 2 GPUs
+    limited = Tenancy((Queue.of("A", 2, limit=3), Queue.of("B", 2)))
+    decisions = FairShare(create("fifo")).decide(with_queues(sc.view(10.0, a), limited))
+    assert len(starts(decisions)) == 3
+    sc.run(a[0], {"n": [0]})
+    sc.run(a[1], {"n": [1]})
+    sc.run(a[2], {"n": [2]})
+    reason = share_reason(with_queues(sc.view(10.0, a[3:]), limited), a[3])
+    assert reason is not None and reason.rule is ShareRule.LIMIT
+    assert reason.message == "A uses 3 of its limit of 3 GPUs"
+
+
+def test_a_queue_reclaims_up_to_its_weighted_fair_share_not_only_its_guarantee() -> None:
+    # No guarantees; B weighs 3 times A: B's fair share of 8 GPUs is 6.
+    tenancy = Tenancy((Queue("A", weight=1.0), Queue("B", weight=3.0)))
+    sc = Scenario(node("n", 8))
+    for i in range(8):
+        sc.run(job(i, 1, queue="A", preemptible=True), {"n": [i]})
+    pending = [job(20 + i, 1, queue="A", preemptible=True) for i in range(4)]
+    pending += [job(10 + i, 1, queue="B", preemptible=True) for i in range(8)]
+    view = with_queues(sc.view(1000.0, pending), tenancy)
+    assert shares(view, tenancy)["B"].share == pytest.approx(6.0)
+    decisions = FairShare(create("fifo"), min_run=0).decide(view)
+    assert len(starts(decisions)) == 6 and len(preempts(decisions)) == 6
+    reason = share_reason(view, pending[0])
+    assert reason is not None and reason.rule is ShareRule.OVER_SHARE
+    assert reason.message.startswith("A uses 8 of its 0 guaranteed GPUs")
+
+
+def test_decayed_usage_lends_idle_gpus_to_the_queue_that_used_less() -> None:
+    meter = UsageMeter(half_life=100.0)
+    meter.change(0.0, "A", 4)
+    meter.change(100.0, "A", -4)
+    usage = meter.usage_at(100.0)
+    assert usage["A"] == pytest.approx(4 * 100 / 2 / 0.6931471805599453, rel=1e-6)
+    assert meter.usage_at(200.0)["A"] == pytest.approx(usage["A"] / 2)
+    tenancy = Tenancy((Queue("A"), Queue("B")), usage={"A": 5000.0, "B": 0.0})
+    sc = Scenario(node("n", 1))
+    pending = [job(1, 1, queue="A", preemptible=True), job(2, 1, queue="B", preemptible=True)]
+    decisions = FairShare(create("fifo")).decide(with_queues(sc.view(10.0, pending), tenancy))
+    assert set(starts(decisions)) == {2}
+
+
+def test_without_queues_it_is_the_inner_policy() -> None:
+    sc = a_fills_four()
+    pending = [job(10, 2, preemptible=True)]
+    view = sc.view(1000.0, pending)
+    assert FairShare(create("srtf")).decide(view) == create("srtf").decide(view)
+
+
+def test_jobs_of_an_unnamed_queue_are_best_effort() -> None:
+    # No guarantee, weight 1: of the 2 GPUs beyond A's guarantee it gets its
+    # fair half, not more.
+    sc = a_fills_four()
+    pending = [job(10 + i, 1, queue="nobody", preemptible=True) for i in range(3)]
+    decisions = FairShare(create("fifo"), min_run=0).decide(with_queues(sc.view(1000.0, pending)))
+    assert set(starts(decisions)) == {10} and len(preempts(decisions)) == 1
+
+
+def test_queues_are_checked() -> None:
+    with pytest.raises(ValueError, match="limit 2 is below its 4 guaranteed"):
+        Queue.of("A", 4, limit=2)
+    with pytest.raises(ValueError, match="queues named twice: A"):
+        Tenancy((Queue("A"), Queue("A")))
+    with pytest.raises(ValueError, match="weight must be above 0"):
+        Queue("A", weight=0)
+
+
+# --- random snapshots -----------------------------------------------------------
+
+SPECS = [*available(), "srtf:margin=0:min_gain=0", "fifo:backfill=true"]
+NAMES = ("A", "B", "C")
+
+
+@st.composite
+def tenant_snapshots(draw: st.DrawFn) -> tuple[ClusterView, float]:
+    nodes = tuple(
+        NodeView.new(f"n{i}", draw(st.integers(1, 8))) for i in range(draw(st.integers(1, 4)))
+    )
+    total = sum(n.num_gpus for n in nodes)
+    now = 1000.0
+    min_run = draw(st.sampled_from([0.0, 300.0]))
+    guaranteed = [draw(st.integers(0, max(0, total // 2))) for _ in NAMES]
+    queues = tuple(
+        Queue.of(
+            name,
+            g,
+            draw(st.one_of(st.none(), st.integers(max(g, 1), total + 2))),
+            draw(st.sampled_from([1.0, 2.0])),
+        )
+        for name, g in zip(NAMES, guaranteed, strict=True)
+    )
+    usage = {name: draw(st.sampled_from([0.0, 1e4])) for name in NAMES}
+
+    def a_job(job_id: int) -> JobView:
+        return JobView(
+            id=job_id,
+            submitted_at=draw(st.floats(0, now)),
+            gpus=draw(st.integers(1, 4)),
+            queue=draw(st.sampled_from(NAMES)),
+            preemptible=draw(st.sampled_from([True, True, False])),
+            estimated_duration=draw(st.one_of(st.none(), st.floats(1, 5000))),
+            attained_gpu_seconds=draw(st.sampled_from([0.0, 1e5])),
+        )
+
+    ledger = GpuLedger(nodes)
+    pool = FreePool(nodes)
+    running: list[JobView] = []
+    for k in range(draw(st.integers(0, 10))):
+        j = a_job(100 + k)
+        placement = pool.pack(j)
+        if placement is None:
+            continue
+        pool.take(j, placement)
+        started = replace(
+            j, placement=placement, started_at=draw(st.sampled_from([0.0, 900.0, now]))
+        )
+        ledger.apply([Start(j.id, placement)], {j.id: started})
+        running.append(started)
+    pending = sorted(
+        (a_job(k) for k in range(draw(st.integers(0, 8)))), key=lambda j: j.submitted_at
+    )
+    view = ClusterView(
+        now,
+        tuple(ledger.node_view(n.name) for n in nodes),
+        tuple(pending),
+        tuple(running),
+        tenancy=Tenancy(queues, usage),
+    )
+    return view, min_run
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=tenant_snapshots())
+def test_a_pass_is_valid_deterministic_and_keeps_guarantees(
+    spec: str, snapshot: tuple[ClusterView, float]
+) -> None:
+    view, min_run = snapshot
+    decisions = FairShare(create(spec), min_run=min_run).decide(view)
+    assert FairShare(create(spec), min_run=min_run).decide(view) == decisions
+    assert view.tenancy is not None
+    # Valid: the ledger refuses a GPU given twice, a broken gang, a
+    # non-preemptible job preempted.
+    ledger = GpuLedger(NodeView.new(n.name, n.num_gpus) for n in view.nodes)
+    for j in view.running:
+        assert j.placement is not None
+        ledger.apply([Start(j.id, j.placement)], {j.id: j})
+    jobs = {j.id: j for j in [*view.pending, *view.running]}
+    ledger.apply(decisions, jobs)
+
+    # The state after the pass.
+    started = starts(decisions)
+    gone = preempts(decisions) | {d.job_id for d in decisions if not isinstance(d, Start)}
+    running = [j for j in view.running if j.id not in gone]
+    running += [
+        replace(j, placement=started[j.id], started_at=view.now)
+        for j in view.pending
+        if j.id in started
+    ]
+    # Resized jobs keep running on their new placement.
+    for d in decisions:
+        if d.job_id in gone and d.job_id not in preempts(decisions):
+            old = jobs[d.job_id]
+            running.append(replace(old, placement=d.placement))  # type: ignore[union-attr]
+    pending = [j for j in view.pending if j.id not in started]
+    after = replace(
+        view,
+        nodes=tuple(ledger.node_view(n.name) for n in view.nodes),
+        pending=tuple(pending),
+        running=tuple(running),
+        free_counts=None,
+    )
+    book = shares(after, view.tenancy)
+
+    for s in book.values():
+        # Limits hold; non-preemptible jobs stay within the guarantee unless they already ran over.
+        before = shares(view, view.tenancy)[s.name]
+        assert s.used <= max(s.cap, before.used)
+        assert s.pinned <= max(s.guaranteed, before.pinned)
+
+    # The invariant: a queue below its guarantee with a waiting job that fits in
+    # it is not left waiting while preemptible jobs (run min_run) of queues over
+    # their guarantee could make room for it.
+    for j in pending:
+        s = book[j.queue]
+        if s.used + j.gpus > s.guaranteed or not s.may_hold(j):
+            continue
+        victims = [
+            r
+            for r in running
+            if r.preemptible
+            and r.queue != j.queue
+            and book[r.queue].used > book[r.queue].guaranteed
+            and r.started_at is not None
+            and view.now - r.started_at >= min_run
+        ]
+        pool = FreePool(after)
+        room = make_room(pool, j, victims, pool.total_free())
+        assert room is None, f"{j} could start by preempting {room[1] if room else ''}"
