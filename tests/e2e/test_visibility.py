@@ -58,7 +58,7 @@ def _cli(
 
 
 def _token(c: Cluster, user: str) -> str:
-    made = _cli(c, ADMIN, "token", "create", user)
+    made = _cli(c, ADMIN, "token", "create", "--user", user)
     assert made.returncode == 0, made.stderr
     return made.stdout.strip()
 

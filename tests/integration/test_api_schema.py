@@ -32,6 +32,10 @@ class _Http:
     def post(self, path: str, headers: dict[str, str], json: object) -> httpx.Response:
         return self.http.post(path, headers=headers, json=json)
 
+    def node(self, name: str) -> dict[str, str]:
+        """The old-style agent token: bound to the one node this test registers."""
+        return self.agent
+
 
 @pytest.fixture(scope="module")
 def live_schema_server(tmp_path_factory: pytest.TempPathFactory, postgres) -> Iterator[str]:  # type: ignore[no-untyped-def]

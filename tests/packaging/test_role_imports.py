@@ -32,6 +32,8 @@ stdlib = set(sys.stdlib_module_names)
 print(json.dumps(sorted(
     n for n in added
     if n not in stdlib and n != "schedulearn" and not n.startswith("_sysconfigdata")
+    # multiprocessing registers the main module again as __mp_main__
+    and n != "__mp_main__"
 )))
 """
 
