@@ -61,7 +61,9 @@ def test_every_wire_model_is_either_a_request_or_a_reply() -> None:
 
 
 def test_a_reply_with_fields_this_release_does_not_know_parses() -> None:
-    body = {"items": [_job(team_budget="gpu-a", progress={"at": 3.0, "step": 10, "phase": "warmup"})]}
+    body = {
+        "items": [_job(team_budget="gpu-a", progress={"at": 3.0, "step": 10, "phase": "warmup"})]
+    }
     page = JobList.model_validate({**body, "total": 1, "offset": 0, "limit": 100, "cursor": "x"})
     assert page.items[0].id == 7
     assert page.items[0].progress is not None and page.items[0].progress.step == 10
