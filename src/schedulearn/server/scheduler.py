@@ -73,6 +73,7 @@ class Scheduler:
         self._leader_conn = None
         self._pruned_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._turned_at = time.monotonic()  # the loop's last turn, for `alive`
 
     # --- the PostgreSQL leader lock ---------------------------------------
 
@@ -158,8 +159,14 @@ class Scheduler:
             tick = min(tick, self.policy.tick_seconds)
         return tick
 
+    def alive(self, within: float) -> bool:
+        """The loop is running and has turned in the last `within` seconds (for /readyz)."""
+        running = self._task is not None and not self._task.done()
+        return running and time.monotonic() - self._turned_at <= within
+
     async def loop(self) -> None:
         while True:
+            self._turned_at = time.monotonic()
             started = time.perf_counter()
             try:
                 await self.run_once()

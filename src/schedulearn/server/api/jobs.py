@@ -6,11 +6,9 @@ Routers parse, call one service function, render.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import yaml
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
@@ -27,6 +25,7 @@ from schedulearn.protocol import (
     ProgressHistory,
     SubmitReply,
 )
+from schedulearn.server import parsing
 from schedulearn.server.api.deps import Admin, JobId, State, User
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
 from schedulearn.server.services import jobs, logs, moves, progress
@@ -35,7 +34,6 @@ from schedulearn.server.wakeups import wait_for
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 _SPEC_REF = {"$ref": "#/components/schemas/JobSpec"}
 
 
@@ -44,18 +42,9 @@ class _Invalid(Exception):
         self.errors = errors
 
 
-def parse_spec(body: bytes, content_type: str) -> JobSpec:
-    """A job spec from a JSON or YAML body."""
-    kind = content_type.split(";")[0].strip().lower()
-    try:
-        if kind in YAML_TYPES:
-            data = yaml.safe_load(body.decode("utf-8"))
-        else:
-            data = json.loads(body or b"null")
-    except (ValueError, yaml.YAMLError) as exc:
-        raise BadRequest(
-            f"the body is not valid {'YAML' if kind in YAML_TYPES else 'JSON'}: {exc}"
-        ) from None
+async def parse_spec(body: bytes, content_type: str) -> JobSpec:
+    """A job spec from a JSON or YAML body, parsed off the loop within `parsing`'s limits."""
+    data = await parsing.parse_body(body, content_type)
     if not isinstance(data, dict):
         raise BadRequest("the body must be one job spec (a mapping with at least `command`)")
     try:
@@ -83,7 +72,7 @@ def parse_spec(body: bytes, content_type: str) -> JobSpec:
 async def submit(request: Request, state: State, who: User) -> Any:
     body = await request.body()
     try:
-        spec = parse_spec(body, request.headers.get("content-type", "application/json"))
+        spec = await parse_spec(body, request.headers.get("content-type", "application/json"))
     except _Invalid as exc:
         state.metrics.refused.inc()
         return validation_error(exc.errors)
