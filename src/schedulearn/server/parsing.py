@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from yaml.composer import Composer
@@ -53,9 +54,21 @@ def is_yaml(content_type: str) -> bool:
     return content_type.split(";")[0].strip().lower() in YAML_TYPES
 
 
-async def parse_body(body: bytes, content_type: str, limits: ParseLimits = DEFAULT_LIMITS) -> Any:
-    """The value a JSON or YAML body holds, parsed in a thread within the limits."""
-    task = asyncio.to_thread(parse_sync, body, content_type, limits)
+T = TypeVar("T")
+
+
+async def parse_body(
+    body: bytes,
+    content_type: str,
+    then: Callable[[Any], T] = lambda value: value,
+    limits: ParseLimits = DEFAULT_LIMITS,
+) -> T:
+    """`then(value)` for the value a JSON or YAML body holds, parsed within the limits.
+
+    Parsing and `then` (validation into a model, which walks every value)
+    run in a worker thread under the time bound, never on the event loop.
+    """
+    task = asyncio.to_thread(lambda: then(parse_sync(body, content_type, limits)))
     try:
         return await asyncio.wait_for(task, limits.timeout_seconds)
     except TimeoutError:

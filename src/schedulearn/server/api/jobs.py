@@ -43,8 +43,11 @@ class _Invalid(Exception):
 
 
 async def parse_spec(body: bytes, content_type: str) -> JobSpec:
-    """A job spec from a JSON or YAML body, parsed off the loop within `parsing`'s limits."""
-    data = await parsing.parse_body(body, content_type)
+    """A job spec from a JSON or YAML body, parsed and validated off the loop within limits."""
+    return await parsing.parse_body(body, content_type, _to_spec)
+
+
+def _to_spec(data: Any) -> JobSpec:
     if not isinstance(data, dict):
         raise BadRequest("the body must be one job spec (a mapping with at least `command`)")
     try:
