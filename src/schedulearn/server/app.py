@@ -28,7 +28,7 @@ from schedulearn.server.api import agent, cluster, jobs, ops, profiles
 from schedulearn.server.batching import Batcher
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
-from schedulearn.server.services import jobs as job_service
+from schedulearn.server.services import idempotency
 from schedulearn.server.services.agents import AgentTiming
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
@@ -114,7 +114,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         tokens=auth.TokenCache(),
         metrics=metrics,
         scheduler=scheduler,
-        submitter=Batcher(database, job_service.submit, clock.now, lambda: shape),
+        submitter=Batcher(database, idempotency.submit, clock.now, lambda: shape),
         shape=shape,
         predictions=Predictor(
             database,

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
 
@@ -29,11 +29,13 @@ from schedulearn.server import parsing
 from schedulearn.server.api.deps import Admin, JobId, State, User
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
 from schedulearn.server.services import jobs, logs, moves, progress
+from schedulearn.server.services.idempotency import MAX_KEY_LENGTH, Submission
 from schedulearn.server.services.jobs import Submitted
 from schedulearn.server.wakeups import wait_for
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 _SPEC_REF = {"$ref": "#/components/schemas/JobSpec"}
 
 
@@ -61,7 +63,10 @@ def _to_spec(data: Any) -> JobSpec:
     status_code=201,
     response_model=SubmitReply,
     summary="Submit a job (or a job array with `count`)",
-    responses={422: {"description": "Invalid spec, or a job no node could ever run"}},
+    responses={
+        409: {"model": ErrorBody, "description": "The Idempotency-Key was used for another spec"},
+        422: {"description": "Invalid spec, or a job no node could ever run"},
+    },
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -72,7 +77,22 @@ def _to_spec(data: Any) -> JobSpec:
         }
     },
 )
-async def submit(request: Request, state: State, who: User) -> Any:
+async def submit(
+    request: Request,
+    state: State,
+    who: User,
+    key: Annotated[
+        str | None,
+        Header(
+            alias=IDEMPOTENCY_HEADER,
+            min_length=1,
+            max_length=MAX_KEY_LENGTH,
+            description="Any unique string per submission (a UUID): a repeat of the request "
+            "with the same key returns the jobs of the first instead of making new ones, for "
+            "a day; the same key with another spec is refused with 409",
+        ),
+    ] = None,
+) -> Any:
     body = await request.body()
     try:
         spec = await parse_spec(body, request.headers.get("content-type", "application/json"))
@@ -80,7 +100,7 @@ async def submit(request: Request, state: State, who: User) -> Any:
         state.metrics.refused.inc()
         return validation_error(exc.errors)
     try:
-        result: Submitted = await state.submitter.add((spec, who))
+        result: Submitted = await state.submitter.add(Submission(spec, who, key))
     except Exception:
         state.metrics.refused.inc()
         raise
