@@ -118,7 +118,7 @@ def _lock(session: Session, names: list[tuple[str, str]]) -> None:
     if session.get_bind().dialect.name != "postgresql":
         return  # SQLite: one writer at a time already
     for user, key in names:
-        session.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"{user}\x00{key}"))))
+        session.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"{user}\n{key}"))))
 
 
 def _replay(
