@@ -81,7 +81,19 @@ class Scheduler:
         if self.db.is_sqlite:
             return True  # one process owns an SQLite file
         if self._leader_conn is not None:
-            return True
+            # The lock lives as long as its connection: one broken by a
+            # database restart no longer holds it, so try to take it again.
+            try:
+                cur = self._leader_conn.cursor()
+                cur.execute("SELECT 1")
+                cur.fetchone()
+                self._leader_conn.commit()
+                return True
+            except Exception:
+                log.warning("lost the leader connection; taking the scheduler lock again")
+                with contextlib.suppress(Exception):
+                    self._leader_conn.close()
+                self._leader_conn = None
         conn = self.db.engine.raw_connection()
         cur = conn.cursor()
         cur.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
