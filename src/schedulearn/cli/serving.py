@@ -9,7 +9,6 @@ uvicorn and the server come with the `server` extra.
 
 from __future__ import annotations
 
-import gc
 import signal
 import socket
 import subprocess
@@ -27,14 +26,17 @@ err = Console(stderr=True)
 
 
 def uvicorn_config(settings: ServerSettings) -> uvicorn.Config:
-    from schedulearn.server import create_app
+    from schedulearn.server.startup import Starting
 
-    app = create_app(settings)
-    # Everything made so far (modules, the app) lives as long as the process:
-    # keep it out of the cyclic collector, whose full passes over it held
-    # the GIL, and so every request, for ~0.5 s at a time (issue 14).
-    gc.collect()
-    gc.freeze()
+    def build() -> object:
+        from schedulearn.server import create_app
+
+        return create_app(settings)
+
+    # Listen at once; the app is imported and started behind /healthz
+    # (issue 14: a restart answered nothing for 10-18 s on a loaded machine).
+    backend = "sqlite" if settings.database_url.startswith("sqlite") else "postgresql"
+    app = Starting(build, {"status": "ok", "database": backend, "policy": settings.default_policy})
     return uvicorn.Config(
         app,
         host=settings.host,

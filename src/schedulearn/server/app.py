@@ -8,6 +8,7 @@ events and metrics, so tests never share state.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import logging
@@ -78,7 +79,8 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        first = bootstrap(database, settings, clock.now())
+        # In a thread: the loop keeps answering /healthz while migrations run.
+        first = await asyncio.to_thread(bootstrap, database, settings, clock.now())
         if settings.print_tokens and (first.admin or first.agent):
             print(
                 "Schedulearn made these tokens at its first start; they are shown once:",

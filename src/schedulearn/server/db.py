@@ -191,8 +191,10 @@ def _at_head(engine: Engine) -> bool:
     try:
         with engine.connect() as conn:
             stored = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
-    except DBAPIError:  # no alembic_version table yet: a new database
-        return False
+    except DBAPIError as exc:
+        if classify(exc) is not None:
+            raise  # unreachable or full: Alembic would fail the same way, only later
+        return False  # no alembic_version table yet: a new database
     return stored == [head]
 
 
