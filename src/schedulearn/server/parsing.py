@@ -161,7 +161,7 @@ except ImportError:  # PyYAML built without libyaml
             Parser.__init__(self)
 
 
-class _BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):  # type: ignore[misc]
+class _BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):
     """A safe YAML loader counting depth and aliases while it composes nodes."""
 
     def __init__(self, text: str, limits: ParseLimits) -> None:
@@ -173,7 +173,7 @@ class _BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):  # type: ign
         self._depth = 0
         self._aliases = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:  # type: ignore[override]
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > self._limits.max_aliases:
@@ -185,7 +185,7 @@ class _BoundedLoader(Composer, _Parser, SafeConstructor, Resolver):  # type: ign
         try:
             if self._depth > self._limits.max_depth:
                 raise BadRequest(_too_deep(self._depth, self._limits))
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 

@@ -23,7 +23,7 @@ import json
 from typing import NamedTuple
 
 from sqlalchemy import delete, func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import JobSpec
 from schedulearn.server.auth import Caller
@@ -65,9 +65,8 @@ def submit(
     keyed = [(i, it) for i, it in enumerate(items) if it.key]
     if keyed:
         _lock(session, sorted({(it.caller.user, it.key or "") for _, it in keyed}))
-        session.execute(
-            delete(IdempotencyRecord).where(IdempotencyRecord.created_at < now - TTL_SECONDS)
-        )  # type: ignore[arg-type]
+        expired = col(IdempotencyRecord.created_at) < now - TTL_SECONDS
+        session.execute(delete(IdempotencyRecord).where(expired))
         for i, it in keyed:
             name = (it.caller.user, it.key or "")
             row = session.get(IdempotencyRecord, name)
