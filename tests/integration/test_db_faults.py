@@ -11,6 +11,7 @@ import contextlib
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,14 +61,20 @@ def test_postgres_stopped_and_restarted_503_then_recovery_with_nothing_lost(
     if not (PG_BIN / "pg_ctl").exists():
         missing(Dependency.POSTGRES, f"no {PG_BIN / 'pg_ctl'}")
     pg = RestartablePostgres()
-    server = Served(pg.new_database(), tmp_path / "server.log")
+    # A node silent for 3 s is marked down; the outage below lasts longer, and
+    # the node must survive it (its heartbeats could not be stored meanwhile).
+    server = Served(pg.new_database(), tmp_path / "server.log", node_timeout_seconds="3")
+    beating = threading.Event()
     try:
         server.start()
         with server.client(timeout=10) as http:
             register(http)
+            beats = threading.Thread(target=heartbeats, args=(server.url, beating), daemon=True)
+            beats.start()
             before = {http.post("/api/v1/jobs", json={"command": ["true"]}).json()["ids"][0]
                       for _ in range(3)}  # fmt: skip
             pg.halt()
+            halted = time.monotonic()
             down = http.post("/api/v1/jobs", json={"command": ["true"]})
             assert down.status_code == 503, down.text
             assert int(down.headers["Retry-After"]) > 0
@@ -86,6 +93,7 @@ def test_postgres_stopped_and_restarted_503_then_recovery_with_nothing_lost(
                 thread.start()
                 wait_until(lambda: "answered 503" in server.log.read_text(), 30,
                            "the client's first try to be refused")  # fmt: skip
+                time.sleep(max(0.0, 5 - (time.monotonic() - halted)))  # past the node timeout
                 pg.resume()
                 thread.join(timeout=120)
             assert len(submitted) == 1, server.log.read_text()[-3000:]
@@ -93,9 +101,31 @@ def test_postgres_stopped_and_restarted_503_then_recovery_with_nothing_lost(
             after = ids_of(http)
             assert before | set(submitted) == after  # nothing lost, nothing doubled
             assert http.post(f"/api/v1/jobs/{submitted[0]}/cancel").status_code == 200
+            # A few node timeouts after the outage: the node was never marked down.
+            time.sleep(3)
+            [node] = http.get("/api/v1/nodes").json()["items"]
+            assert node["healthy"], node
+            assert "stopped answering" not in server.log.read_text()
     finally:
+        beating.set()
         server.stop()
         pg.stop()
+
+
+def heartbeats(url: str, stop: threading.Event) -> None:
+    """An agent's heartbeats: every 0.5 s, and 2 s after one fails (an agent backs off)."""
+    pause = 0.5
+    with httpx.Client(base_url=url, timeout=5) as http:
+        while not stop.wait(pause):
+            try:
+                ok = http.post(
+                    "/api/v1/agent/heartbeat",
+                    headers={"Authorization": "Bearer agent-token-for-tests"},
+                    json={"name": "n1"},
+                ).is_success
+            except httpx.HTTPError:
+                ok = False
+            pause = 0.5 if ok else 2.0
 
 
 @pytest.fixture

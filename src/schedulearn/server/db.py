@@ -67,10 +67,18 @@ RETRY_AFTER_SECONDS = 2
 
 
 def classify(exc: BaseException) -> Fault | None:
-    """The `Fault` a database error stands for, or None for any other error (a bug)."""
-    if not isinstance(exc, DBAPIError):
+    """The `Fault` a database error stands for, or None for any other error (a bug).
+
+    Takes SQLAlchemy's wrapped errors and the drivers' own (raised by code
+    that uses a raw connection, like the scheduler's leader lock).
+    """
+    if isinstance(exc, DBAPIError):
+        orig: BaseException | None = exc.orig
+        invalidated = exc.connection_invalidated
+    elif isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg"):
+        orig, invalidated = exc, False
+    else:
         return None
-    orig = exc.orig
     code = getattr(orig, "sqlite_errorcode", None)
     if code is not None:
         if code & 0xFF in _SQLITE_FULL:  # extended codes keep the primary in the low byte
@@ -85,7 +93,7 @@ def classify(exc: BaseException) -> Fault | None:
         return Fault.FULL
     if state and state.startswith(_UNREACHABLE_PREFIXES):
         return Fault.UNREACHABLE
-    if exc.connection_invalidated:
+    if invalidated:
         return Fault.UNREACHABLE
     # psycopg's OperationalError without a state: the connection failed or broke.
     if state is None and type(orig).__name__ == "OperationalError":
@@ -93,9 +101,10 @@ def classify(exc: BaseException) -> Fault | None:
     return None
 
 
-def unavailable(exc: DBAPIError, fault: Fault) -> Unavailable:
+def unavailable(exc: BaseException, fault: Fault) -> Unavailable:
     """The 503 a caller gets for an unreachable or full database, saying why."""
-    cause = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else type(exc).__name__
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    cause = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     if fault is Fault.FULL:
         message = (
             f"the database is full ({cause}); nothing was changed. An admin must free space "
@@ -233,10 +242,10 @@ class Database:
             try:
                 with self.session() as session:
                     return fn(session, *args)
-            except DBAPIError as exc:
+            except Exception as exc:
                 fault = classify(exc)
                 if fault is Fault.CONFLICT and attempt < CONFLICT_TRIES:
-                    log.info("%s: %s; running it again", _name(fn), type(exc.orig).__name__)
+                    log.info("%s: %s; running it again", _name(fn), exc)
                     time.sleep(random.uniform(0.5, 1.5) * 0.01 * 2**attempt)
                     continue
                 if fault in (Fault.UNREACHABLE, Fault.FULL):

@@ -24,6 +24,7 @@ from sqlmodel import Session
 from schedulearn.clock import Clock
 from schedulearn.core import Policy
 from schedulearn.server.db import Database
+from schedulearn.server.errors import Unavailable
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.services import (
     agents,
@@ -74,6 +75,7 @@ class Scheduler:
         self._pruned_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._turned_at = time.monotonic()  # the loop's last turn, for `alive`
+        self._outage = False  # the last round found the database unavailable
 
     # --- the PostgreSQL leader lock ---------------------------------------
 
@@ -111,6 +113,12 @@ class Scheduler:
         now = self.clock.now()
         if not self._is_leader():
             return Round(Changes(), None, self.spec)
+        if self._outage:
+            # The database was down: heartbeats could not be stored, so silence
+            # until now is not the nodes' fault (like the server's own downtime).
+            log.info("database back; scheduling again")
+            self.started_at = now
+            self._outage = False
         changes = agents.reap(session, now, self.settings.node_timeout_seconds, self.started_at)
         spec = policy.current_spec(session, self.settings.default_policy)
         # A policy that takes throughput profiles (similarity) is rebuilt with
@@ -184,6 +192,10 @@ class Scheduler:
                 await self.run_once()
             except asyncio.CancelledError:
                 raise
+            except Unavailable as exc:
+                if not self._outage:
+                    log.warning("scheduling paused: %s", exc.message)
+                self._outage = True
             except Exception:
                 log.exception("scheduling round failed; retrying on the next wake-up")
             took = time.perf_counter() - started
