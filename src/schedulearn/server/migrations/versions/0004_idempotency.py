@@ -1,6 +1,6 @@
 """idempotency keys of submissions: the jobs a repeated request gets back
 
-Revision ID: 0004
+Revision ID: 0004_idempotency
 Revises: 0003
 Create Date: 2026-11-23 16:00:00
 """
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision = "0004"
+revision = "0004_idempotency"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
