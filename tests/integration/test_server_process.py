@@ -29,9 +29,11 @@ def start(database_url: str, port: int, log: Path, token_file: Path) -> subproce
 
     def healthy() -> bool:
         assert proc.poll() is None, log.read_text()
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        # /readyz, not /healthz: the server answers /healthz as soon as it
+        # listens, before its start-up (migrations, first tokens) is done.
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200
 
-    wait_until(healthy, 90, "the server to answer /healthz", ignore=(httpx.HTTPError,))
+    wait_until(healthy, 90, "the server to answer /readyz", ignore=(httpx.HTTPError,))
     return proc
 
 

@@ -4,17 +4,28 @@ Each method returns a `schedulearn.protocol` model. Every call carries the
 protocol version (`PROTOCOL_HEADER`); a server that does not speak it
 answers 400 with both versions named. Errors become `ApiError` with the
 server's own message (which says what to change).
+
+A call the server could not take (503 with Retry-After: its database is
+down or full, nothing was changed) or could not be reached for (connection
+refused: nothing was sent) is tried again with backoff for up to
+`retry_seconds`. A call that may have reached the server before the
+connection broke is tried again only when repeating it is harmless: reads,
+and submissions, which carry an `Idempotency-Key` (one per `submit`, the
+same on every try) so the server returns the jobs of the first try.
 """
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from schedulearn.agent.retry import Backoff
 from schedulearn.protocol import (
     API_PREFIX,
     PROTOCOL_HEADER,
@@ -46,6 +57,21 @@ from schedulearn.protocol import (
     WhoAmI,
 )
 
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+
+
+def new_key() -> str:
+    """A fresh idempotency key: one per submission, reused by its retries."""
+    return uuid.uuid4().hex
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "")))
+    except ValueError:
+        return None
+
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -61,6 +87,7 @@ class Client:
         token: str | None,
         timeout: float = 30.0,
         protocol: int = PROTOCOL_VERSION,
+        retry_seconds: float = 20.0,
     ) -> None:
         # `protocol` is this release's version; tests pass another to play a client
         # of another release.
@@ -68,6 +95,7 @@ class Client:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.server = server
+        self.retry_seconds = retry_seconds
         self._http = httpx.Client(base_url=server, headers=headers, timeout=timeout)
 
     def close(self) -> None:
@@ -79,26 +107,49 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, API_PREFIX + path, **kwargs)
-        except httpx.TransportError as exc:
-            raise ApiError(
-                0,
-                f"cannot reach the server at {self.server} ({exc}); start it with "
-                "`schedulearn up`, or pass --server / set SCHEDULEARN_SERVER",
-            ) from None
-        if response.status_code >= 400:
-            raise ApiError(response.status_code, _message(response))
-        return response
+    def _call(
+        self, method: str, path: str, *, idempotent: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """One API call, tried again while the server is unavailable (see the module docstring)."""
+        repeatable = idempotent or method in _SAFE_METHODS
+        backoff = Backoff(first=0.2, cap=5.0)
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                response = self._http.request(method, API_PREFIX + path, **kwargs)
+            except httpx.TransportError as exc:
+                # Refused or timed out connecting: the request never left.
+                unsent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+                if (unsent or repeatable) and left > 0:
+                    time.sleep(min(backoff.next_delay(), left))
+                    continue
+                raise ApiError(
+                    0,
+                    f"cannot reach the server at {self.server} ({exc}); start it with "
+                    "`schedulearn up`, or pass --server / set SCHEDULEARN_SERVER",
+                ) from None
+            unavailable = response.status_code == 503 or (
+                response.status_code in (502, 504) and repeatable
+            )
+            if unavailable and left > 0:
+                time.sleep(min(_retry_after(response) or backoff.next_delay(), left))
+                continue
+            if response.status_code >= 400:
+                raise ApiError(response.status_code, _message(response))
+            return response
 
-    def submit(self, spec: JobSpec) -> SubmitReply:
+    def submit(self, spec: JobSpec, key: str | None = None) -> SubmitReply:
+        """Submit once: tries after a lost reply return the jobs of the first (`key`)."""
         body = spec.model_dump(mode="json", exclude_defaults=True)
-        return SubmitReply.model_validate(self._call("POST", "/jobs", json=body).json())
+        headers = {IDEMPOTENCY_HEADER: key or new_key()}
+        response = self._call("POST", "/jobs", json=body, headers=headers, idempotent=True)
+        return SubmitReply.model_validate(response.json())
 
-    def submit_yaml(self, text: str) -> SubmitReply:
+    def submit_yaml(self, text: str, key: str | None = None) -> SubmitReply:
+        headers = {"content-type": "application/yaml", IDEMPOTENCY_HEADER: key or new_key()}
         response = self._call(
-            "POST", "/jobs", content=text.encode(), headers={"content-type": "application/yaml"}
+            "POST", "/jobs", content=text.encode(), headers=headers, idempotent=True
         )
         return SubmitReply.model_validate(response.json())
 

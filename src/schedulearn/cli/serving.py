@@ -26,10 +26,19 @@ err = Console(stderr=True)
 
 
 def uvicorn_config(settings: ServerSettings) -> uvicorn.Config:
-    from schedulearn.server import create_app
+    from schedulearn.server.startup import Starting
 
+    def build() -> object:
+        from schedulearn.server import create_app
+
+        return create_app(settings)
+
+    # Listen at once; the app is imported and started behind /healthz
+    # (issue 14: a restart answered nothing for 10-18 s on a loaded machine).
+    backend = "sqlite" if settings.database_url.startswith("sqlite") else "postgresql"
+    app = Starting(build, {"status": "ok", "database": backend, "policy": settings.default_policy})
     return uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

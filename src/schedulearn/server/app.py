@@ -8,6 +8,7 @@ events and metrics, so tests never share state.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import logging
@@ -29,8 +30,7 @@ from schedulearn.server.api import users as user_routes
 from schedulearn.server.batching import Batcher
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
-from schedulearn.server.services import jobs as job_service
-from schedulearn.server.services import tokens
+from schedulearn.server.services import idempotency, tokens
 from schedulearn.server.services.agents import AgentTiming
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
@@ -71,7 +71,8 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        made = bootstrap(database, settings, clock.now())
+        # In a thread: the loop keeps answering /healthz while migrations run.
+        made = await asyncio.to_thread(bootstrap, database, settings, clock.now())
         if made:
             # Written to a file only this user can read, never to a log.
             path = tokens.write_first_tokens(tokens.first_tokens_path(settings), made)
@@ -109,7 +110,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         ),
         metrics=metrics,
         scheduler=scheduler,
-        submitter=Batcher(database, job_service.submit, clock.now, lambda: shape),
+        submitter=Batcher(database, idempotency.submit, clock.now, lambda: shape),
         shape=shape,
         predictions=Predictor(
             database,

@@ -9,27 +9,113 @@ Every query runs through `Database.run`, off the event loop. With SQLite
 that is one dedicated thread, so writes are serialised in-process and
 never meet SQLITE_BUSY; with PostgreSQL a few threads, and row-level
 conditions in the statements keep concurrent writers honest.
+
+`Database.call` is the one transaction wrapper: a transaction that fails
+on a deadlock or a serialization failure (PostgreSQL) is rolled back and
+run again from the start, a few times with a short jittered pause; a
+database that cannot be reached or is full raises `Unavailable`,
+which the API answers with 503 and Retry-After. `classify` says which
+failure is which. Bulk updates lock rows in id order (the fixed lock
+order) so retries stay rare.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
+import random
+import re
+import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 from sqlmodel import Session
+
+from schedulearn.server.errors import Unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class Fault(enum.Enum):
+    """What a database error means for the caller."""
+
+    CONFLICT = "conflict"  # deadlock / serialization failure: run the transaction again
+    UNREACHABLE = "unreachable"  # down, restarting, refusing connections
+    FULL = "full"  # no disk space (or another resource) left
+
+
+# PostgreSQL SQLSTATEs (appendix A of its manual).
+_CONFLICT_STATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+_FULL_STATES = {"53100", "53200", "53300"}  # disk_full, out_of_memory, too_many_connections
+# Connection exceptions (class 08), operator intervention (57P0x: shut down,
+# crashed, starting up), system errors (class 58: I/O).
+_UNREACHABLE_PREFIXES = ("08", "57P", "58")
+_SQLITE_FULL = {sqlite3.SQLITE_FULL}
+_SQLITE_UNREACHABLE = {sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_BUSY}
+CONFLICT_TRIES = 5
+RETRY_AFTER_SECONDS = 2
+
+
+def classify(exc: BaseException) -> Fault | None:
+    """The `Fault` a database error stands for, or None for any other error (a bug).
+
+    Takes SQLAlchemy's wrapped errors and the drivers' own (raised by code
+    that uses a raw connection, like the scheduler's leader lock).
+    """
+    if isinstance(exc, DBAPIError):
+        orig: BaseException | None = exc.orig
+        invalidated = exc.connection_invalidated
+    elif isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg"):
+        orig, invalidated = exc, False
+    else:
+        return None
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is not None:
+        if code & 0xFF in _SQLITE_FULL:  # extended codes keep the primary in the low byte
+            return Fault.FULL
+        if code & 0xFF in _SQLITE_UNREACHABLE:
+            return Fault.UNREACHABLE
+        return None
+    state = getattr(orig, "sqlstate", None)
+    if state in _CONFLICT_STATES:
+        return Fault.CONFLICT
+    if state in _FULL_STATES:
+        return Fault.FULL
+    if state and state.startswith(_UNREACHABLE_PREFIXES):
+        return Fault.UNREACHABLE
+    if invalidated:
+        return Fault.UNREACHABLE
+    # psycopg's OperationalError without a state: the connection failed or broke.
+    if state is None and type(orig).__name__ == "OperationalError":
+        return Fault.UNREACHABLE
+    return None
+
+
+def unavailable(exc: BaseException, fault: Fault) -> Unavailable:
+    """The 503 a caller gets for an unreachable or full database, saying why."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    cause = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if fault is Fault.FULL:
+        message = (
+            f"the database is full ({cause}); nothing was changed. An admin must free space "
+            f"(disk or database); try again in {RETRY_AFTER_SECONDS} s or later"
+        )
+    else:
+        message = (
+            f"the database is unavailable ({cause}); nothing was changed. "
+            f"Try again in {RETRY_AFTER_SECONDS} s or later"
+        )
+    return Unavailable(message, retry_after=RETRY_AFTER_SECONDS)
 
 
 def normalise_url(url: str) -> str:
@@ -65,13 +151,64 @@ def make_engine(url: str) -> Engine:
 
 
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision (idempotent; run at start)."""
+    """Bring the schema to the newest revision (idempotent; run at start).
+
+    A database already at the newest revision skips Alembic, whose import
+    alone is a large share of a server's start-up: only the declared
+    columns step runs (what Alembic's env.py runs after the revisions).
+    """
+    if _at_head(engine):
+        from sqlmodel import SQLModel
+
+        from schedulearn.server import models  # noqa: F401  (registers the tables)
+        from schedulearn.server.declared import add_missing_columns
+
+        with engine.begin() as conn:
+            for added in add_missing_columns(conn, SQLModel.metadata):
+                log.info("added the declared column %s", added)
+        return
+    from alembic import command
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+_REVISION = re.compile(r'^(down_revision|revision)\s*=\s*["\']([^"\']+)["\']', re.MULTILINE)
+
+
+def head_revision() -> str | None:
+    """The one newest revision in `migrations/versions` (None: several heads or none),
+    read from the files' `revision`/`down_revision` lines without importing Alembic."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (MIGRATIONS / "versions").glob("*.py"):
+        for key, value in _REVISION.findall(path.read_text(encoding="utf-8")):
+            (revisions if key == "revision" else parents).add(value)
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _at_head(engine: Engine) -> bool:
+    head = head_revision()
+    if head is None:
+        return False
+    try:
+        with engine.connect() as conn:
+            stored = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    except DBAPIError as exc:
+        if classify(exc) is not None:
+            raise  # unreachable or full: Alembic would fail the same way, only later
+        return False  # no alembic_version table yet: a new database
+    return stored == [head]
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", repr(fn))
 
 
 class Database:
@@ -92,9 +229,29 @@ class Database:
         return Session(self.engine, expire_on_commit=False)
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(session, *args)` in a fresh session, here and now (blocking)."""
-        with self.session() as session:
-            return fn(session, *args)
+        """Run `fn(session, *args)` in a fresh session, here and now (blocking).
+
+        `fn` is one transaction (it commits, or changes nothing): on a
+        deadlock or serialization failure it is rolled back and run again,
+        up to `CONFLICT_TRIES` times; an unreachable or full database raises
+        `Unavailable` (never retried here: a commit that broke off
+        may have happened, and the client's retry, with its idempotency key,
+        is the safe one).
+        """
+        for attempt in range(1, CONFLICT_TRIES + 1):
+            try:
+                with self.session() as session:
+                    return fn(session, *args)
+            except Exception as exc:
+                fault = classify(exc)
+                if fault is Fault.CONFLICT and attempt < CONFLICT_TRIES:
+                    log.info("%s: %s; running it again", _name(fn), exc)
+                    time.sleep(random.uniform(0.5, 1.5) * 0.01 * 2**attempt)
+                    continue
+                if fault in (Fault.UNREACHABLE, Fault.FULL):
+                    raise unavailable(exc, fault) from exc
+                raise
+        raise AssertionError("unreachable: the last try returns or raises")
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(session, *args)` on the database threads and await its result."""

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -54,6 +54,17 @@ class Conflict(ServiceError):
     status = 409
 
 
+class Unavailable(ServiceError):
+    """A part the request needs (the database, the scheduler) is down or full:
+    answered 503 with Retry-After; nothing was changed."""
+
+    status = 503
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Unservable(ServiceError):
     """A job no node of this cluster could ever run, as submitted."""
 
@@ -67,12 +78,23 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorBody, "description": "Not allowed for this token"},
     404: {"model": ErrorBody, "description": "No such object"},
     413: {"model": ErrorBody, "description": "Body over the size limit"},
+    503: {
+        "model": ErrorBody,
+        "description": "The database is unavailable or full; nothing was changed. "
+        "Try again after `Retry-After` seconds",
+        "headers": {
+            "Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}
+        },
+    },
 }
 
 
-def error_json(status: int, message: str, detail: Any = None) -> JSONResponse:
+def error_json(
+    status: int, message: str, detail: Any = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     body = ErrorBody(error=message, detail=detail).model_dump(exclude_none=True)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -94,6 +116,9 @@ def validation_error(errors: list[dict[str, Any]]) -> JSONResponse:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
+        if isinstance(exc, Unavailable):
+            log.warning("answered 503: %s", exc.message)
+            return error_json(503, exc.message, headers={"Retry-After": str(exc.retry_after)})
         return error_json(exc.status, exc.message)
 
     @app.exception_handler(RequestValidationError)
@@ -108,6 +133,16 @@ def install(app: FastAPI) -> None:
     async def _data(_: Request, exc: DataError) -> JSONResponse:
         # A value the database cannot store or compare (out of range, bad text).
         return error_json(400, f"a value is out of range or malformed: {exc.orig}")
+
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+        # A query that ran outside `Database.call` (which classifies its own).
+        from schedulearn.server.db import Fault, classify, unavailable
+
+        fault = classify(exc)
+        if fault in (Fault.UNREACHABLE, Fault.FULL):
+            return await _service(request, unavailable(exc, fault))
+        return await _crash(request, exc)
 
     @app.exception_handler(Exception)
     async def _crash(_: Request, exc: Exception) -> JSONResponse:

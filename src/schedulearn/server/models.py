@@ -319,3 +319,15 @@ class NodeCredential(SQLModel, table=True):
     kind: CredentialKind = Field(sa_type=EnumText(CredentialKind))
     created_at: float
     revoked_at: float | None = None
+
+
+class IdempotencyRecord(SQLModel, table=True):
+    """A submission's `Idempotency-Key` and the jobs it made (`services.idempotency`)."""
+
+    __tablename__ = "idempotency_key"
+
+    user: str = Field(primary_key=True)
+    key: str = Field(primary_key=True)
+    fingerprint: str  # sha256 of the spec as parsed: the same key with another body is refused
+    job_ids: str  # JSON list, in the order the reply gave them
+    created_at: float = Field(index=True)  # keys expire a day after

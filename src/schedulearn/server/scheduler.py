@@ -24,6 +24,7 @@ from sqlmodel import Session
 from schedulearn.clock import Clock
 from schedulearn.core import Policy
 from schedulearn.server.db import Database
+from schedulearn.server.errors import Unavailable
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.services import (
     agents,
@@ -73,6 +74,8 @@ class Scheduler:
         self._leader_conn = None
         self._pruned_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._turned_at = time.monotonic()  # the loop's last turn, for `alive`
+        self._outage = False  # the last round found the database unavailable
 
     # --- the PostgreSQL leader lock ---------------------------------------
 
@@ -80,7 +83,19 @@ class Scheduler:
         if self.db.is_sqlite:
             return True  # one process owns an SQLite file
         if self._leader_conn is not None:
-            return True
+            # The lock lives as long as its connection: one broken by a
+            # database restart no longer holds it, so try to take it again.
+            try:
+                cur = self._leader_conn.cursor()
+                cur.execute("SELECT 1")
+                cur.fetchone()
+                self._leader_conn.commit()
+                return True
+            except Exception:
+                log.warning("lost the leader connection; taking the scheduler lock again")
+                with contextlib.suppress(Exception):
+                    self._leader_conn.close()
+                self._leader_conn = None
         conn = self.db.engine.raw_connection()
         cur = conn.cursor()
         cur.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
@@ -98,6 +113,12 @@ class Scheduler:
         now = self.clock.now()
         if not self._is_leader():
             return Round(Changes(), None, self.spec)
+        if self._outage:
+            # The database was down: heartbeats could not be stored, so silence
+            # until now is not the nodes' fault (like the server's own downtime).
+            log.info("database back; scheduling again")
+            self.started_at = now
+            self._outage = False
         changes = agents.reap(session, now, self.settings.node_timeout_seconds, self.started_at)
         spec = policy.current_spec(session, self.settings.default_policy)
         # A policy that takes throughput profiles (similarity) is rebuilt with
@@ -158,13 +179,23 @@ class Scheduler:
             tick = min(tick, self.policy.tick_seconds)
         return tick
 
+    def alive(self, within: float) -> bool:
+        """The loop is running and has turned in the last `within` seconds (for /readyz)."""
+        running = self._task is not None and not self._task.done()
+        return running and time.monotonic() - self._turned_at <= within
+
     async def loop(self) -> None:
         while True:
+            self._turned_at = time.monotonic()
             started = time.perf_counter()
             try:
                 await self.run_once()
             except asyncio.CancelledError:
                 raise
+            except Unavailable as exc:
+                if not self._outage:
+                    log.warning("scheduling paused: %s", exc.message)
+                self._outage = True
             except Exception:
                 log.exception("scheduling round failed; retrying on the next wake-up")
             took = time.perf_counter() - started

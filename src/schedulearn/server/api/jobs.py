@@ -6,12 +6,10 @@ Routers parse, call one service function, render.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import yaml
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
 
@@ -27,16 +25,18 @@ from schedulearn.protocol import (
     ProgressHistory,
     SubmitReply,
 )
+from schedulearn.server import parsing
 from schedulearn.server.api.deps import Admin, JobId, State, User
 from schedulearn.server.auth import Caller
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
 from schedulearn.server.services import jobs, logs, moves, progress
+from schedulearn.server.services.idempotency import MAX_KEY_LENGTH, Submission
 from schedulearn.server.services.jobs import Submitted
 from schedulearn.server.wakeups import wait_for
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 _SPEC_REF = {"$ref": "#/components/schemas/JobSpec"}
 
 
@@ -45,18 +45,12 @@ class _Invalid(Exception):
         self.errors = errors
 
 
-def parse_spec(body: bytes, content_type: str) -> JobSpec:
-    """A job spec from a JSON or YAML body."""
-    kind = content_type.split(";")[0].strip().lower()
-    try:
-        if kind in YAML_TYPES:
-            data = yaml.safe_load(body.decode("utf-8"))
-        else:
-            data = json.loads(body or b"null")
-    except (ValueError, yaml.YAMLError) as exc:
-        raise BadRequest(
-            f"the body is not valid {'YAML' if kind in YAML_TYPES else 'JSON'}: {exc}"
-        ) from None
+async def parse_spec(body: bytes, content_type: str) -> JobSpec:
+    """A job spec from a JSON or YAML body, parsed and validated off the loop within limits."""
+    return await parsing.parse_body(body, content_type, _to_spec)
+
+
+def _to_spec(data: Any) -> JobSpec:
     if not isinstance(data, dict):
         raise BadRequest("the body must be one job spec (a mapping with at least `command`)")
     try:
@@ -70,7 +64,10 @@ def parse_spec(body: bytes, content_type: str) -> JobSpec:
     status_code=201,
     response_model=SubmitReply,
     summary="Submit a job (or a job array with `count`)",
-    responses={422: {"description": "Invalid spec, or a job no node could ever run"}},
+    responses={
+        409: {"model": ErrorBody, "description": "The Idempotency-Key was used for another spec"},
+        422: {"description": "Invalid spec, or a job no node could ever run"},
+    },
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -81,15 +78,30 @@ def parse_spec(body: bytes, content_type: str) -> JobSpec:
         }
     },
 )
-async def submit(request: Request, state: State, who: User) -> Any:
+async def submit(
+    request: Request,
+    state: State,
+    who: User,
+    key: Annotated[
+        str | None,
+        Header(
+            alias=IDEMPOTENCY_HEADER,
+            min_length=1,
+            max_length=MAX_KEY_LENGTH,
+            description="Any unique string per submission (a UUID): a repeat of the request "
+            "with the same key returns the jobs of the first instead of making new ones, for "
+            "a day; the same key with another spec is refused with 409",
+        ),
+    ] = None,
+) -> Any:
     body = await request.body()
     try:
-        spec = parse_spec(body, request.headers.get("content-type", "application/json"))
+        spec = await parse_spec(body, request.headers.get("content-type", "application/json"))
     except _Invalid as exc:
         state.metrics.refused.inc()
         return validation_error(exc.errors)
     try:
-        result: Submitted = await state.submitter.add((spec, who))
+        result: Submitted = await state.submitter.add(Submission(spec, who, key))
     except Exception:
         state.metrics.refused.inc()
         raise

@@ -1,21 +1,62 @@
-"""/healthz and /metrics: for load balancers and Prometheus (no token)."""
+"""/healthz, /readyz and /metrics: for load balancers, orchestrators and Prometheus (no token).
+
+/healthz is liveness: the process is up and serving (it touches nothing,
+so it answers even while the database is down). /readyz is readiness: the
+database answers and the scheduler loop is turning; otherwise 503 with
+Retry-After, saying which.
+"""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from schedulearn.protocol import Health
+from schedulearn.protocol import ErrorBody, Health
 from schedulearn.server.api.deps import State
+from schedulearn.server.errors import Unavailable
+from schedulearn.server.state import AppState
 
 router = APIRouter(tags=["ops"])
 
+# A scheduler loop turns at least every tick; one silent for this many ticks
+# (and never less than this many seconds) is stuck.
+_STUCK_TICKS = 10
+_STUCK_SECONDS = 30.0
 
-@router.get("/healthz", response_model=Health)
-async def healthz(state: State) -> Health:
-    await state.db.run(_ping)
+
+def _health(state: AppState) -> Health:
     return Health(
         database=state.db.backend, policy=state.scheduler.spec or state.settings.default_policy
     )
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness: the process serves requests")
+async def healthz(state: State) -> Health:
+    return _health(state)
+
+
+@router.get(
+    "/readyz",
+    response_model=Health,
+    summary="Readiness: the database answers and the scheduler loop is turning",
+    responses={
+        503: {
+            "model": ErrorBody,
+            "description": "Not ready: the database is unavailable or the scheduler is stuck",
+            "headers": {
+                "Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}
+            },
+        }
+    },
+)
+async def readyz(state: State) -> Health:
+    await state.db.run(_ping)
+    within = max(_STUCK_SECONDS, _STUCK_TICKS * state.settings.tick_seconds)
+    if not state.scheduler.alive(within):
+        raise Unavailable(
+            f"the scheduler loop has not turned in {within:g} s; see the server log",
+            retry_after=5,
+        )
+    return _health(state)
 
 
 def _ping(session: object) -> None:

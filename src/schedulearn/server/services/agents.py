@@ -77,7 +77,10 @@ class Beat:
 def _live_parts_on(session: Session, node: str) -> list[JobPart]:
     return list(
         session.execute(
-            select(JobPart).where(JobPart.node == node, JobPart.status.in_(LIVE))  # type: ignore[attr-defined]
+            select(JobPart)
+            .where(JobPart.node == node, JobPart.status.in_(LIVE))  # type: ignore[attr-defined]
+            # id order: the lock order every bulk update of parts keeps.
+            .order_by(JobPart.id)  # type: ignore[arg-type]
         ).scalars()
     )
 

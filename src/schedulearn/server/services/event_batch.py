@@ -235,7 +235,9 @@ def _write_parts(session: Session, touched: list[_Part]) -> None:
             "v_exit_code": p.exit_code,
             "v_last_reported": p.last_reported,
         }
-        for p in touched
+        # In id order, like every bulk update of parts: concurrent writers
+        # then lock rows in the same order and cannot deadlock on them.
+        for p in sorted(touched, key=lambda p: p.id)
     ]
     batches = [rows] if conn.dialect.supports_sane_multi_rowcount else [[r] for r in rows]
     for batch in batches:

@@ -7,6 +7,7 @@ committed before the reply, job arrays included.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,7 @@ def submit(
     specs: list[tuple[JobSpec, Caller]],
     now: float,
     shape: snapshot.ShapeCache | None = None,
+    before_commit: Callable[[list[Submitted | Exception]], None] | None = None,
 ) -> list[Submitted | Exception]:
     """Accept a batch of submissions in one transaction (one commit for all).
 
@@ -184,10 +186,12 @@ def submit(
                 .values(array_id=bindparam("aid"), array_index=bindparam("aix")),
                 [{"jid": r.id, "aid": first, "aix": i} for i, r in enumerate(rows)],
             )
-    session.commit()
     for result, rows in zip(results, batches, strict=True):
         if isinstance(result, Submitted):
             result.jobs.extend(rows)
+    if before_commit is not None:
+        before_commit(results)  # in the same transaction (idempotency keys)
+    session.commit()
     return results
 
 

@@ -1,0 +1,62 @@
+"""`Served`: `schedulearn server` as a real uvicorn process on 127.0.0.1, with
+the tests' tokens, for tests of how the server holds under faults and abuse
+(hostile bodies, a database that goes away or fills up)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from server_api import ADMIN, AGENT
+
+from schedulearn.cli.localcluster import free_port
+from waiting import wait_until
+
+
+class Served:
+    """One server process; `start()` returns once /healthz answers."""
+
+    def __init__(self, database_url: str, log: Path, **settings: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULEARN_")}
+        self.env.update(
+            SCHEDULEARN_DATABASE_URL=database_url,
+            SCHEDULEARN_ADMIN_TOKEN=ADMIN,
+            SCHEDULEARN_AGENT_TOKEN=AGENT,
+            SCHEDULEARN_PRINT_TOKENS="false",
+            SCHEDULEARN_LOG_LEVEL="warning",
+        )
+        self.env.update({f"SCHEDULEARN_{k.upper()}": v for k, v in settings.items()})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.admin = {"Authorization": f"Bearer {ADMIN}"}
+
+    def start(self, timeout: float = 60.0) -> Served:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "schedulearn.cli.main", "server", "--port", str(self.port)],
+                stdout=out, stderr=subprocess.STDOUT, env=self.env,
+            )  # fmt: skip
+
+        def healthy() -> bool:
+            assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+
+        wait_until(healthy, timeout, "the server to answer /healthz", ignore=(httpx.HTTPError,))
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def client(self, timeout: float = 30.0) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.admin, timeout=timeout)

@@ -1,0 +1,180 @@
+"""The database goes away or fills up (issue 14, item 6), with a real server process:
+callers get 503 with Retry-After (not 500) and nothing is lost; /healthz
+(liveness) keeps answering while /readyz (readiness) says why it is not
+ready; the CLI's client retries through the outage; and once the database
+is back (PostgreSQL restarted, or disk space freed) everything works again,
+cancel included."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from pg_server import PG_BIN, Postgres
+from served import Served
+from server_api import ADMIN
+
+from dependencies import Dependency, missing
+from schedulearn.cli.client import Client
+from schedulearn.protocol import JobSpec
+from waiting import wait_until
+
+
+class RestartablePostgres(Postgres):
+    """A PostgreSQL of this test alone, so stopping it disturbs no other test."""
+
+    def halt(self) -> None:
+        self._pg("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        self._pg(
+            "pg_ctl", "-D", str(self.data), "-w", "-l", str(self.dir / "log"),
+            "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        )  # fmt: skip
+
+
+def register(http: httpx.Client) -> None:
+    reply = http.post(
+        "/api/v1/agent/register",
+        headers={"Authorization": "Bearer agent-token-for-tests"},
+        json={"name": "n1", "gpus": [{"index": 0}]},
+    )
+    assert reply.status_code == 200, reply.text
+
+
+def ids_of(http: httpx.Client) -> set[int]:
+    return {job["id"] for job in http.get("/api/v1/jobs", params={"limit": 1000}).json()["items"]}
+
+
+@pytest.mark.postgres
+def test_postgres_stopped_and_restarted_503_then_recovery_with_nothing_lost(
+    tmp_path: Path,
+) -> None:
+    if not (PG_BIN / "pg_ctl").exists():
+        missing(Dependency.POSTGRES, f"no {PG_BIN / 'pg_ctl'}")
+    pg = RestartablePostgres()
+    # A node silent for 3 s is marked down; the outage below lasts longer, and
+    # the node must survive it (its heartbeats could not be stored meanwhile).
+    server = Served(pg.new_database(), tmp_path / "server.log", node_timeout_seconds="3")
+    beating = threading.Event()
+    try:
+        server.start()
+        with server.client(timeout=10) as http:
+            register(http)
+            beats = threading.Thread(target=heartbeats, args=(server.url, beating), daemon=True)
+            beats.start()
+            before = {http.post("/api/v1/jobs", json={"command": ["true"]}).json()["ids"][0]
+                      for _ in range(3)}  # fmt: skip
+            pg.halt()
+            halted = time.monotonic()
+            down = http.post("/api/v1/jobs", json={"command": ["true"]})
+            assert down.status_code == 503, down.text
+            assert int(down.headers["Retry-After"]) > 0
+            assert "database is unavailable" in down.json()["error"]
+            assert http.get("/healthz").status_code == 200  # alive, though not ready
+            not_ready = http.get("/readyz")
+            assert not_ready.status_code == 503, not_ready.text
+            assert "Retry-After" in not_ready.headers
+
+            # The CLI's client keeps trying through the outage with one key.
+            submitted: list[int] = []
+            with Client(server.url, ADMIN, retry_seconds=120) as client:
+                thread = threading.Thread(
+                    target=lambda: submitted.extend(client.submit(JobSpec(command=["true"])).ids)
+                )
+                thread.start()
+                wait_until(lambda: "answered 503" in server.log.read_text(), 30,
+                           "the client's first try to be refused")  # fmt: skip
+                time.sleep(max(0.0, 5 - (time.monotonic() - halted)))  # past the node timeout
+                pg.resume()
+                thread.join(timeout=120)
+            assert len(submitted) == 1, server.log.read_text()[-3000:]
+            wait_until(lambda: http.get("/readyz").status_code == 200, 30, "/readyz to say ready")
+            after = ids_of(http)
+            assert before | set(submitted) == after  # nothing lost, nothing doubled
+            assert http.post(f"/api/v1/jobs/{submitted[0]}/cancel").status_code == 200
+            # A few node timeouts after the outage: the node was never marked down.
+            time.sleep(3)
+            [node] = http.get("/api/v1/nodes").json()["items"]
+            assert node["healthy"], node
+            assert "stopped answering" not in server.log.read_text()
+    finally:
+        beating.set()
+        server.stop()
+        pg.stop()
+
+
+def heartbeats(url: str, stop: threading.Event) -> None:
+    """An agent's heartbeats: every 0.5 s, and 2 s after one fails (an agent backs off)."""
+    pause = 0.5
+    with httpx.Client(base_url=url, timeout=5) as http:
+        while not stop.wait(pause):
+            try:
+                ok = http.post(
+                    "/api/v1/agent/heartbeat",
+                    headers={"Authorization": "Bearer agent-token-for-tests"},
+                    json={"name": "n1"},
+                ).is_success
+            except httpx.HTTPError:
+                ok = False
+            pause = 0.5 if ok else 2.0
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs, so the database's disk fills up for real."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk is full; returns it (delete it to free the space)."""
+    filler = disk / "filler"
+    with contextlib.suppress(OSError), filler.open("wb", buffering=0) as out:
+        while True:
+            out.write(b"\0" * 4096)
+    return filler
+
+
+def test_sqlite_on_a_full_disk_answers_503_and_cancel_works_once_space_is_freed(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    server = Served(f"sqlite:///{small_disk / 'schedulearn.db'}", tmp_path / "server.log")
+    try:
+        server.start()
+        with server.client(timeout=10) as http:
+            register(http)
+            [job] = http.post("/api/v1/jobs", json={"command": ["true"]}).json()["ids"]
+            filler = fill(small_disk)
+            big = {"command": ["true"], "env": {f"K{i}": "v" * 200 for i in range(200)}}
+            statuses = []
+            for _ in range(50):  # the pages left in the file and the WAL are used up first
+                reply = http.post("/api/v1/jobs", json=big)
+                statuses.append(reply.status_code)
+                if reply.status_code != 201:
+                    break
+            assert reply.status_code == 503, (statuses, reply.text)
+            assert "database is full" in reply.json()["error"]
+            assert int(reply.headers["Retry-After"]) > 0
+            filler.unlink()
+            cancelled = http.post(f"/api/v1/jobs/{job}/cancel")
+            assert cancelled.status_code == 200, cancelled.text
+            assert cancelled.json()["state"] == "cancelled"
+            assert http.post("/api/v1/jobs", json={"command": ["true"]}).status_code == 201
+    finally:
+        server.stop()
