@@ -29,6 +29,8 @@ def test_latest_progress_and_history(api) -> None:  # type: ignore[no-untyped-de
     node.register()
     job_id = api.post("/api/v1/jobs", json={"command": "train", "gpus": 1}).json()["ids"][0]
     assert api.get(f"/api/v1/jobs/{job_id}").json()["progress"] is None
+    # A node reports progress only for an attempt placed on it: wait for the start.
+    node.work_until(lambda batch: any(s.job_id == job_id for s in batch.starts))
     _send(
         api,
         job_id,
