@@ -33,6 +33,7 @@ SPECS = [
     "srtf:margin=0:min_gain=0",
     "edf:preempt=true",
     "tiresias:queues=3:threshold=50,500:starvation_factor=1",
+    "tiresias:mode=artifact:threshold=50",
     "timeslice:quantum=10",
 ]
 

@@ -130,3 +130,54 @@ def test_preempts_the_lowest_queue_first_and_only_what_it_needs() -> None:
     decisions = s.decide(t, 100, [job(1)])
     # Both 91 and 92 are in queue 2; 92 was submitted later, so it yields.
     assert preempts(decisions) == {92}
+
+
+# --- mode=artifact: the rules of the Tiresias in Pollux's artifact -----------
+
+
+def test_artifact_mode_refuses_what_it_does_not_have() -> None:
+    with pytest.raises(ValueError, match="no starvation guard"):
+        create("tiresias:mode=artifact:starvation_factor=10")
+    with pytest.raises(ValueError, match="2 queues"):
+        create("tiresias:mode=artifact:queues=3")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        create("tiresias:mode=nsdi")
+
+
+def test_artifact_mode_preempts_inside_queue_0_for_an_earlier_job() -> None:
+    # Both in queue 0: the earlier job (8 GPUs) comes first in the count walk,
+    # so the later running job is suspended; our default never preempts
+    # inside a queue.
+    s = Scenario(node("a", 4), node("b", 4))
+    s.run(job(2, gpus=4, submitted_at=10.0, preemptible=True), {"a": [0, 1, 2, 3]}, 20.0)
+    early = job(1, gpus=8, submitted_at=0.0)
+    artifact = s.decide(create("tiresias:mode=artifact"), 60, [early])
+    assert preempts(artifact) == {2}
+    assert started_ids(artifact) == [1]
+    assert preempts(s.decide(create("tiresias:starvation_factor=0"), 60, [early])) == set()
+
+
+def test_artifact_mode_skips_a_job_that_does_not_fit_and_takes_the_most_free_node() -> None:
+    s = Scenario(node("a", 4), node("b", 4))
+    s.run(job(9, gpus=3, submitted_at=0.0), {"a": [0, 1, 2]}, started_at=0.0)
+    big = job(1, gpus=8, submitted_at=1.0)  # 5 left: waits, later jobs go on
+    small = job(2, gpus=2, submitted_at=2.0)
+    decisions = s.decide(create("tiresias:mode=artifact"), 60, [big, small])
+    assert preempts(decisions) == set()
+    # Node b has 4 free, a has 1: b first (our default packs onto the tightest fit).
+    assert starts(decisions)[2].nodes == ("b",)
+
+
+def test_artifact_mode_orders_queue_1_by_demotion() -> None:
+    t = create("tiresias:mode=artifact:threshold=100")
+    s = Scenario(node("a", 1))
+    # Job 1 (earlier submitted) crosses the threshold later than job 2.
+    s.run(job(2, submitted_at=5.0, preemptible=True), {"a": [0]}, started_at=0.0)
+    # t=200: job 2 has 200 GPU-s (queue 1, seen now); job 1 waits in queue 0 and takes the GPU.
+    assert started_ids(t.decide(s.view(200, [job(1, submitted_at=0.0)]))) == [1]
+    s2 = Scenario(node("a", 1))
+    one = job(1, submitted_at=0.0, attained_gpu_seconds=50.0, preemptible=True)
+    s2.run(one, {"a": [0]}, started_at=200.0)
+    waiting_2 = job(2, submitted_at=5.0, attained_gpu_seconds=200.0, service_seconds=200.0)
+    # Job 2 was seen in queue 1 first (t=200): it goes before job 1 (seen at 260).
+    assert started_ids(t.decide(s2.view(260, [waiting_2]))) == [2]

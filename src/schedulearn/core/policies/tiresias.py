@@ -31,6 +31,12 @@ Options: `queues` (default 2) and `threshold` (GPU-seconds where queue 0
 ends; several comma-separated values give every boundary, e.g.
 `tiresias:queues=3:threshold=3600,57600`; with fewer values than
 `queues - 1` each further boundary is 10x the previous one).
+
+`mode=artifact` replaces the rules above with those of the Tiresias in
+Pollux's evaluation artifact (two queues, no guard, preemption inside a
+queue, GPUs counted not packed, most-free node first; see
+`core.policies.tiresias_artifact`), for comparisons with its published
+figures; run it with `simulate --round 60` as that artifact decides.
 """
 
 from __future__ import annotations
@@ -40,12 +46,14 @@ from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
+from schedulearn.core.policies.tiresias_artifact import Demotions, artifact_pass
 from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
 from schedulearn.core.views import ClusterView, JobView
 
 SIXTEEN_GPU_HOURS = 16 * 3600.0
+MODES = ("default", "artifact")
 
 
 @register
@@ -57,8 +65,23 @@ class Tiresias:
         self,
         queues: int = 2,
         threshold: float | str = SIXTEEN_GPU_HOURS,
-        starvation_factor: float = 10.0,
+        starvation_factor: float | None = None,
+        mode: str = "default",
     ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"tiresias: mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if mode == "artifact":
+            if queues != 2:
+                raise ValueError(
+                    f"tiresias: mode=artifact has 2 queues, as Pollux's artifact; drop "
+                    f"queues={queues!r}"
+                )
+            if starvation_factor:
+                raise ValueError(
+                    "tiresias: mode=artifact has no starvation guard; drop starvation_factor"
+                )
+        if starvation_factor is None:
+            starvation_factor = 0.0 if mode == "artifact" else 10.0
         if not isinstance(queues, int) or queues < 1:
             raise ValueError(f"tiresias: queues must be a whole number, 1 or more, not {queues!r}")
         if starvation_factor < 0:
@@ -68,6 +91,9 @@ class Tiresias:
         self.queues = queues
         self.thresholds = _thresholds(threshold, queues)
         self.starvation_factor = float(starvation_factor)
+        self.mode = mode
+        # Queue 1's order in artifact mode (the only history that mode keeps).
+        self._demotions = Demotions()
 
     # --- queues ------------------------------------------------------------
 
@@ -127,6 +153,8 @@ class Tiresias:
         )
 
     def decide(self, view: ClusterView) -> list[Decision]:
+        if self.mode == "artifact":
+            return artifact_pass(view, self.thresholds[0], self._demotions)
         pending = view.pending
         if not pending:
             return []
