@@ -192,7 +192,14 @@ class _Pass:
         self.pending: dict[str, list[JobView]] = {}
         for j in view.pending:
             self.pending.setdefault(j.queue, []).append(j)
+        # Pending jobs per queue this pass may still start (`_waiting`, asked often).
+        self.open_count = {q: len(js) for q, js in self.pending.items()}
         self.running: dict[int, JobView] = {j.id: j for j in view.running}
+        # Running jobs by queue (ids; `running` holds the current view of each):
+        # a queue's sub-view reads only its own, not every running job.
+        self.running_in: dict[str, list[int]] = {}
+        for j in view.running:
+            self.running_in.setdefault(j.queue, []).append(j.id)
         self.started: set[int] = set()
         # Same-pass starts, placed: with min_run 0 a later reclaim may take
         # them back (the Start is withdrawn), like any job that ran min_run.
@@ -238,7 +245,7 @@ class _Pass:
         return (self.tenancy.usage.get(s.name, 0.0) / s.queue.weight, s.used, s.name)
 
     def _waiting(self, queue: str) -> bool:
-        return any(self._open(j.id) for j in self.pending.get(queue, ()))
+        return self.open_count.get(queue, 0) > 0
 
     def _open(self, job_id: int) -> bool:
         """A pending job this pass may still start (a withdrawn start stays out)."""
@@ -249,9 +256,8 @@ class _Pass:
     def _sub_view(self, queue: str) -> ClusterView:
         view = self.view
         pending = tuple(j for j in self.pending.get(queue, ()) if self._open(j.id))
-        running = tuple(
-            j for j in self.running.values() if j.queue == queue and j.id not in self.stopped
-        )
+        stopped, current = self.stopped, self.running
+        running = tuple(current[i] for i in self.running_in.get(queue, ()) if i not in stopped)
         counts = tuple(self.counts) if self.counts is not None else None
         return ClusterView(
             view.now, tuple(self.nodes), pending, running, counts, view.goodput, None
@@ -415,6 +421,8 @@ class _Pass:
         return False
 
     def _started(self, s: QueueShare, job: JobView, placement: Placement) -> None:
+        if job.id not in self.withdrawn:
+            self.open_count[job.queue] -= 1
         self.started.add(job.id)
         self.fresh[job.id] = rebuild(job, placement=placement, started_at=self.view.now)
         s.used += placement.num_gpus
