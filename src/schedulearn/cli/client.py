@@ -188,7 +188,7 @@ class Client:
 
     def follow(self, job_id: int, after: int = 0) -> Iterator[LogLinePublic | JobPublic]:
         """Lines as they come (server-sent events), then the job as it ended."""
-        params = {"after": after, "follow": "true"}
+        params: dict[str, int | str] = {"after": after, "follow": "true"}
         try:
             with self._http.stream(
                 "GET", f"{API_PREFIX}/jobs/{job_id}/logs", params=params, timeout=None
