@@ -277,8 +277,8 @@ def _assignment(
         cpus=job.cpus * share if gang else job.cpus,
         memory_gb=job.memory_gb * share if gang else job.memory_gb,
         shm_size=job.shm_size,
-        launcher=job.launcher,  # type: ignore[arg-type]
-        executor=job.executor,  # type: ignore[arg-type]
+        launcher=job.launcher,  # type: ignore[arg-type]  # the row holds the enum as text; pydantic validates it
+        executor=job.executor,  # type: ignore[arg-type]  # the row holds the enum as text; pydantic validates it
         gang=gang,
         checkpoint_dir=shared,
         # Without a shared path the server carries the checkpoint: every part

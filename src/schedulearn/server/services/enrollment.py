@@ -192,7 +192,7 @@ def join(session: Session, join_token: str, now: float) -> NodeJoined:
         )
         .values(used_at=now)
     )
-    if taken.rowcount != 1:  # type: ignore[attr-defined]
+    if taken.rowcount != 1:  # type: ignore[attr-defined]  # sqlmodel types execute() as Result; an UPDATE gives a CursorResult
         session.rollback()
         why = "was already used" if row.used_at is not None else "has expired"
         raise Unauthorized(

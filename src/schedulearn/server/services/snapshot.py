@@ -187,7 +187,7 @@ class PendingCache:
             sql, params = _driver_statement(_QUEUE_ORDER, connection.dialect)
             self._sql = (connection.dialect.name, sql, params)
         _, sql, params = self._sql
-        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]  # None only once the connection is closed
         try:
             cursor.execute(sql, params)
             order = cursor.fetchall()
