@@ -237,7 +237,10 @@ class Client:
         name: str = "",
         expires: str | None = None,
     ) -> TokenPublic:
-        body = TokenCreate(user=user, role=role, name=name, expires=expires)  # type: ignore[arg-type]
+        # Validated like any body: a role outside the Literal is refused here.
+        body = TokenCreate.model_validate(
+            {"user": user, "role": role, "name": name, "expires": expires}
+        )
         response = self._call("POST", "/tokens", json=body.model_dump(exclude_defaults=True))
         return TokenPublic.model_validate(response.json())
 
