@@ -127,8 +127,8 @@ class Agent:
             waited: list[asyncio.Future[Any]] = [stopping, self._fatal]
             await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
             stopping.cancel()
-            if self._fatal.done() and self._fatal.exception() is not None:
-                raise self._fatal.exception()  # type: ignore[misc]
+            if self._fatal.done() and (fatal := self._fatal.exception()) is not None:
+                raise fatal
         finally:
             tasks += self._tasks
             for task in tasks:
@@ -136,10 +136,10 @@ class Agent:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._shutdown()
 
-    async def _guard(self, loop: object) -> None:
+    async def _guard(self, loop: Coroutine[Any, Any, None]) -> None:
         """Run a loop; an error it cannot recover from ends the agent."""
         try:
-            await loop  # type: ignore[misc]
+            await loop
         except asyncio.CancelledError:
             raise
         except AuthRejected as exc:

@@ -188,7 +188,7 @@ class Client:
 
     def follow(self, job_id: int, after: int = 0) -> Iterator[LogLinePublic | JobPublic]:
         """Lines as they come (server-sent events), then the job as it ended."""
-        params = {"after": after, "follow": "true"}
+        params: dict[str, int | str] = {"after": after, "follow": "true"}
         try:
             with self._http.stream(
                 "GET", f"{API_PREFIX}/jobs/{job_id}/logs", params=params, timeout=None
@@ -237,7 +237,10 @@ class Client:
         name: str = "",
         expires: str | None = None,
     ) -> TokenPublic:
-        body = TokenCreate(user=user, role=role, name=name, expires=expires)  # type: ignore[arg-type]
+        # Validated like any body: a role outside the Literal is refused here.
+        body = TokenCreate.model_validate(
+            {"user": user, "role": role, "name": name, "expires": expires}
+        )
         response = self._call("POST", "/tokens", json=body.model_dump(exclude_defaults=True))
         return TokenPublic.model_validate(response.json())
 

@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
 import typer
 from rich.console import Console
@@ -52,10 +52,19 @@ PolicyOpt = Annotated[
 ]
 
 
+class _Overrides(TypedDict, total=False):
+    """The `ServerSettings` fields `server` and `up` options may set."""
+
+    host: str
+    port: int
+    database_url: str
+    default_policy: str
+
+
 def _settings(
     host: str | None, port: int | None, database_url: str | None, policy: str | None
 ) -> ServerSettings:
-    overrides: dict[str, object] = {}
+    overrides: _Overrides = {}
     if host:
         overrides["host"] = host
     if port:
@@ -64,7 +73,7 @@ def _settings(
         overrides["database_url"] = database_url
     if policy:
         overrides["default_policy"] = policy
-    return ServerSettings(**overrides)  # type: ignore[arg-type]
+    return ServerSettings(**overrides)
 
 
 def _check_port(host: str, port: int) -> None:

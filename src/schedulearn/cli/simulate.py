@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schedulearn.core.registry import UnknownPolicyError, available
@@ -289,7 +289,7 @@ def simulate(
                 console=err,
                 transient=True,
             ) as bar:
-                tasks: dict[str, int] = {}
+                tasks: dict[str, TaskID] = {}
 
                 def report(label: str, done: int, total: int) -> None:
                     if label not in tasks:

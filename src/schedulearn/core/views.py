@@ -21,7 +21,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from operator import attrgetter
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from schedulearn.core.fairshare_queues import Tenancy
@@ -86,7 +86,13 @@ def declared(cls: type, *roles: Role) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if role_of(cls, f.name) in roles)
 
 
-V = TypeVar("V")
+class _Dataclass(Protocol):
+    """Any dataclass instance (what `dataclasses.fields` takes)."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+
+V = TypeVar("V", bound=_Dataclass)
 # Per view class: its init field names and one getter for all of them.
 # Derived from the class alone, so a cache of constants, not state.
 _GETTERS: dict[type, tuple[tuple[str, ...], attrgetter[Any]]] = {}
@@ -102,7 +108,7 @@ def rebuild(view: V, **changes: Any) -> V:
     cls = type(view)
     got = _GETTERS.get(cls)
     if got is None:
-        names = tuple(f.name for f in dataclasses.fields(cls) if f.init)  # type: ignore[arg-type]
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
         got = _GETTERS[cls] = (names, attrgetter(*names))
     values = dict(zip(got[0], got[1](view), strict=True))
     values.update(changes)

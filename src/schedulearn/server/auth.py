@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 
 from sqlalchemy import update
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from schedulearn.server.models import Token, User
 
@@ -107,9 +107,7 @@ def check(
     if user is not None and user.disabled_at is not None:
         return Refusal(f"user {user.name} is disabled; ask an admin")
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_GRANULARITY:
-        session.execute(
-            update(Token).where(Token.id == token.id).values(last_used_at=now)  # type: ignore[arg-type]
-        )
+        session.execute(update(Token).where(col(Token.id) == token.id).values(last_used_at=now))
         session.commit()
     role = Role(token.role)
     bounds = None if role is Role.ADMIN else priority_range(user, default)
@@ -122,7 +120,7 @@ def lookup(
     """The caller of a token hash and when the token expires, or why it does not work."""
     row = session.exec(
         select(Token, User)
-        .join(User, User.name == Token.user, isouter=True)  # type: ignore[arg-type]
+        .join(User, col(User.name) == Token.user, isouter=True)
         .where(Token.hash == digest)
     ).first()
     if row is None:

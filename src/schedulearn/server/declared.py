@@ -26,13 +26,14 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import sqlalchemy as sa
 from pydantic import TypeAdapter
 from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
+from sqlmodel.main import SQLModelMetaclass
 
 from schedulearn.core.views import Role, declared
 
@@ -136,7 +137,8 @@ def columns_base(view: type, name: str) -> type[SQLModel]:
         elif column_type is sa.JSON:
             default = _dump(annotation, default)
         namespace[field_name] = Field(default=default, **kwargs)
-    base: type[SQLModel] = type(SQLModel)(name, (SQLModel,), namespace)
+    # The metaclass builds the model class; mypy sees only its own type.
+    base = cast("type[SQLModel]", SQLModelMetaclass(name, (SQLModel,), namespace))
     return base
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -98,7 +99,7 @@ def error_json(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _summarise(errors: list[dict[str, Any]]) -> str:
+def _summarise(errors: Sequence[Mapping[str, Any]]) -> str:
     parts = []
     for err in errors[:5]:
         loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
@@ -106,7 +107,7 @@ def _summarise(errors: list[dict[str, Any]]) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def validation_error(errors: list[dict[str, Any]]) -> JSONResponse:
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> JSONResponse:
     clean = jsonable_encoder(
         [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in errors]
     )

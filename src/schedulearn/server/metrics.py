@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState
 from schedulearn.server.models import Allocation, Gpu, Job, Node
@@ -34,14 +34,18 @@ class Metrics:
         self.nodes = Gauge("schedulearn_nodes", "Nodes by health", ["health"], registry=r)
 
     def refresh(self, session: Session) -> None:
-        counts = dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all())  # type: ignore[arg-type]
+        counts = dict(
+            session.execute(select(col(Job.state), func.count()).group_by(col(Job.state))).all()
+        )
         for state in JobState:
             self.jobs.labels(state=state.value).set(counts.get(state.value, 0))
-        healthy = set(session.execute(select(Node.name).where(Node.healthy == True)).scalars())  # type: ignore[arg-type]  # noqa: E712
+        healthy = set(
+            session.execute(select(col(Node.name)).where(col(Node.healthy) == True)).scalars()  # noqa: E712
+        )
         total = session.execute(select(func.count()).select_from(Node)).scalar_one()
         self.nodes.labels(health="up").set(len(healthy))
         self.nodes.labels(health="down").set(total - len(healthy))
-        gpus = session.execute(select(Gpu.node)).scalars().all()
+        gpus = session.execute(select(col(Gpu.node))).scalars().all()
         self.gpus.set(sum(1 for n in gpus if n in healthy))
         self.gpus_busy.set(
             session.execute(select(func.count()).select_from(Allocation)).scalar_one()

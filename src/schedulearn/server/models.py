@@ -26,9 +26,9 @@ State that guards the invariants:
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import JSON, Column, Index, Text
+from sqlalchemy import JSON, Column, Index, Table, Text
 from sqlmodel import Field, SQLModel
 
 from schedulearn.core.views import JobView, NodeView
@@ -36,9 +36,15 @@ from schedulearn.protocol import JobState
 from schedulearn.server.declared import EnumText, columns_base
 
 if TYPE_CHECKING:
-    _JobColumns = SQLModel
-    _NodeColumns = SQLModel
+
+    class _Table(SQLModel):
+        # SQLModel sets `__table__` on each table model but does not declare it.
+        __table__: ClassVar[Table]
+
+    _JobColumns = _Table
+    _NodeColumns = _Table
 else:
+    _Table = SQLModel
     _JobColumns = columns_base(JobView, "JobColumns")
     _NodeColumns = columns_base(NodeView, "NodeColumns")
 
@@ -109,7 +115,7 @@ class Job(_JobColumns, table=True):
     placement: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
-class JobTransition(SQLModel, table=True):
+class JobTransition(_Table, table=True):
     """History of a job's states (written by `server.states` only)."""
 
     __tablename__ = "job_transition"
@@ -133,7 +139,7 @@ class Node(_NodeColumns, table=True):
     last_seen: float = 0.0
 
 
-class Gpu(SQLModel, table=True):
+class Gpu(_Table, table=True):
     node: str = Field(primary_key=True)
     index: int = Field(primary_key=True)
     uuid: str = ""
@@ -141,7 +147,7 @@ class Gpu(SQLModel, table=True):
     memory_mb: int = 0
 
 
-class Allocation(SQLModel, table=True):
+class Allocation(_Table, table=True):
     """One held GPU. The primary key is the no-GPU-given-twice rule."""
 
     node: str = Field(primary_key=True)
@@ -150,7 +156,7 @@ class Allocation(SQLModel, table=True):
     attempt: int
 
 
-class JobPart(SQLModel, table=True):
+class JobPart(_Table, table=True):
     """One node's part of one attempt of a job (a gang has several)."""
 
     __tablename__ = "job_part"
@@ -170,7 +176,7 @@ class JobPart(SQLModel, table=True):
     last_reported: float = 0.0
 
 
-class JobCheckpoint(SQLModel, table=True):
+class JobCheckpoint(_Table, table=True):
     """The last checkpoint an agent uploaded for a job (the file lives under
     the server's data directory; this row says which attempt and its hash)."""
 
@@ -184,7 +190,7 @@ class JobCheckpoint(SQLModel, table=True):
     uploaded_at: float
 
 
-class ProgressRecord(SQLModel, table=True):
+class ProgressRecord(_Table, table=True):
     """A short history of a job's progress reports (the latest is also on `Job`)."""
 
     __tablename__ = "progress_record"
@@ -197,7 +203,7 @@ class ProgressRecord(SQLModel, table=True):
     report: Any = Field(sa_column=Column(JSON, nullable=False))
 
 
-class LogRecord(SQLModel, table=True):
+class LogRecord(_Table, table=True):
     __tablename__ = "log_record"
     __table_args__ = (Index("ix_log_record_job_id", "job_id", "id"),)
 
@@ -211,7 +217,7 @@ class LogRecord(SQLModel, table=True):
     at: float
 
 
-class Token(SQLModel, table=True):
+class Token(_Table, table=True):
     """An API token: only its SHA-256 is kept (`server.auth`, `services.tokens`).
 
     A token ends when it is revoked (`revoked_at`) or expires (`expires_at`);
@@ -231,7 +237,7 @@ class Token(SQLModel, table=True):
     revoked_at: float | None = None
 
 
-class User(SQLModel, table=True):
+class User(_Table, table=True):
     """A person who submits jobs (`services.users`): who they are on the GPU hosts
     (`unix_account`, their name when unset), whether their jobs may run as root,
     how high they may set a job's priority, and whether they are disabled."""
@@ -246,7 +252,7 @@ class User(SQLModel, table=True):
     disabled_at: float | None = None
 
 
-class WebSession(SQLModel, table=True):
+class WebSession(_Table, table=True):
     """A signed-in browser (`web.session`): the cookie holds a random id, this row its
     SHA-256, the token it signed in with and its CSRF token. Deleting the row (sign-out,
     token revoked) ends the session at once, on every replica."""
@@ -261,7 +267,7 @@ class WebSession(SQLModel, table=True):
     expires_at: float
 
 
-class ThroughputRecord(SQLModel, table=True):
+class ThroughputRecord(_Table, table=True):
     """A throughput profile: how fast a model trains on a number of GPUs of one type.
 
     Filled from the samples/s that running jobs report and from imported
@@ -284,7 +290,7 @@ class ThroughputRecord(SQLModel, table=True):
     updated_at: float = 0.0
 
 
-class Setting(SQLModel, table=True):
+class Setting(_Table, table=True):
     key: str = Field(primary_key=True)
     value: str
 
@@ -297,7 +303,7 @@ class CredentialKind(StrEnum):
     BOUND_TOKEN = "bound-token"  # an old-style agent token, bound at its first registration
 
 
-class JoinToken(SQLModel, table=True):
+class JoinToken(_Table, table=True):
     """A one-time token `node add` printed (its hash): exchanged once, before it expires."""
 
     __tablename__ = "join_token"
@@ -309,7 +315,7 @@ class JoinToken(SQLModel, table=True):
     used_at: float | None = None
 
 
-class NodeCredential(SQLModel, table=True):
+class NodeCredential(_Table, table=True):
     """What an agent authenticates with (its hash), bound to one node; `node rm` revokes it."""
 
     __tablename__ = "node_credential"
@@ -321,7 +327,7 @@ class NodeCredential(SQLModel, table=True):
     revoked_at: float | None = None
 
 
-class IdempotencyRecord(SQLModel, table=True):
+class IdempotencyRecord(_Table, table=True):
     """A submission's `Idempotency-Key` and the jobs it made (`services.idempotency`)."""
 
     __tablename__ = "idempotency_key"

@@ -19,6 +19,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlmodel import Session
 
 from schedulearn.clock import Clock
@@ -71,7 +72,7 @@ class Scheduler:
         self.profiles_mark: tuple[int, float] | None = None
         self.passes = 0
         self.pending = snapshot.PendingCache()
-        self._leader_conn = None
+        self._leader_conn: PoolProxiedConnection | None = None
         self._pruned_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._turned_at = time.monotonic()  # the loop's last turn, for `alive`
@@ -99,7 +100,7 @@ class Scheduler:
         conn = self.db.engine.raw_connection()
         cur = conn.cursor()
         cur.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
-        got = bool(cur.fetchone()[0])
+        got = bool(cur.fetchone()[0])  # type: ignore[index]  # DB-API fetchone() is Optional; this SELECT always returns one row
         conn.commit()
         if got:
             self._leader_conn = conn  # held for the life of the process

@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from schedulearn.clock import Clock
-from schedulearn.protocol import GpuSample, StopOrder
-from schedulearn.server.auth import TokenCache
+from schedulearn.protocol import GpuSample, JobSpec, StopOrder
+from schedulearn.server.auth import Caller, TokenCache
 from schedulearn.server.batching import Batcher
 from schedulearn.server.db import Database
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services.agents import AgentTiming
 from schedulearn.server.services.enrollment import CredentialCache
+from schedulearn.server.services.idempotency import Submission
+from schedulearn.server.services.jobs import Submitted
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.wakeups import Wakeups
@@ -37,7 +39,7 @@ class AppState:
     tokens: TokenCache
     metrics: Metrics
     scheduler: Scheduler
-    submitter: Batcher  # type: ignore[type-arg]
+    submitter: Batcher[Submission | tuple[JobSpec, Caller], Submitted]
     timing: AgentTiming
     shape: ShapeCache
     predictions: Predictor

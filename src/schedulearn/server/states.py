@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, update
 from sqlalchemy.orm.attributes import set_committed_value
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState
 from schedulearn.server.models import Job, JobTransition
@@ -60,8 +60,8 @@ class JobRef:
     attempt: int
 
 
-_HISTORY = JobTransition.__table__  # type: ignore[attr-defined]
-_JOBS = Job.__table__  # type: ignore[attr-defined]
+_HISTORY = JobTransition.__table__
+_JOBS = Job.__table__
 
 
 def _values(to: JobState, at: float, message: str | None, fields: dict[str, Any]) -> dict[str, Any]:
@@ -100,11 +100,11 @@ def transition(
     values = _values(to, at, message, fields)
     result = session.execute(
         update(Job)
-        .where(Job.id == job.id, Job.state == current)  # type: ignore[arg-type]
+        .where(col(Job.id) == job.id, col(Job.state) == current)
         .values(**values)
         .execution_options(synchronize_session=False)
     )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    if result.rowcount != 1:  # type: ignore[attr-defined]  # sqlmodel types execute() as Result; an UPDATE gives a CursorResult
         raise StaleState(f"job {job.id} is no longer {current}")
     for key, value in values.items():
         if isinstance(job, JobRef):

@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from schedulearn.sim.results import SimResult
 
@@ -75,8 +76,8 @@ def plot_results(results: Sequence[SimResult], out_dir: Path) -> list[Path]:
     return written
 
 
-def _save(fig: object, path: Path) -> Path:
-    fig.tight_layout()  # type: ignore[attr-defined]
-    fig.savefig(path, dpi=110)  # type: ignore[attr-defined]
-    plt.close(fig)  # type: ignore[arg-type]
+def _save(fig: Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
     return path

@@ -86,7 +86,7 @@ def _threaded(fn: Callable[[], T], name: str) -> asyncio.Future[T]:
         if error is not None:
             future.set_exception(error)
         else:
-            future.set_result(result)  # type: ignore[arg-type]
+            future.set_result(result)  # type: ignore[arg-type]  # without an error, result is fn()'s T
 
     def target() -> None:
         try:
@@ -398,7 +398,7 @@ class ContainerHandle:
 
         streams = [
             _threaded(
-                lambda s=s: self._follow(s, loop, deliver),  # type: ignore[misc]
+                lambda s=s: self._follow(s, loop, deliver),  # type: ignore[misc]  # mypy cannot infer a lambda default (it binds each stream)
                 f"docker-logs-{self.record.job_id}-{s.value}",
             )
             for s in (LogStream.STDOUT, LogStream.STDERR)

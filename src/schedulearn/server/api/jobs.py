@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from schedulearn.protocol import (
     ErrorBody,
@@ -41,7 +42,7 @@ _SPEC_REF = {"$ref": "#/components/schemas/JobSpec"}
 
 
 class _Invalid(Exception):
-    def __init__(self, errors: list[dict[str, Any]]) -> None:
+    def __init__(self, errors: list[ErrorDetails]) -> None:
         self.errors = errors
 
 

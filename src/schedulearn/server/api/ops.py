@@ -9,6 +9,7 @@ Retry-After, saying which.
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from sqlmodel import Session
 
 from schedulearn.protocol import ErrorBody, Health
 from schedulearn.server.api.deps import State
@@ -59,10 +60,10 @@ async def readyz(state: State) -> Health:
     return _health(state)
 
 
-def _ping(session: object) -> None:
+def _ping(session: Session) -> None:
     from sqlalchemy import text
 
-    session.execute(text("SELECT 1"))  # type: ignore[attr-defined]
+    session.execute(text("SELECT 1"))
 
 
 @router.get(

@@ -8,7 +8,7 @@ Create Date: ${create_date}
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes  # the AutoString columns below; `sqlmodel` does not re-export `sql`
 from alembic import op
 ${imports if imports else ""}
 

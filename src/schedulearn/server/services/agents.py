@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, select, update
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import (
     Ack,
@@ -78,9 +78,9 @@ def _live_parts_on(session: Session, node: str) -> list[JobPart]:
     return list(
         session.execute(
             select(JobPart)
-            .where(JobPart.node == node, JobPart.status.in_(LIVE))  # type: ignore[attr-defined]
+            .where(col(JobPart.node) == node, col(JobPart.status).in_(LIVE))
             # id order: the lock order every bulk update of parts keeps.
-            .order_by(JobPart.id)  # type: ignore[arg-type]
+            .order_by(col(JobPart.id))
         ).scalars()
     )
 
@@ -102,7 +102,7 @@ def register(
     node.healthy = True
     node.last_seen = now
     session.add(node)
-    session.execute(delete(Gpu).where(Gpu.node == reg.name))  # type: ignore[arg-type]
+    session.execute(delete(Gpu).where(col(Gpu.node) == reg.name))
     for g in reg.gpus:
         session.add(
             Gpu(node=reg.name, index=g.index, uuid=g.uuid, type=g.type, memory_mb=g.memory_mb)
@@ -165,7 +165,7 @@ def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
         return changes
     silent = (
         session.execute(
-            select(Node).where(Node.healthy == True, Node.last_seen < cutoff)  # type: ignore[arg-type]  # noqa: E712
+            select(Node).where(col(Node.healthy) == True, col(Node.last_seen) < cutoff)  # noqa: E712
         )
         .scalars()
         .all()
@@ -186,21 +186,21 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
     """Starts and stops not yet sent to `node`; marks them sent."""
     new = session.execute(
         select(JobPart, Job)
-        .join(Job, Job.id == JobPart.job_id)  # type: ignore[arg-type]
+        .join(Job, col(Job.id) == col(JobPart.job_id))
         .where(
-            JobPart.node == node,  # type: ignore[arg-type]
-            JobPart.status == PartStatus.ASSIGNED,
-            JobPart.delivered == False,  # noqa: E712
+            col(JobPart.node) == node,
+            col(JobPart.status) == PartStatus.ASSIGNED,
+            col(JobPart.delivered) == False,  # noqa: E712
         )
-        .order_by(JobPart.id)  # type: ignore[arg-type]
+        .order_by(col(JobPart.id))
     ).all()
     stops = (
         session.execute(
             select(JobPart).where(
-                JobPart.node == node,
-                JobPart.stop_reason != None,  # type: ignore[arg-type]  # noqa: E711
-                JobPart.stop_sent == False,  # type: ignore[arg-type]  # noqa: E712
-                JobPart.status.in_(LIVE),  # type: ignore[attr-defined]
+                col(JobPart.node) == node,
+                col(JobPart.stop_reason) != None,  # noqa: E711
+                col(JobPart.stop_sent) == False,  # noqa: E712
+                col(JobPart.status).in_(LIVE),
             )
         )
         .scalars()
@@ -214,7 +214,7 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
         # Every job's checkpoint in one query (before the parts change, so
         # no autoflush runs in the middle).
         ids = {part.job_id for part, _ in new}
-        rows = session.execute(select(JobCheckpoint).where(JobCheckpoint.job_id.in_(ids)))  # type: ignore[attr-defined]
+        rows = session.execute(select(JobCheckpoint).where(col(JobCheckpoint.job_id).in_(ids)))
         carried = {row.job_id: checkpoints.ref_of(row) for row in rows.scalars()}
     for part, job in new:
         part.delivered = True
@@ -247,8 +247,10 @@ def _assignment(
     placement: dict[str, list[int]] = job.placement or {}
     if len(placement) > 1:
         master = session.execute(
-            select(JobPart.node).where(
-                JobPart.job_id == part.job_id, JobPart.attempt == part.attempt, JobPart.rank == 0
+            select(col(JobPart.node)).where(
+                col(JobPart.job_id) == part.job_id,
+                col(JobPart.attempt) == part.attempt,
+                col(JobPart.rank) == 0,
             )
         ).scalar_one()
         master_node = session.get(Node, master)
@@ -275,8 +277,8 @@ def _assignment(
         cpus=job.cpus * share if gang else job.cpus,
         memory_gb=job.memory_gb * share if gang else job.memory_gb,
         shm_size=job.shm_size,
-        launcher=job.launcher,  # type: ignore[arg-type]
-        executor=job.executor,  # type: ignore[arg-type]
+        launcher=job.launcher,  # type: ignore[arg-type]  # the row holds the enum as text; pydantic validates it
+        executor=job.executor,  # type: ignore[arg-type]  # the row holds the enum as text; pydantic validates it
         gang=gang,
         checkpoint_dir=shared,
         # Without a shared path the server carries the checkpoint: every part
@@ -359,8 +361,8 @@ def _apply_event(session: Session, job_id: int, event: JobEvent, now: float) -> 
     # siblings, which decide whether the job has ended.
     query = (
         select(JobPart)
-        .where(JobPart.job_id == job_id, JobPart.attempt == event.attempt)
-        .order_by(JobPart.rank)  # type: ignore[arg-type]
+        .where(col(JobPart.job_id) == job_id, col(JobPart.attempt) == event.attempt)
+        .order_by(col(JobPart.rank))
         .execution_options(populate_existing=True)
     )
     siblings = list(session.execute(query).scalars())
@@ -384,21 +386,19 @@ def _record_start(session: Session, job_id: int, event: JobEvent, now: float) ->
     """A part started: the hot path of every job, in three small statements."""
     conn = session.connection()
     row = conn.execute(
-        select(Job.state, Job.attempt).where(Job.id == job_id)  # type: ignore[arg-type]
+        select(col(Job.state), col(Job.attempt)).where(col(Job.id) == job_id)
     ).first()
     if row is None:
         raise NotFound(f"no job {job_id}")
     conds = [
-        JobPart.job_id == job_id,
-        JobPart.attempt == event.attempt,
-        JobPart.status == PartStatus.ASSIGNED,
+        col(JobPart.job_id) == job_id,
+        col(JobPart.attempt) == event.attempt,
+        col(JobPart.status) == PartStatus.ASSIGNED,
     ]
     if event.node:
-        conds.append(JobPart.node == event.node)
+        conds.append(col(JobPart.node) == event.node)
     conn.execute(
-        update(JobPart.__table__)  # type: ignore[arg-type]
-        .where(*conds)
-        .values(status=PartStatus.RUNNING, last_reported=now)
+        update(JobPart.__table__).where(*conds).values(status=PartStatus.RUNNING, last_reported=now)
     )
     if row.attempt == event.attempt and row.state == JobState.ASSIGNED.value:
         transition(session, JobRef(job_id, row.state, row.attempt), JobState.RUNNING, now)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sqlalchemy import delete, select
 from sqlalchemy.engine import make_url
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import CheckpointRef, JobState
 from schedulearn.server.errors import BadRequest, NotFound, ServiceError
@@ -166,15 +166,15 @@ def download(session: Session, store: Path, job_id: int) -> tuple[Path, Checkpoi
 def prune(session: Session, store: Path) -> int:
     """Delete the checkpoints of jobs that ended for good; how many went."""
     rows = session.execute(
-        select(JobCheckpoint.job_id)
-        .join(Job, Job.id == JobCheckpoint.job_id)  # type: ignore[arg-type]
-        .where(Job.state.in_(FINAL))  # type: ignore[attr-defined]
+        select(col(JobCheckpoint.job_id))
+        .join(Job, col(Job.id) == col(JobCheckpoint.job_id))
+        .where(col(Job.state).in_(FINAL))
     ).scalars()
     gone = list(rows)
     if not gone:
         return 0
     for job_id in gone:
         file_of(store, job_id).unlink(missing_ok=True)
-    session.execute(delete(JobCheckpoint).where(JobCheckpoint.job_id.in_(gone)))  # type: ignore[attr-defined]
+    session.execute(delete(JobCheckpoint).where(col(JobCheckpoint.job_id).in_(gone)))
     session.commit()
     return len(gone)

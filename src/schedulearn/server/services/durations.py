@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState
 from schedulearn.server.models import Job
@@ -125,11 +125,16 @@ class History:
 def load_history(session: Session, window: int = HISTORY_WINDOW) -> History:
     """The latest `window` succeeded jobs' run times, grouped for `History.lookup`."""
     rows = session.execute(
-        select(  # type: ignore[call-overload]
-            Job.user, Job.name, Job.command, Job.service_seconds, Job.started_at, Job.ended_at
+        select(
+            col(Job.user),
+            col(Job.name),
+            col(Job.command),
+            col(Job.service_seconds),
+            col(Job.started_at),
+            col(Job.ended_at),
         )
-        .where(Job.state == JobState.SUCCEEDED.value)
-        .order_by(Job.id.desc())  # type: ignore[union-attr]
+        .where(col(Job.state) == JobState.SUCCEEDED.value)
+        .order_by(col(Job.id).desc())
         .limit(window)
     )
     by_name: dict[tuple[str, str], list[float]] = defaultdict(list)

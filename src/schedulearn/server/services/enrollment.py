@@ -39,7 +39,7 @@ import secrets
 from dataclasses import dataclass
 
 from sqlalchemy import update
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from schedulearn.protocol import JoinTokenPublic, NodeJoined, NodeRemoved
 from schedulearn.server.auth import Role, hash_token
@@ -152,7 +152,7 @@ class CredentialCache:
 def _revoke_all(session: Session, node: str, now: float) -> None:
     session.execute(
         update(NodeCredential)
-        .where(NodeCredential.node == node, NodeCredential.revoked_at == None)  # type: ignore[arg-type]  # noqa: E711
+        .where(col(NodeCredential.node) == node, col(NodeCredential.revoked_at) == None)  # noqa: E711
         .values(revoked_at=now)
     )
 
@@ -186,13 +186,13 @@ def join(session: Session, join_token: str, now: float) -> NodeJoined:
     taken = session.execute(
         update(JoinToken)
         .where(
-            JoinToken.hash == digest,  # type: ignore[arg-type]
-            JoinToken.used_at == None,  # type: ignore[arg-type]  # noqa: E711
-            JoinToken.expires_at > now,  # type: ignore[arg-type]
+            col(JoinToken.hash) == digest,
+            col(JoinToken.used_at) == None,  # noqa: E711
+            col(JoinToken.expires_at) > now,
         )
         .values(used_at=now)
     )
-    if taken.rowcount != 1:  # type: ignore[attr-defined]
+    if taken.rowcount != 1:  # type: ignore[attr-defined]  # sqlmodel types execute() as Result; an UPDATE gives a CursorResult
         session.rollback()
         why = "was already used" if row.used_at is not None else "has expired"
         raise Unauthorized(
@@ -253,13 +253,13 @@ def remove_node(session: Session, name: str, now: float) -> tuple[NodeRemoved, C
     _revoke_all(session, name, now)
     session.execute(
         update(JoinToken)
-        .where(JoinToken.node == name, JoinToken.used_at == None)  # type: ignore[arg-type]  # noqa: E711
+        .where(col(JoinToken.node) == name, col(JoinToken.used_at) == None)  # noqa: E711
         .values(used_at=now)
     )
     changes = Changes(scheduler=True, nodes={name})
     lost: list[int] = []
     for part in session.exec(
-        select(JobPart).where(JobPart.node == name, JobPart.status.in_(lifecycle.LIVE))  # type: ignore[attr-defined]
+        select(JobPart).where(col(JobPart.node) == name, col(JobPart.status).in_(lifecycle.LIVE))
     ).all():
         job = session.get(Job, part.job_id)
         if job is not None:

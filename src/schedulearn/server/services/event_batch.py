@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import bindparam, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import Ack, EventKind, JobEventReport, JobState
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
@@ -37,8 +37,8 @@ from schedulearn.server.states import StaleState, Step, transition_many
 from schedulearn.server.wakeups import Changes
 
 _LIVE = (PartStatus.ASSIGNED, PartStatus.RUNNING)
-_PARTS = JobPart.__table__  # type: ignore[attr-defined]
-_ALLOCATIONS = Allocation.__table__  # type: ignore[attr-defined]
+_PARTS = JobPart.__table__
+_ALLOCATIONS = Allocation.__table__
 
 
 @dataclass(slots=True)
@@ -80,14 +80,14 @@ def record(session: Session, reports: list[JobEventReport], now: float) -> Batch
     ids = sorted({r.job_id for r in reports})
     job_rows = conn.execute(
         select(
-            Job.id,  # type: ignore[arg-type]
-            Job.state,  # type: ignore[arg-type]
-            Job.attempt,  # type: ignore[arg-type]
-            Job.started_at,  # type: ignore[arg-type]
-            Job.placement,  # type: ignore[arg-type]
-            Job.service_seconds,  # type: ignore[arg-type]
-            Job.attained_gpu_seconds,  # type: ignore[arg-type]
-        ).where(Job.id.in_(ids))  # type: ignore[union-attr]
+            col(Job.id),
+            col(Job.state),
+            col(Job.attempt),
+            col(Job.started_at),
+            col(Job.placement),
+            col(Job.service_seconds),
+            col(Job.attained_gpu_seconds),
+        ).where(col(Job.id).in_(ids))
     )
     jobs = {r[0]: _Job(r[0], JobState(r[1]), *r[2:]) for r in job_rows}
     parts: dict[tuple[int, int], list[_Part]] = {}

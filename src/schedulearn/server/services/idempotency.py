@@ -127,8 +127,7 @@ def _replay(
         return _reused(key)
     ids: list[int] = json.loads(row.job_ids)
     found = {
-        job.id: job
-        for job in session.execute(select(Job).where(Job.id.in_(ids))).scalars()  # type: ignore[union-attr]
+        job.id: job for job in session.execute(select(Job).where(col(Job.id).in_(ids))).scalars()
     }
     return Submitted([found[i] for i in ids if i in found], Changes())
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, select, update
-from sqlmodel import Session
+from sqlalchemy import ColumnElement, and_, bindparam, func, select, update
+from sqlmodel import Session, col
 
 from schedulearn.core import JobView, NodeView
 from schedulearn.core.views import Role, declared
@@ -41,7 +41,7 @@ from schedulearn.server.services import (
 from schedulearn.server.services.waiting import never_servable
 from schedulearn.server.wakeups import Changes
 
-_JOB_COLUMNS = frozenset(Job.__table__.columns.keys())  # type: ignore[attr-defined]
+_JOB_COLUMNS = frozenset(Job.__table__.columns.keys())
 # Public fields read from the row of the same name; the others are computed.
 _SHOWN = tuple(n for n in JobPublic.model_fields if n in _JOB_COLUMNS and n != "progress")
 
@@ -131,7 +131,7 @@ def check_servable(spec: JobSpec, nodes: tuple[NodeView, ...]) -> None:
         raise Unservable(f"this job can never run here: {why}")
 
 
-_COLUMNS = [c.name for c in Job.__table__.columns if c.name != "id"]  # type: ignore[attr-defined]
+_COLUMNS = [c.name for c in Job.__table__.columns if c.name != "id"]
 
 
 def submit(
@@ -163,7 +163,7 @@ def submit(
     flat = [job for rows in batches for job in rows]
     if flat:
         values = [{c: getattr(job, c) for c in _COLUMNS} for job in flat]
-        table = Job.__table__  # type: ignore[attr-defined]
+        table = Job.__table__
         # Core, not the ORM's bulk path: a third of the cost per row.
         ids = (
             session.connection()
@@ -181,8 +181,8 @@ def submit(
             # Ids of one INSERT need not be consecutive (PostgreSQL sequences
             # interleave under concurrency), so each row gets its index.
             session.execute(
-                update(Job.__table__)  # type: ignore[arg-type]
-                .where(Job.__table__.c.id == bindparam("jid"))  # type: ignore[attr-defined]
+                update(Job.__table__)
+                .where(Job.__table__.c.id == bindparam("jid"))
                 .values(array_id=bindparam("aid"), array_index=bindparam("aix")),
                 [{"jid": r.id, "aid": first, "aix": i} for i, r in enumerate(rows)],
             )
@@ -205,19 +205,19 @@ def list_jobs(
     limit: int,
     newest_first: bool,
 ) -> JobList:
-    conds = []
+    conds: list[ColumnElement[bool]] = []
     if states:
-        conds.append(Job.state.in_(states))  # type: ignore[attr-defined]
+        conds.append(col(Job.state).in_(states))
     if user:
-        conds.append(Job.user == user)
+        conds.append(col(Job.user) == user)
     if name:
-        conds.append(Job.name == name)
+        conds.append(col(Job.name) == name)
     where = and_(*conds) if conds else None
     query = select(Job)
     count = select(func.count()).select_from(Job)
     if where is not None:
         query, count = query.where(where), count.where(where)
-    order = Job.id.desc() if newest_first else Job.id.asc()  # type: ignore[union-attr]
+    order = col(Job.id).desc() if newest_first else col(Job.id).asc()
     rows = session.execute(query.order_by(order).offset(offset).limit(limit)).scalars().all()
     total = session.execute(count).scalar_one()
     items = [visibility.public_view(to_public(r), caller) for r in rows]
@@ -267,8 +267,8 @@ def history(session: Session, job_id: int, caller: Caller) -> JobHistory:
     owner = _get(session, job_id).user
     rows = session.execute(
         select(JobTransition)
-        .where(JobTransition.job_id == job_id)  # type: ignore[arg-type]
-        .order_by(JobTransition.id)  # type: ignore[arg-type]
+        .where(col(JobTransition.job_id) == job_id)
+        .order_by(col(JobTransition.id))
     ).scalars()
     full = JobHistory(
         job_id=job_id,

@@ -19,7 +19,7 @@ to the job's state, through `server.states.transition`:
 from __future__ import annotations
 
 from sqlalchemy import delete, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
@@ -33,9 +33,9 @@ def live_parts(session: Session, job_id: int, attempt: int) -> list[JobPart]:
     return list(
         session.execute(
             select(JobPart).where(
-                JobPart.job_id == job_id,
-                JobPart.attempt == attempt,
-                JobPart.status.in_(LIVE),  # type: ignore[attr-defined]
+                col(JobPart.job_id) == job_id,
+                col(JobPart.attempt) == attempt,
+                col(JobPart.status).in_(LIVE),
             )
         ).scalars()
     )
@@ -44,9 +44,9 @@ def live_parts(session: Session, job_id: int, attempt: int) -> list[JobPart]:
 def free_part(session: Session, part: JobPart) -> None:
     session.execute(
         delete(Allocation).where(
-            Allocation.node == part.node,  # type: ignore[arg-type]
-            Allocation.job_id == part.job_id,  # type: ignore[arg-type]
-            Allocation.attempt == part.attempt,  # type: ignore[arg-type]
+            col(Allocation.node) == part.node,
+            col(Allocation.job_id) == part.job_id,
+            col(Allocation.attempt) == part.attempt,
         )
     )
 
@@ -55,8 +55,8 @@ def release_reservation(session: Session, job: Job) -> None:
     """Free the GPUs reserved for a resize or migration that will not happen."""
     session.execute(
         delete(Allocation).where(
-            Allocation.job_id == job.id,  # type: ignore[arg-type]
-            Allocation.attempt == job.attempt + 1,  # type: ignore[arg-type]
+            col(Allocation.job_id) == job.id,
+            col(Allocation.attempt) == job.attempt + 1,
         )
     )
 

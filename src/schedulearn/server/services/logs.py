@@ -8,7 +8,7 @@ after N" and a follower resumes exactly where it stopped.
 from __future__ import annotations
 
 from sqlalchemy import insert, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState, LogBatch, LogLinePublic, LogPage, LogStream
 from schedulearn.server.auth import Caller
@@ -56,14 +56,20 @@ def page_for(
 def page(session: Session, job_id: int, after: int, limit: int) -> tuple[LogPage, float | None]:
     """Lines of job `job_id` after row `after`; also when the job ended (None: not yet)."""
     found = session.execute(
-        select(Job.state, Job.ended_at).where(Job.id == job_id)  # type: ignore[arg-type]
+        select(col(Job.state), col(Job.ended_at)).where(col(Job.id) == job_id)
     ).first()
     if found is None:
         raise NotFound(f"no job {job_id}; list jobs with `schedulearn jobs`")
     rows = session.execute(
-        select(LogRecord.id, LogRecord.attempt, LogRecord.stream, LogRecord.text, LogRecord.at)
-        .where(LogRecord.job_id == job_id, LogRecord.id > after)  # type: ignore[arg-type, operator]
-        .order_by(LogRecord.id)  # type: ignore[arg-type]
+        select(
+            col(LogRecord.id),
+            col(LogRecord.attempt),
+            col(LogRecord.stream),
+            col(LogRecord.text),
+            col(LogRecord.at),
+        )
+        .where(col(LogRecord.job_id) == job_id, col(LogRecord.id) > after)
+        .order_by(col(LogRecord.id))
         .limit(limit)
     ).all()
     lines = [

@@ -16,7 +16,7 @@ from schedulearn.server.models import Node
 from schedulearn.server.services import snapshot
 from schedulearn.server.services.capabilities import capabilities_of
 
-_NODE_COLUMNS = frozenset(Node.__table__.columns.keys())  # type: ignore[attr-defined]
+_NODE_COLUMNS = frozenset(Node.__table__.columns.keys())
 # Registration fields kept in the column of the same name (the GPUs have their own table).
 REGISTERED = frozenset(n for n in NodeRegistration.model_fields if n in _NODE_COLUMNS)
 # Public fields read from the column of the same name; `gpus` is built from the GPU table.

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 from sqlalchemy import select, text
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.clock import Clock
 from schedulearn.core import ClusterView, JobView, Policy
@@ -87,7 +87,7 @@ def _facts(session: Session, views: list[JobView], now: float) -> list[JobFacts]
     columns = [Job.id, Job.command] + ([_PROGRESS] if _PROGRESS is not None else [])
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        for row in session.execute(select(*columns).where(Job.id.in_(chunk))):  # type: ignore[union-attr]
+        for row in session.execute(select(*columns).where(col(Job.id).in_(chunk))):
             extra[row[0]] = (row[1], row[2] if len(row) > 2 else None)
     return [
         JobFacts(
@@ -106,7 +106,7 @@ def _facts(session: Session, views: list[JobView], now: float) -> list[JobFacts]
 def _preempting(session: Session, now: float) -> list[JobView]:
     """Jobs being preempted, as the queued jobs they are about to be again."""
     rows = session.connection().execute(
-        select(*snapshot.JOBS.columns).where(Job.state == JobState.PREEMPTING)  # type: ignore[arg-type]
+        select(*snapshot.JOBS.columns).where(col(Job.state) == JobState.PREEMPTING)
     )
     views = []
     for r in rows:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.core.estimator import builtin_table
 from schedulearn.core.registry import UnknownPolicyError, options_of, parse_spec
@@ -158,9 +158,9 @@ def list_profiles(session: Session) -> ProfileList:
     rows = session.execute(
         select(ThroughputRecord).order_by(
             ThroughputRecord.model,
-            ThroughputRecord.batch_size,  # type: ignore[arg-type]
-            ThroughputRecord.gpu_count,  # type: ignore[arg-type]
-            ThroughputRecord.spread,  # type: ignore[arg-type]
+            col(ThroughputRecord.batch_size),
+            col(ThroughputRecord.gpu_count),
+            col(ThroughputRecord.spread),
             ThroughputRecord.gpu_type,
         )
     ).scalars()

@@ -10,7 +10,7 @@ and the latest report is the newest by time of any attempt.
 from __future__ import annotations
 
 from sqlalchemy import delete, insert, select, update
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import ProgressBatch, ProgressHistory, ProgressPublic
 from schedulearn.server.auth import Caller
@@ -25,9 +25,7 @@ KEEP = 200
 def record(session: Session, job_id: int, batch: ProgressBatch) -> Changes:
     if not batch.reports:
         return Changes()
-    found = session.execute(
-        select(Job.progress).where(Job.id == job_id)  # type: ignore[arg-type]
-    ).first()
+    found = session.execute(select(col(Job.progress)).where(col(Job.id) == job_id)).first()
     if found is None:
         raise NotFound(f"no job {job_id}")
     newest = max(batch.reports, key=lambda r: r.at)
@@ -35,7 +33,7 @@ def record(session: Session, job_id: int, batch: ProgressBatch) -> Changes:
     if latest is None or float(latest.get("at", 0.0)) <= newest.at:
         session.execute(
             update(Job)
-            .where(Job.id == job_id)  # type: ignore[arg-type]
+            .where(col(Job.id) == job_id)
             .values(progress=newest.model_dump(mode="json", exclude_defaults=True))
         )
     session.execute(
@@ -64,17 +62,17 @@ def record(session: Session, job_id: int, batch: ProgressBatch) -> Changes:
 
 def _prune(session: Session, job_id: int) -> None:
     cutoff = session.execute(
-        select(ProgressRecord.id)
-        .where(ProgressRecord.job_id == job_id)  # type: ignore[arg-type]
-        .order_by(ProgressRecord.id.desc())  # type: ignore[union-attr]
+        select(col(ProgressRecord.id))
+        .where(col(ProgressRecord.job_id) == job_id)
+        .order_by(col(ProgressRecord.id).desc())
         .offset(KEEP)
         .limit(1)
     ).scalar()
     if cutoff is not None:
         session.execute(
             delete(ProgressRecord).where(
-                ProgressRecord.job_id == job_id,  # type: ignore[arg-type]
-                ProgressRecord.id <= cutoff,  # type: ignore[arg-type, operator]
+                col(ProgressRecord.job_id) == job_id,
+                ProgressRecord.id <= cutoff,
             )
         )
 
@@ -88,7 +86,7 @@ def history(session: Session, job_id: int, caller: Caller) -> ProgressHistory:
     visibility.require_details(session, job_id, caller, "progress reports")
     rows = session.execute(
         select(ProgressRecord.report)
-        .where(ProgressRecord.job_id == job_id)  # type: ignore[arg-type]
-        .order_by(ProgressRecord.id)  # type: ignore[arg-type]
+        .where(col(ProgressRecord.job_id) == job_id)
+        .order_by(col(ProgressRecord.id))
     ).scalars()
     return ProgressHistory(job_id=job_id, reports=[ProgressPublic.model_validate(r) for r in rows])

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm.attributes import set_committed_value
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.core import (
     Decision,
@@ -164,7 +164,7 @@ def run_pass(
     # One query loads every decided job; `session.get` then finds each in the
     # session (held here: the session keeps its objects only weakly).
     decided = {d.job_id for d in decisions}
-    held = session.execute(select(Job).where(Job.id.in_(decided))).scalars().all()  # type: ignore[union-attr]
+    held = session.execute(select(Job).where(col(Job.id).in_(decided))).scalars().all()
     starts: list[tuple[Job, Placement]] = []
     try:
         for d in decisions:
@@ -286,8 +286,8 @@ def _start_many(
         result.started.append(job_id)
     transition_many(session, steps)
     conn = session.connection()
-    conn.execute(Allocation.__table__.insert(), allocations)  # type: ignore[attr-defined]
-    conn.execute(JobPart.__table__.insert(), parts)  # type: ignore[attr-defined]
+    conn.execute(Allocation.__table__.insert(), allocations)
+    conn.execute(JobPart.__table__.insert(), parts)
     for (job, _), step in zip(starts, steps, strict=True):
         # Keep the session's copies true to the rows (nothing is left to flush).
         for key, value in {**step.fields, "state": JobState.ASSIGNED.value}.items():
@@ -391,8 +391,8 @@ def resume(session: Session, now: float) -> PassResult:
     waiting = (
         session.execute(
             select(Job)
-            .where(Job.state == JobState.PENDING.value, Job.resume_kind != None)  # type: ignore[arg-type]  # noqa: E711
-            .order_by(Job.queued_at, Job.id)  # type: ignore[arg-type]
+            .where(col(Job.state) == JobState.PENDING.value, col(Job.resume_kind) != None)  # noqa: E711
+            .order_by(col(Job.queued_at), col(Job.id))
         )
         .scalars()
         .all()
@@ -416,7 +416,7 @@ def resume(session: Session, now: float) -> PassResult:
                 lifecycle.release_reservation(session, job)
                 session.execute(
                     update(Job)
-                    .where(Job.id == job.id)  # type: ignore[arg-type]
+                    .where(Job.id == job.id)
                     .values(resume_placement=None, resume_kind=None)
                 )
                 log.info(

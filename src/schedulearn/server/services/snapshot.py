@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any
 
 from sqlalchemy import Dialect, Select, exists, func, or_, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
 from schedulearn.core.capabilities import NO_ACCOUNT
@@ -38,10 +38,10 @@ def _placement(stored: dict[str, list[int]] | None) -> Placement | None:
 # Every stored `JobView` field, selected and mapped by name (`declared`).
 JOBS: ViewReader[JobView] = ViewReader(
     JobView,
-    Job.__table__,  # type: ignore[attr-defined]
+    Job.__table__,
     {"placement": _placement},
 )
-NODES: ViewReader[NodeView] = ViewReader(NodeView, Node.__table__)  # type: ignore[attr-defined]
+NODES: ViewReader[NodeView] = ViewReader(NodeView, Node.__table__)
 
 
 def job_view(job: Job) -> JobView:
@@ -92,14 +92,19 @@ def load_nodes(
     nodes = {n.name: n for n in session.execute(select(Node)).scalars()}
     gpus: dict[str, list[tuple[int, str, str, int]]] = defaultdict(list)
     # Column reads go straight to the connection: no ORM row processing.
-    for node, index, uuid, gtype, mem in session.connection().execute(
-        select(Gpu.node, Gpu.index, Gpu.uuid, Gpu.type, Gpu.memory_mb)
+    for node, index, uuid, gtype, memory_mb in session.connection().execute(
+        select(col(Gpu.node), col(Gpu.index), col(Gpu.uuid), col(Gpu.type), col(Gpu.memory_mb))
     ):
-        gpus[node].append((index, uuid, gtype, mem))
+        gpus[node].append((index, uuid, gtype, memory_mb))
     holders: dict[tuple[str, int], tuple[int, int]] = {
         (node, gpu): (job, attempt)
         for node, gpu, job, attempt in session.connection().execute(
-            select(Allocation.node, Allocation.gpu_index, Allocation.job_id, Allocation.attempt)
+            select(
+                col(Allocation.node),
+                col(Allocation.gpu_index),
+                col(Allocation.job_id),
+                col(Allocation.attempt),
+            )
         )
     }
     used_cpus: dict[str, float] = defaultdict(float)
@@ -132,19 +137,21 @@ def load_nodes(
 def pending_views(session: Session) -> list[JobView]:
     """The queue, in arrival order (a preempted job re-enters at the back)."""
     rows = session.connection().execute(
-        select(*JOBS.columns).where(Job.state == JobState.PENDING).order_by(Job.queued_at, Job.id)  # type: ignore[arg-type]
+        select(*JOBS.columns)
+        .where(col(Job.state) == JobState.PENDING)
+        .order_by(col(Job.queued_at), col(Job.id))
     )
     return [JOBS.from_row(r) for r in rows]
 
 
 _QUEUE_ORDER = (
-    select(Job.id, Job.queued_at)  # type: ignore[call-overload]
-    .where(Job.state == JobState.PENDING)
-    .order_by(Job.queued_at, Job.id)
+    select(col(Job.id), col(Job.queued_at))
+    .where(col(Job.state) == JobState.PENDING)
+    .order_by(col(Job.queued_at), col(Job.id))
 )
 
 
-def _driver_statement(stmt: Select[Any], dialect: Dialect) -> tuple[str, Any]:
+def _driver_statement(stmt: Select[*tuple[Any, ...]], dialect: Dialect) -> tuple[str, Any]:
     """`stmt` as the SQL text and parameters the DB-API driver takes."""
     compiled = stmt.compile(dialect=dialect)
     params = {
@@ -180,7 +187,7 @@ class PendingCache:
             sql, params = _driver_statement(_QUEUE_ORDER, connection.dialect)
             self._sql = (connection.dialect.name, sql, params)
         _, sql, params = self._sql
-        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]  # None only once the connection is closed
         try:
             cursor.execute(sql, params)
             order = cursor.fetchall()
@@ -190,7 +197,7 @@ class PendingCache:
         missing = [i for i, q in order if (hit := views.get(i)) is None or hit[0] != q]
         for start in range(0, len(missing), 500):
             chunk = missing[start : start + 500]
-            for r in connection.execute(select(*JOBS.columns).where(Job.id.in_(chunk))):  # type: ignore[union-attr]
+            for r in connection.execute(select(*JOBS.columns).where(col(Job.id).in_(chunk))):
                 view = JOBS.from_row(r)
                 views[view.id] = (r.queued_at, view)
         if len(views) > 2 * len(order) + 1000:
@@ -209,7 +216,7 @@ def build(session: Session, now: float, cache: PendingCache | None = None) -> Sn
     attempts: dict[int, int] = {}
     book = AccountBook(session)
     for r in session.connection().execute(
-        select(*JOBS.columns, Job.state, Job.attempt).where(Job.state.in_(HOLDING))  # type: ignore[attr-defined]
+        select(*JOBS.columns, col(Job.state), col(Job.attempt)).where(col(Job.state).in_(HOLDING))
     ):
         if r.state is JobState.PREEMPTING:
             continue
@@ -264,8 +271,8 @@ class ShapeCache:
 def _count_on_healthy(column: Any) -> Any:
     return (
         select(func.count())
-        .select_from(column.table.join(Node.__table__, column == Node.name))  # type: ignore[attr-defined]
-        .where(Node.healthy)
+        .select_from(column.table.join(Node.__table__, column == Node.name))
+        .where(col(Node.healthy))
         .scalar_subquery()
     )
 
@@ -273,11 +280,11 @@ def _count_on_healthy(column: Any) -> Any:
 # One statement: is there anything a pass could do? States are bound
 # parameters from the enum, never literals in the SQL.
 _COULD_CHANGE = select(
-    _count_on_healthy(Gpu.__table__.c.node) - _count_on_healthy(Allocation.__table__.c.node),  # type: ignore[attr-defined]
-    exists().where(Job.state.in_(HOLDING), Job.preemptible),  # type: ignore[attr-defined]
+    _count_on_healthy(Gpu.__table__.c.node) - _count_on_healthy(Allocation.__table__.c.node),
+    exists().where(col(Job.state).in_(HOLDING), col(Job.preemptible)),
     exists().where(
-        Job.state == JobState.PENDING,
-        or_(Job.gpus == 0, Job.min_gpus == 0),
+        col(Job.state) == JobState.PENDING,
+        or_(col(Job.gpus) == 0, col(Job.min_gpus) == 0),
     ),
 )
 

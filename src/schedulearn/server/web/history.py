@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from sqlalchemy import and_, or_, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState
 from schedulearn.server.models import Gpu, Job, JobTransition, Node
@@ -68,8 +68,10 @@ class MetricsPage:
 
 
 def _healthy_gpus(session: Session) -> int:
-    healthy = set(session.execute(select(Node.name).where(Node.healthy == True)).scalars())  # type: ignore[arg-type]  # noqa: E712
-    return sum(1 for node in session.execute(select(Gpu.node)).scalars() if node in healthy)
+    healthy = set(
+        session.execute(select(col(Node.name)).where(col(Node.healthy) == True)).scalars()  # noqa: E712
+    )
+    return sum(1 for node in session.execute(select(col(Gpu.node))).scalars() if node in healthy)
 
 
 def _events(
@@ -77,13 +79,13 @@ def _events(
 ) -> tuple[list[tuple[float, int, int]], bool]:
     """(time, queue change, GPU change) for every job alive during the window."""
     alive = and_(
-        Job.submitted_at <= end,
-        or_(Job.ended_at == None, Job.ended_at >= start),  # type: ignore[arg-type]  # noqa: E711
+        col(Job.submitted_at) <= end,
+        or_(col(Job.ended_at) == None, col(Job.ended_at) >= start),  # noqa: E711
     )
     jobs = session.execute(
-        select(Job.id, Job.gpus, Job.submitted_at)
+        select(col(Job.id), col(Job.gpus), col(Job.submitted_at))
         .where(alive)
-        .order_by(Job.id.desc())  # type: ignore[union-attr]
+        .order_by(col(Job.id).desc())
         .limit(MAX_JOBS + 1)
     ).all()
     truncated = len(jobs) > MAX_JOBS
@@ -93,10 +95,10 @@ def _events(
     first_id = min(j[0] for j in jobs)
     steps: dict[int, list[tuple[float, str]]] = defaultdict(list)
     for job_id, at, to_state in session.execute(
-        select(JobTransition.job_id, JobTransition.at, JobTransition.to_state)
-        .join(Job, Job.id == JobTransition.job_id)  # type: ignore[arg-type]
-        .where(alive, JobTransition.job_id >= first_id, JobTransition.at <= end)
-        .order_by(JobTransition.id)  # type: ignore[arg-type]
+        select(col(JobTransition.job_id), col(JobTransition.at), col(JobTransition.to_state))
+        .join(Job, col(Job.id) == col(JobTransition.job_id))
+        .where(alive, col(JobTransition.job_id) >= first_id, col(JobTransition.at) <= end)
+        .order_by(col(JobTransition.id))
     ):
         steps[job_id].append((at, to_state))
     events: list[tuple[float, int, int]] = []
@@ -153,9 +155,9 @@ def metrics_page(session: Session, now: float, window: str) -> MetricsPage:
     events, page.truncated = _events(session, start, now)
     _sweep(events, start, now, page)
     ended = session.execute(
-        select(Job.state, Job.submitted_at, Job.started_at, Job.ended_at).where(
-            Job.ended_at >= start,  # type: ignore[operator]
-            Job.ended_at <= now,  # type: ignore[operator]
+        select(col(Job.state), col(Job.submitted_at), col(Job.started_at), col(Job.ended_at)).where(
+            col(Job.ended_at) >= start,
+            col(Job.ended_at) <= now,
         )
     ).all()
     for state, submitted, started, ended_at in ended:

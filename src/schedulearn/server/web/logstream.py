@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState, LogPage
 from schedulearn.server.auth import Caller
@@ -53,7 +53,7 @@ def tail(session: Session, job_id: int, after: int) -> Tail:
     """Lines after `after`, and the job's state (NotFound for an unknown job)."""
     page, ended = logs.page(session, job_id, after, PAGE_LINES)
     state, exit_code = session.execute(
-        select(Job.state, Job.exit_code).where(Job.id == job_id)  # type: ignore[arg-type]
+        select(col(Job.state), col(Job.exit_code)).where(col(Job.id) == job_id)
     ).one()
     return Tail(page, ended, JobState(state), exit_code)
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.core import JobView, NodeView
 from schedulearn.core.registry import describe, options_of
@@ -53,7 +53,7 @@ class ClusterPage:
 
 
 def _by_state(session: Session) -> dict[str, int]:
-    rows = session.execute(select(Job.state, func.count()).group_by(Job.state)).all()  # type: ignore[arg-type]
+    rows = session.execute(select(col(Job.state), func.count()).group_by(col(Job.state))).all()
     return {str(state): int(n) for state, n in rows}
 
 
@@ -65,9 +65,9 @@ def cluster_page(
     holders: dict[int, JobBrief] = {}
     if held:
         rows = session.execute(
-            select(Job.id, Job.name, Job.user, Job.state, Job.started_at).where(
-                Job.id.in_(held)  # type: ignore[union-attr]
-            )
+            select(
+                col(Job.id), col(Job.name), col(Job.user), col(Job.state), col(Job.started_at)
+            ).where(col(Job.id).in_(held))
         )
         holders = {r[0]: JobBrief(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows}
     page = ClusterPage(

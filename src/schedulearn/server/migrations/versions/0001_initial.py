@@ -8,7 +8,7 @@ Create Date: 2026-11-22 02:52:37.501395
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes  # the AutoString columns below; `sqlmodel` does not re-export `sql`
 from alembic import op
 
 revision = "0001"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes  # the AutoString columns below; `sqlmodel` does not re-export `sql`
 from alembic import op
 
 revision = "0004_identity"
