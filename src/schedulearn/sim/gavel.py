@@ -34,7 +34,7 @@ def load_gavel(path: Path) -> ProfileTable:
     if not path.is_file():
         raise SimInputError(
             f"Gavel throughput file {str(path)!r} does not exist; give the path of "
-            "simulation_throughputs.json (../shared/traces/gavel/), or leave it out "
+            "simulation_throughputs.json (traces/gavel/ in a checkout), or leave it out "
             "for the packaged copy"
         )
     try:

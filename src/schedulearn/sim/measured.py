@@ -3,7 +3,7 @@
 For each application (bert, cifar10, deepspeech2, imagenet, ncf, yolov3)
 a directory holds `placements.csv`, `scalability.csv` and
 `validation-<batch>.csv` measured on real clusters (see
-`../shared/traces/README.md`). This module follows the method of
+`traces/README.md`). This module follows the method of
 Pollux's simulator (petuum/adaptdl, `osdi21-artifact`), re-implemented:
 
 - a job trains a fixed number of epochs (`EPOCHS`); epoch `e` ends at
@@ -309,7 +309,7 @@ class MeasuredSpeed:
             if not apps_dir.is_dir():
                 raise SimInputError(
                     f"application tables {str(apps_dir)!r} not found; point --apps at "
-                    "the pollux/apps directory of ../shared/traces"
+                    "the pollux/apps directory of the checkout's traces/"
                 )
             for sub in sorted(p for p in apps_dir.iterdir() if p.is_dir()):
                 if (sub / "placements.csv").is_file() and sub.name in EPOCHS:
