@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
 from doc_blocks import Block, Mode, blocks, documents
+
 from schedulearn.cli.localcluster import free_port
 from waiting import wait_until
 
