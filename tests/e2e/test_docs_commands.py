@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,13 +178,16 @@ class _DocumentRun:
 
     def _command(self, block: Block, command: str, mode: Mode) -> list[str]:
         runner = _long if mode is Mode.LONG else _run
+        started = time.monotonic()
         code, said = runner(command, self.env, self.clone)
+        print(f"{block.where} {mode.value} rc={code} {time.monotonic() - started:.0f}s")
         if code == 0:
             return []
         return [f"{block.where} `{command}` exited {code}:\n{said[-2000:]}"]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 def test_every_documented_command_succeeds_in_a_fresh_clone(tmp_path: Path) -> None:
     clone = _clone(tmp_path)
     assert not (clone.parent / "shared").exists()
