@@ -74,13 +74,15 @@ def _user(home: Path, clone: Path) -> dict[str, str]:
     """A new user in `home`: no SCHEDULEARN_* or virtualenv settings, the clone's tools first."""
     drop = ("SCHEDULEARN_", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTEST_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    path = env.get("PATH", "")
     home.mkdir(parents=True, exist_ok=True)
     env.update(
         HOME=str(home),
         XDG_CONFIG_HOME=str(home / ".config"),
         XDG_DATA_HOME=str(home / ".local" / "share"),
         XDG_STATE_HOME=str(home / ".local" / "state"),
-        PATH=f"{clone / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        # The clone's tools, then ~/.local/bin (Debian's ~/.profile adds it: `uv tool install`).
+        PATH=os.pathsep.join([str(clone / ".venv" / "bin"), str(home / ".local" / "bin"), path]),
         PYTHONUNBUFFERED="1",
     )
     return env
