@@ -30,7 +30,7 @@ from schedulearn.sim.tenants import render, tenancy_for
 from schedulearn.sim.workloads.traces import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "philly" / "philly-jobs.csv"
+DEFAULT_TRACE = REPO / "traces" / "philly" / "philly-jobs.csv"
 
 
 def main() -> int:

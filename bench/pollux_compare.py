@@ -1,6 +1,6 @@
 """Our policies beside Pollux's published figures on its 8 tuned workloads (16 x 4 GPUs).
 
-For each of `../shared/traces/pollux/workloads/workload-{1..8}.csv`, runs
+For each of `traces/pollux/workloads/workload-{1..8}.csv`, runs
 `goodput` and `elastic-fifo` on the adaptive form of the workload (jobs
 on 1..64 GPUs that pick their batch size; `workload-N.csv:adaptive`) and
 `fifo`, `tiresias` and `srtf` on the workload as written (fixed GPU
@@ -15,7 +15,7 @@ as that artifact does, and is checked against the published Tiresias
 figures (issue 13: within +-3% on each workload).
 
     uv run python bench/pollux_compare.py [--workloads 1-8] [--policies goodput,srtf]
-        [--processes N] [--traces ../shared/traces] [--round 60]
+        [--processes N] [--traces traces] [--round 60]
 
 Runs go to a process pool (one run per workload and policy); the wall
 times printed are the elapsed time of the whole bench and, per policy,
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--workloads", default="1-8")
     parser.add_argument("--policies", default=DEFAULT_POLICIES)
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--traces", default=str(REPO.parent / "shared" / "traces"))
+    parser.add_argument("--traces", default=str(REPO / "traces"))
     parser.add_argument(
         "--round", type=float, default=None, help="decide only every N s (Pollux: 60)"
     )

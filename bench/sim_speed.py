@@ -26,7 +26,7 @@ from schedulearn.sim.engine import Simulator
 from schedulearn.sim.workloads.traces import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "philly" / "philly-jobs.csv"
+DEFAULT_TRACE = REPO / "traces" / "philly" / "philly-jobs.csv"
 
 
 def cpu_model() -> str:

@@ -29,7 +29,8 @@ from dependencies import REQUIRE_ALL_VARIABLE, Dependency, missing, require_all
 CONTAINER_FIXTURES = frozenset({"docker_image", "podman_url"})
 CONTAINER_LOCK = Path(tempfile.gettempdir()) / "schedulearn-tests-containers.lock"
 GANG_PORTS_PER_WORKER = 2000  # job ids in one test run stay far below this
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[1] / "traces"  # shipped in the checkout
+PUBLIC_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -81,7 +82,13 @@ def _one_container_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[No
 
 @pytest.fixture
 def traces() -> Path:
-    """`../shared/traces` beside the checkout: the real public trace files."""
-    if not (TRACES / "README.md").is_file():
-        missing(Dependency.TRACES, f"no {TRACES / 'README.md'}")
+    """The checkout's `traces/`: the public traces as the project's loaders read them."""
     return TRACES
+
+
+@pytest.fixture
+def public_traces() -> Path:
+    """`../shared/traces` beside the checkout: the public files `traces/` is written from."""
+    if not (PUBLIC_TRACES / "README.md").is_file():
+        missing(Dependency.TRACES, f"no {PUBLIC_TRACES / 'README.md'}")
+    return PUBLIC_TRACES

@@ -30,7 +30,7 @@ class Dependency(enum.Enum):
     DOCKER = "a Docker engine (apt-get install -y docker.io busybox-static)"
     PODMAN = "Podman (apt-get install -y podman catatonit)"
     BROWSER = "Chromium (apt-get install -y chromium)"
-    TRACES = "the public traces (../shared/traces beside the checkout)"
+    TRACES = "the public trace files (../shared/traces beside the checkout)"
     TORCH = "PyTorch (uv pip install /opt/wheels/torch-2.13.0+cpu-*.whl)"
     SKLEARN = "scikit-learn (the dev dependency group: uv sync)"
 

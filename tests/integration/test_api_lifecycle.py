@@ -332,3 +332,14 @@ def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(api, monkeypatc
     monkeypatch.setattr(event_batch, "record", real_batch)
     assert node.events((b, 1, "started", None)).acks[0].ok
     assert job(api, b).state == "running"
+
+
+def test_a_bad_policy_option_is_a_400_naming_what_it_takes(api) -> None:  # type: ignore[no-untyped-def]
+    before = api.get("/api/v1/policy").json()["spec"]
+    for spec, takes in (
+        ("fifo:backfill=maybe", "backfill takes true or false, not 'maybe'"),
+        ("timeslice:quantum=abc", "quantum takes a number, not 'abc'"),
+    ):
+        r = api.put("/api/v1/policy", json={"spec": spec})
+        assert r.status_code == 400 and takes in r.text, r.text
+    assert api.get("/api/v1/policy").json()["spec"] == before

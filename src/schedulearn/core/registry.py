@@ -2,7 +2,8 @@
 
 A policy spec is a name with optional options: `fifo`,
 `fifo:backfill=true`, `tiresias:queues=3:threshold=3600`. Unknown names
-and unknown options are refused with the valid choices listed.
+and unknown options are refused with the valid choices listed; option
+values are read as the types the policy declares (`policy_options`).
 Third-party packages add policy classes under the entry-point group
 `schedulearn.policies`.
 """
@@ -16,16 +17,20 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 from schedulearn.core.policy import Policy
+from schedulearn.core.policy_options import (
+    PolicyOptionError,
+    UnknownPolicyError,
+    convert,
+    declared_types,
+)
 
 ENTRY_POINT_GROUP = "schedulearn.policies"
+
+__all__ = ["PolicyOptionError", "UnknownPolicyError", "available", "create", "register"]
 
 _P = TypeVar("_P", bound=type[Any])
 _registry: dict[str, type[Any]] = {}
 _loaded = False
-
-
-class UnknownPolicyError(ValueError):
-    """A policy name or option that does not exist; the message lists valid ones."""
 
 
 def register(cls: _P) -> _P:
@@ -88,9 +93,24 @@ def options_of(name: str) -> dict[str, Any]:
 
 
 def create(spec: str, **overrides: Any) -> Policy:
-    """Build a policy from a spec such as `tiresias:queues=3`."""
+    """Build a policy from a spec such as `tiresias:queues=3`.
+
+    `overrides` are values, not text (a `ProfileTable` for `similarity`).
+    A value the policy itself refuses (out of range) is a PolicyOptionError
+    with the policy's own message.
+    """
     name, options = parse_spec(spec)
+    _check_names(name, overrides)
     options.update(overrides)
+    factory: Callable[..., Policy] = policy_class(name)
+    try:
+        return factory(**options)
+    except (TypeError, ValueError) as exc:
+        said = str(exc)  # the policy's own message, most already name it
+        raise PolicyOptionError(said if said.startswith(name) else f"{name}: {said}") from None
+
+
+def _check_names(name: str, options: dict[str, Any]) -> None:
     accepted = options_of(name)
     unknown = sorted(set(options) - set(accepted))
     if unknown:
@@ -98,32 +118,19 @@ def create(spec: str, **overrides: Any) -> Policy:
         raise UnknownPolicyError(
             f"policy {name!r} has no option {', '.join(unknown)}; its options are: {valid}"
         )
-    factory: Callable[..., Policy] = policy_class(name)
-    return factory(**options)
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """The policy's name and its options, each as the type the policy declares."""
     name, *pairs = spec.strip().split(":")
-    options: dict[str, Any] = {}
+    raw: dict[str, str] = {}
     for pair in pairs:
-        key, sep, raw = pair.partition("=")
+        key, sep, value = pair.partition("=")
         if not sep or not key:
             raise UnknownPolicyError(
                 f"bad option {pair!r} in policy spec {spec!r}; write name:key=value[:key=value]"
             )
-        options[key.strip().replace("-", "_")] = _parse_value(raw.strip())
-    return name, options
-
-
-def _parse_value(raw: str) -> Any:
-    lowered = raw.lower()
-    if lowered in {"true", "yes", "on"}:
-        return True
-    if lowered in {"false", "no", "off"}:
-        return False
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            pass
-    return raw
+        raw[key.strip().replace("-", "_")] = value
+    _check_names(name, raw)
+    kinds = declared_types(policy_class(name))
+    return name, {key: convert(name, key, value, kinds[key]) for key, value in raw.items()}

@@ -35,6 +35,8 @@ DEFAULT_CPUS_PER_GPU = 12.0
 DEFAULT_MEMORY_GB_PER_GPU = 32.0
 _SEGMENT = re.compile(r"^(\d+)x(\d+)$")
 _TIRESIAS_COLUMNS = ("num_switch", "num_node_p_switch", "num_gpu_p_node")
+# Every column this module reads from a Tiresias cluster file (the last two optional).
+TIRESIAS_CLUSTER_COLUMNS = (*_TIRESIAS_COLUMNS, "num_cpu_p_node", "mem_p_node")
 
 
 @dataclass(frozen=True, slots=True)

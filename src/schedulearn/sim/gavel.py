@@ -34,7 +34,7 @@ def load_gavel(path: Path) -> ProfileTable:
     if not path.is_file():
         raise SimInputError(
             f"Gavel throughput file {str(path)!r} does not exist; give the path of "
-            "simulation_throughputs.json (../shared/traces/gavel/), or leave it out "
+            "simulation_throughputs.json (traces/gavel/ in a checkout), or leave it out "
             "for the packaged copy"
         )
     try:
@@ -42,6 +42,17 @@ def load_gavel(path: Path) -> ProfileTable:
         return ProfileTable.from_gavel(data)
     except (ValueError, AttributeError) as exc:
         raise SimInputError(f"{str(path)!r} is not a Gavel throughput table: {exc}") from None
+
+
+def gavel_json(table: ProfileTable) -> dict[str, dict[str, dict[str, float]]]:
+    """`table` in the shape of Gavel's `simulation_throughputs.json` ("null" entries only),
+    so that `load_gavel` reads it back."""
+    data: dict[str, dict[str, dict[str, float]]] = {}
+    for p in table.profiles():
+        gpu_type = p.gpu_type + ("_unconsolidated" if p.spread else "")
+        model = f"{p.model} (batch size {p.batch_size})" if p.batch_size else p.model
+        data.setdefault(gpu_type, {})[repr((model, p.gpu_count))] = {"null": p.steps_per_second}
+    return data
 
 
 _MODULE_HEAD = '''"""Gavel's measured training throughputs, shipped so that estimates work anywhere.

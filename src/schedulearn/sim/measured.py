@@ -3,7 +3,7 @@
 For each application (bert, cifar10, deepspeech2, imagenet, ncf, yolov3)
 a directory holds `placements.csv`, `scalability.csv` and
 `validation-<batch>.csv` measured on real clusters (see
-`../shared/traces/README.md`). This module follows the method of
+`traces/README.md`). This module follows the method of
 Pollux's simulator (petuum/adaptdl, `osdi21-artifact`), re-implemented:
 
 - a job trains a fixed number of epochs (`EPOCHS`); epoch `e` ends at
@@ -108,12 +108,12 @@ class AppTables:
         self.epochs = EPOCHS[self.name]
         by_placement: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
         by_shape: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
-        for row in _read(directory / "placements.csv"):
+        for row in read_table(directory / "placements.csv"):
             counts = tuple(int(c) for c in row["placement"])
             point = (float(row["local_bsz"]), float(row["step_time"]), float(row["sync_time"]))
             by_placement.setdefault(canonical(counts), []).append(point)
             by_shape.setdefault((len(counts), sum(counts)), []).append(point)
-        for row in _read(directory / "scalability.csv"):
+        for row in read_table(directory / "scalability.csv"):
             key = (int(row["num_nodes"]), int(row["num_replicas"]))
             point = (float(row["local_bsz"]), float(row["step_time"]), float(row["sync_time"]))
             by_shape.setdefault(key, []).append(point)
@@ -127,7 +127,7 @@ class AppTables:
             self.shapes[n] = (reps, tuple(shapes[n, r] for r in reps))
         validation: list[_Validation] = []
         for path in directory.glob("validation-*.csv"):
-            rows = list(_read(path))
+            rows = list(read_table(path))
             validation.append(
                 _Validation(
                     int(path.stem.split("-")[-1]),
@@ -309,7 +309,7 @@ class MeasuredSpeed:
             if not apps_dir.is_dir():
                 raise SimInputError(
                     f"application tables {str(apps_dir)!r} not found; point --apps at "
-                    "the pollux/apps directory of ../shared/traces"
+                    "the pollux/apps directory of the checkout's traces/"
                 )
             for sub in sorted(p for p in apps_dir.iterdir() if p.is_dir()):
                 if (sub / "placements.csv").is_file() and sub.name in EPOCHS:
@@ -416,7 +416,16 @@ def ideal_counts(gpus: int, shape: ClusterShape) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _read(path: Path) -> list[dict[str, str]]:
+# The columns read from each kind of table ("validation" for every validation-<batch>.csv).
+TABLE_COLUMNS = {
+    "placements": ("placement", "local_bsz", "step_time", "sync_time"),
+    "scalability": ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"),
+    "validation": ("progress", "grad_sqr", "grad_var"),
+}
+
+
+def read_table(path: Path) -> list[dict[str, str]]:
+    """The rows of one measured table (CSV with a header)."""
     if not path.is_file():
         raise SimInputError(f"measured table {str(path)!r} is missing")
     with path.open(newline="") as fh:

@@ -10,6 +10,7 @@ import pytest
 
 from schedulearn.core import UnknownPolicyError, available, create, registry
 from schedulearn.core.policy import Policy
+from schedulearn.core.policy_options import guess
 
 BUILT_IN = {
     "edf",
@@ -54,10 +55,11 @@ def test_an_unknown_option_lists_the_options() -> None:
 
 
 def test_spec_values_are_typed_and_dashes_become_underscores() -> None:
-    name, options = registry.parse_spec(" tiresias:queues=3:threshold=3600:starvation-factor=off ")
+    name, options = registry.parse_spec(" tiresias:queues=3:threshold=3600:starvation-factor=0 ")
     assert name == "tiresias"
-    assert options == {"queues": 3, "threshold": 3600, "starvation_factor": False}
-    assert registry.parse_spec("x:a=1.5:b=yes:c=abc")[1] == {"a": 1.5, "b": True, "c": "abc"}
+    assert options == {"queues": 3, "threshold": 3600.0, "starvation_factor": 0.0}
+    # An option a policy declares no type for is guessed, as before types were read.
+    assert [guess(v) for v in ("1.5", "yes", "abc", "7")] == [1.5, True, "abc", 7]
 
 
 def test_a_malformed_option_says_how_to_write_it() -> None:

@@ -118,7 +118,7 @@ def test_bad_options_are_refused() -> None:
         create("similarity:min_gain=1")
     with pytest.raises(ValueError, match="max_wait"):
         create("similarity:max_wait=-1")
-    with pytest.raises(ValueError, match="'gavel'"):
+    with pytest.raises(ValueError, match="takes gavel"):
         create("similarity:profiles=nope")
 
 

@@ -147,6 +147,11 @@ class Similarity:
             raise ValueError(f"max_wait must not be negative, not {max_wait}")
         if min_gain <= 1.0:
             raise ValueError(f"min_gain must be above 1 (a move must pay), not {min_gain}")
+        if isinstance(profiles, str) and profiles != "gavel":
+            raise ValueError(
+                f"similarity: profiles takes gavel (the built-in table), not {profiles!r}; "
+                "the live server supplies its imported profiles itself"
+            )
         table = builtin_table(profiles) if isinstance(profiles, str) else profiles
         self.estimator = Estimator(table, neighbours)
         self.max_wait = float(max_wait)

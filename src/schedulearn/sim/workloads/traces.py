@@ -1,4 +1,4 @@
-"""Loaders for the public traces in `../shared/traces`, and writers for small samples.
+"""Loaders for the public trace formats (the checkout's `traces/`), and writers for them.
 
 Formats, recognised by their header:
 - Philly (`timestamp,duration,num_gpus,gpu_time,cluster`): submission

@@ -1,0 +1,211 @@
+"""Every command block of README.md, CONTRIBUTING.md and docs/*.md runs in a fresh clone.
+
+The clone is a copy of the checkout's files (tracked and new, nothing
+ignored) in an empty directory, so there is no `../shared` beside it, set
+up with `uv sync` as a new user's would be. Each document gets a new home
+directory and, when it needs one, its own system started by its `up` block
+(or by the runner with the README's `uv run schedulearn up`), stopped with
+Ctrl-C at the end of the document. How each block runs is in `doc_blocks`.
+The one substitution: `schedulearn up` is given a free `--port`, so two
+runs on one machine do not collide.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from doc_blocks import Block, Mode, blocks, documents
+
+from schedulearn.cli.localcluster import free_port
+from waiting import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+BLOCK_SECONDS = 600  # the slowest documented command that runs to the end
+LONG_SECONDS = 15  # a long-running command must still be up (or done, rc 0) after this
+UP = "schedulearn up"
+
+
+def test_every_command_block_says_how_it_runs() -> None:
+    found = [b for path in documents(REPO) for b in blocks(path)]
+    assert len(found) > 20
+    for block in found:
+        assert block.commands, f"{block.where}: a command block with no command"
+        if block.mode is Mode.SKIP:
+            assert len(block.reason) > 20, f"{block.where}: say why the block is not run"
+        if block.mode is Mode.UP:
+            assert any(UP in c for c in block.commands), f"{block.where}: no `{UP}` in it"
+    assert not [b.where for b in found if any("../shared" in c for c in b.commands)]
+
+
+def _clone(into: Path) -> Path:
+    """The checkout's files, as `git clone` of this working tree would give them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    clone = into / "schedulearn"
+    for name in filter(None, (n.decode() for n in listed)):
+        source = REPO / name
+        if source.is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, clone / name)
+    quiet = {"capture_output": True, "check": True, "cwd": clone}
+    subprocess.run(["git", "init", "-q"], **quiet)  # type: ignore[call-overload]  # kwargs
+    subprocess.run(["git", "add", "-A"], **quiet)  # type: ignore[call-overload]  # kwargs
+    subprocess.run(  # type: ignore[call-overload]  # kwargs
+        ["git", "-c", "user.name=docs", "-c", "user.email=docs@example.com", "commit", "-qm", "x"],
+        **quiet,
+    )
+    return clone
+
+
+def _user(home: Path, clone: Path) -> dict[str, str]:
+    """A new user in `home`: no SCHEDULEARN_* or virtualenv settings, the clone's tools first."""
+    drop = ("SCHEDULEARN_", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTEST_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    path = env.get("PATH", "")
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_DATA_HOME=str(home / ".local" / "share"),
+        XDG_STATE_HOME=str(home / ".local" / "state"),
+        # The clone's tools, then ~/.local/bin (Debian's ~/.profile adds it: `uv tool install`).
+        PATH=os.pathsep.join([str(clone / ".venv" / "bin"), str(home / ".local" / "bin"), path]),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _shell(command: str, env: dict[str, str], cwd: Path, **popen: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]  # popen kwargs
+        ["bash", "-e", "-o", "pipefail", "-c", command],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
+
+
+def _stop(process: subprocess.Popen[str], sig: int = signal.SIGINT) -> str:
+    """Ctrl-C (or `sig`) to the whole process group; its output."""
+    if process.poll() is None:
+        os.killpg(process.pid, sig)
+    try:
+        said, _ = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        said, _ = process.communicate()
+    return said
+
+
+def _run(command: str, env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    process = _shell(command, env, cwd)
+    try:
+        said, _ = process.communicate(timeout=BLOCK_SECONDS)
+    except subprocess.TimeoutExpired:
+        return -1, _stop(process, signal.SIGKILL) + f"\n(still running after {BLOCK_SECONDS} s)"
+    return process.returncode, said
+
+
+def _long(command: str, env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    """Start, check it is up (or finished cleanly) after LONG_SECONDS, stop."""
+    process = _shell(command, env, cwd)
+    try:
+        said, _ = process.communicate(timeout=LONG_SECONDS)
+        return process.returncode, said
+    except subprocess.TimeoutExpired:
+        return 0, _stop(process)
+
+
+def _system_ready(env: dict[str, str], cwd: Path, up: subprocess.Popen[str]) -> bool:
+    assert up.poll() is None, f"`{UP}` ended:\n{up.communicate()[0][-3000:]}"
+    listed = subprocess.run(
+        ["schedulearn", "nodes", "--json"], env=env, cwd=cwd, capture_output=True, text=True
+    )
+    return listed.returncode == 0 and bool(json.loads(listed.stdout)["items"])
+
+
+@contextmanager
+def _document_run(clone: Path, home: Path) -> Iterator[_DocumentRun]:
+    run = _DocumentRun(clone, _user(home, clone))
+    try:
+        yield run
+    finally:
+        if run.up is not None:
+            _stop(run.up)
+
+
+class _DocumentRun:
+    """Runs one document's blocks in order; its system starts when a block needs it."""
+
+    def __init__(self, clone: Path, env: dict[str, str]) -> None:
+        self.clone = clone
+        self.env = env
+        self.up: subprocess.Popen[str] | None = None
+
+    def start(self, command: str) -> None:
+        command = command.replace(UP, f"{UP} --port {free_port()}", 1)
+        self.up = _shell(command, self.env, self.clone)
+        up = self.up
+        wait_until(lambda: _system_ready(self.env, self.clone, up), 120, f"`{command}` to serve")
+
+    def block(self, block: Block) -> list[str]:
+        """Problems running `block` (none when every command succeeded)."""
+        if block.mode is Mode.SKIP:
+            return []
+        if block.mode is Mode.UP:
+            self.start(next(c for c in block.commands if UP in c))
+            others = [c for c in block.commands if UP not in c]
+            return [p for c in others for p in self._command(block, c, Mode.RUN)]
+        if block.mode is Mode.LONG:
+            return [p for c in block.commands for p in self._command(block, c, Mode.LONG)]
+        if block.mode is Mode.SYSTEM and self.up is None:
+            self.start(f"uv run {UP}")
+        return self._command(block, block.script, block.mode)
+
+    def _command(self, block: Block, command: str, mode: Mode) -> list[str]:
+        runner = _long if mode is Mode.LONG else _run
+        started = time.monotonic()
+        code, said = runner(command, self.env, self.clone)
+        print(f"{block.where} {mode.value} rc={code} {time.monotonic() - started:.0f}s")
+        if code == 0:
+            return []
+        return [f"{block.where} `{command}` exited {code}:\n{said[-2000:]}"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_every_documented_command_succeeds_in_a_fresh_clone(tmp_path: Path) -> None:
+    clone = _clone(tmp_path)
+    assert not (clone.parent / "shared").exists()
+    synced = subprocess.run(
+        ["uv", "sync", "--frozen"],
+        cwd=clone,
+        env=_user(tmp_path / "setup", clone),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert synced.returncode == 0, synced.stderr[-3000:]
+    problems: list[str] = []
+    for document in documents(clone):
+        home = tmp_path / "homes" / document.stem
+        with _document_run(clone, home) as run:
+            for block in blocks(document):
+                problems += run.block(block)
+    assert not problems, "\n\n".join(problems)
