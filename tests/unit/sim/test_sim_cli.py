@@ -96,7 +96,7 @@ def test_plots_and_json_series(tmp_path: Path) -> None:
         (["-w", "poisson:n=5"], "give one with --cluster"),
         (["-w", "poisson:n=5:gpus=8", "-c", "1x4"], "use a bigger --cluster"),
         (["-w", "tetris", "-c", "3x"], "bad cluster segment"),
-        (["-w", "tetris", "-p", "tiresias:queues=0"], "tiresias: queues must be a whole number, 1 or more"),
+        (["-w", "tetris", "-p", "tiresias:queues=0"], "queues must be a whole number, 1 or more"),
     ],
 )
 def test_bad_input_is_one_line_saying_what_to_change(args: list[str], message: str) -> None:
