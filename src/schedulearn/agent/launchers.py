@@ -12,6 +12,17 @@ and for a gang over several nodes `MASTER_ADDR`, `MASTER_PORT`,
 `WORLD_SIZE` (the number of nodes) and `NODE_RANK`. In a container also
 `NVIDIA_VISIBLE_DEVICES`. The job's own `env` cannot override these: they
 are how a job is kept to its GPUs.
+
+A string command runs under `/bin/sh -c`, behind `STOP_TRAPS`: a stop is
+a SIGTERM to the job's whole process group (the process executor signals
+the group; in a container the init forwards it to the group), so the
+user's program gets it directly. The shell must then neither die at once
+(its exit would end the run, and the agent would kill the program before
+it saved) nor go on to the next command: a trap set to a command is only
+run once the foreground program has ended, and then exits as a shell
+killed by that signal would (143 for SIGTERM). Programs the shell starts
+get the default dispositions back (a caught signal is reset on exec), so
+they handle SIGTERM as they would in argv form.
 """
 
 from __future__ import annotations
@@ -32,6 +43,10 @@ from schedulearn.protocol import (
 )
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+# Put before a string command: the shell outlives a stop signal until its
+# foreground program has ended, then stops (see the module docstring). On the
+# same line as the command, so the shell's error messages keep its line numbers.
+STOP_TRAPS = "trap 'exit 143' TERM; trap 'exit 130' INT; trap 'exit 129' HUP; "
 
 
 class LaunchError(ValueError):
@@ -47,9 +62,10 @@ class LaunchPlan:
 
 
 def command_argv(command: Sequence[str] | str) -> list[str]:
-    """A job's command as argv: a shell string runs under `/bin/sh -c`."""
+    """A job's command as argv: a shell string runs under `/bin/sh -c`, behind
+    `STOP_TRAPS` so that a stop reaches the program and the shell waits for it."""
     if isinstance(command, str):
-        return ["/bin/sh", "-c", command]
+        return ["/bin/sh", "-c", STOP_TRAPS + command]
     if not command:
         raise LaunchError("the job's command is empty; give an argv list or a shell string")
     return list(command)

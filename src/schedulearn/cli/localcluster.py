@@ -110,7 +110,9 @@ class ServerProcess(Proc):
             f"{self.url}/api/v1/nodes",
             json={"name": node},
             headers={"Authorization": f"Bearer {self.admin_token}"},
-            timeout=10,
+            # The first request after start waits for the app to load (the server
+            # listens before that): seconds on a loaded machine.
+            timeout=60,
         )
         r.raise_for_status()
         return str(r.json()["join_token"])

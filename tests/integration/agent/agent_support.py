@@ -133,7 +133,8 @@ def join_token(server_url: str, node: str) -> str:
         f"{server_url}/api/v1/nodes",
         json={"name": node},
         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-        timeout=10,
+        # Often the first call after start, which waits for the app to load.
+        timeout=60,
     )
     assert r.status_code == 201, r.text
     return str(r.json()["join_token"])

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from schedulearn.agent.launchers import (
+    STOP_TRAPS,
     LaunchError,
     command_argv,
     horovod_argv,
@@ -22,7 +23,7 @@ def assignment(**kw: Any) -> Assignment:
 
 
 def test_a_shell_string_runs_under_sh_and_an_argv_as_it_is() -> None:
-    assert command_argv("echo $HOME && ls") == ["/bin/sh", "-c", "echo $HOME && ls"]
+    assert command_argv("echo $HOME && ls") == ["/bin/sh", "-c", STOP_TRAPS + "echo $HOME && ls"]
     assert command_argv(["python", "-u", "t.py"]) == ["python", "-u", "t.py"]
 
 

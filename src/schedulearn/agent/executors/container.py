@@ -25,6 +25,14 @@ as device requests; the container then sees only them, numbered from 0,
 so `CUDA_VISIBLE_DEVICES` counts from 0. Otherwise `NVIDIA_VISIBLE_DEVICES`
 names the host's indices (what the NVIDIA container hooks read).
 
+Stops: `docker stop` sends SIGTERM to the container's init, which hands
+it on. Docker's init (tini) is told to hand it to the job's whole process
+group (`TINI_KILL_PROCESS_GROUP`), as the process executor signals the
+group: a string command's shell (`launchers.STOP_TRAPS`) and the program
+it runs both get it, so the program saves and the shell waits for it.
+Podman's init (catatonit) and `--no-container-init` signal one process
+only: there a string command should `exec` its program to stop gracefully.
+
 The SDK blocks, so every call runs in a daemon thread: a container that
 runs for a week must not hold up the agent's exit.
 """
@@ -178,9 +186,14 @@ class DockerExecutor:
             labels["schedulearn.name"] = assignment.name
         if assignment.user:
             labels["schedulearn.user"] = assignment.user
+        environment = dict(plan.env)
+        if self.init:
+            # Docker's init (tini) then signals the job's process group, not
+            # only its first process; other inits ignore the variable.
+            environment["TINI_KILL_PROCESS_GROUP"] = "1"
         options: dict[str, Any] = {
             "command": list(plan.argv),
-            "environment": dict(plan.env),
+            "environment": environment,
             "labels": labels,
             "name": container_name(self.node_name, assignment.job_id, assignment.attempt),
             "network_mode": self.network_mode,
