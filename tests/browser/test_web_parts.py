@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from schedulearn.protocol import JobState, ProgressPublic
+from schedulearn.protocol import JobState, PolicyForecast, PolicyPreview, ProgressPublic
 from schedulearn.server import db
 from schedulearn.server.models import Job, JobTransition
-from schedulearn.server.web import forms, history, job_data, metric_chart
+from schedulearn.server.web import forms, history, job_data, metric_chart, previews
 from schedulearn.server.web import session as sessions
 
 # --- sessions ----------------------------------------------------------------------
@@ -246,3 +246,44 @@ def test_a_flat_metric_still_gets_a_range() -> None:
     assert charts is not None
     (loss,) = charts.series
     assert {p.py for p in loss.points} == {(charts.top + charts.bottom) / 2}
+
+
+# --- policy preview page -----------------------------------------------------------
+
+
+def _preview(jcts: dict[str, float | None]) -> PolicyPreview:
+    rows = [
+        PolicyForecast(
+            spec=spec,
+            in_force=i == 0,
+            mean_jct=jct,
+            makespan=jct,
+            utilisation=0.5,
+            predicted=2,
+            unknown=0,
+            preemptions=0,
+            wall_seconds=0.01,
+        )
+        for i, (spec, jct) in enumerate(jcts.items())
+    ]
+    return PolicyPreview(
+        at=0.0,
+        in_force="fifo",
+        pending=1,
+        running=1,
+        compared=2,
+        horizon_seconds=60.0,
+        without_estimate=0,
+        policies=rows,
+    )
+
+
+def test_the_preview_marks_every_policy_with_the_lowest_mean_jct() -> None:
+    assert previews.best_specs(_preview({"fifo": 60, "srtf": 30, "goodput": 30})) == {
+        "srtf",
+        "goodput",
+    }
+    # All alike, or a single policy with figures: nothing stands out.
+    assert previews.best_specs(_preview({"fifo": 60, "srtf": 60})) == frozenset()
+    assert previews.best_specs(_preview({"fifo": 60, "srtf": None})) == frozenset()
+    assert previews.page_of(_preview({"fifo": 1})).note == "Figures are over all 2 jobs."

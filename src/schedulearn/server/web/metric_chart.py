@@ -87,6 +87,11 @@ def figure(value: float) -> str:
     return f"{value:.4g}"
 
 
+def tick(value: float) -> str:
+    """An axis label: three significant figures are enough beside the exact tooltips."""
+    return figure(float(f"{value:.3g}"))
+
+
 def x_axis_of(reports: list[ProgressPublic]) -> XAxis:
     if all(r.step is not None for r in reports):
         return XAxis.STEP
@@ -139,7 +144,7 @@ def _series(name: str, values: list[tuple[float, float]]) -> Series:
     points = [Point(x, y, px(x), py(y)) for x, y in values]
     path = "M" + " L".join(f"{p.px},{p.py}" for p in points)
     low, high = min(ys), max(ys)
-    y_ticks = [Tick(py(v), figure(v)) for v in dict.fromkeys((high, (low + high) / 2, low))]
+    y_ticks = [Tick(py(v), tick(v)) for v in dict.fromkeys((high, (low + high) / 2, low))]
     x_ticks = [Tick(px(v), figure(v)) for v in dict.fromkeys((min(xs), max(xs)))]
     return Series(name, points, path, y_ticks, x_ticks)
 

@@ -1,7 +1,7 @@
 """How the Policy preview page reads a `PolicyPreview` (`services.predictions.preview`).
 
 Owns the page's judgements on the figures, kept out of the template: which
-policy comes out best (the lowest predicted mean JCT, as the CLI's table
+policies come out best (the lowest predicted mean JCT, as the CLI's table
 marks it) and the sentence that says what the figures are over.
 """
 
@@ -12,15 +12,14 @@ from dataclasses import dataclass
 from schedulearn.protocol import PolicyPreview
 
 
-def best_spec(preview: PolicyPreview) -> str | None:
-    """The policy with the lowest predicted mean JCT; None when fewer than two compare."""
-    rows = [p for p in preview.policies if p.mean_jct is not None and p.error is None]
-    if len(rows) < 2:
-        return None
-    best = min(rows, key=lambda p: p.mean_jct or 0.0)
-    if all(p.mean_jct == best.mean_jct for p in rows):
-        return None  # a tie everywhere: nothing to point at
-    return best.spec
+def best_specs(preview: PolicyPreview) -> frozenset[str]:
+    """The policies with the lowest predicted mean JCT (all of them on a tie);
+    none when fewer than two have figures, or when every one has the same."""
+    jcts = {p.spec: p.mean_jct for p in preview.policies if p.mean_jct is not None and not p.error}
+    if len(set(jcts.values())) < 2:
+        return frozenset()
+    best = min(jcts.values())
+    return frozenset(spec for spec, jct in jcts.items() if jct == best)
 
 
 def compared_note(preview: PolicyPreview) -> str:
@@ -39,9 +38,9 @@ def compared_note(preview: PolicyPreview) -> str:
 @dataclass(frozen=True, slots=True)
 class PreviewPage:
     preview: PolicyPreview
-    best: str | None
+    best: frozenset[str]
     note: str
 
 
 def page_of(preview: PolicyPreview) -> PreviewPage:
-    return PreviewPage(preview, best_spec(preview), compared_note(preview))
+    return PreviewPage(preview, best_specs(preview), compared_note(preview))
