@@ -18,7 +18,7 @@ import sys
 
 import pytest
 from browsing import ADMIN, PHONE, Cluster, Visitor, Visits, screenshot
-from playwright.sync_api import expect
+from playwright.sync_api import Dialog, expect
 
 from waiting import wait_until
 
@@ -187,7 +187,7 @@ def test_switching_the_policy_asks_first(cluster: Cluster, visit: Visits) -> Non
     page.goto(f"{cluster.url}/ui/policy")
     asked: list[str] = []
 
-    def dismiss(dialog) -> None:  # type: ignore[no-untyped-def]
+    def dismiss(dialog: Dialog) -> None:
         asked.append(dialog.message)
         dialog.dismiss()
 
