@@ -27,6 +27,7 @@ SCREENSHOTS = _REPO / os.environ.get("SCHEDULEARN_SCREENSHOT_DIR", "out/screensh
 ADMIN = "browser-admin-token"
 AGENT = "browser-agent-token"
 VIEWPORT = {"width": 1440, "height": 900}
+PHONE = {"width": 390, "height": 844}  # an iPhone 12-14's CSS pixels
 
 
 @dataclass
@@ -120,8 +121,12 @@ class Visitor:
     script_errors: list[str]
 
 
-def open_visitor(browser: object, base_url: str, token: str | None) -> Visitor:
-    context = browser.new_context(viewport=VIEWPORT, locale="en-GB")  # type: ignore[attr-defined]
+def open_visitor(
+    browser: object, base_url: str, token: str | None, viewport: dict[str, int] | None = None
+) -> Visitor:
+    context = browser.new_context(  # type: ignore[attr-defined]
+        viewport=viewport or VIEWPORT, locale="en-GB", accept_downloads=True
+    )
     context.set_default_timeout(15_000)
     requested: list[str] = []
     failed: list[str] = []
@@ -176,8 +181,8 @@ class Visits:
         self.base_url = base_url
         self.opened: list[Visitor] = []
 
-    def __call__(self, token: str | None) -> Visitor:
-        visitor = open_visitor(self.browser, self.base_url, token)
+    def __call__(self, token: str | None, viewport: dict[str, int] | None = None) -> Visitor:
+        visitor = open_visitor(self.browser, self.base_url, token, viewport)
         self.opened.append(visitor)
         return visitor
 

@@ -31,6 +31,25 @@ def chromium_path() -> str:
     return CHROMIUM
 
 
+def app_loaded(server: ServerProcess, timeout: float = 120.0) -> None:
+    """Until the server's app answers (it listens, and answers /healthz, before it has
+    loaded its app; on a loaded machine the first API call can wait many seconds)."""
+    import httpx
+
+    from waiting import wait_until
+
+    def status() -> int:
+        return httpx.get(
+            f"{server.url}/api/v1/policy",
+            headers={"Authorization": f"Bearer {server.admin_token}"},
+            timeout=timeout,
+        ).status_code
+
+    wait_until(
+        status, timeout, "the server's app to load", until=(200).__eq__, ignore=(httpx.HTTPError,)
+    )
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     work = Path(tempfile.mkdtemp(prefix="sl-browser-"))
@@ -53,6 +72,7 @@ def cluster() -> Iterator[Cluster]:
     server.start()
     try:
         server.wait_ready()
+        app_loaded(server)
         for agent in agents.values():
             agent.enroll(server)  # each node its own credential
             agent.start()
@@ -105,6 +125,7 @@ def empty_server() -> Iterator[ServerProcess]:
     server.start()
     try:
         server.wait_ready()
+        app_loaded(server)
         yield server
     finally:
         server.stop()

@@ -216,6 +216,7 @@ def test_policy_switch_is_for_admins_only(cluster: Cluster, visit: Visits) -> No
         before = api.get("/api/v1/policy").json()["spec"]
 
     user = visit(cluster.token_for("ana")).page
+    user.on("dialog", lambda dialog: dialog.accept())  # every switch asks first (test_web_ux)
     user.goto(f"{cluster.url}/ui/policy")
     expect(user.get_by_test_id("admin-only")).to_be_visible()
     expect(user.get_by_test_id("switch-form")).to_have_count(0)
@@ -228,6 +229,7 @@ def test_policy_switch_is_for_admins_only(cluster: Cluster, visit: Visits) -> No
         assert api.get("/api/v1/policy").json()["spec"] == before
 
     admin = visit(ADMIN).page
+    admin.on("dialog", lambda dialog: dialog.accept())
     admin.goto(f"{cluster.url}/ui/policy")
     expect(admin.get_by_test_id("current-policy")).to_have_text(before)
     # Every registered policy is described.

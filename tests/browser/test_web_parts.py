@@ -1,7 +1,7 @@
 """The dashboard's parts that need no browser: the server-side session, the
 Submit form's parsing, the metrics' reconstruction of the past from the job
-history, and progress reading. (The Queue page's order is tested with the
-policies: tests/unit/core/test_queue_order.py and
+history, progress reading and the job page's metric charts. (The Queue
+page's order is tested with the policies: tests/unit/core/test_queue_order.py and
 tests/unit/server/test_queue_order_live.py.)
 
 They run with the rest of the suite (no Chromium needed); the history tests
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from schedulearn.protocol import JobState
+from schedulearn.protocol import JobState, PolicyForecast, PolicyPreview, ProgressPublic
 from schedulearn.server import db
 from schedulearn.server.models import Job, JobTransition
-from schedulearn.server.web import forms, history, job_data
+from schedulearn.server.web import forms, history, job_data, metric_chart, previews
 from schedulearn.server.web import session as sessions
 
 # --- sessions ----------------------------------------------------------------------
@@ -198,3 +198,92 @@ def test_progress_is_read_from_a_fraction_or_from_epochs() -> None:
     assert progress is not None and progress.fraction == 0.25
     assert progress.figures == {"epoch": "3", "total_epochs": "12", "loss": "0.5"}
     assert job_data.progress_of({"step": 10}) == job_data.Progress(None, {"step": "10"})
+
+
+# --- metric charts ----------------------------------------------------------------
+
+
+def _report(at: float, **fields: object) -> ProgressPublic:
+    return ProgressPublic.model_validate({"at": at, **fields})
+
+
+def test_a_chart_per_reported_metric_drawn_in_step_order() -> None:
+    reports = [
+        _report(1, step=10, loss=2.0, accuracy=0.1, metrics={"lr": 0.1}),
+        _report(2, step=20, loss=1.0, accuracy=0.5),
+        # A resumed run reports step 15 again, after step 20: drawn in x order.
+        _report(3, step=15, loss=1.5),
+    ]
+    charts = metric_chart.charts(reports)
+    assert charts is not None and charts.x_axis is metric_chart.XAxis.STEP
+    assert [s.name for s in charts.series] == ["loss", "accuracy", "lr"]
+    loss = charts.series[0]
+    assert [(p.x, p.y) for p in loss.points] == [(10, 2.0), (15, 1.5), (20, 1.0)]
+    # x grows left to right, a larger value is drawn higher (smaller y), inside the frame.
+    xs = [p.px for p in loss.points]
+    ys = [p.py for p in loss.points]
+    assert xs == sorted(xs) and xs[0] == charts.left and xs[-1] == charts.right
+    assert ys == sorted(ys) and charts.top <= ys[0] and ys[-1] <= charts.bottom
+    assert loss.path == "M" + " L".join(f"{p.px},{p.py}" for p in loss.points)
+    assert [t.label for t in loss.y_ticks] == ["2", "1.5", "1"]
+    assert [t.label for t in loss.x_ticks] == ["10", "20"]
+    assert len(charts.series[2].points) == 1  # one lr report: one point, still a chart
+
+
+def test_charts_fall_back_to_epochs_then_report_numbers() -> None:
+    by_epoch = metric_chart.charts([_report(1, epoch=1, loss=1.0), _report(2, epoch=2, loss=0.5)])
+    assert by_epoch is not None and by_epoch.x_axis is metric_chart.XAxis.EPOCH
+    mixed = metric_chart.charts([_report(1, step=5, loss=1.0), _report(2, loss=0.5)])
+    assert mixed is not None and mixed.x_axis is metric_chart.XAxis.REPORT
+    assert [p.x for p in mixed.series[0].points] == [1, 2]
+    # Reports with no metric to draw (only progress figures): no chart.
+    assert metric_chart.charts([_report(1, step=3, total_epochs=4)]) is None
+    assert metric_chart.charts([]) is None
+
+
+def test_a_flat_metric_still_gets_a_range() -> None:
+    charts = metric_chart.charts([_report(1, step=1, loss=0.0), _report(2, step=2, loss=0.0)])
+    assert charts is not None
+    (loss,) = charts.series
+    assert {p.py for p in loss.points} == {(charts.top + charts.bottom) / 2}
+
+
+# --- policy preview page -----------------------------------------------------------
+
+
+def _preview(jcts: dict[str, float | None]) -> PolicyPreview:
+    rows = [
+        PolicyForecast(
+            spec=spec,
+            in_force=i == 0,
+            mean_jct=jct,
+            makespan=jct,
+            utilisation=0.5,
+            predicted=2,
+            unknown=0,
+            preemptions=0,
+            wall_seconds=0.01,
+        )
+        for i, (spec, jct) in enumerate(jcts.items())
+    ]
+    return PolicyPreview(
+        at=0.0,
+        in_force="fifo",
+        pending=1,
+        running=1,
+        compared=2,
+        horizon_seconds=60.0,
+        without_estimate=0,
+        policies=rows,
+    )
+
+
+def test_the_preview_marks_every_policy_with_the_lowest_mean_jct() -> None:
+    assert previews.best_specs(_preview({"fifo": 60, "srtf": 30, "goodput": 30})) == {
+        "srtf",
+        "goodput",
+    }
+    # All alike, or a single policy with figures: nothing stands out.
+    assert previews.best_specs(_preview({"fifo": 60, "srtf": 60})) == frozenset()
+    assert previews.best_specs(_preview({"fifo": 60, "srtf": None})) == frozenset()
+    assert previews.page_of(_preview({"fifo": 1})).note == "Figures are over all 2 jobs."

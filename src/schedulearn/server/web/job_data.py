@@ -6,7 +6,8 @@ caller (details hidden from all but its owner and admins) and `jobs.history`
 its transitions; the timeline adds when each state began and how long
 it lasted. Progress is shown when the job reports one (a `progress` field on
 the job, from `schedulearn.runtime.report`); jobs that report none show
-no progress bar.
+no progress bar. Its reported metrics over time (the progress history)
+are drawn as charts (`metric_chart`) for those who may see its details.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from sqlmodel import Session
 from schedulearn.protocol import JobHistory, JobPublic, JobState
 from schedulearn.server.auth import Caller
 from schedulearn.server.services import jobs as job_service
+from schedulearn.server.services import progress as progress_service
 from schedulearn.server.services import visibility
+from schedulearn.server.web import metric_chart
+from schedulearn.server.web.metric_chart import MetricCharts
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,7 @@ class JobPage:
     job: JobPublic
     steps: list[Step]
     progress: Progress | None
+    charts: MetricCharts | None = None
 
     @property
     def final(self) -> bool:
@@ -109,4 +114,9 @@ def job_page(
     """The page's data as `caller` may see it (`visibility`: details hidden from others)."""
     job = job_service.show_to(session, job_id, caller, default_policy, now)
     steps = timeline(job, job_service.history(session, job_id, caller))
-    return JobPage(job, steps, progress_of(getattr(job, "progress", None)))
+    charts = None
+    if not job.details_hidden:
+        # The history is its owner's and admins' (as `GET /jobs/{id}/progress`).
+        reports = progress_service.history(session, job_id, caller).reports
+        charts = metric_chart.charts(reports)
+    return JobPage(job, steps, progress_of(getattr(job, "progress", None)), charts)

@@ -20,6 +20,7 @@ from fastapi.templating import Jinja2Templates
 from schedulearn.protocol import JobState
 from schedulearn.server.web import session as sessions
 from schedulearn.server.web.deps import HERE, Viewer
+from schedulearn.server.web.metric_chart import figure
 
 NOTICE_COOKIE = "sl_notice"
 
@@ -129,6 +130,7 @@ def make_templates() -> Jinja2Templates:
         state_class=state_class,
         placement=placement_text,
         percent=percent,
+        metric=figure,
     )
     env.globals["nav"] = NAV
     env.globals["csrf_field"] = sessions.CSRF_FIELD

@@ -1,4 +1,4 @@
-"""Pages about the cluster as a whole: Cluster, Queue, Policy (and its switch), Metrics.
+"""Pages about the cluster as a whole: Cluster, Queue, Policy (its switch, its preview), Metrics.
 
 Routers parse, call one service function, render. An htmx request
 (`HX-Request`) gets only the page's live part, which it swaps in place.
@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, Response
 from schedulearn.server.api.deps import State
 from schedulearn.server.errors import ServiceError
 from schedulearn.server.services import policy as policy_service
-from schedulearn.server.web import history, overview
+from schedulearn.server.web import history, overview, previews
 from schedulearn.server.web.deps import PageError, Signed, call, check_csrf
 from schedulearn.server.web.render import is_partial, page, redirect
 
@@ -42,6 +42,36 @@ async def queue(request: Request, state: State, who: Signed) -> HTMLResponse:
 async def policy(request: Request, state: State, who: Signed) -> HTMLResponse:
     data = await call(state, overview.policy_page, state.settings.default_policy)
     return page(request, "policy.html", who, active="policy", data=data, error=None, typed=None)
+
+
+@router.get("/policy/preview", response_class=HTMLResponse)
+async def policy_preview(
+    request: Request, state: State, who: Signed, policies: str = ""
+) -> HTMLResponse:
+    """`schedulearn policy preview` as a page: the queue simulated under each policy."""
+    asked = policies.strip()[:2000]
+    try:
+        preview = await state.predictions.preview(asked or None)
+    except ServiceError as exc:  # a bad spec: the registry's message, beside the field
+        return page(
+            request,
+            "policy_preview.html",
+            who,
+            status=exc.status,
+            active="policy",
+            data=None,
+            error=exc.message,
+            typed=asked,
+        )
+    return page(
+        request,
+        "policy_preview.html",
+        who,
+        active="policy",
+        data=previews.page_of(preview),
+        error=None,
+        typed=asked,
+    )
 
 
 @router.post("/policy", response_model=None)

@@ -18,7 +18,7 @@ from schedulearn.server.api.deps import State
 from schedulearn.server.errors import ServiceError
 from schedulearn.server.services import jobs as job_service
 from schedulearn.server.services.jobs import Submitted
-from schedulearn.server.web import forms, job_data, logstream
+from schedulearn.server.web import forms, job_data, logstream, stored_log
 from schedulearn.server.web.deps import PageError, Signed, call, check_csrf
 from schedulearn.server.web.render import is_partial, page, redirect
 
@@ -145,6 +145,18 @@ async def log_stream(
         logstream.follow(state, number, first),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/jobs/{job_id}/log/full")
+async def log_file(state: State, who: Signed, job_id: str) -> StreamingResponse:
+    """The job's output as a text file (`stored_log`)."""
+    number = _job_id(job_id)
+    first = await call(state, stored_log.first_page, number, who.caller)
+    return StreamingResponse(
+        stored_log.download(state, number, first),
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="job-{number}.log"'},
     )
 
 

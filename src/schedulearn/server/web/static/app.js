@@ -1,5 +1,6 @@
 /* Schedulearn dashboard: small behaviours on top of server-rendered pages.
- * - forms with data-confirm ask before they act (cancel a job);
+ * - forms with data-confirm ask before they act (cancel a job, switch the
+ *   policy); "{spec}" in the question is the form's spec field as typed;
  * - the job page's log follows the server-sent event stream of its output. */
 (function () {
   "use strict";
@@ -7,7 +8,10 @@
   document.addEventListener("submit", function (ev) {
     var form = ev.target;
     var question = form && form.getAttribute && form.getAttribute("data-confirm");
-    if (question && !window.confirm(question)) ev.preventDefault();
+    if (!question) return;
+    var spec = form.querySelector("[name=spec]");
+    if (spec) question = question.replace("{spec}", spec.value.trim() || "(nothing)");
+    if (!window.confirm(question)) ev.preventDefault();
   });
 
   var MAX_LINES = 5000; // older lines leave the page (the full log stays on the server)
@@ -17,6 +21,9 @@
     var count = document.getElementById("log-count");
     var follow = document.getElementById("log-follow");
     var placeholder = pre.querySelector(".placeholder");
+    // A job that had already ended when the page was drawn is never "live":
+    // its stream only replays the stored lines, then says "ended".
+    var finished = pre.getAttribute("data-final") === "true";
     var shown = 0;
     var trimmed = false;
     var buffer = [];
@@ -63,7 +70,9 @@
     });
 
     var source = new EventSource(pre.getAttribute("data-src"));
-    source.addEventListener("open", function () { setStatus("live", true); });
+    source.addEventListener("open", function () {
+      setStatus(finished ? "loading…" : "live", !finished);
+    });
     source.addEventListener("line", function (ev) {
       var data = JSON.parse(ev.data);
       shown += 1;
@@ -76,8 +85,11 @@
       source.close();
       var data = JSON.parse(ev.data);
       var tail = "— job " + data.state + (data.exit_code === null ? "" : ", exit code " + data.exit_code) + " —";
-      if (placeholder) { placeholder.textContent = "No output."; placeholder = null; }
+      // Lines wait in `buffer` up to 30 ms before they are drawn: only a job
+      // that printed nothing at all (no stdout, no stderr) has "No output.".
+      if (placeholder && shown === 0) { placeholder.textContent = "No output."; placeholder = null; }
       queue(line(tail, "sys"));
+      finished = true;
       setStatus("ended", false);
       document.body.dispatchEvent(new CustomEvent("job-changed"));
     });
