@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from schedulearn.core.fairshare_queues import shares
+from schedulearn.core.fairshare_queues import named, shares
 from schedulearn.core.views import ClusterView, JobView
 
 
@@ -59,6 +59,8 @@ def share_reason(view: ClusterView, job: JobView) -> ShareReason | None:
     tenancy = view.tenancy
     if tenancy is None or job.placement is not None:
         return None
+    view = named(view)
+    job = view.job(job.id) if not job.queue else job
     book = shares(view, tenancy)
     s = book[job.queue]
 
