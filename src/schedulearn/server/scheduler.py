@@ -23,6 +23,7 @@ from sqlmodel import Session
 
 from schedulearn.clock import Clock
 from schedulearn.core import Policy
+from schedulearn.core.fairshare import FairShare
 from schedulearn.server.db import Database
 from schedulearn.server.errors import Unavailable
 from schedulearn.server.metrics import Metrics
@@ -31,6 +32,7 @@ from schedulearn.server.services import (
     checkpoints,
     policy,
     profiles,
+    queues,
     scheduling,
     snapshot,
 )
@@ -128,15 +130,23 @@ class Scheduler:
             self.profiles_mark = marked
             try:
                 table = profiles.live_table(session) if marked is not None else None
-                self.policy = policy.build(
-                    spec,
-                    self.settings.min_resize_age_seconds,
-                    **profiles.policy_overrides(spec, table),
+                # Wrapped in the fair-share layer: with tenant queues in the
+                # snapshot it picks the queue, the policy orders inside it;
+                # with none it is the policy alone (core.fairshare).
+                self.policy = FairShare(
+                    policy.build(
+                        spec,
+                        self.settings.min_resize_age_seconds,
+                        **profiles.policy_overrides(spec, table),
+                    ),
+                    min_run=self.settings.queue_min_run_seconds,
                 )
             except Exception:
                 log.exception("stored policy %r is invalid; keeping %r", spec, self.spec)
                 if self.policy is None:
-                    self.policy = policy.build("fifo")
+                    self.policy = FairShare(
+                        policy.build("fifo"), min_run=self.settings.queue_min_run_seconds
+                    )
                 spec = self.spec or "fifo"
             else:
                 log.info("policy in force: %s", spec)
@@ -144,6 +154,7 @@ class Scheduler:
         assert self.policy is not None
         started = time.perf_counter()
         result = scheduling.run_pass(session, self.policy, now, self.pending)
+        queues.observe(session, now, self.settings.queue_half_life_seconds)
         if now - self._pruned_at >= PRUNE_SECONDS:
             self._pruned_at = now
             checkpoints.prune(session, checkpoints.store_dir(self.settings))
