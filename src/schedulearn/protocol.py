@@ -1155,8 +1155,9 @@ UserName = Annotated[str, Field(min_length=1, max_length=100, pattern=USER_NAME_
 Guarantee = dict[Annotated[str, Field(max_length=100)], Annotated[int, Field(ge=0, le=1_000_000)]]
 
 
-class QueueBase(_Wire):
-    """What a queue is promised: guaranteed GPUs (per GPU type, "" = any), a limit, a weight."""
+class QueueBase(_Request):
+    """What a queue is promised: guaranteed GPUs (per GPU type, "" = any), a limit, a weight.
+    `QueuePublic` derives from it too (a reply, so unknown fields are ignored there)."""
 
     guaranteed: Guarantee = Field(
         default_factory=dict,
@@ -1168,7 +1169,7 @@ class QueueBase(_Wire):
     weight: float = Field(default=1.0, gt=0, le=1_000_000, description="Share of idle GPUs")
 
 
-class QueueCreate(_Request, QueueBase):
+class QueueCreate(QueueBase):
     """`schedulearn queue add NAME` (admin)."""
 
     name: QueueName
@@ -1200,7 +1201,9 @@ class QueueUpdate(_Request):
     )
 
 
-class QueuePublic(_Reply, QueueBase):
+class QueuePublic(QueueBase, _Reply):
+    model_config = ConfigDict(extra="ignore")
+
     name: str
     guaranteed_gpus: int = Field(description="All guaranteed GPUs, every type")
     users: list[str] = Field(default_factory=list, description="Members (none: open to everyone)")
