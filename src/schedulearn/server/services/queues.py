@@ -23,8 +23,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, func, select
-from sqlmodel import Session
+from sqlalchemy import ColumnElement, delete, func, select
+from sqlmodel import Session, col
 
 from schedulearn.core.fairshare_queues import (
     DEFAULT_QUEUE,
@@ -66,6 +66,10 @@ _LIVE = (JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPT
 KEEP_SAMPLES_SECONDS = 30 * 24 * 3600.0
 
 
+# `job.queue` is a declared column (core.views.JobView.queue), not spelled out on `Job`.
+job_queue_column: ColumnElement[str] = Job.__table__.c.queue  # type: ignore[attr-defined]  # see above
+
+
 def _key(queue: str) -> str:
     return queue or DEFAULT_QUEUE
 
@@ -101,7 +105,7 @@ def tenancy(session: Session, now: float) -> Tenancy | None:
         return None
     usage = _usage(session, now)
     queues = tuple(core_queue(r) for r in rows)
-    half_life = session.execute(select(func.max(QueueUsage.half_life))).scalar()
+    half_life = session.execute(select(func.max(col(QueueUsage.half_life)))).scalar()
     if half_life is None:
         return Tenancy(queues, usage)
     return Tenancy(queues, usage, half_life)
@@ -111,10 +115,10 @@ def _held(session: Session) -> dict[str, tuple[int, int]]:
     """GPUs held now per queue: (all, by non-preemptible jobs)."""
     held: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for queue, preemptible, n in session.execute(
-        select(Job.queue, Job.preemptible, func.count())  # type: ignore[call-overload]
+        select(job_queue_column, col(Job.preemptible), func.count())
         .select_from(Allocation)
-        .join(Job, Allocation.job_id == Job.id)
-        .group_by(Job.queue, Job.preemptible)
+        .join(Job, col(Allocation.job_id) == col(Job.id))
+        .group_by(job_queue_column, col(Job.preemptible))
     ):
         held[_key(queue)][0] += n
         if not preemptible:
@@ -126,9 +130,9 @@ def _waiting(session: Session) -> dict[str, tuple[int, int]]:
     """Pending jobs per queue: (jobs, GPUs they ask for)."""
     out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for queue, jobs, gpus in session.execute(
-        select(Job.queue, func.count(), func.sum(Job.gpus))  # type: ignore[call-overload]
-        .where(Job.state == JobState.PENDING)
-        .group_by(Job.queue)
+        select(job_queue_column, func.count(), func.sum(col(Job.gpus)))
+        .where(col(Job.state) == JobState.PENDING)
+        .group_by(job_queue_column)
     ):
         out[_key(queue)][0] += jobs
         out[_key(queue)][1] += gpus or 0
@@ -136,8 +140,8 @@ def _waiting(session: Session) -> dict[str, tuple[int, int]]:
 
 
 def _healthy_gpus(session: Session) -> int:
-    query = select(func.count()).select_from(Gpu).join(Node, Gpu.node == Node.name)  # type: ignore[arg-type]
-    return int(session.execute(query.where(Node.healthy)).scalar_one())
+    query = select(func.count()).select_from(Gpu).join(Node, col(Gpu.node) == col(Node.name))
+    return int(session.execute(query.where(col(Node.healthy))).scalar_one())
 
 
 @dataclass(slots=True)
@@ -190,7 +194,7 @@ def observe(session: Session, now: float, half_life: float) -> bool:
                 at=now, queue=s.name, used=s.used, guaranteed=s.guaranteed, share=round(s.share, 3)
             )
         )
-    session.execute(delete(QueueSample).where(QueueSample.at < now - KEEP_SAMPLES_SECONDS))  # type: ignore[arg-type]
+    session.execute(delete(QueueSample).where(col(QueueSample.at) < now - KEEP_SAMPLES_SECONDS))
     session.commit()
     return True
 
@@ -209,7 +213,8 @@ class Membership:
     def admit(self, spec: JobSpec, caller: Caller) -> JobSpec:
         """`spec` with its queue resolved (named, the owner's default, or "default"),
         or BadRequest/Forbidden saying what to change."""
-        name = spec.queue.strip() or self.defaults.get(caller.user, DEFAULT_QUEUE)
+        asked = str(getattr(spec, "queue", ""))  # a declared field (JobView.queue)
+        name = asked.strip() or self.defaults.get(caller.user, DEFAULT_QUEUE)
         if name not in self.declared and name != DEFAULT_QUEUE:
             known = ", ".join(sorted(self.declared)) or "none is declared"
             raise BadRequest(
@@ -221,11 +226,11 @@ class Membership:
                 f"{caller.user} is not a member of queue {name}; an admin adds you with "
                 f"`schedulearn queue set {name} --add-user {caller.user}`"
             )
-        return spec if name == spec.queue else spec.model_copy(update={"queue": name})
+        return spec if name == asked else spec.model_copy(update={"queue": name})
 
 
 def membership(session: Session) -> Membership:
-    declared = frozenset(session.execute(select(TenantQueue.name)).scalars())
+    declared = frozenset(session.execute(select(col(TenantQueue.name))).scalars())
     members: dict[str, set[str]] = defaultdict(set)
     defaults: dict[str, str] = {}
     if declared:
@@ -251,7 +256,9 @@ def _set_members(
 ) -> None:
     current = {
         m.user: m
-        for m in session.execute(select(QueueMember).where(QueueMember.queue == name)).scalars()
+        for m in session.execute(
+            select(QueueMember).where(col(QueueMember.queue) == name)
+        ).scalars()
     }
     for user in remove:
         if user in current:
@@ -265,9 +272,9 @@ def _set_members(
         # A user has one default queue: this one replaces any other.
         for other in session.execute(
             select(QueueMember).where(
-                QueueMember.user.in_(default),  # type: ignore[attr-defined]
-                QueueMember.queue != name,
-                QueueMember.is_default,
+                col(QueueMember.user).in_(default),
+                col(QueueMember.queue) != name,
+                col(QueueMember.is_default),
             )
         ).scalars():
             other.is_default = False
@@ -315,17 +322,14 @@ def remove(session: Session, name: str) -> QueueRemoved:
     live = session.execute(
         select(func.count())
         .select_from(Job)
-        .where(
-            Job.queue == name,
-            Job.state.in_(_LIVE),  # type: ignore[attr-defined]
-        )
+        .where(job_queue_column == name, col(Job.state).in_(_LIVE))
     ).scalar_one()
     if live:
         raise Conflict(
             f"queue {name} has {live} pending or running jobs; cancel them or let them end first"
         )
     session.delete(row)
-    session.execute(delete(QueueMember).where(QueueMember.queue == name))  # type: ignore[arg-type]
+    session.execute(delete(QueueMember).where(col(QueueMember.queue) == name))
     session.commit()
     return QueueRemoved(name=name)
 
@@ -382,7 +386,9 @@ def get(session: Session, name: str, now: float) -> QueuePublic:
 def history(session: Session, since: float) -> QueueHistory:
     """Every sample since `since`, oldest first."""
     rows = session.execute(
-        select(QueueSample).where(QueueSample.at >= since).order_by(QueueSample.at, QueueSample.id)  # type: ignore[arg-type]
+        select(QueueSample)
+        .where(col(QueueSample.at) >= since)
+        .order_by(col(QueueSample.at), col(QueueSample.id))
     ).scalars()
     samples = [
         QueueSamplePublic(

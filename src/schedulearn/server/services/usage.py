@@ -15,14 +15,16 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from datetime import UTC, datetime
+from typing import cast
 
-from sqlalchemy import func, select
-from sqlmodel import Session
+from sqlalchemy import ColumnElement, func, select
+from sqlmodel import Session, col
 
 from schedulearn.core.fairshare_queues import DEFAULT_QUEUE
 from schedulearn.protocol import JobState, UsageBy, UsageReport, UsageRow
 from schedulearn.server.errors import BadRequest
 from schedulearn.server.models import Job, JobPart, JobTransition
+from schedulearn.server.services.queues import job_queue_column
 
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -66,16 +68,15 @@ def report(session: Session, by: UsageBy, since_text: str, now: float) -> UsageR
     started: dict[str, int] = defaultdict(int)
     waited: dict[str, float] = defaultdict(float)
     first = (
-        select(JobTransition.job_id, func.min(JobTransition.at).label("first"))
-        .where(JobTransition.to_state == JobState.ASSIGNED)  # type: ignore[arg-type]
-        .group_by(JobTransition.job_id)
+        select(col(JobTransition.job_id), func.min(col(JobTransition.at)).label("first"))
+        .where(col(JobTransition.to_state) == JobState.ASSIGNED)
+        .group_by(col(JobTransition.job_id))
         .subquery()
     )
-    column = Job.user if by is UsageBy.USER else Job.queue
     for key, submitted, first_start in session.execute(
-        select(column, Job.submitted_at, first.c.first)  # type: ignore[call-overload]
-        .outerjoin(first, first.c.job_id == Job.id)
-        .where(Job.submitted_at >= since)
+        select(_column(by), col(Job.submitted_at), first.c.first)
+        .outerjoin(first, first.c.job_id == col(Job.id))
+        .where(col(Job.submitted_at) >= since)
     ):
         key = key or (DEFAULT_QUEUE if by is UsageBy.QUEUE else "")
         jobs[key] += 1
@@ -96,13 +97,16 @@ def report(session: Session, by: UsageBy, since_text: str, now: float) -> UsageR
     return UsageReport(by=by, since=since, until=now, rows=rows)
 
 
+def _column(by: UsageBy) -> ColumnElement[str]:
+    return cast("ColumnElement[str]", col(Job.user)) if by is UsageBy.USER else job_queue_column
+
+
 def _keys(session: Session, by: UsageBy) -> dict[int, str]:
     """Job id -> its user or queue, for every job that held GPUs at some time."""
-    column = Job.user if by is UsageBy.USER else Job.queue
-    held = select(JobPart.job_id).distinct()
+    held = select(col(JobPart.job_id)).distinct()
     out: dict[int, str] = {}
     for job_id, key in session.execute(
-        select(Job.id, column).where(Job.id.in_(held))  # type: ignore[call-overload, union-attr]
+        select(col(Job.id), _column(by)).where(col(Job.id).in_(held))
     ):
         out[job_id] = key or (DEFAULT_QUEUE if by is UsageBy.QUEUE else "")
     return out
@@ -112,15 +116,18 @@ def _gpu_seconds(session: Session, since: float, now: float) -> dict[int, float]
     """GPU-seconds each job's attempts held within [since, now]."""
     gpus: dict[tuple[int, int], int] = defaultdict(int)
     for job_id, attempt, held in session.execute(
-        select(JobPart.job_id, JobPart.attempt, JobPart.gpus)  # type: ignore[call-overload]
+        select(col(JobPart.job_id), col(JobPart.attempt), col(JobPart.gpus))
     ):
         gpus[(job_id, attempt)] += len(held or ())
     starts: dict[tuple[int, int], float] = {}
     ends: dict[tuple[int, int], float] = {}
     for job_id, attempt, to_state, at in session.execute(
         select(
-            JobTransition.job_id, JobTransition.attempt, JobTransition.to_state, JobTransition.at
-        ).order_by(JobTransition.id)  # type: ignore[call-overload, arg-type]
+            col(JobTransition.job_id),
+            col(JobTransition.attempt),
+            col(JobTransition.to_state),
+            col(JobTransition.at),
+        ).order_by(col(JobTransition.id))
     ):
         key = (job_id, attempt)
         state = JobState(to_state)
