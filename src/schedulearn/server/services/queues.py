@@ -135,7 +135,7 @@ def _waiting(session: Session) -> dict[str, tuple[int, int]]:
         .group_by(job_queue_column)
     ):
         out[_key(queue)][0] += jobs
-        out[_key(queue)][1] += gpus or 0
+        out[_key(queue)][1] += int(gpus or 0)  # PostgreSQL sums to a Decimal
     return {q: (a, b) for q, (a, b) in out.items()}
 
 
