@@ -5,7 +5,11 @@ back. Its own server and agent (the shared browser cluster has no queues)."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +99,25 @@ def test_the_queues_page_shows_use_guarantee_and_share_over_time(
         row = page.locator(f'[data-testid=queue-row][data-job="{waiting_a}"]')
         expect(row).to_contain_text("team-a uses 4 of its 2 guaranteed GPUs")
         expect(page.locator(f'[data-testid=queue-row][data-job="{waiting_b}"]')).to_be_visible()
+
+        # And `schedulearn show` says the same.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULEARN_")}
+        env.update(
+            SCHEDULEARN_SERVER=teams.url,
+            SCHEDULEARN_TOKEN=teams.token_for("ana"),
+            SCHEDULEARN_CONFIG=str(Path(teams.server.log_path).parent / "no-config.json"),
+            COLUMNS="250",
+        )
+        shown = subprocess.run(
+            [sys.executable, "-m", "schedulearn.cli.main", "show", str(waiting_a)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "team-a uses 4 of its 2 guaranteed GPUs" in shown.stdout, shown.stdout
+        assert re.search(r"(?m)^\s*queue\s+team-a\s*$", shown.stdout), shown.stdout
     finally:
         visits.close_and_check()
         teams.cancel_all()
