@@ -165,13 +165,15 @@ def book(session: Session, now: float) -> Book:
     return Book(rows, out, waiting)
 
 
+def declared(session: Session) -> bool:
+    """Is any queue declared (the scheduler then runs the policy in `FairShare`)?"""
+    return session.execute(select(func.count()).select_from(TenantQueue)).scalar_one() > 0
+
+
 def observe(session: Session, now: float, half_life: float) -> bool:
     """Settle each queue's decayed usage with the GPUs it holds now and record a
     sample when they changed (or every `RESAMPLE_SECONDS`). Commits; returns
-    whether it wrote. Called once per scheduler round; cheap with no queue."""
-    declared = session.execute(select(func.count()).select_from(TenantQueue)).scalar_one()
-    if not declared:
-        return False
+    whether it wrote. Called once per scheduler round while queues are declared."""
     usage = {r.queue: r for r in session.execute(select(QueueUsage)).scalars()}
     held = {q: n for q, (n, _) in _held(session).items()}
     names = {*usage, *held}
