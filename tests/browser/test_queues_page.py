@@ -83,15 +83,20 @@ def test_the_queues_page_shows_use_guarantee_and_share_over_time(
         expect(page.get_by_test_id("over-guarantee")).to_contain_text(
             "team-a uses 4 of its 2 guaranteed GPUs"
         )
-        # The chart: one step line per queue; team-a's rises from 0 to 4 GPUs.
-        line_a = page.locator('[data-testid=share-chart] polyline[data-queue="team-a"]')
+        # The chart: step lines per queue; team-a's GPUs in use rise from 0 to 4.
+        line_a = page.locator(
+            '[data-testid=share-chart] polyline[data-queue="team-a"][data-line="used"]'
+        )
         expect(line_a).to_have_count(1)
         ys = [float(p.split(",")[1]) for p in (line_a.get_attribute("points") or "").split()]
         assert min(ys) < max(ys), ys  # it rose: 4 GPUs is the top edge, 0 the bottom
         assert min(ys) == 0.0
-        expect(
-            page.locator('[data-testid=share-chart] polyline[data-queue="team-b"]')
-        ).to_have_count(1)
+        line_b = page.locator('[data-testid=share-chart] polyline[data-queue="team-b"]')
+        expect(line_b).to_have_count(2)  # GPUs in use, and fair share
+        share_a = page.locator(
+            '[data-testid=share-chart] polyline[data-queue="team-a"][data-line="share"]'
+        )
+        expect(share_a).to_have_count(1)
         screenshot(page, "queues")
 
         # The Queue page tells ana why her fifth job waits: her queue's account.

@@ -7,6 +7,7 @@ scheduler records when a queue's use changes) and lays the chart out.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sqlmodel import Session
@@ -27,6 +28,7 @@ class Series:
     queue: str
     colour: str
     points: str  # SVG polyline points: the GPUs in use, a step line
+    share_points: str  # its fair share at the same moments, a step line
     guarantee_y: float | None  # where its guarantee's dashed line goes
     last: int
 
@@ -48,11 +50,14 @@ def queues_page(session: Session, now: float, window: str) -> QueuesPage:
     items = queues.list_queues(session, now).items
     samples = queues.history(session, since).samples
     by_queue: dict[str, list[tuple[float, int]]] = {}
+    shares: dict[str, list[tuple[float, float]]] = {}
     for s in samples:
         by_queue.setdefault(s.queue, []).append((s.at, s.used))
+        shares.setdefault(s.queue, []).append((s.at, s.share))
     top = max(
         [1, *(q.guaranteed_gpus for q in items), *(q.used for q in items)]
         + [u for points in by_queue.values() for _, u in points]
+        + [math.ceil(v) for points in shares.values() for _, v in points]
     )
 
     # From the first sample in the window (queues are often younger than it),
@@ -65,25 +70,36 @@ def queues_page(session: Session, now: float, window: str) -> QueuesPage:
     def y(gpus: float) -> float:
         return round(HEIGHT - gpus / top * HEIGHT, 1)
 
+    def steps(points: list[tuple[float, float]], now_value: float) -> str:
+        path: list[str] = []
+        previous: float | None = None
+        for at, value in points:
+            if previous is not None:
+                path.append(f"{x(at)},{y(previous)}")
+            path.append(f"{x(at)},{y(value)}")
+            previous = value
+        if not path:
+            path.append(f"0,{y(now_value)}")
+        path.append(f"{WIDTH},{y(previous if previous is not None else now_value)}")
+        return " ".join(path)
+
     series = []
     names = [q.name for q in items] + sorted(set(by_queue) - {q.name for q in items})
     guarantees = {q.name: q.guaranteed_gpus for q in items}
     for i, name in enumerate(names):
         points = by_queue.get(name, [])
         used_now = next((q.used for q in items if q.name == name), points[-1][1] if points else 0)
-        path: list[str] = []
-        previous: int | None = None
-        for at, used in points:
-            if previous is not None:
-                path.append(f"{x(at)},{y(previous)}")
-            path.append(f"{x(at)},{y(used)}")
-            previous = used
-        if not path:
-            path.append(f"0,{y(used_now)}")
-        path.append(f"{WIDTH},{y(previous if previous is not None else used_now)}")
         g = guarantees.get(name)
+        share_now = next((q.share for q in items if q.name == name), 0.0)
         series.append(
-            Series(name, COLOURS[i % len(COLOURS)], " ".join(path), y(g) if g else None, used_now)
+            Series(
+                name,
+                COLOURS[i % len(COLOURS)],
+                steps([(t, float(u)) for t, u in points], float(used_now)),
+                steps(shares.get(name, []), share_now),
+                y(g) if g else None,
+                used_now,
+            )
         )
     over = [q for q in items if q.declared and q.used > q.guaranteed_gpus]
     return QueuesPage(items, series, window, start, top, over)
