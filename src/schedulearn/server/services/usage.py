@@ -17,7 +17,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import cast
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, func, select, union
 from sqlmodel import Session, col
 
 from schedulearn.core.fairshare_queues import DEFAULT_QUEUE
@@ -36,6 +36,7 @@ _RELEASED = (
     JobState.CANCELLED,
     JobState.LOST,
 )
+_HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 DEFAULT_SINCE = "30d"
 
 
@@ -114,9 +115,17 @@ def _keys(session: Session, by: UsageBy) -> dict[int, str]:
 
 def _gpu_seconds(session: Session, since: float, now: float) -> dict[int, float]:
     """GPU-seconds each job's attempts held within [since, now]."""
+    # Only jobs that changed state in the window or hold GPUs now can have
+    # held GPUs in it (an attempt's start and end are both transitions).
+    relevant = union(
+        select(col(JobTransition.job_id)).where(col(JobTransition.at) >= since),
+        select(col(Job.id)).where(col(Job.state).in_(_HOLDING)),
+    ).subquery()
     gpus: dict[tuple[int, int], int] = defaultdict(int)
     for job_id, attempt, held in session.execute(
-        select(col(JobPart.job_id), col(JobPart.attempt), col(JobPart.gpus))
+        select(col(JobPart.job_id), col(JobPart.attempt), col(JobPart.gpus)).where(
+            col(JobPart.job_id).in_(select(relevant.c[0]))
+        )
     ):
         gpus[(job_id, attempt)] += len(held or ())
     starts: dict[tuple[int, int], float] = {}
@@ -127,7 +136,9 @@ def _gpu_seconds(session: Session, since: float, now: float) -> dict[int, float]
             col(JobTransition.attempt),
             col(JobTransition.to_state),
             col(JobTransition.at),
-        ).order_by(col(JobTransition.id))
+        )
+        .where(col(JobTransition.job_id).in_(select(relevant.c[0])))
+        .order_by(col(JobTransition.id))
     ):
         key = (job_id, attempt)
         state = JobState(to_state)
