@@ -1144,3 +1144,123 @@ class NodeJoined(_Reply):
 class NodeRemoved(_Reply):
     name: str
     lost_jobs: list[int] = Field(default_factory=list, description="Jobs requeued by the removal")
+
+
+# --- tenant queues and usage (issue 12) --------------------------------------------
+
+QUEUE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+QueueName = Annotated[str, Field(min_length=1, max_length=63, pattern=QUEUE_NAME_PATTERN)]
+UserName = Annotated[str, Field(min_length=1, max_length=100, pattern=USER_NAME_PATTERN)]
+# GPU type ("" = any type) -> guaranteed GPUs of that type.
+Guarantee = dict[Annotated[str, Field(max_length=100)], Annotated[int, Field(ge=0, le=1_000_000)]]
+
+
+class QueueBase(_Request):
+    """What a queue is promised: guaranteed GPUs (per GPU type, "" = any), a limit, a weight.
+    `QueuePublic` derives from it too (a reply, so unknown fields are ignored there)."""
+
+    guaranteed: Guarantee = Field(
+        default_factory=dict,
+        description='GPU type -> guaranteed GPUs ("" = any type): {"": 8} or {"v100": 4}',
+    )
+    limit: int | None = Field(
+        default=None, ge=0, le=1_000_000, description="The most GPUs it may hold at once"
+    )
+    weight: float = Field(default=1.0, gt=0, le=1_000_000, description="Share of idle GPUs")
+
+
+class QueueCreate(QueueBase):
+    """`schedulearn queue add NAME` (admin)."""
+
+    name: QueueName
+    users: list[UserName] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="Members: who may submit to it (none: everyone may)",
+    )
+    default_for: list[UserName] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="Members whose jobs go to this queue when they name none",
+    )
+
+
+class QueueUpdate(_Request):
+    """`schedulearn queue set NAME` (admin); fields left out stay as they are."""
+
+    guaranteed: Guarantee | None = None
+    limit: int | None = Field(default=None, ge=0, le=1_000_000)
+    clear_limit: bool = Field(default=False, description="Remove the limit")
+    weight: float | None = Field(default=None, gt=0, le=1_000_000)
+    add_users: list[UserName] = Field(default_factory=list, max_length=10_000)
+    remove_users: list[UserName] = Field(default_factory=list, max_length=10_000)
+    default_for: list[UserName] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="Make this queue these users' default (they become members)",
+    )
+
+
+class QueuePublic(QueueBase, _Reply):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    guaranteed_gpus: int = Field(description="All guaranteed GPUs, every type")
+    users: list[str] = Field(default_factory=list, description="Members (none: open to everyone)")
+    default_for: list[str] = Field(default_factory=list)
+    used: int = Field(default=0, description="GPUs its jobs hold now")
+    pending_jobs: int = 0
+    pending_gpus: int = 0
+    share: float = Field(default=0.0, description="Its fair share of the GPUs now")
+    declared: bool = Field(default=True, description="False: the undeclared best-effort default")
+    created_at: float = 0.0
+
+    @property
+    def summary(self) -> str:
+        """ "team-a uses 12 of its 8 guaranteed GPUs" """
+        return f"{self.name} uses {self.used} of its {self.guaranteed_gpus} guaranteed GPUs"
+
+
+class QueueList(_Reply):
+    items: list[QueuePublic]
+
+
+class QueueRemoved(_Reply):
+    name: str
+
+
+class QueueSamplePublic(_Reply):
+    at: float
+    queue: str
+    used: int
+    guaranteed: int
+    share: float
+
+
+class QueueHistory(_Reply):
+    """Each queue's use and fair share over time (samples as they changed)."""
+
+    since: float
+    samples: list[QueueSamplePublic]
+
+
+class UsageBy(StrEnum):
+    USER = "user"
+    QUEUE = "queue"
+
+
+class UsageRow(_Reply):
+    key: str = Field(description="The user or the queue")
+    gpu_hours: float = Field(description="GPU-hours held in the window (clipped to it)")
+    jobs: int = Field(description="Jobs submitted in the window")
+    started: int = Field(description="Of those, jobs that have started")
+    mean_wait_seconds: float | None = Field(
+        default=None, description="Mean time from submission to first start, of started jobs"
+    )
+
+
+class UsageReport(_Reply):
+    by: UsageBy
+    since: float
+    until: float
+    rows: list[UsageRow]

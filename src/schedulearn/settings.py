@@ -93,6 +93,17 @@ class ServerSettings(BaseSettings):
     checkpoint_max_bytes: int = Field(
         default=2 * 1024**3, gt=0, description="Largest checkpoint upload accepted (bytes)"
     )
+    queue_min_run_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="With tenant queues: a job runs at least this long before the fair-share "
+        "layer preempts it to give its GPUs back to a queue below its guarantee or share",
+    )
+    queue_half_life_seconds: float = Field(
+        default=7 * 24 * 3600.0,
+        gt=0,
+        description="With tenant queues: past GPU use counts half after this long (usage decay)",
+    )
     min_resize_age_seconds: float = Field(
         default=120.0,
         ge=0,

@@ -23,7 +23,7 @@ from waiting import wait_until
 pytestmark = pytest.mark.browser
 
 DIGITS = Path(__file__).resolve().parents[2] / "examples" / "train_digits.py"
-PAGES = ("cluster", "queue", "jobs", "submit", "policy", "metrics")
+PAGES = ("cluster", "queue", "queues", "jobs", "submit", "policy", "metrics")
 
 
 def test_sign_in_with_a_token(cluster: Cluster, visit: Visits) -> None:

@@ -45,7 +45,7 @@ from schedulearn.server import db
 from schedulearn.server.auth import Caller
 from schedulearn.server.auth import Role as CallerRole
 from schedulearn.server.declared import unwrap
-from schedulearn.server.models import Job, Node
+from schedulearn.server.models import Job, Node, TenantQueue
 from schedulearn.server.services import agents, jobs, nodes, snapshot
 from schedulearn.sim.jobs import SimJob
 from schedulearn.sim.runstate import running_view, stopped_view
@@ -204,6 +204,10 @@ def session(database_url: str) -> Iterator[Session]:
     db.migrate(database.engine)
     try:
         with database.session() as s:
+            # A submission names an existing queue (services.queues): declare the
+            # one the invented `queue` value names.
+            s.add(TenantQueue(name=submitted_values()["queue"]))
+            s.commit()
             yield s
     finally:
         database.close()

@@ -193,6 +193,10 @@ def submit(
         str | None, typer.Option("--estimated-duration", help="e.g. 30m, 2h")
     ] = None,
     preemptible: Annotated[bool | None, typer.Option("--preemptible/--not-preemptible")] = None,
+    queue: Annotated[
+        str | None,
+        typer.Option("--queue", "-q", help="The tenant queue (team) [your default queue]"),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE")] = None,
     secret_env: Annotated[
         list[str] | None,
@@ -239,6 +243,7 @@ def submit(
         "launcher": launcher,
         "estimated_duration": estimated,
         "preemptible": preemptible,
+        "queue": queue,
         "workdir": workdir,
     }
     data.update({k: v for k, v in flags.items() if v is not None})

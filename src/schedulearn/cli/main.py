@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import typer
 
-from schedulearn.cli import agent_cmd, identity_cmd, live, node_cmd, profiles_cmd, simulate
+from schedulearn.cli import (
+    agent_cmd,
+    identity_cmd,
+    live,
+    node_cmd,
+    profiles_cmd,
+    queue_cmd,
+    simulate,
+)
 
 app = typer.Typer(
     name="schedulearn",
@@ -18,7 +26,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for _module in (simulate, live, agent_cmd, node_cmd, profiles_cmd, identity_cmd):
+for _module in (simulate, live, agent_cmd, node_cmd, profiles_cmd, identity_cmd, queue_cmd):
     _module.register(app)
 
 if __name__ == "__main__":

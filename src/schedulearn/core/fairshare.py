@@ -54,7 +54,7 @@ from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
-from schedulearn.core.fairshare_queues import QueueShare, Tenancy, shares
+from schedulearn.core.fairshare_queues import QueueShare, Tenancy, named, shares
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import Policy, QueueOrder, queue_order
 from schedulearn.core.preemption import make_room
@@ -89,6 +89,7 @@ class FairShare:
         tenancy = view.tenancy
         if tenancy is None:
             return self.inner.decide(view)
+        view = named(view)
         if not view.pending:
             # Nobody waits: only a policy that grows running jobs acts, and
             # then limits apply, so the full pass checks it.
@@ -128,6 +129,7 @@ class FairShare:
         tenancy = view.tenancy
         if tenancy is None:
             return queue_order(self.inner, view)
+        view = named(view)
         return QueueOrder(
             tuple(_Pass(self, view, tenancy).order()),
             "queues in fair-share order (under their guarantee first), "

@@ -27,7 +27,10 @@ Shares, in one place (all in GPUs; a job's GPUs count for its queue):
   what is idle now. Half-life: `Tenancy.half_life` (the meter's).
 
 Jobs of a queue the tenancy does not name belong to a best-effort queue:
-no guarantee, weight 1, no limit.
+no guarantee, weight 1, no limit. A job that names no queue ("") is in
+the default queue, `DEFAULT_QUEUE`: declared like any other, or else
+best-effort (`named` and the meter map "" to it, so a declared
+`default` queue's guarantee applies to those jobs).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
     from schedulearn.core.views import ClusterView, JobView
 
 ANY_TYPE = ""
+# The queue of a job that names none (JobView.queue "").
+DEFAULT_QUEUE = "default"
 _EPS = 1e-9
 
 
@@ -102,7 +107,27 @@ class Queue:
 
 def best_effort(name: str) -> Queue:
     """The queue of jobs whose queue the tenancy does not name."""
-    return Queue(name or "default")
+    return Queue(name or DEFAULT_QUEUE)
+
+
+def named(view: ClusterView) -> ClusterView:
+    """`view` with the jobs that name no queue in `DEFAULT_QUEUE`.
+
+    The fair-share layer groups jobs by `JobView.queue` and queues by
+    `Queue.name`; without this, jobs with queue "" would be grouped apart
+    from the (declared or best-effort) default queue and never served by
+    its share rounds. Returns `view` itself when every job names a queue.
+    """
+    if all(j.queue for j in view.pending) and all(j.queue for j in view.running):
+        return view
+    from dataclasses import replace
+
+    from schedulearn.core.views import rebuild
+
+    def fix(jobs: tuple[JobView, ...]) -> tuple[JobView, ...]:
+        return tuple(j if j.queue else rebuild(j, queue=DEFAULT_QUEUE) for j in jobs)
+
+    return replace(view, pending=fix(view.pending), running=fix(view.running))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +191,7 @@ class UsageMeter:
 
     def change(self, now: float, queue: str, gpus: int) -> None:
         """`queue` holds `gpus` more (or fewer, if negative) GPUs from `now` on."""
+        queue = queue or DEFAULT_QUEUE
         self._used[queue] = self._settle(queue, now)
         self._since[queue] = now
         self._busy[queue] = self._busy.get(queue, 0) + gpus

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from schedulearn.core.fairshare_queues import shares
-from schedulearn.core.views import ClusterView, JobView
+from schedulearn.core.fairshare_queues import DEFAULT_QUEUE, QueueShare, named, shares
+from schedulearn.core.views import ClusterView, JobView, rebuild
 
 
 class ShareRule(StrEnum):
@@ -54,12 +54,21 @@ class ShareReason:
         )
 
 
-def share_reason(view: ClusterView, job: JobView) -> ShareReason | None:
-    """Why `job` (pending in `view`) waits on its queue's account, or None."""
+def share_reason(
+    view: ClusterView, job: JobView, book: dict[str, QueueShare] | None = None
+) -> ShareReason | None:
+    """Why `job` (pending in `view`) waits on its queue's account, or None.
+
+    `book`: `shares(named(view), view.tenancy)` when the caller explains many
+    jobs of one view (the Queue page), so that it is computed once.
+    """
     tenancy = view.tenancy
     if tenancy is None or job.placement is not None:
         return None
-    book = shares(view, tenancy)
+    if not job.queue:
+        job = rebuild(job, queue=DEFAULT_QUEUE)
+    if book is None:
+        book = shares(named(view), tenancy)
     s = book[job.queue]
 
     def reason(rule: ShareRule) -> ShareReason:

@@ -25,6 +25,7 @@ from schedulearn.clock import Clock, SystemClock
 from schedulearn.protocol import JobSpec
 from schedulearn.server import auth, db, errors, versioning
 from schedulearn.server.api import agent, cluster, enroll, jobs, ops, profiles
+from schedulearn.server.api import queues as queue_routes
 from schedulearn.server.api import tokens as token_routes
 from schedulearn.server.api import users as user_routes
 from schedulearn.server.batching import Batcher
@@ -134,6 +135,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     app.add_middleware(versioning.ProtocolCheck)
     for module in (jobs, cluster, enroll, agent, ops, profiles, token_routes, user_routes):
         app.include_router(module.router)
+    app.include_router(queue_routes.router)
     if importlib.util.find_spec("schedulearn.server.web") is not None:
         # The web dashboard (its own package) mounts its pages under /ui.
         importlib.import_module("schedulearn.server.web").install(app)

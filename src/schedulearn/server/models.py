@@ -337,3 +337,57 @@ class IdempotencyRecord(_Table, table=True):
     fingerprint: str  # sha256 of the spec as parsed: the same key with another body is refused
     job_ids: str  # JSON list, in the order the reply gave them
     created_at: float = Field(index=True)  # keys expire a day after
+
+
+class TenantQueue(SQLModel, table=True):
+    """A tenant queue (a team, a project): what it is promised (`services.queues`).
+
+    `guaranteed` maps a GPU type to GPUs of that type ("" = any type), as
+    `core.fairshare_queues.Queue` has it; `gpu_limit` caps what it may hold
+    at once (None: no cap); `weight` is its share of idle capacity.
+    """
+
+    __tablename__ = "tenant_queue"
+
+    name: str = Field(primary_key=True)
+    guaranteed: Any = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    gpu_limit: int | None = None
+    weight: float = 1.0
+    created_at: float = 0.0
+
+
+class QueueMember(SQLModel, table=True):
+    """A user's membership of a queue; `is_default`: their jobs go there when they name none."""
+
+    __tablename__ = "queue_member"
+
+    queue: str = Field(primary_key=True)
+    user: str = Field(primary_key=True, index=True)
+    is_default: bool = False
+
+
+class QueueUsage(SQLModel, table=True):
+    """A queue's decayed GPU-seconds (`usage` as of `at`) and the GPUs it held since
+    (`busy`): the live form of `core.fairshare_queues.UsageMeter`, settled on read."""
+
+    __tablename__ = "queue_usage"
+
+    queue: str = Field(primary_key=True)
+    usage: float = 0.0
+    busy: int = 0
+    at: float = 0.0
+    half_life: float = 7 * 24 * 3600.0  # seconds; the server's setting when it was written
+
+
+class QueueSample(SQLModel, table=True):
+    """A queue's GPUs in use and fair share at a moment (the Queues page's chart)."""
+
+    __tablename__ = "queue_sample"
+    __table_args__ = (Index("ix_queue_sample_at", "at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: float
+    queue: str
+    used: int = 0
+    guaranteed: int = 0
+    share: float = 0.0

@@ -24,6 +24,7 @@ from sqlmodel import Session
 
 from schedulearn.clock import Clock
 from schedulearn.core import Policy
+from schedulearn.core.fairshare import FairShare
 from schedulearn.server.db import Database
 from schedulearn.server.errors import Unavailable
 from schedulearn.server.metrics import Metrics
@@ -32,6 +33,7 @@ from schedulearn.server.services import (
     checkpoints,
     policy,
     profiles,
+    queues,
     scheduling,
     snapshot,
 )
@@ -70,6 +72,7 @@ class Scheduler:
         self.spec = ""
         self.policy: Policy | None = None
         self.profiles_mark: tuple[int, float] | None = None
+        self.tenanted = False  # tenant queues declared: the policy runs in FairShare
         self.passes = 0
         self.pending = snapshot.PendingCache()
         self._leader_conn: PoolProxiedConnection | None = None
@@ -110,6 +113,14 @@ class Scheduler:
 
     # --- one round ----------------------------------------------------------
 
+    def _wrap(self, built: Policy) -> Policy:
+        """`built` (or the policy a FairShare holds) in the fair-share layer when
+        queues are declared, else alone."""
+        inner = built.inner if isinstance(built, FairShare) else built
+        if not self.tenanted:
+            return inner
+        return FairShare(inner, min_run=self.settings.queue_min_run_seconds)
+
     def _round(self, session: Session) -> Round:
         now = self.clock.now()
         if not self._is_leader():
@@ -125,26 +136,39 @@ class Scheduler:
         # A policy that takes throughput profiles (similarity) is rebuilt with
         # the live ones when they change (issue 6).
         marked = profiles.mark(session) if profiles.takes_profiles(spec) else None
-        if spec != self.spec or self.policy is None or marked != self.profiles_mark:
+        # With tenant queues declared, the policy runs inside the fair-share
+        # layer (core.fairshare: it picks the queue, the policy orders inside
+        # it); with none, alone, exactly as before queues existed.
+        tenanted = queues.declared(session)
+        if (
+            spec != self.spec
+            or self.policy is None
+            or marked != self.profiles_mark
+            or tenanted != self.tenanted
+        ):
             self.profiles_mark = marked
+            self.tenanted = tenanted
             try:
                 table = profiles.live_table(session) if marked is not None else None
-                self.policy = policy.build(
-                    spec,
-                    self.settings.min_resize_age_seconds,
-                    **profiles.policy_overrides(spec, table),
+                self.policy = self._wrap(
+                    policy.build(
+                        spec,
+                        self.settings.min_resize_age_seconds,
+                        **profiles.policy_overrides(spec, table),
+                    )
                 )
             except Exception:
                 log.exception("stored policy %r is invalid; keeping %r", spec, self.spec)
-                if self.policy is None:
-                    self.policy = policy.build("fifo")
+                self.policy = self._wrap(self.policy or policy.build("fifo"))
                 spec = self.spec or "fifo"
             else:
-                log.info("policy in force: %s", spec)
+                log.info("policy in force: %s%s", spec, " (with tenant queues)" if tenanted else "")
             self.spec = spec
         assert self.policy is not None
         started = time.perf_counter()
         result = scheduling.run_pass(session, self.policy, now, self.pending)
+        if tenanted:
+            queues.observe(session, now, self.settings.queue_half_life_seconds)
         if now - self._pruned_at >= PRUNE_SECONDS:
             self._pruned_at = now
             checkpoints.prune(session, checkpoints.store_dir(self.settings))

@@ -34,6 +34,7 @@ from schedulearn.server.services import (
     lifecycle,
     progress,
     queue,
+    queues,
     snapshot,
     users,
     visibility,
@@ -148,13 +149,15 @@ def submit(
     INSERT ... RETURNING, not through the ORM: this is the hot path.
     """
     nodes = (shape or snapshot.ShapeCache()).get(session)
+    members = queues.membership(session)
     results: list[Submitted | Exception] = []
     batches: list[list[Job]] = []
     for spec, caller in specs:
         try:
             users.check_priority(spec.priority, caller)
+            spec = members.admit(spec, caller)  # its queue: named, the owner's default
             check_servable(spec, nodes)
-        except (BadRequest, Unservable) as exc:
+        except (BadRequest, Forbidden, Unservable) as exc:
             results.append(exc)
             batches.append([])
             continue

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from sqlmodel import Session
 
 from schedulearn.core import ClusterView, JobView, Policy, QueueOrder, queue_order
+from schedulearn.core.fairshare import FairShare
+from schedulearn.core.fairshare_queues import QueueShare, named, shares
+from schedulearn.core.fairshare_reasons import share_reason
 from schedulearn.server.errors import BadRequest
 from schedulearn.server.models import Job
 from schedulearn.server.services import policy as policy_service
@@ -32,6 +35,8 @@ class Queue:
     spec: str
     order: QueueOrder
     view: ClusterView
+    # Each queue's share in `view` (None: no queues), computed once for every reason.
+    book: dict[str, QueueShare] | None = None
 
     def ahead(self, index: int) -> int | None:
         """How many jobs the policy considers before the one at `index`; None when
@@ -39,21 +44,29 @@ class Queue:
         return index if self.order.exact else None
 
     def reason(self, job: JobView, index: int) -> str:
+        # Its queue's account first ("team-a uses 12 of its 8 guaranteed GPUs"):
+        # the fair-share layer's own rule, judged on the same view.
+        why = share_reason(self.view, job, self.book)
+        if why is not None:
+            return why.message
         return waiting_reason(job, self.view.nodes, self.ahead(index))
 
 
 def policy_in_force(session: Session, default_policy: str) -> tuple[str, Policy]:
+    """The stored spec and its policy in the fair-share layer, as the scheduler runs it
+    (with queues, the order is queue by queue; without, the policy's own)."""
     spec = policy_service.current_spec(session, default_policy)
     try:
-        return spec, policy_service.build(spec)
+        return spec, FairShare(policy_service.build(spec))
     except BadRequest:
-        return spec, policy_service.build(FALLBACK)
+        return spec, FairShare(policy_service.build(FALLBACK))
 
 
 def read(session: Session, default_policy: str, now: float) -> Queue:
     spec, policy = policy_in_force(session, default_policy)
     view = snapshot.build(session, now).view
-    return Queue(spec, queue_order(policy, view), view)
+    book = shares(named(view), view.tenancy) if view.tenancy is not None else None
+    return Queue(spec, queue_order(policy, view), view, book)
 
 
 def place_of(session: Session, job: Job, default_policy: str, now: float) -> tuple[int, str]:

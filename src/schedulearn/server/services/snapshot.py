@@ -26,7 +26,7 @@ from schedulearn.core.capabilities import NO_ACCOUNT
 from schedulearn.protocol import JobState
 from schedulearn.server.declared import ViewReader
 from schedulearn.server.models import Allocation, Gpu, Job, Node
-from schedulearn.server.services import users
+from schedulearn.server.services import queues, users
 
 HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 
@@ -237,7 +237,15 @@ def build(session: Session, now: float, cache: PendingCache | None = None) -> Sn
     jobs = {j.id: j for j in pending}
     jobs.update({j.id: j for j in running})
     return Snapshot(
-        view=ClusterView(now=now, nodes=nodes, pending=tuple(pending), running=tuple(running)),
+        view=ClusterView(
+            now=now,
+            nodes=nodes,
+            pending=tuple(pending),
+            running=tuple(running),
+            # The declared queues and their decayed usage (None: no queues),
+            # read by the fair-share layer the scheduler wraps every policy in.
+            tenancy=queues.tenancy(session, now),
+        ),
         jobs=jobs,
         holders=holders,
         draining={k: dict(v) for k, v in draining.items()},

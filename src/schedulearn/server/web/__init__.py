@@ -1,6 +1,6 @@
 """The web dashboard: server-rendered pages under `/ui`, assets under `/ui/static`.
 
-Owns the pages (Cluster, Queue, Jobs, Job detail, Submit, Policy,
+Owns the pages (Cluster, Queue, Queues, Jobs, Job detail, Submit, Policy,
 Metrics, sign-in), their templates and static files, and the page
 session (cookie, CSRF). Pages call the server's services like the API
 does; live parts refresh with htmx and the job log streams over
@@ -34,11 +34,11 @@ STATIC_DIR = HERE / "static"
 
 def install(app: FastAPI) -> None:
     """Mount the dashboard's routes, static files and error pages on `app`."""
-    from schedulearn.server.web import routes_auth, routes_cluster, routes_jobs
+    from schedulearn.server.web import routes_auth, routes_cluster, routes_jobs, routes_queues
 
     app.state.web = WebState(make_templates())
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="web-static")
-    for module in (routes_auth, routes_cluster, routes_jobs):
+    for module in (routes_auth, routes_cluster, routes_jobs, routes_queues):
         app.include_router(module.router)
 
     @app.exception_handler(SignInNeeded)

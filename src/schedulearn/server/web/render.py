@@ -27,6 +27,7 @@ NOTICE_COOKIE = "sl_notice"
 NAV = (
     ("cluster", "Cluster", "/ui/cluster"),
     ("queue", "Queue", "/ui/queue"),
+    ("queues", "Queues", "/ui/queues"),
     ("jobs", "Jobs", "/ui/jobs"),
     ("submit", "Submit", "/ui/submit"),
     ("policy", "Policy", "/ui/policy"),

@@ -1,0 +1,401 @@
+"""Tenant queues, live: their records, who may submit to them, their use and share.
+
+Owns the tables `tenant_queue`, `queue_member`, `queue_usage` and
+`queue_sample`. The rules themselves are the core's
+(`core.fairshare_queues`: guarantees, limits, weights, usage decay, fair
+share; `core.fairshare.FairShare` decides): this module turns the rows
+into a `Tenancy` for the scheduler's snapshot (`tenancy`), keeps the
+decayed usage the core reads (`observe`, once per scheduler round: the
+live `UsageMeter`, settled on read), and answers the admin's and the
+Queues page's questions.
+
+A job that names no queue goes to its owner's default queue, else to
+`DEFAULT_QUEUE` ("default"), which is best-effort unless declared. A
+queue with members takes jobs only from them (and admins); one without
+members is open to everyone. With no queue declared at all the
+scheduler gets no tenancy and runs the policy in force alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from sqlalchemy import ColumnElement, delete, func, select
+from sqlmodel import Session, col
+
+from schedulearn.core.fairshare_queues import (
+    DEFAULT_QUEUE,
+    Queue,
+    QueueShare,
+    Tenancy,
+    best_effort,
+    fill,
+)
+from schedulearn.protocol import (
+    JobSpec,
+    JobState,
+    QueueCreate,
+    QueueHistory,
+    QueueList,
+    QueuePublic,
+    QueueRemoved,
+    QueueSamplePublic,
+    QueueUpdate,
+)
+from schedulearn.server.auth import Caller
+from schedulearn.server.errors import BadRequest, Conflict, Forbidden, NotFound
+from schedulearn.server.models import (
+    Allocation,
+    Gpu,
+    Job,
+    Node,
+    QueueMember,
+    QueueSample,
+    QueueUsage,
+    TenantQueue,
+)
+
+# A sample is written when a queue's GPUs in use change, and at least this
+# often while they do not (so the chart's last point is recent).
+RESAMPLE_SECONDS = 300.0
+_LIVE = (JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
+# Samples older than this are deleted.
+KEEP_SAMPLES_SECONDS = 30 * 24 * 3600.0
+
+
+# `job.queue` is a declared column (core.views.JobView.queue), not spelled out on `Job`.
+job_queue_column: ColumnElement[str] = Job.__table__.c.queue  # type: ignore[attr-defined]  # see above
+
+
+def _key(queue: str) -> str:
+    return queue or DEFAULT_QUEUE
+
+
+def core_queue(row: TenantQueue) -> Queue:
+    """The row as the core's `Queue` (which checks it: limit >= guarantee, weight > 0)."""
+    guaranteed = {str(t): int(n) for t, n in (row.guaranteed or {}).items() if int(n) > 0}
+    return Queue(row.name, guaranteed, row.gpu_limit, row.weight)
+
+
+def settle(usage: float, busy: int, seconds: float, half_life: float) -> float:
+    """Decayed GPU-seconds after holding `busy` GPUs for `seconds` more
+    (`core.fairshare_queues.UsageMeter`'s integral, one step)."""
+    if seconds <= 0:
+        return usage
+    rate = math.log(2) / half_life
+    keep = math.exp(-rate * seconds)
+    return usage * keep + busy * (1.0 - keep) / rate
+
+
+# --- the scheduler's side ----------------------------------------------------------
+
+
+def _usage(session: Session, now: float) -> dict[str, float]:
+    rows = session.execute(select(QueueUsage)).scalars()
+    return {r.queue: settle(r.usage, r.busy, now - r.at, r.half_life) for r in rows}
+
+
+def tenancy(session: Session, now: float) -> Tenancy | None:
+    """The declared queues and their decayed usage as of `now`; None when none is declared."""
+    rows = session.execute(select(TenantQueue)).scalars().all()
+    if not rows:
+        return None
+    usage = _usage(session, now)
+    queues = tuple(core_queue(r) for r in rows)
+    half_life = session.execute(select(func.max(col(QueueUsage.half_life)))).scalar()
+    if half_life is None:
+        return Tenancy(queues, usage)
+    return Tenancy(queues, usage, half_life)
+
+
+def _held(session: Session) -> dict[str, tuple[int, int]]:
+    """GPUs held now per queue: (all, by non-preemptible jobs)."""
+    held: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for queue, preemptible, n in session.execute(
+        select(job_queue_column, col(Job.preemptible), func.count())
+        .select_from(Allocation)
+        .join(Job, col(Allocation.job_id) == col(Job.id))
+        .group_by(job_queue_column, col(Job.preemptible))
+    ):
+        held[_key(queue)][0] += n
+        if not preemptible:
+            held[_key(queue)][1] += n
+    return {q: (a, b) for q, (a, b) in held.items()}
+
+
+def _waiting(session: Session) -> dict[str, tuple[int, int]]:
+    """Pending jobs per queue: (jobs, GPUs they ask for)."""
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for queue, jobs, gpus in session.execute(
+        select(job_queue_column, func.count(), func.sum(col(Job.gpus)))
+        .where(col(Job.state) == JobState.PENDING)
+        .group_by(job_queue_column)
+    ):
+        out[_key(queue)][0] += jobs
+        out[_key(queue)][1] += int(gpus or 0)  # PostgreSQL sums to a Decimal
+    return {q: (a, b) for q, (a, b) in out.items()}
+
+
+def _healthy_gpus(session: Session) -> int:
+    query = select(func.count()).select_from(Gpu).join(Node, col(Gpu.node) == col(Node.name))
+    return int(session.execute(query.where(col(Node.healthy))).scalar_one())
+
+
+@dataclass(slots=True)
+class Book:
+    """Every queue (declared, or with jobs) with its share now."""
+
+    rows: dict[str, TenantQueue]
+    shares: dict[str, QueueShare]
+    waiting: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def book(session: Session, now: float) -> Book:
+    rows = {r.name: r for r in session.execute(select(TenantQueue)).scalars()}
+    held, waiting = _held(session), _waiting(session)
+    out: dict[str, QueueShare] = {}
+    for name in sorted({*rows, *held, *waiting}):
+        queue = core_queue(rows[name]) if name in rows else best_effort(name)
+        used, pinned = held.get(name, (0, 0))
+        out[name] = QueueShare(queue, used, pinned, waiting.get(name, (0, 0))[1])
+    fill(out.values(), _healthy_gpus(session), _usage(session, now))
+    return Book(rows, out, waiting)
+
+
+def declared(session: Session) -> bool:
+    """Is any queue declared (the scheduler then runs the policy in `FairShare`)?"""
+    return session.execute(select(func.count()).select_from(TenantQueue)).scalar_one() > 0
+
+
+def observe(session: Session, now: float, half_life: float) -> bool:
+    """Settle each queue's decayed usage with the GPUs it holds now and record a
+    sample when they changed (or every `RESAMPLE_SECONDS`). Commits; returns
+    whether it wrote. Called once per scheduler round while queues are declared."""
+    usage = {r.queue: r for r in session.execute(select(QueueUsage)).scalars()}
+    held = {q: n for q, (n, _) in _held(session).items()}
+    names = {*usage, *held}
+    changed = any(held.get(q, 0) != (usage[q].busy if q in usage else 0) for q in names)
+    stale = any(now - r.at >= RESAMPLE_SECONDS for r in usage.values())
+    if not changed and not stale and all(r.half_life == half_life for r in usage.values()):
+        return False
+    for q in names:
+        row = usage.get(q)
+        if row is None:
+            row = QueueUsage(queue=q, usage=0.0, busy=0, at=now, half_life=half_life)
+        row.usage = settle(row.usage, row.busy, now - row.at, row.half_life)
+        row.busy, row.at, row.half_life = held.get(q, 0), now, half_life
+        session.add(row)
+    session.flush()
+    current = book(session, now)
+    for s in current.shares.values():
+        session.add(
+            QueueSample(
+                at=now, queue=s.name, used=s.used, guaranteed=s.guaranteed, share=round(s.share, 3)
+            )
+        )
+    session.execute(delete(QueueSample).where(col(QueueSample.at) < now - KEEP_SAMPLES_SECONDS))
+    session.commit()
+    return True
+
+
+# --- submission ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """The queue records a batch of submissions is checked against (read once)."""
+
+    declared: frozenset[str]
+    members: Mapping[str, frozenset[str]]
+    defaults: Mapping[str, str]
+
+    def admit(self, spec: JobSpec, caller: Caller) -> JobSpec:
+        """`spec` with its queue resolved (named, the owner's default, or "default"),
+        or BadRequest/Forbidden saying what to change."""
+        asked = str(getattr(spec, "queue", ""))  # a declared field (JobView.queue)
+        name = asked.strip() or self.defaults.get(caller.user, DEFAULT_QUEUE)
+        if name not in self.declared and name != DEFAULT_QUEUE:
+            known = ", ".join(sorted(self.declared)) or "none is declared"
+            raise BadRequest(
+                f"no queue {name!r}; the queues are: {known} (see `schedulearn queue list`)"
+            )
+        members = self.members.get(name)
+        if members and caller.user not in members and not caller.is_admin:
+            raise Forbidden(
+                f"{caller.user} is not a member of queue {name}; an admin adds you with "
+                f"`schedulearn queue set {name} --add-user {caller.user}`"
+            )
+        return spec if name == asked else spec.model_copy(update={"queue": name})
+
+
+def membership(session: Session) -> Membership:
+    declared = frozenset(session.execute(select(col(TenantQueue.name))).scalars())
+    members: dict[str, set[str]] = defaultdict(set)
+    defaults: dict[str, str] = {}
+    if declared:
+        for m in session.execute(select(QueueMember)).scalars():
+            members[m.queue].add(m.user)
+            if m.is_default:
+                defaults[m.user] = m.queue
+    return Membership(declared, {q: frozenset(u) for q, u in members.items()}, defaults)
+
+
+# --- admin: add, change, list, remove -------------------------------------------------
+
+
+def _check(row: TenantQueue) -> None:
+    try:
+        core_queue(row)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _set_members(
+    session: Session, name: str, add: Iterable[str], remove: Iterable[str], default: Iterable[str]
+) -> None:
+    current = {
+        m.user: m
+        for m in session.execute(
+            select(QueueMember).where(col(QueueMember.queue) == name)
+        ).scalars()
+    }
+    for user in remove:
+        if user in current:
+            session.delete(current.pop(user))
+    default = list(default)
+    for user in [*add, *default]:
+        if user not in current:
+            current[user] = QueueMember(queue=name, user=user)
+            session.add(current[user])
+    if default:
+        # A user has one default queue: this one replaces any other.
+        for other in session.execute(
+            select(QueueMember).where(
+                col(QueueMember.user).in_(default),
+                col(QueueMember.queue) != name,
+                col(QueueMember.is_default),
+            )
+        ).scalars():
+            other.is_default = False
+            session.add(other)
+        for user in default:
+            current[user].is_default = True
+
+
+def add(session: Session, body: QueueCreate, now: float) -> QueuePublic:
+    if session.get(TenantQueue, body.name) is not None:
+        raise Conflict(f"queue {body.name} exists; change it with `schedulearn queue set`")
+    row = TenantQueue(
+        name=body.name,
+        guaranteed=dict(body.guaranteed),
+        gpu_limit=body.limit,
+        weight=body.weight,
+        created_at=now,
+    )
+    _check(row)
+    session.add(row)
+    _set_members(session, body.name, body.users, (), body.default_for)
+    session.commit()
+    return get(session, body.name, now)
+
+
+def update(session: Session, name: str, body: QueueUpdate, now: float) -> QueuePublic:
+    row = _row(session, name)
+    if body.guaranteed is not None:
+        row.guaranteed = dict(body.guaranteed)
+    if body.clear_limit:
+        row.gpu_limit = None
+    elif body.limit is not None:
+        row.gpu_limit = body.limit
+    if body.weight is not None:
+        row.weight = body.weight
+    _check(row)
+    session.add(row)
+    _set_members(session, name, body.add_users, body.remove_users, body.default_for)
+    session.commit()
+    return get(session, name, now)
+
+
+def remove(session: Session, name: str) -> QueueRemoved:
+    row = _row(session, name)
+    live = session.execute(
+        select(func.count())
+        .select_from(Job)
+        .where(job_queue_column == name, col(Job.state).in_(_LIVE))
+    ).scalar_one()
+    if live:
+        raise Conflict(
+            f"queue {name} has {live} pending or running jobs; cancel them or let them end first"
+        )
+    session.delete(row)
+    session.execute(delete(QueueMember).where(col(QueueMember.queue) == name))
+    session.commit()
+    return QueueRemoved(name=name)
+
+
+def _row(session: Session, name: str) -> TenantQueue:
+    row = session.get(TenantQueue, name)
+    if row is None:
+        raise NotFound(f"no queue {name}; list them with `schedulearn queue list`")
+    return row
+
+
+def _public(current: Book, name: str, members: Mapping[str, list[QueueMember]]) -> QueuePublic:
+    s = current.shares.get(name) or QueueShare(best_effort(name))
+    row = current.rows.get(name)
+    mine = members.get(name, [])
+    jobs, gpus = current.waiting.get(name, (0, 0))
+    return QueuePublic(
+        name=name,
+        guaranteed=dict(s.queue.guaranteed),
+        limit=s.queue.limit,
+        weight=s.queue.weight,
+        guaranteed_gpus=s.guaranteed,
+        users=sorted(m.user for m in mine),
+        default_for=sorted(m.user for m in mine if m.is_default),
+        used=s.used,
+        pending_jobs=jobs,
+        pending_gpus=gpus,
+        share=round(s.share, 3),
+        declared=row is not None,
+        created_at=row.created_at if row is not None else 0.0,
+    )
+
+
+def _members(session: Session) -> dict[str, list[QueueMember]]:
+    out: dict[str, list[QueueMember]] = defaultdict(list)
+    for m in session.execute(select(QueueMember)).scalars():
+        out[m.queue].append(m)
+    return out
+
+
+def list_queues(session: Session, now: float) -> QueueList:
+    """Every declared queue, and any undeclared one that has jobs (best-effort)."""
+    current, members = book(session, now), _members(session)
+    return QueueList(items=[_public(current, n, members) for n in current.shares])
+
+
+def get(session: Session, name: str, now: float) -> QueuePublic:
+    current = book(session, now)
+    if name not in current.shares:
+        _row(session, name)
+    return _public(current, name, _members(session))
+
+
+def history(session: Session, since: float) -> QueueHistory:
+    """Every sample since `since`, oldest first."""
+    rows = session.execute(
+        select(QueueSample)
+        .where(col(QueueSample.at) >= since)
+        .order_by(col(QueueSample.at), col(QueueSample.id))
+    ).scalars()
+    samples = [
+        QueueSamplePublic(
+            at=r.at, queue=r.queue, used=r.used, guaranteed=r.guaranteed, share=r.share
+        )
+        for r in rows
+    ]
+    return QueueHistory(since=since, samples=samples)

@@ -1,0 +1,105 @@
+"""The Queues page's data: each tenant queue's use, guarantee and fair share now, and
+its GPUs in use over a window drawn as an inline SVG chart (no script needed).
+
+Owns nothing; it reads `services.queues` (the list and the samples the
+scheduler records when a queue's use changes) and lays the chart out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sqlmodel import Session
+
+from schedulearn.protocol import QueuePublic
+from schedulearn.server.errors import BadRequest
+from schedulearn.server.services import queues
+
+WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
+DEFAULT_WINDOW = "24h"
+# Chart size in SVG units (it scales to the card's width).
+WIDTH, HEIGHT = 800.0, 220.0
+COLOURS = ("#4f46e5", "#d97706", "#059669", "#dc2626", "#0891b2", "#7c3aed", "#65a30d", "#db2777")
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    queue: str
+    colour: str
+    points: str  # SVG polyline points: the GPUs in use, a step line
+    share_points: str  # its fair share at the same moments, a step line
+    guarantee_y: float | None  # where its guarantee's dashed line goes
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueuesPage:
+    items: list[QueuePublic]
+    series: list[Series]
+    window: str
+    start: float  # the chart's left edge (unix time)
+    top: int  # GPUs at the chart's top edge
+    over: list[QueuePublic]  # queues above their guarantee now
+
+
+def queues_page(session: Session, now: float, window: str) -> QueuesPage:
+    if window not in WINDOWS:
+        raise BadRequest(f"window {window!r}: pick one of {', '.join(WINDOWS)}")
+    since = now - WINDOWS[window]
+    items = queues.list_queues(session, now).items
+    samples = queues.history(session, since).samples
+    by_queue: dict[str, list[tuple[float, int]]] = {}
+    shares: dict[str, list[tuple[float, float]]] = {}
+    for s in samples:
+        by_queue.setdefault(s.queue, []).append((s.at, s.used))
+        shares.setdefault(s.queue, []).append((s.at, s.share))
+    top = max(
+        [1, *(q.guaranteed_gpus for q in items), *(q.used for q in items)]
+        + [u for points in by_queue.values() for _, u in points]
+        + [math.ceil(v) for points in shares.values() for _, v in points]
+    )
+
+    # From the first sample in the window (queues are often younger than it),
+    # and at least a minute, so that recent changes are not a sliver at the edge.
+    start = min(max(since, min((s.at for s in samples), default=since)), now - 60.0)
+
+    def x(t: float) -> float:
+        return round(max(0.0, t - start) / (now - start) * WIDTH, 1)
+
+    def y(gpus: float) -> float:
+        return round(HEIGHT - gpus / top * HEIGHT, 1)
+
+    def steps(points: list[tuple[float, float]], now_value: float) -> str:
+        path: list[str] = []
+        previous: float | None = None
+        for at, value in points:
+            if previous is not None:
+                path.append(f"{x(at)},{y(previous)}")
+            path.append(f"{x(at)},{y(value)}")
+            previous = value
+        if not path:
+            path.append(f"0,{y(now_value)}")
+        path.append(f"{WIDTH},{y(previous if previous is not None else now_value)}")
+        return " ".join(path)
+
+    series = []
+    names = [q.name for q in items] + sorted(set(by_queue) - {q.name for q in items})
+    guarantees = {q.name: q.guaranteed_gpus for q in items}
+    for i, name in enumerate(names):
+        points = by_queue.get(name, [])
+        used_now = next((q.used for q in items if q.name == name), points[-1][1] if points else 0)
+        g = guarantees.get(name)
+        share_now = next((q.share for q in items if q.name == name), 0.0)
+        series.append(
+            Series(
+                name,
+                COLOURS[i % len(COLOURS)],
+                steps([(t, float(u)) for t, u in points], float(used_now)),
+                steps(shares.get(name, []), share_now),
+                y(g) if g else None,
+                used_now,
+            )
+        )
+    over = [q for q in items if q.declared and q.used > q.guaranteed_gpus]
+    return QueuesPage(items, series, window, start, top, over)
