@@ -55,7 +55,7 @@ def describe(kind: Any) -> str:
     if get_origin(kind) is Literal:
         return "one of " + ", ".join(str(v) for v in get_args(kind))
     if _is_union(kind):
-        return " or ".join(describe(k) for k in get_args(kind) if k is not type(None))
+        return " or ".join("none" if k is type(None) else describe(k) for k in get_args(kind))
     return "text"
 
 
@@ -90,6 +90,8 @@ def _convert(raw: str, kind: Any) -> Any:
                 return allowed
         raise ValueError(raw)
     if _is_union(kind):
+        if type(None) in get_args(kind) and raw.lower() == "none":
+            return None  # the policy's own default, when it is None
         # Text last: `float | str` takes 600 as a number and "600,3600" as text.
         members = sorted(get_args(kind), key=lambda k: k is str)
         for member in members:

@@ -60,5 +60,7 @@ def test_literal_and_union_types() -> None:
         convert("p", "mode", "x", mode)
     assert convert("p", "n", "4", int | None) == 4
     assert describe(float | str) == "a number or text"
+    assert describe(float | None) == "a number or none"
+    assert convert("p", "f", "None", float | None) is None
     anything: Any = Any
     assert convert("p", "x", "7", anything) == 7  # undeclared: guessed as before
