@@ -60,6 +60,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from schedulearn.core.goodput import GoodputReport
 from schedulearn.core.views import JobView, NodeView, Role, declared
 
 API_PREFIX = "/api/v1"
@@ -403,6 +404,13 @@ class ProgressReport(_Request):
     accuracy: float | None = None
     samples_per_sec: float | None = None
     total_epochs: int | None = None
+    # Declared once, in core: the adaptive runtime writes it, the server's
+    # goodput model reads it (`server.services.goodput`).
+    goodput: GoodputReport | None = Field(
+        default=None,
+        description="Batch configuration, step times and gradient statistics "
+        "(`runtime.AdaptiveBatch`), for goodput-aware policies",
+    )
     metrics: dict[Annotated[str, Field(max_length=100)], float] = Field(
         default_factory=dict, max_length=50, description="Any other keyword the job reported"
     )
