@@ -331,3 +331,16 @@ class IdempotencyRecord(SQLModel, table=True):
     fingerprint: str  # sha256 of the spec as parsed: the same key with another body is refused
     job_ids: str  # JSON list, in the order the reply gave them
     created_at: float = Field(index=True)  # keys expire a day after
+
+
+class GoodputState(SQLModel, table=True):
+    """What a job reported of its goodput (`services.goodput`): the newest
+    `core.goodput.GoodputReport` and the distinct steps it measured, one
+    per (nodes, GPUs, local batch), over all its attempts."""
+
+    __tablename__ = "goodput_state"
+
+    job_id: int = Field(primary_key=True)
+    at: float  # time of the newest report
+    report: Any = Field(sa_column=Column(JSON, nullable=False))
+    samples: Any = Field(sa_column=Column(JSON, nullable=False))

@@ -26,6 +26,7 @@ from schedulearn.core.capabilities import NO_ACCOUNT
 from schedulearn.protocol import JobState
 from schedulearn.server.declared import ViewReader
 from schedulearn.server.models import Allocation, Gpu, Job, Node
+from schedulearn.server.services import goodput as goodput_reports
 from schedulearn.server.services import users
 
 HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
@@ -204,7 +205,11 @@ class PendingCache:
         return [views[i][1] for i, _ in order]
 
 
-def build(session: Session, now: float, cache: PendingCache | None = None) -> Snapshot:
+def build(
+    session: Session, now: float, cache: PendingCache | None = None, goodput: bool = False
+) -> Snapshot:
+    """The cluster now; with `goodput`, the jobs' goodput reports too
+    (`ClusterView.goodput`, for a policy that `uses_goodput`)."""
     running: list[JobView] = []
     attempts: dict[int, int] = {}
     book = AccountBook(session)
@@ -230,7 +235,13 @@ def build(session: Session, now: float, cache: PendingCache | None = None) -> Sn
     jobs = {j.id: j for j in pending}
     jobs.update({j.id: j for j in running})
     return Snapshot(
-        view=ClusterView(now=now, nodes=nodes, pending=tuple(pending), running=tuple(running)),
+        view=ClusterView(
+            now=now,
+            nodes=nodes,
+            pending=tuple(pending),
+            running=tuple(running),
+            goodput=goodput_reports.load(session) if goodput else None,
+        ),
         jobs=jobs,
         holders=holders,
         draining={k: dict(v) for k, v in draining.items()},
