@@ -12,9 +12,11 @@ accelerator's time per step: a fixed cost plus a cost per sample of one
 worker's share, so more GPUs really make a step faster.
 
 Tolerance: the final held-out loss is within 35% of the fixed-size run's
-(measured: 0.11-0.13 against 0.112). Stopping at half the steps instead
-gives a loss about twice as high, so the bound tells training that reached
-its target from training that did not."""
+(0.1117 on one worker at batch 32 for 8 epochs; measured for the adaptive
+job: 0.123 on 4 workers outside Schedulearn, 0.134 live after 1 -> 4 -> 2
+-> 4 GPUs). The fixed-size run stopped at half its steps ends at 0.174
+(+55%), so the bound tells training that reached its target from training
+that did not. About 3.5 minutes on a 2-core machine at load 13."""
 
 from __future__ import annotations
 
@@ -52,20 +54,25 @@ def _torch() -> None:
     need_module("sklearn", Dependency.SKLEARN)
 
 
-def _fixed_size_loss(tmp: Path) -> float:
-    """The plain example on one worker at the initial batch and rate, outside Schedulearn."""
+def _start_fixed_size_run(tmp: Path) -> subprocess.Popen[str]:
+    """The plain example on one worker at the initial batch and rate, outside
+    Schedulearn (run beside the live cluster: the test waits on both)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULEARN_")}
     env["SCHEDULEARN_CHECKPOINT_DIR"] = str(tmp / "fixed-checkpoint")
-    done = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, str(SCRIPT), *TRAINING],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=300,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    match = FINAL.search(done.stdout)
-    assert match, done.stdout
+
+
+def _final_loss(run: subprocess.Popen[str]) -> float:
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == 0, out
+    match = FINAL.search(out)
+    assert match, out
     return float(match.group(1))
 
 
@@ -88,7 +95,32 @@ def _worlds_at_starts(cluster: Cluster, job_id: int) -> list[int]:
 
 
 def test_goodput_grows_and_shrinks_the_adaptive_torch_example(tmp_path: Path) -> None:
-    fixed = _fixed_size_loss(tmp_path)
+    fixed_run = _start_fixed_size_run(tmp_path)
+    try:
+        log = _grow_and_shrink(tmp_path)
+    except BaseException:
+        fixed_run.kill()
+        raise
+    fixed = _final_loss(fixed_run)
+    # Every configuration the script logged is one the runtime may choose:
+    # batch = world x local x (accumulation + 1) within the limits, the rate
+    # scaled by AdaScale's gain (1 at the initial batch, at most linear).
+    configs = _configs(log)
+    assert len(configs) >= 3
+    for world, batch, local, accum, lr, scale in configs:
+        assert batch == world * local * (accum + 1) and 32 <= batch <= 256 and local <= 64
+        assert 1.0 <= scale <= batch / 32 + 1e-3
+        assert lr == pytest.approx(0.05 * scale, rel=1e-3)
+    # Each restart went on from the checkpoint before it.
+    assert log.count("starting fresh") == 1 and len(RESUMED.findall(log)) >= 2, log
+    match = FINAL.search(log)
+    assert match, log[-3000:]
+    loss = float(match.group(1))
+    assert abs(loss - fixed) <= TOLERANCE * fixed, (loss, fixed, log[-3000:])
+
+
+def _grow_and_shrink(tmp_path: Path) -> str:
+    """The live part: the job's log once it has grown, shrunk and finished."""
     with live_cluster(tmp_path, {"big": 4}) as cluster:
         with cluster.client() as c:
             # A restart (checkpoint, torch import, resume) costs a few seconds here.
@@ -123,10 +155,11 @@ def test_goodput_grows_and_shrinks_the_adaptive_torch_example(tmp_path: Path) ->
         assert progress is not None and progress.goodput is not None
         assert progress.goodput.step_time is not None  # what the policy fitted
 
-        # A newcomer needs 2 GPUs: the job gives them up and restarts smaller.
+        # A newcomer needs 2 GPUs (and outlives the job, so that it does not grow
+        # back): the job gives them up and restarts smaller.
         with cluster.client() as c:
-            newcomer = c.submit(JobSpec(name="newcomer", command="sleep 20", gpus=2)).ids[0]
-        cluster.wait_state(newcomer, {"running", "succeeded"}, timeout=120)
+            newcomer = c.submit(JobSpec(name="newcomer", command="sleep 600", gpus=2)).ids[0]
+        cluster.wait_state(newcomer, {"running"}, timeout=120)
         wait_for(
             "the job to shrink",
             lambda: len(_worlds_at_starts(cluster, adaptive)) >= 3,
@@ -143,17 +176,6 @@ def test_goodput_grows_and_shrinks_the_adaptive_torch_example(tmp_path: Path) ->
         log = cluster.log_text(adaptive)
         assert done.state == "succeeded", f"{done.message}\n{steps}\n{log[-3000:]}"
         assert done.preemptions == 0 and done.resizes >= 2  # resized, never sent back to the queue
-
-    # Every configuration the script logged is one the runtime may choose:
-    # batch = world x local x (accumulation + 1) within the limits, the rate
-    # scaled by AdaScale's gain (1 at the initial batch, at most linear).
-    for world, batch, local, accum, lr, scale in _configs(log):
-        assert batch == world * local * (accum + 1) and 32 <= batch <= 256 and local <= 64
-        assert 1.0 <= scale <= batch / 32 + 1e-3
-        assert lr == pytest.approx(0.05 * scale, rel=1e-3)
-    # Each restart went on from the checkpoint before it.
-    assert log.count("starting fresh") == 1 and len(RESUMED.findall(log)) >= 2, log
-    match = FINAL.search(log)
-    assert match, log[-3000:]
-    loss = float(match.group(1))
-    assert abs(loss - fixed) <= TOLERANCE * fixed, (loss, fixed, log[-3000:])
+        with cluster.client() as c:
+            c.cancel(newcomer)
+        return log
