@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.agent.progress import parse_line
@@ -21,16 +23,17 @@ from schedulearn.protocol import (
     ProgressReport,
 )
 from schedulearn.server.services import snapshot
+from schedulearn.server.state import AppState
 
 LIMITS = {"init_batch": 32, "max_batch": 256, "min_local_batch": 1, "max_local_batch": 64}
 
 
-def _report(at: float, **fields: object) -> ProgressReport:
-    goodput = GoodputReport(**{**LIMITS, "batch_size": 32, "local_batch": 32, **fields})  # type: ignore[arg-type]
+def _report(at: float, **fields: Any) -> ProgressReport:
+    goodput = GoodputReport(**{**LIMITS, "batch_size": 32, "local_batch": 32, **fields})
     return ProgressReport(at=at, epoch=1, goodput=goodput)
 
 
-def _send(api, job_id: int, attempt: int, *reports: ProgressReport) -> None:  # type: ignore[no-untyped-def]
+def _send(api: Api, job_id: int, attempt: int, *reports: ProgressReport) -> None:
     body = ProgressBatch(attempt=attempt, node="n1", reports=list(reports))
     r = api.post(
         f"/api/v1/agent/jobs/{job_id}/progress",
@@ -40,13 +43,13 @@ def _send(api, job_id: int, attempt: int, *reports: ProgressReport) -> None:  # 
     assert r.status_code == 200, r.text
 
 
-def _view_goodput(api, wanted: bool) -> dict[int, JobGoodput] | None:  # type: ignore[no-untyped-def]
-    state = api.client.app.state.sl
+def _view_goodput(api: Api, wanted: bool) -> dict[int, JobGoodput] | None:
+    state: AppState = api.client.app.state.sl  # type: ignore[attr-defined]  # Starlette's app is untyped
     view = state.db.call(lambda s: snapshot.build(s, 0.0, None, wanted).view)
     return None if view.goodput is None else dict(view.goodput)
 
 
-def test_reports_become_the_cluster_views_goodput(api) -> None:  # type: ignore[no-untyped-def]
+def test_reports_become_the_cluster_views_goodput(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=4)
     node.register()
     spec = {"command": "train", "gpus": 1, "min_gpus": 1, "max_gpus": 4, "preemptible": True}

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Sequence
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.core.goodput import GoodputReport, JobGoodput, StepSample
 from schedulearn.protocol import JobState, ProgressReport
@@ -68,15 +68,15 @@ def load(session: Session) -> dict[int, JobGoodput]:
     """A `JobGoodput` for every waiting or running job that reported one."""
     rows = session.connection().execute(
         select(
-            GoodputState.job_id,  # type: ignore[arg-type]
-            GoodputState.report,  # type: ignore[arg-type]
-            GoodputState.samples,  # type: ignore[arg-type]
-            Job.preemptions,  # type: ignore[arg-type]
-            Job.resizes,  # type: ignore[arg-type]
-            Job.migrations,  # type: ignore[arg-type]
+            col(GoodputState.job_id),
+            col(GoodputState.report),
+            col(GoodputState.samples),
+            col(Job.preemptions),
+            col(Job.resizes),
+            col(Job.migrations),
         )
-        .join(Job, Job.id == GoodputState.job_id)  # type: ignore[arg-type]
-        .where(Job.state.in_(_ACTIVE))  # type: ignore[attr-defined]
+        .join(Job, col(Job.id) == col(GoodputState.job_id))
+        .where(col(Job.state).in_(_ACTIVE))
     )
     out: dict[int, JobGoodput] = {}
     for job_id, report, samples, preemptions, resizes, migrations in rows:
