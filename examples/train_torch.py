@@ -365,9 +365,14 @@ def _train_adaptive(args: argparse.Namespace, world: int, distributed: bool) -> 
             device = args.sleep_per_step + args.sleep_per_sample * len(chosen) / world
             if device > 0:
                 time.sleep(device)
+            times = torch.tensor([time.perf_counter() - began, sync_time], dtype=torch.float64)
+            if distributed:
+                # The step took as long as its slowest worker; and every process must
+                # record the same figures, so that all of them choose the same batch.
+                dist.all_reduce(times, op=dist.ReduceOp.MAX)
             batch.record_step(
-                time.perf_counter() - began,
-                sync_time=sync_time,
+                float(times[0]),
+                sync_time=float(times[1]),
                 piece_sqr=piece_sqr / n_pieces,
                 mean_sqr=float(mean.dot(mean)),
                 piece_batch=len(chosen) / n_pieces,
