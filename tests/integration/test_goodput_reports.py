@@ -128,3 +128,14 @@ def test_impossible_reports_say_what_is_wrong() -> None:
         GoodputReport(**LIMITS, batch_size=32, local_batch=32, nodes=2)
     with pytest.raises(ValueError, match="step_time must be a finite number"):
         GoodputReport(**LIMITS, batch_size=32, local_batch=32, step_time=-1.0)
+
+
+def test_the_job_page_shows_what_an_adaptive_job_runs_with() -> None:
+    from schedulearn.server.web.job_data import progress_of
+
+    report = _report(1.0, batch_size=128, local_batch=32, replicas=4, lr_scale=2.5,
+                     progress=90.0, target=360.0)  # fmt: skip
+    shown = progress_of(report)
+    assert shown is not None and shown.fraction == 0.25  # progress towards its target
+    assert shown.figures["batch_size"] == "128" and shown.figures["lr_scale"] == "2.5"
+    assert "goodput" not in shown.figures
