@@ -8,8 +8,9 @@ This module owns the shape of every message that crosses the network:
 - the user API's request and response bodies (job specs, job and node
   listings, policy, errors), so the CLI reads typed objects too.
 
-It imports only pydantic, the standard library and `core.views`, never
-the server or the agent. The job and node fields a policy reads are
+It imports only pydantic, the standard library, `core.views` and
+`core.goodput` (the goodput record a job's progress report carries),
+never the server or the agent. The job and node fields a policy reads are
 declared once on `core.views.JobView` and `NodeView`: `JobSpec`,
 `JobPublic`, `NodeRegistration` and `NodePublic` get each declared field
 they do not spell out themselves (`_declare`), so a new field reaches
