@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from server_api import Api
+from sqlmodel import Session
 from wire_agent import WireAgent
 
 from schedulearn.agent.progress import parse_line
@@ -139,3 +140,45 @@ def test_the_job_page_shows_what_an_adaptive_job_runs_with() -> None:
     assert shown is not None and shown.fraction == 0.25  # progress towards its target
     assert shown.figures["batch_size"] == "128" and shown.figures["lr_scale"] == "2.5"
     assert "goodput" not in shown.figures
+
+
+def test_the_queue_shown_under_goodput_is_ordered_by_the_reports(api: Api) -> None:
+    from schedulearn.server.models import GoodputState
+    from schedulearn.server.services import queue
+
+    assert api.put("/api/v1/policy", json={"spec": "goodput"}).status_code == 200
+    WireAgent(api, "n1", gpus=1).register()
+    blocker = api.post("/api/v1/jobs", json={"command": "hold", "gpus": 1}).json()["ids"][0]
+    api.settle()
+    assert api.get(f"/api/v1/jobs/{blocker}").json()["state"] == "assigned"
+    spec = {"command": "train", "gpus": 1, "min_gpus": 1, "max_gpus": 4, "preemptible": True}
+    first = api.post("/api/v1/jobs", json=spec).json()["ids"][0]
+    second = api.post("/api/v1/jobs", json=spec).json()["ids"][0]
+    state: AppState = api.client.app.state.sl  # type: ignore[attr-defined]  # Starlette's app is untyped
+
+    def order() -> list[int]:
+        read = state.db.call(lambda s: queue.read(s, "fifo", 100.0))
+        return [j.id for j in read.order.jobs]
+
+    # The only GPU is held, so both wait; nothing reported: alike, in arrival order.
+    assert order() == [first, second]
+
+    def reported(session: Session) -> None:
+        # The first has run before: measured, with a long way to go. A job never
+        # measured is the more urgent (least attained service first).
+        report = _report(1.0, step_time=0.5, progress=10.0, target=1e6).goodput
+        assert report is not None
+        sample = report.sample()
+        assert sample is not None
+        session.add(
+            GoodputState(
+                job_id=first,
+                at=1.0,
+                report=dataclasses.asdict(report),
+                samples=[[1, 1, 32, sample.step_time, sample.sync_time]],
+            )
+        )
+        session.commit()
+
+    state.db.call(reported)
+    assert order() == [second, first]
