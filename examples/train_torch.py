@@ -26,6 +26,7 @@ import argparse
 import gc
 import hashlib
 import importlib.util
+import math
 import os
 import sys
 import time
@@ -107,11 +108,12 @@ def train(args: argparse.Namespace) -> int:
     # torchrun starts one process per GPU and sets RANK and MASTER_ADDR; run
     # any other way, this one process does the work of the whole world.
     distributed = world > 1 and "RANK" in os.environ and "MASTER_ADDR" in os.environ
+    run = _train_adaptive if args.adaptive else _train
     if not distributed:
-        return _train(args, world, distributed)
+        return run(args, world, distributed)
     dist.init_process_group("gloo")
     try:
-        return _train(args, world, distributed)
+        return run(args, world, distributed)
     finally:
         # `_train` has returned, so its DDP wrapper is freed (gc for cycles) while
         # the group is still registered; destroyed from inside DDP's destructor
@@ -219,8 +221,195 @@ def _train(args: argparse.Namespace, world: int, distributed: bool) -> int:
                 f"step={step} samples/s={rate:.0f}",
                 flush=True,
             )
-    if runtime.is_main_process():
-        print(f"final weights sha256 {digest(model)}", flush=True)
+    finish(model, x_test, y_test)
+    return 0
+
+
+def finish(model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor) -> None:
+    """The last lines: the held-out loss and accuracy, and the weights' digest."""
+    if not runtime.is_main_process():
+        return
+    model.eval()
+    with torch.no_grad():
+        out = model(x_test)
+        loss = float(nn.functional.cross_entropy(out, y_test))
+        accuracy = float((out.argmax(dim=1) == y_test).float().mean())
+    print(f"final test loss {loss:.4f} accuracy {accuracy:.4f}", flush=True)
+    print(f"final weights sha256 {digest(model)}", flush=True)
+
+
+def flat_grad(model: nn.Module) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+
+
+def _pieces(batch: torch.Tensor, shares: int, mine: range, micro: int) -> list[torch.Tensor]:
+    """The pieces this process computes: its shares of the global batch, each cut
+    into `micro` micro-batches (accumulation steps)."""
+    return [part for k in mine for part in batch[k::shares].tensor_split(micro) if len(part)]
+
+
+def _train_adaptive(args: argparse.Namespace, world: int, distributed: bool) -> int:
+    """Training whose batch size and learning rate follow the allocation (`--adaptive`).
+
+    `runtime.AdaptiveBatch` chooses, for the world of this run, the total
+    batch, the local batch and the accumulation steps (from the step times
+    and the gradient noise measured so far, kept in the checkpoint), and
+    the learning-rate scale (AdaScale's gain); the run ends when the
+    progress, counted in steps at the initial batch, reaches what
+    `--epochs` epochs at `--batch-size` would make. Each step computes one
+    gradient per piece (a process's micro-batch; alone, this process plays
+    every worker of the world in turn), averages them by hand (an
+    all-reduce under torchrun, timed as the synchronisation) and reports
+    the pieces' squared norms for the gradient noise estimate.
+    """
+    procs, me = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+    x_train, y_train, x_test, y_test = digits_tensors(args.seed)
+    n_train = len(x_train)
+    model = make_model(args.seed, args.hidden)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    shuffle = torch.Generator().manual_seed(args.seed + 2)
+    state = load()
+    epoch, offset, step = 0, 0, 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        shuffle.set_state(state["shuffle"])
+        torch.set_rng_state(state["torch_rng"])
+        epoch, offset, step = state["epoch"], state["offset"], state["step"]
+    batch = runtime.AdaptiveBatch(
+        args.batch_size,
+        max_batch=max(args.max_batch, args.batch_size),
+        max_local_batch=args.max_local_batch,
+        target=args.epochs * math.ceil(n_train / args.batch_size),
+        state=state.get("adaptive") if state else None,
+    )
+    main = runtime.is_main_process()
+
+    def say(text: str) -> None:
+        if main:
+            print(text, flush=True)
+
+    if state is None:
+        say(f"starting fresh: {batch.target:g} steps at batch {args.batch_size}, seed {args.seed}")
+    else:
+        say(f"resumed from epoch {epoch} (step {step}, {offset} samples into the epoch)")
+    say(f"checkpoint directory {runtime.checkpoint_dir().resolve()}")
+
+    def configuration() -> str:
+        return (
+            f"world size {world}: batch size {batch.batch_size} ({batch.local_batch} per GPU, "
+            f"{batch.accum_steps} accumulation steps), learning rate "
+            f"{args.lr * batch.lr_scale:.6g} (scale {batch.lr_scale:.4g})"
+        )
+
+    say(configuration())
+    params = list(model.parameters())
+    loss_fn = nn.CrossEntropyLoss()
+    loss_sum, batches = 0.0, 0
+
+    def checkpoint_state(epoch_start_shuffle: torch.Tensor) -> dict[str, Any]:
+        return {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "shuffle": epoch_start_shuffle,
+            "torch_rng": torch.get_rng_state(),
+            "epoch": epoch,
+            "offset": offset,
+            "step": step,
+            "adaptive": batch.state_dict(),
+        }
+
+    while not batch.done:
+        epoch_start_shuffle = shuffle.get_state()
+        order = torch.randperm(n_train, generator=shuffle)
+        started, samples = time.perf_counter(), 0
+        model.train()
+        while offset < n_train and not batch.done:
+            began = time.perf_counter()
+            chosen = order[offset : offset + batch.batch_size]
+            if len(chosen) < procs:
+                offset = n_train  # a tail too short to give every process a sample
+                break
+            # Alone, this process computes every worker's share in turn.
+            if distributed:
+                pieces = _pieces(chosen, procs, range(me, me + 1), batch.accum_steps + 1)
+            else:
+                pieces = _pieces(chosen, world, range(world), batch.accum_steps + 1)
+            total = torch.zeros(sum(p.numel() for p in params))
+            piece_sqr, piece_loss = 0.0, 0.0
+            for piece in pieces:
+                optimizer.zero_grad()
+                loss = loss_fn(model(x_train[piece]), y_train[piece])
+                loss.backward()
+                g = flat_grad(model)
+                piece_sqr += float(g.dot(g))
+                total += g * len(piece)
+                piece_loss += float(loss.detach()) * len(piece)
+            synced = time.perf_counter()
+            counts = torch.tensor([piece_sqr, float(len(pieces)), piece_loss])
+            if distributed:
+                dist.all_reduce(total)
+                dist.all_reduce(counts)
+            sync_time = time.perf_counter() - synced
+            piece_sqr, n_pieces, piece_loss = (float(v) for v in counts)
+            mean = total / len(chosen)
+            at = 0
+            for p in params:
+                p.grad = mean[at : at + p.numel()].view_as(p).clone()
+                at += p.numel()
+            for group in optimizer.param_groups:
+                group["lr"] = args.lr * batch.lr_scale
+            optimizer.step()
+            # A simulated accelerator: a fixed cost per step, and per sample of one
+            # worker's share (the workers run side by side).
+            device = args.sleep_per_step + args.sleep_per_sample * len(chosen) / world
+            if device > 0:
+                time.sleep(device)
+            times = torch.tensor([time.perf_counter() - began, sync_time], dtype=torch.float64)
+            if distributed:
+                # The step took as long as its slowest worker; and every process must
+                # record the same figures, so that all of them choose the same batch.
+                dist.all_reduce(times, op=dist.ReduceOp.MAX)
+            batch.record_step(
+                float(times[0]),
+                sync_time=float(times[1]),
+                piece_sqr=piece_sqr / n_pieces,
+                mean_sqr=float(mean.dot(mean)),
+                piece_batch=len(chosen) / n_pieces,
+                pieces=int(n_pieces),
+            )
+            offset += len(chosen)
+            step += 1
+            loss_sum += piece_loss / len(chosen)
+            batches += 1
+            samples += len(chosen)
+            if agree_to_stop(distributed):
+                save(checkpoint_state(epoch_start_shuffle))
+                say(f"stop requested: saved epoch {epoch} step {step}; exiting")
+                return STOPPED_EXIT_CODE
+        if offset >= n_train:
+            epoch, offset = epoch + 1, 0
+        model.eval()
+        with torch.no_grad():
+            accuracy = float((model(x_test).argmax(dim=1) == y_test).float().mean())
+        mean_loss = loss_sum / max(1, batches)
+        loss_sum, batches = 0.0, 0
+        rate = samples / max(1e-9, time.perf_counter() - started)
+        batch.report(
+            step=step,
+            epoch=epoch,
+            loss=mean_loss,
+            accuracy=accuracy,
+            samples_per_sec=rate,
+        )
+        say(
+            f"epoch {epoch} loss={mean_loss:.4f} accuracy={accuracy:.4f} step={step} "
+            f"progress={batch.progress:.0f}/{batch.target:g} samples/s={rate:.0f}"
+        )
+        if batch.adapt():
+            say(configuration())
+        save(checkpoint_state(shuffle.get_state()))
+    finish(model, x_test, y_test)
     return 0
 
 
@@ -236,6 +425,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="seconds to sleep after each step, to stretch a demo or a test [0]",
+    )
+    adaptive = parser.add_argument_group(
+        "adaptive batch (--adaptive: batch size and learning rate follow the allocation)"
+    )
+    adaptive.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="runtime.AdaptiveBatch: --batch-size is then the initial total batch",
+    )
+    adaptive.add_argument("--max-batch", type=int, default=256, help="largest total batch [256]")
+    adaptive.add_argument(
+        "--max-local-batch",
+        type=int,
+        default=64,
+        help="largest batch one GPU computes at once; more is accumulated [64]",
+    )
+    adaptive.add_argument(
+        "--sleep-per-sample",
+        type=float,
+        default=0.0,
+        help="seconds per sample of one worker's share: a simulated accelerator [0]",
     )
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.batch_size < 1 or args.hidden < 1:

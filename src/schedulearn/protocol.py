@@ -8,8 +8,9 @@ This module owns the shape of every message that crosses the network:
 - the user API's request and response bodies (job specs, job and node
   listings, policy, errors), so the CLI reads typed objects too.
 
-It imports only pydantic, the standard library and `core.views`, never
-the server or the agent. The job and node fields a policy reads are
+It imports only pydantic, the standard library, `core.views` and
+`core.goodput` (the goodput record a job's progress report carries),
+never the server or the agent. The job and node fields a policy reads are
 declared once on `core.views.JobView` and `NodeView`: `JobSpec`,
 `JobPublic`, `NodeRegistration` and `NodePublic` get each declared field
 they do not spell out themselves (`_declare`), so a new field reaches
@@ -60,6 +61,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from schedulearn.core.goodput import GoodputReport
 from schedulearn.core.views import JobView, NodeView, Role, declared
 
 API_PREFIX = "/api/v1"
@@ -403,6 +405,13 @@ class ProgressReport(_Request):
     accuracy: float | None = None
     samples_per_sec: float | None = None
     total_epochs: int | None = None
+    # Declared once, in core: the adaptive runtime writes it, the server's
+    # goodput model reads it (`server.services.goodput`).
+    goodput: GoodputReport | None = Field(
+        default=None,
+        description="Batch configuration, step times and gradient statistics "
+        "(`runtime.AdaptiveBatch`), for goodput-aware policies",
+    )
     metrics: dict[Annotated[str, Field(max_length=100)], float] = Field(
         default_factory=dict, max_length=50, description="Any other keyword the job reported"
     )

@@ -69,6 +69,13 @@ def live_cluster(root: Path, agents: dict[str, int], **server_env: str) -> Itera
     cluster = Cluster(root, server_env={"SCHEDULEARN_TICK_SECONDS": "0.5", **server_env})
     try:
         cluster.start()
+        # /healthz answers before the app has loaded; on a loaded machine loading
+        # takes longer than the enrollment call's own timeout: wait for it here.
+        httpx.get(
+            f"{cluster.server.url}/api/v1/nodes",
+            headers={"Authorization": f"Bearer {ADMIN}"},
+            timeout=120,
+        ).raise_for_status()
         for name, gpus in agents.items():
             cluster.add_agent(name, gpus=gpus)
         cluster.wait_nodes(len(agents))

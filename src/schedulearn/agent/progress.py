@@ -27,8 +27,15 @@ from schedulearn.protocol import Executor, ProgressBatch, ProgressReport
 log = logging.getLogger(__name__)
 
 CONTAINER_PROGRESS_DIR = "/schedulearn/progress"
-_NAMED = ("step", "epoch", "loss", "accuracy", "samples_per_sec", "total_epochs")
-_INTS = ("step", "epoch", "total_epochs")
+# The report's named fields, as `ProgressReport` declares them: numbers (whole
+# ones where declared so) and records (`goodput`); any other number is a metric.
+_RECORDS = frozenset(
+    name
+    for name, f in ProgressReport.model_fields.items()
+    if name not in ("at", "metrics") and f.annotation not in (int | None, float | None)
+)
+_NAMED = frozenset(ProgressReport.model_fields) - {"at", "metrics"} - _RECORDS
+_INTS = frozenset(n for n in _NAMED if ProgressReport.model_fields[n].annotation == int | None)
 _MAX_BATCH = 500
 _MAX_READ = 4 * 1024 * 1024
 
@@ -58,7 +65,11 @@ def parse_line(line: str) -> ProgressReport | None:
         return None
     fields: dict[str, object] = {"at": float(data["at"])}
     metrics: dict[str, float] = {}
+    records: dict[str, object] = {}
     for key, value in data.items():
+        if key in _RECORDS and isinstance(value, dict):
+            records[key] = value
+            continue
         if key == "at" or isinstance(value, bool) or not isinstance(value, int | float):
             continue
         if not math.isfinite(value):
@@ -67,6 +78,13 @@ def parse_line(line: str) -> ProgressReport | None:
             fields[key] = int(value) if key in _INTS else float(value)
         elif len(metrics) < 50 and len(key) <= 100:
             metrics[key] = float(value)
+    try:
+        return ProgressReport.model_validate({**fields, **records, "metrics": metrics})
+    except ValueError:
+        if not records:
+            return None
+    # A record the server would refuse (a runtime of another version, a bug)
+    # costs only itself: the figures beside it still go.
     try:
         return ProgressReport.model_validate({**fields, "metrics": metrics})
     except ValueError:

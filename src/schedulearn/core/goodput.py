@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import ClassVar
 
 BATCH_CANDIDATES = 16  # batch sizes tried per allocation, geometrically spaced
 # Noise ratios within 3% share one model (the efficiency barely moves; fits are reused).
@@ -95,6 +96,14 @@ class StepSample:
     step_time: float  # a whole optimiser step, synchronisation included
     sync_time: float  # the part spent in gradient synchronisation
 
+    @classmethod
+    def of_step(
+        cls, nodes: int, replicas: int, atomic: int, accum: int, step_time: float, sync: float
+    ) -> StepSample:
+        """A step of `accum + 1` micro-steps as the fit takes it: one micro-step plus the sync."""
+        sync = min(sync, step_time)
+        return cls(nodes, replicas, atomic, (step_time - sync) / (accum + 1) + sync, sync)
+
 
 @dataclass(frozen=True, slots=True)
 class ThroughputParams:
@@ -144,6 +153,88 @@ class JobGoodput:
     def model(self) -> GoodputModel:
         """The fitted model (cached: equal inputs give the same object)."""
         return _model(self.limits, self.samples, noise_ratio(self.grad_sqr, self.grad_var))
+
+
+def _finite(name: str, value: float | None, low: float = 0.0) -> None:
+    if value is not None and not (math.isfinite(value) and value >= low):
+        raise ValueError(f"goodput report: {name} must be a finite number >= {low:g}, not {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputReport:
+    """What a running job tells the scheduler about its goodput: declared once, here.
+
+    The runtime (`schedulearn.runtime.AdaptiveBatch`) writes it with each
+    progress report, the agent and the API carry it as
+    `protocol.ProgressReport.goodput`, and the server turns it into a
+    `JobGoodput` for the policy. Sizes are the job's batch limits and the
+    configuration it runs now; `step_time` is its mean optimiser step
+    there (all `accum_steps + 1` micro-steps, synchronisation included;
+    None before the first step), `sync_time` the part spent
+    synchronising gradients; `grad_sqr`/`grad_var` the smoothed gradient
+    statistics (`grad_var` at `init_batch`; None before any estimate);
+    `progress` the steps at the initial batch made so far (each step
+    counted by its gain, as AdaScale does) and `target` where the job
+    stops (None: unknown).
+    """
+
+    init_batch: int
+    max_batch: int
+    min_local_batch: int
+    max_local_batch: int
+    batch_size: int
+    local_batch: int
+    accum_steps: int = 0
+    replicas: int = 1
+    nodes: int = 1
+    lr_scale: float = 1.0
+    step_time: float | None = None
+    sync_time: float = 0.0
+    grad_sqr: float | None = None
+    grad_var: float | None = None
+    progress: float = 0.0
+    target: float | None = None
+    # Read by pydantic where the wire models carry it (a plain dict: core imports
+    # no pydantic). Unknown keys are dropped, not refused: the runtime in a job's
+    # environment may be newer than the agent or the client reading it.
+    __pydantic_config__: ClassVar[dict[str, str]] = {"extra": "ignore"}
+
+    def __post_init__(self) -> None:
+        self.limits()  # refuses impossible limits, saying which
+        for name in ("batch_size", "local_batch", "replicas", "nodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"goodput report: {name} must be 1 or more")
+        if self.accum_steps < 0 or self.nodes > self.replicas:
+            raise ValueError("goodput report: accum_steps >= 0 and nodes <= replicas, please")
+        _finite("lr_scale", self.lr_scale)
+        _finite("step_time", self.step_time)
+        _finite("sync_time", self.sync_time)
+        _finite("grad_sqr", self.grad_sqr, -math.inf)
+        _finite("grad_var", self.grad_var)
+        _finite("progress", self.progress)
+        _finite("target", self.target)
+
+    def limits(self) -> BatchLimits:
+        return BatchLimits(
+            self.init_batch, self.max_batch, self.min_local_batch, self.max_local_batch
+        )
+
+    def sample(self) -> StepSample | None:
+        """The step measured here, as the fit takes it (one micro-step plus the sync)."""
+        if self.step_time is None:
+            return None
+        return StepSample.of_step(
+            self.nodes,
+            self.replicas,
+            self.local_batch,
+            self.accum_steps,
+            self.step_time,
+            self.sync_time,
+        )
+
+    def remaining(self) -> float | None:
+        """Progress still to make (steps at the initial batch), None when unknown."""
+        return None if self.target is None else max(0.0, self.target - self.progress)
 
 
 def _lstsq(xs: list[float], ys: list[float]) -> tuple[float, float]:

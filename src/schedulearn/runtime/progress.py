@@ -9,13 +9,17 @@ variable unset) `report` returns at once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import time
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from schedulearn.runtime.env import PROGRESS_FILE, is_main_process
+
+if TYPE_CHECKING:
+    from schedulearn.core.goodput import GoodputReport
 
 _handle: IO[str] | None = None
 _handle_path: str | None = None
@@ -29,13 +33,18 @@ def report(
     accuracy: float | None = None,
     samples_per_sec: float | None = None,
     total_epochs: int | None = None,
+    goodput: GoodputReport | None = None,
     **metrics: float,
 ) -> None:
-    """Record where training stands; any keyword beyond the named ones is a metric."""
+    """Record where training stands; any keyword beyond the named ones is a metric.
+
+    `goodput` is what `AdaptiveBatch.report` adds: the job's batch
+    configuration, step times and gradient statistics, for the scheduler.
+    """
     path = os.environ.get(PROGRESS_FILE)
     if not path or not is_main_process():
         return
-    record: dict[str, float | int] = {"at": time.time()}
+    record: dict[str, Any] = {"at": time.time()}
     named = {
         "step": step,
         "epoch": epoch,
@@ -51,6 +60,8 @@ def report(
         if not math.isfinite(number):
             continue  # JSON has no NaN; a diverged loss is simply not reported
         record[key] = int(value) if isinstance(value, int) else number
+    if goodput is not None:
+        record["goodput"] = dataclasses.asdict(goodput)
     _write(path, json.dumps(record, separators=(",", ":")))
 
 

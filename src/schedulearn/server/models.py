@@ -339,7 +339,7 @@ class IdempotencyRecord(_Table, table=True):
     created_at: float = Field(index=True)  # keys expire a day after
 
 
-class TenantQueue(SQLModel, table=True):
+class TenantQueue(_Table, table=True):
     """A tenant queue (a team, a project): what it is promised (`services.queues`).
 
     `guaranteed` maps a GPU type to GPUs of that type ("" = any type), as
@@ -356,7 +356,7 @@ class TenantQueue(SQLModel, table=True):
     created_at: float = 0.0
 
 
-class QueueMember(SQLModel, table=True):
+class QueueMember(_Table, table=True):
     """A user's membership of a queue; `is_default`: their jobs go there when they name none."""
 
     __tablename__ = "queue_member"
@@ -366,7 +366,7 @@ class QueueMember(SQLModel, table=True):
     is_default: bool = False
 
 
-class QueueUsage(SQLModel, table=True):
+class QueueUsage(_Table, table=True):
     """A queue's decayed GPU-seconds (`usage` as of `at`) and the GPUs it held since
     (`busy`): the live form of `core.fairshare_queues.UsageMeter`, settled on read."""
 
@@ -379,7 +379,7 @@ class QueueUsage(SQLModel, table=True):
     half_life: float = 7 * 24 * 3600.0  # seconds; the server's setting when it was written
 
 
-class QueueSample(SQLModel, table=True):
+class QueueSample(_Table, table=True):
     """A queue's GPUs in use and fair share at a moment (the Queues page's chart)."""
 
     __tablename__ = "queue_sample"
@@ -391,3 +391,16 @@ class QueueSample(SQLModel, table=True):
     used: int = 0
     guaranteed: int = 0
     share: float = 0.0
+
+
+class GoodputState(_Table, table=True):
+    """What a job reported of its goodput (`services.goodput`): the newest
+    `core.goodput.GoodputReport` and the distinct steps it measured, one
+    per (nodes, GPUs, local batch), over all its attempts."""
+
+    __tablename__ = "goodput_state"
+
+    job_id: int = Field(primary_key=True)
+    at: float  # time of the newest report
+    report: Any = Field(sa_column=Column(JSON, nullable=False))
+    samples: Any = Field(sa_column=Column(JSON, nullable=False))

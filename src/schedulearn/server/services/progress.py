@@ -4,7 +4,8 @@ Owns `Job.progress` (the latest report, shown by `show`, the API and the
 web page) and the `progress_record` table, a short history of reports
 per job (the last `KEEP`). Agents tail each job's progress file and send
 new reports in batches; a report of an older attempt is still history,
-and the latest report is the newest by time of any attempt.
+and the latest report is the newest by time of any attempt. The goodput
+part of a report (adaptive jobs) is kept by `services.goodput`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from schedulearn.protocol import ProgressBatch, ProgressHistory, ProgressPublic
 from schedulearn.server.auth import Caller
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Job, ProgressRecord
-from schedulearn.server.services import profiles, visibility
+from schedulearn.server.services import goodput, profiles, visibility
 from schedulearn.server.wakeups import Changes
 
 KEEP = 200
@@ -49,6 +50,7 @@ def record(session: Session, job_id: int, batch: ProgressBatch) -> Changes:
         ],
     )
     _prune(session, job_id)
+    goodput.record(session, job_id, batch.reports)
     rated = [r for r in batch.reports if r.samples_per_sec]
     if rated:
         # The newest speed feeds the throughput profiles (issue 6).

@@ -64,7 +64,8 @@ def policy_in_force(session: Session, default_policy: str) -> tuple[str, Policy]
 
 def read(session: Session, default_policy: str, now: float) -> Queue:
     spec, policy = policy_in_force(session, default_policy)
-    view = snapshot.build(session, now).view
+    # A goodput-aware policy orders the queue by what jobs reported, as in a pass.
+    view = snapshot.build(session, now, None, getattr(policy, "uses_goodput", False)).view
     book = shares(named(view), view.tenancy) if view.tenancy is not None else None
     return Queue(spec, queue_order(policy, view), view, book)
 

@@ -67,7 +67,7 @@ KEEP_SAMPLES_SECONDS = 30 * 24 * 3600.0
 
 
 # `job.queue` is a declared column (core.views.JobView.queue), not spelled out on `Job`.
-job_queue_column: ColumnElement[str] = Job.__table__.c.queue  # type: ignore[attr-defined]  # see above
+job_queue_column: ColumnElement[str] = Job.__table__.c.queue
 
 
 def _key(queue: str) -> str:
@@ -167,7 +167,8 @@ def book(session: Session, now: float) -> Book:
 
 def declared(session: Session) -> bool:
     """Is any queue declared (the scheduler then runs the policy in `FairShare`)?"""
-    return session.execute(select(func.count()).select_from(TenantQueue)).scalar_one() > 0
+    count: int = session.execute(select(func.count()).select_from(TenantQueue)).scalar_one()
+    return count > 0
 
 
 def observe(session: Session, now: float, half_life: float) -> bool:

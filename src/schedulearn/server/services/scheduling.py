@@ -152,7 +152,7 @@ def run_pass(
     resumed = resume(session, now)
     if not snapshot.could_change(session):
         return resumed
-    snap = snapshot.build(session, now, cache)
+    snap = snapshot.build(session, now, cache, getattr(policy, "uses_goodput", False))
     result = PassResult(pending=len(snap.view.pending), running=len(snap.view.running))
     result.resumed, result.started, result.nodes = resumed.resumed, resumed.started, resumed.nodes
     if not snap.view.pending and not policy.tick_seconds:

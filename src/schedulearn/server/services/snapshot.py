@@ -26,6 +26,7 @@ from schedulearn.core.capabilities import NO_ACCOUNT
 from schedulearn.protocol import JobState
 from schedulearn.server.declared import ViewReader
 from schedulearn.server.models import Allocation, Gpu, Job, Node
+from schedulearn.server.services import goodput as goodput_reports
 from schedulearn.server.services import queues, users
 
 HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
@@ -211,7 +212,11 @@ class PendingCache:
         return [views[i][1] for i, _ in order]
 
 
-def build(session: Session, now: float, cache: PendingCache | None = None) -> Snapshot:
+def build(
+    session: Session, now: float, cache: PendingCache | None = None, goodput: bool = False
+) -> Snapshot:
+    """The cluster now; with `goodput`, the jobs' goodput reports too
+    (`ClusterView.goodput`, for a policy that `uses_goodput`)."""
     running: list[JobView] = []
     attempts: dict[int, int] = {}
     book = AccountBook(session)
@@ -245,6 +250,7 @@ def build(session: Session, now: float, cache: PendingCache | None = None) -> Sn
             # The declared queues and their decayed usage (None: no queues),
             # read by the fair-share layer the scheduler wraps every policy in.
             tenancy=queues.tenancy(session, now),
+            goodput=goodput_reports.load(session) if goodput else None,
         ),
         jobs=jobs,
         holders=holders,

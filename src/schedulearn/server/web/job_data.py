@@ -77,9 +77,16 @@ def progress_of(raw: Any) -> Progress | None:
     if not isinstance(raw, dict):
         return None
     # Extra metrics a job reported (`report(lr=...)`) show beside the named ones.
-    flat = {k: v for k, v in raw.items() if k != "metrics"}
+    flat = {k: v for k, v in raw.items() if k not in ("metrics", "goodput")}
     if isinstance(raw.get("metrics"), dict):
         flat.update(raw["metrics"])
+    goodput = raw.get("goodput")
+    if isinstance(goodput, dict):
+        # An adaptive job's record (`ProgressReport.goodput`): what it runs with now.
+        for key in ("batch_size", "local_batch", "accum_steps", "lr_scale"):
+            flat[key] = goodput.get(key)
+        if goodput.get("target") and raw.get("fraction") is None:
+            raw = {**raw, "fraction": float(goodput.get("progress") or 0) / goodput["target"]}
     figures = {
         str(k): f"{v:.4g}" if isinstance(v, float) else str(v)
         for k, v in flat.items()

@@ -8,7 +8,7 @@ Create Date: 2026-11-23 18:00:00
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes  # AutoString columns; `sqlmodel` does not re-export `sql`
 from alembic import op
 
 revision = "0007_queues"

@@ -1,0 +1,181 @@
+"""Issue 13, live: under the `goodput` policy the PyTorch example (`--adaptive`)
+grows when GPUs free up and shrinks when a newcomer arrives; after each
+restart its script logs the batch size and learning rate the runtime chose
+for its new world (`runtime.AdaptiveBatch`), and it ends at the same final
+loss as a fixed-size run, within a stated tolerance. Real server and agent
+processes; the job's step times and gradient statistics reach the policy
+only through its progress reports (`ProgressReport.goodput`).
+
+The example runs as one process playing every worker of its world (the
+virtual GPUs have no compute of their own) and sleeps a simulated
+accelerator's time per step: a fixed cost plus a cost per sample of one
+worker's share, so more GPUs really make a step faster.
+
+Tolerance: the final held-out loss is within 35% of the fixed-size run's
+(0.1117 on one worker at batch 32 for 8 epochs; measured for the adaptive
+job: 0.123 on 4 workers outside Schedulearn, 0.134 live after 1 -> 4 -> 2
+-> 4 GPUs). The fixed-size run stopped at half its steps ends at 0.174
+(+55%), so the bound tells training that reached its target from training
+that did not. About 3.5 minutes on a 2-core machine at load 13."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from e2e_cluster import Cluster
+from live_examples import REPO, RESUMED, history, job, live_cluster, wait_for
+
+from dependencies import Dependency, need_module
+from schedulearn.protocol import JobSpec
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = REPO / "examples" / "train_torch.py"
+TRAINING = ("--epochs", "8", "--batch-size", "32", "--lr", "0.05", "--seed", "0")
+ADAPTIVE = ("--adaptive", "--max-batch", "256", "--max-local-batch", "64")
+# The simulated accelerator: 40 ms a step plus 1.5 ms a sample of one worker's share.
+DEVICE = ("--sleep-per-step", "0.04", "--sleep-per-sample", "0.0015")
+CONFIG = re.compile(
+    r"world size (\d+): batch size (\d+) \((\d+) per GPU, (\d+) accumulation steps\), "
+    r"learning rate (\S+) \(scale (\S+)\)"
+)
+FINAL = re.compile(r"final test loss (\S+) accuracy (\S+)")
+TOLERANCE = 0.35  # relative, on the final held-out loss
+
+
+@pytest.fixture(autouse=True)
+def _torch() -> None:
+    need_module("torch", Dependency.TORCH)
+    need_module("sklearn", Dependency.SKLEARN)
+
+
+def _start_fixed_size_run(tmp: Path) -> subprocess.Popen[str]:
+    """The plain example on one worker at the initial batch and rate, outside
+    Schedulearn (run beside the live cluster: the test waits on both)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULEARN_")}
+    env["SCHEDULEARN_CHECKPOINT_DIR"] = str(tmp / "fixed-checkpoint")
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), *TRAINING],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _final_loss(run: subprocess.Popen[str]) -> float:
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == 0, out
+    match = FINAL.search(out)
+    assert match, out
+    return float(match.group(1))
+
+
+def _configs(log: str) -> list[tuple[int, int, int, int, float, float]]:
+    """(world, batch, local batch, accumulation steps, learning rate, scale), as logged."""
+    return [
+        (int(w), int(b), int(lb), int(a), float(lr), float(s))
+        for w, b, lb, a, lr, s in CONFIG.findall(log)
+    ]
+
+
+def _worlds_at_starts(cluster: Cluster, job_id: int) -> list[int]:
+    """The world size each (re)start of the script logged first."""
+    worlds = []
+    for part in cluster.log_text(job_id).split("checkpoint directory")[1:]:
+        found = CONFIG.search(part)
+        if found:
+            worlds.append(int(found.group(1)))
+    return worlds
+
+
+def test_goodput_grows_and_shrinks_the_adaptive_torch_example(tmp_path: Path) -> None:
+    fixed_run = _start_fixed_size_run(tmp_path)
+    try:
+        log = _grow_and_shrink(tmp_path)
+    except BaseException:
+        fixed_run.kill()
+        raise
+    fixed = _final_loss(fixed_run)
+    # Every configuration the script logged is one the runtime may choose:
+    # batch = world x local x (accumulation + 1) within the limits, the rate
+    # scaled by AdaScale's gain (1 at the initial batch, at most linear).
+    configs = _configs(log)
+    assert len(configs) >= 3
+    for world, batch, local, accum, lr, scale in configs:
+        assert batch == world * local * (accum + 1) and 32 <= batch <= 256 and local <= 64
+        assert 1.0 <= scale <= batch / 32 + 1e-3
+        assert lr == pytest.approx(0.05 * scale, rel=1e-3)
+    # Each restart went on from the checkpoint before it.
+    assert log.count("starting fresh") == 1 and len(RESUMED.findall(log)) >= 2, log
+    match = FINAL.search(log)
+    assert match, log[-3000:]
+    loss = float(match.group(1))
+    assert abs(loss - fixed) <= TOLERANCE * fixed, (loss, fixed, log[-3000:])
+
+
+def _grow_and_shrink(tmp_path: Path) -> str:
+    """The live part: the job's log once it has grown, shrunk and finished."""
+    with live_cluster(tmp_path, {"big": 4}) as cluster:
+        with cluster.client() as c:
+            # A restart (checkpoint, torch import, resume) costs a few seconds here.
+            c.set_policy("goodput:restart_cost=4:hysteresis=1")
+            blocker = c.submit(JobSpec(name="blocker", command="sleep 12", gpus=3)).ids[0]
+            cluster.wait_state(blocker, {"running"})
+            adaptive = c.submit(
+                JobSpec(
+                    name="adaptive",
+                    command=[sys.executable, str(SCRIPT), *TRAINING, *ADAPTIVE, *DEVICE],
+                    min_gpus=1,
+                    max_gpus=4,
+                    preemptible=True,
+                    env={"PYTHONUNBUFFERED": "1"},
+                )
+            ).ids[0]
+        # One GPU is free: it starts on it, at the initial batch and rate.
+        wait_for("a start on one GPU", lambda: _configs(cluster.log_text(adaptive)), cluster, 90)
+        assert _configs(cluster.log_text(adaptive))[0] == (1, 32, 32, 0, 0.05, 1.0)
+
+        # The blocker ends; with the steps it measured on one GPU the policy
+        # expects more GPUs to pay for a restart: the job grows into them.
+        wait_for(
+            "the job to grow",
+            lambda: len(_worlds_at_starts(cluster, adaptive)) >= 2,
+            cluster,
+            120,
+        )
+        grown = _worlds_at_starts(cluster, adaptive)[1]
+        assert grown > 1, cluster.log_text(adaptive)
+        progress = job(cluster, adaptive).progress
+        assert progress is not None and progress.goodput is not None
+        assert progress.goodput.step_time is not None  # what the policy fitted
+
+        # A newcomer needs 2 GPUs (and outlives the job, so that it does not grow
+        # back): the job gives them up and restarts smaller.
+        with cluster.client() as c:
+            newcomer = c.submit(JobSpec(name="newcomer", command="sleep 600", gpus=2)).ids[0]
+        cluster.wait_state(newcomer, {"running"}, timeout=120)
+        wait_for(
+            "the job to shrink",
+            lambda: len(_worlds_at_starts(cluster, adaptive)) >= 3,
+            cluster,
+            120,
+        )
+        worlds = _worlds_at_starts(cluster, adaptive)
+        assert worlds[2] < grown and worlds[2] <= 4 - 2, worlds
+        steps = history(cluster, adaptive)
+        assert f"resizing from 1 to {grown} GPUs" in steps, steps
+        assert f"resizing from {grown} to {worlds[2]} GPUs" in steps, steps
+
+        done = cluster.wait_final([adaptive], timeout=240)[adaptive]
+        log = cluster.log_text(adaptive)
+        assert done.state == "succeeded", f"{done.message}\n{steps}\n{log[-3000:]}"
+        assert done.preemptions == 0 and done.resizes >= 2  # resized, never sent back to the queue
+        with cluster.client() as c:
+            c.cancel(newcomer)
+        return log
