@@ -111,7 +111,10 @@ class FreePool:
             return False
         if not can_run(job, node):
             return False
-        return self._fits_rest(node, job.cpus, job.memory_gb)
+        # A node that declared no CPU count (0) takes a GPU-less job's
+        # implied slot unchecked: there is nothing to count it against.
+        cpus = job.cpus or (job.cpu_demand if node.cpus > 0 else 0.0)
+        return self._fits_rest(node, cpus, job.memory_gb)
 
     def runnable(self, job: JobView, node: NodeView) -> bool:
         """May `job` go on `node` at all (capabilities, GPU type), whatever is free?
