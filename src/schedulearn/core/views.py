@@ -112,6 +112,7 @@ def rebuild(view: V, **changes: Any) -> V:
 # CPUs a job without GPUs reserves when it names no `cpus` of its own.
 ZERO_GPU_CPU_SLOT = 1.0
 
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a job runs: node name -> the GPU indices it holds there.

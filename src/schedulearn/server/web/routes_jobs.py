@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from schedulearn.protocol import JobState
 from schedulearn.server.api.deps import State
 from schedulearn.server.errors import ServiceError
+from schedulearn.server.services import full_logs
 from schedulearn.server.services import jobs as job_service
 from schedulearn.server.services.jobs import Submitted
 from schedulearn.server.web import forms, job_data, logstream
@@ -145,6 +146,19 @@ async def log_stream(
         logstream.follow(state, number, first),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/jobs/{job_id}/log/full")
+async def log_download(state: State, who: Signed, job_id: str) -> StreamingResponse:
+    """The job's whole output as a text file (`services.full_logs`)."""
+    number = _job_id(job_id)
+    store = full_logs.store_dir(state.settings)
+    parts = await call(state, full_logs.plan_for, store, number, who.caller)
+    return StreamingResponse(
+        full_logs.plain_text(parts),
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="job-{number}.log"'},
     )
 
 

@@ -19,9 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column(
-        "job", sa.Column("node_losses", sa.Integer(), nullable=False, server_default="0")
-    )
+    op.add_column("job", sa.Column("node_losses", sa.Integer(), nullable=False, server_default="0"))
     op.create_table(
         "job_log_usage",
         sa.Column("job_id", sa.Integer(), nullable=False),
