@@ -324,27 +324,30 @@ class JobView:
             return None
         return max(0.0, self.estimated_duration - self.service_at(now))
 
-    @property
-    def cpu_demand(self) -> float:
-        """CPUs the job reserves: its own `cpus`, or for a job without GPUs
-        that names none, one CPU slot (`ZERO_GPU_CPU_SLOT`).
+    def cpus_on(self, node_cpus: float) -> float:
+        """CPUs the job reserves on a node with `node_cpus` CPUs: its own `cpus`,
+        or, for a job without GPUs that names none, one slot
+        (`ZERO_GPU_CPU_SLOT`) on a node that declared its CPU count.
 
         Why: a job without GPUs reserves nothing else, so without a slot
         any number of them land on one node at once (a 1,000-job array on
         one agent, whose launches then starve its heartbeats).
         """
-        if self.cpus or self.most_gpus > 0:
+        if self.cpus or self.most_gpus > 0 or node_cpus <= 0:
             return self.cpus
         return ZERO_GPU_CPU_SLOT
 
-    def demand_on(self, placement: Placement, gpus_here: int) -> tuple[float, float]:
-        """CPUs and memory (GB) one part of `placement` reserves on its node.
+    def demand_on(
+        self, placement: Placement, gpus_here: int, node_cpus: float = 0.0
+    ) -> tuple[float, float]:
+        """CPUs and memory (GB) one part of `placement` reserves on its node
+        (`node_cpus`: that node's CPU count, for `cpus_on`).
 
         A gang's CPU and memory demand is split over its nodes in
         proportion to the GPUs each part holds.
         """
         whole = placement.num_gpus
-        cpus = self.cpu_demand
+        cpus = self.cpus_on(node_cpus)
         if whole <= 0 or placement.num_nodes == 1:
             return cpus, self.memory_gb
         return cpus * gpus_here / whole, self.memory_gb * gpus_here / whole
