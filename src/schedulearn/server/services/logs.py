@@ -78,7 +78,8 @@ def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended
         return Appended(Changes(), False)
     if session.get(Job, job_id) is None:
         raise NotFound(f"no job {job_id}")
-    usage = session.get(JobLogUsage, job_id) or JobLogUsage(job_id=job_id)
+    # Locked (PostgreSQL): a gang's parts ship their batches at the same time.
+    usage = session.get(JobLogUsage, job_id, with_for_update=True) or JobLogUsage(job_id=job_id)
     head_cap, tail_cap = cap // 2, cap - cap // 2
     head: list[dict[str, object]] = []
     tail: list[dict[str, object]] = []
