@@ -524,6 +524,11 @@ class LogBatch(_Request):
 class Ack(_Reply):
     ok: bool = True
     ignored: bool = Field(default=False, description="The report was for an old attempt")
+    full_log_wanted: bool = Field(
+        default=False,
+        description="(log batches) The server cut this job's stored log at its per-job cap: "
+        "upload the attempt's whole output when it ends",
+    )
 
 
 class EventAcks(_Reply):

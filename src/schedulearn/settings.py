@@ -104,6 +104,29 @@ class ServerSettings(BaseSettings):
         gt=0,
         description="With tenant queues: past GPU use counts half after this long (usage decay)",
     )
+    log_stored_max_bytes: int = Field(
+        default=8 * 1024**2,
+        ge=64 * 1024,
+        description="Most bytes of one job's output kept in the database: its first half "
+        "(the head) and its latest half (the tail); a marker line between them says how much "
+        "was cut, and the agent then uploads each attempt's whole output (`logs --full`)",
+    )
+    log_full_max_bytes: int = Field(
+        default=2 * 1024**3,
+        gt=0,
+        description="Largest full log (one attempt's whole output) an agent may upload",
+    )
+    log_store_dir: str | None = Field(
+        default=None,
+        description="Where the server keeps full logs agents upload (default: a `logs` "
+        "folder next to the SQLite file, or under the user's data directory)",
+    )
+    log_retention_days: float = Field(
+        default=30.0,
+        ge=0,
+        description="Logs (stored lines and full logs) of jobs that ended more than this "
+        "many days ago are deleted; 0 keeps them forever",
+    )
     min_resize_age_seconds: float = Field(
         default=120.0,
         ge=0,

@@ -16,6 +16,7 @@ import pytest
 from stepped import T0, Stepped, stepped_app
 from wire_agent import WireAgent
 
+from schedulearn.server.services import lifecycle
 from schedulearn.settings import ServerSettings
 
 # The integration settings: heartbeat 0.5 s, node timeout 2 s, so a part
@@ -58,9 +59,10 @@ def test_a_node_is_down_only_once_silent_past_the_timeout(app: Stepped) -> None:
     app.schedule()  # reaps `dead`, then places the requeued job on `alive`
     assert not app.node_healthy("dead") and app.node_healthy("alive")
     requeued = app.job(job_id)
+    # Its node went down: requeued without using up one of its max_restarts.
     assert (requeued.state, requeued.restarts, requeued.placement) == (
         "assigned",
-        1,
+        0,
         {"alive": [0, 1]},
     )
     (start,) = alive.work(wait=0).starts
@@ -69,7 +71,10 @@ def test_a_node_is_down_only_once_silent_past_the_timeout(app: Stepped) -> None:
     assert dead.heartbeat().reregister is True
 
 
-def test_the_second_loss_past_max_restarts_fails_the_job(app: Stepped) -> None:
+def test_node_losses_are_counted_apart_and_fail_the_job_only_past_their_own_limit(
+    app: Stepped, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lifecycle, "MAX_NODE_LOSSES", 1)
     first, second = WireAgent(app.api, "first", gpus=1), WireAgent(app.api, "second", gpus=1)
     first.register()
     job_id, _ = running_on(app, first, gpus=1, max_restarts=1)
@@ -81,10 +86,13 @@ def test_the_second_loss_past_max_restarts_fails_the_job(app: Stepped) -> None:
     second.start(job_id, start.attempt)
     assert app.job(job_id).state == "running"  # lost once, restarted
 
-    app.advance(NODE_TIMEOUT + 0.1)  # now `second` goes silent too
+    assert app.job(job_id).restarts == 0  # max_restarts=1 is not touched
+
+    app.advance(NODE_TIMEOUT + 0.1)  # now `second` goes silent too: past the limit of 1
     app.schedule()
     final = app.job(job_id)
-    assert final.state == "failed" and "max_restarts=1" in final.message
+    assert final.state == "failed" and "its node went down under it 2 times" in final.message
+    assert final.restarts == 0
 
 
 def test_silence_while_the_server_was_down_does_not_count(settings: ServerSettings) -> None:

@@ -167,6 +167,33 @@ class AgentClient:
             raise ServerUnavailable(f"PUT {url}: {exc!r}") from exc
         return self._reply(response, "PUT", url, CheckpointRef)
 
+    async def put_full_log(
+        self, job_id: int, attempt: int, node: str, path: Path, sha256: str, size: int
+    ) -> Ack:
+        """Stream an attempt's whole output spool (`agent.logspool`) to the server."""
+
+        async def chunks() -> AsyncIterator[bytes]:
+            with path.open("rb") as src:
+                while chunk := src.read(1024 * 1024):
+                    yield chunk
+
+        url = f"/jobs/{job_id}/full-log"
+        try:
+            response = await self._http.put(
+                url,
+                content=chunks(),
+                params={"attempt": str(attempt), "node": node},
+                headers={
+                    "X-Log-Sha256": sha256,
+                    "Content-Length": str(size),
+                    "Content-Type": "application/octet-stream",
+                },
+                timeout=httpx.Timeout(600.0, connect=15.0),
+            )
+        except httpx.HTTPError as exc:
+            raise ServerUnavailable(f"PUT {url}: {exc!r}") from exc
+        return self._reply(response, "PUT", url, Ack)
+
     async def get_checkpoint(self, job_id: int, dest: Path) -> str:
         """Download the job's checkpoint to `dest`; returns the sha256 of what arrived."""
         url = f"/jobs/{job_id}/checkpoint"

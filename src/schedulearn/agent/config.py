@@ -57,6 +57,12 @@ class AgentConfig:
     # Whom jobs run as (agent.accounts): `schedulearn agent` picks their owners'
     # accounts when started as root, else the agent's own user.
     jobs_as: JobsAs = JobsAs.AGENT
+    # Each run's output is spooled on this node's disk (`agent.logspool`) up to
+    # this many bytes; past it, lines are counted (and the count said), not kept.
+    log_disk_max_bytes: int = 1024**3
+    # Start rate (`agent.starts`): runs being started at once, and starts a second.
+    max_concurrent_starts: int = 4
+    max_starts_per_second: float = 20.0
     # A one-time join token from `schedulearn node add`, exchanged at start.
     join_token: str | None = field(default=None, repr=False)
 

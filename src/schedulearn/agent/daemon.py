@@ -9,8 +9,9 @@
 2. register with the server, listing them; the reply says which the
    server still counts as running here (re-adopted: followed again, their
    exits reported) and which it has written off (stopped, unreported);
-3. heartbeat every `heartbeat_seconds` (GPU samples, running jobs), and
-   register again when the server says it does not know this node;
+3. heartbeat every `heartbeat_seconds` (GPU samples, running jobs) from
+   a thread of its own (`agent.heartbeat`: a busy loop never delays it),
+   and register again when the server says it does not know this node;
 4. long-poll for work and act on it at once: a start becomes a
    `JobRunner` task, a stop order is passed to the runner.
 
@@ -38,15 +39,16 @@ from schedulearn.agent.client import (
     AuthRejected,
     ProtocolRefused,
     Rejected,
-    ServerUnavailable,
 )
 from schedulearn.agent.config import AgentConfig
 from schedulearn.agent.executors import registry
 from schedulearn.agent.executors.base import ExecutorImpl, NewRecord, RunHandle, StartError
 from schedulearn.agent.gpus import GpuSource
+from schedulearn.agent.heartbeat import HeartbeatThread
 from schedulearn.agent.jobs import JobRunner, RunnerContext
 from schedulearn.agent.outbox import EventOutbox
 from schedulearn.agent.retry import Retry, Stopped
+from schedulearn.agent.starts import StartGate
 from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.core.capabilities import ExecutorKind
 from schedulearn.protocol import (
@@ -54,6 +56,7 @@ from schedulearn.protocol import (
     CapabilitiesReport,
     Executor,
     Heartbeat,
+    HeartbeatReply,
     NodeRegistration,
     RegistrationReply,
     RunningJobReport,
@@ -87,10 +90,17 @@ class Agent:
             executors.values(), config.labels, self._accounts()
         )
         self.client = client or AgentClient(config.server, config.token)
+        self.token = config.token  # the heartbeat thread's client uses it too
         self.store = StateStore(config.state_dir)
         self.events = EventOutbox(self.client)
         self.ctx = RunnerContext(
-            self.client, self.events, self.store, config.name, jobs_as=config.jobs_as
+            self.client,
+            self.events,
+            self.store,
+            config.name,
+            jobs_as=config.jobs_as,
+            starts=StartGate(config.max_concurrent_starts, config.max_starts_per_second),
+            log_disk_cap_bytes=config.log_disk_max_bytes,
         )
         self.runners: dict[int, JobRunner] = {}
         self.heartbeat_seconds = 5.0
@@ -105,6 +115,7 @@ class Agent:
         """Run until `stop` is set; raises `AgentError` if the server refuses the agent."""
         self._fatal = asyncio.get_running_loop().create_future()
         tasks: list[asyncio.Task[None]] = []
+        heartbeat: HeartbeatThread | None = None
         try:
             if not await self._enroll(stop):
                 return
@@ -119,10 +130,9 @@ class Agent:
                 len(self.gpus.inventory()),
                 ",".join(e.value for e in self.executors),
             )
-            tasks = [
-                asyncio.create_task(self._guard(self._poll_loop()), name="poll"),
-                asyncio.create_task(self._guard(self._heartbeat_loop()), name="heartbeat"),
-            ]
+            tasks = [asyncio.create_task(self._guard(self._poll_loop()), name="poll")]
+            heartbeat = self._heartbeat_thread()
+            heartbeat.start()
             stopping = asyncio.ensure_future(stop.wait())
             waited: list[asyncio.Future[Any]] = [stopping, self._fatal]
             await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
@@ -130,6 +140,8 @@ class Agent:
             if self._fatal.done() and (fatal := self._fatal.exception()) is not None:
                 raise fatal
         finally:
+            if heartbeat is not None:
+                await asyncio.to_thread(heartbeat.stop)
             tasks += self._tasks
             for task in tasks:
                 task.cancel()
@@ -204,6 +216,7 @@ class Agent:
         if stored is not None and stored.join_digest == digest and stored.node == self.config.name:
             log.info("node %s is enrolled with this join token already", self.config.name)
             self.client.set_token(stored.credential)
+            self.token = stored.credential
             return True
         retry = Retry(f"join {self.config.server}", stop=stop)
         try:
@@ -230,6 +243,7 @@ class Agent:
         )
         log.info("node %s enrolled; its credential is kept in %s", joined.node, path)
         self.client.set_token(joined.credential)
+        self.token = joined.credential
         return True
 
     # --- registration ----------------------------------------------------------
@@ -433,38 +447,53 @@ class Agent:
 
     # --- heartbeats ------------------------------------------------------------
 
-    async def _heartbeat_loop(self) -> None:
-        warned = False
-        while True:
-            await asyncio.sleep(self.heartbeat_seconds)
-            await self._registered.wait()
-            body = Heartbeat(
-                name=self.config.name,
-                gpus=self.gpus.sample(),
-                running=[r.report() for r in self.runners.values()],
-            )
+    def _heartbeat_thread(self) -> HeartbeatThread:
+        """Heartbeats from their own thread (`agent.heartbeat`); replies come back here."""
+        loop = asyncio.get_running_loop()
+        return HeartbeatThread(
+            self.config.server,
+            token=lambda: self.token,
+            body=self._heartbeat_body,
+            interval=lambda: self.heartbeat_seconds,
+            on_reply=lambda reply: loop.call_soon_threadsafe(self._on_heartbeat, reply),
+            on_error=lambda exc: loop.call_soon_threadsafe(self._on_heartbeat_error, exc),
+        )
+
+    def _heartbeat_body(self) -> Heartbeat | None:
+        """Called in the heartbeat thread: reads the runners without waiting for the loop."""
+        if not self._registered.is_set():
+            return None
+        for _ in range(3):
             try:
-                reply = await self.client.heartbeat(body)
-            except ServerUnavailable as exc:
-                if not warned:
-                    log.warning("heartbeat to %s failed (%s)", self.config.server, exc)
-                    warned = True
+                runners = tuple(self.runners.values())
+                break
+            except RuntimeError:  # changed while read; read again
                 continue
-            except (AuthRejected, ProtocolRefused):
-                raise
-            except Rejected as exc:
-                if exc.status == 404:
-                    await self._register()
-                else:
-                    log.warning("the server refused a heartbeat: %s", exc)
-                continue
-            warned = False
-            self.heartbeat_seconds = max(0.2, reply.heartbeat_seconds)
-            if reply.reregister:
-                log.info("the server asked this node to register again")
-                await self._register()
-            else:
-                await self._report_new_accounts()
+        else:
+            return None
+        return Heartbeat(
+            name=self.config.name,
+            gpus=self.gpus.sample(),
+            running=[r.report() for r in runners],
+        )
+
+    def _on_heartbeat(self, reply: HeartbeatReply) -> None:
+        self.heartbeat_seconds = max(0.2, reply.heartbeat_seconds)
+        if reply.reregister:
+            log.info("the server asked this node to register again")
+            self._background(self._guard(self._register()))
+        else:
+            self._background(self._guard(self._report_new_accounts()))
+
+    def _on_heartbeat_error(self, exc: Exception) -> None:
+        if isinstance(exc, AuthRejected):
+            self._fail(AgentError(_token_refused(self.config.server, exc)))
+        elif isinstance(exc, ProtocolRefused):
+            self._fail(AgentError(_protocol_refused(self.config.server, exc)))
+        elif isinstance(exc, Rejected) and exc.status == 404:
+            self._background(self._guard(self._register()))
+        else:
+            log.warning("the server refused a heartbeat: %s", exc)
 
 
 def check_jobs_as(config: AgentConfig) -> None:

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedulearn.agent import accounts, checkpoints
@@ -36,7 +36,8 @@ from schedulearn.agent.client import AgentClient
 from schedulearn.agent.executors.base import ExecutorImpl, ExitStatus, RunHandle, StartError
 from schedulearn.agent.outbox import EventOutbox
 from schedulearn.agent.progress import ProgressTail
-from schedulearn.agent.shipper import LogShipper
+from schedulearn.agent.shipper import DEFAULT_DISK_CAP_BYTES, LogShipper, upload_full
+from schedulearn.agent.starts import StartGate
 from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.protocol import (
     Assignment,
@@ -60,6 +61,10 @@ class RunnerContext:
     log_interval: float = 0.2
     # Whom jobs run as: their owners' unix accounts, or the agent's own user.
     jobs_as: JobsAs = JobsAs.AGENT
+    # Every start passes it (`agent.starts`): a bounded start rate.
+    starts: StartGate = field(default_factory=StartGate)
+    # Each run's output kept on this node's disk (`agent.logspool`) up to this.
+    log_disk_cap_bytes: int = DEFAULT_DISK_CAP_BYTES
 
 
 class JobRunner:
@@ -197,8 +202,12 @@ class JobRunner:
         # The record is first written once the run exists (with its pid or
         # container): a record without one could not be found again anyway.
         try:
-            store.create_checkpoint_dir(record, account)
-            self.handle = await self.executor.start(self.assignment, record, account)
+            async with self.ctx.starts.slot():
+                if self._stop_reason is not None:  # stopped while waiting its turn
+                    await self._finish_unstarted(f"{self._stop_why} before it started")
+                    return False
+                store.create_checkpoint_dir(record, account)
+                self.handle = await self.executor.start(self.assignment, record, account)
         except StartError as exc:
             log.warning("job %s failed to start: %s", self.job_id, exc)
             await self._finish_unstarted(str(exc), kind=EventKind.FAILED_TO_START)
@@ -225,7 +234,14 @@ class JobRunner:
     async def _supervise(self) -> None:
         handle, record, ctx = self.handle, self.record, self.ctx
         assert handle is not None
-        shipper = LogShipper(ctx.client, ctx.store, record, ctx.node, interval=ctx.log_interval)
+        shipper = LogShipper(
+            ctx.client,
+            ctx.store,
+            record,
+            ctx.node,
+            interval=ctx.log_interval,
+            disk_cap_bytes=ctx.log_disk_cap_bytes,
+        )
         tail = ProgressTail(ctx.client, ctx.store, record, ctx.node)
         pump = asyncio.create_task(handle.pump_logs(shipper.add))
         shipping: asyncio.Task[None] | None = None
@@ -251,6 +267,8 @@ class JobRunner:
                 if tailing is not None:
                     await tail.close()
                     await tailing
+                if record.full_log_wanted and not record.full_log_sent:
+                    await self._upload_full_log()
                 if self._carries_checkpoint():
                     await self._carry_checkpoint()
                 await self._send_event(EventKind.EXITED, record.exit_code, record.exit_message)
@@ -267,6 +285,15 @@ class JobRunner:
         if (record.exit_code == 0 and not preempted) or self._stop_reason is StopReason.CANCEL:
             ctx.store.remove_checkpoints(record)
         ctx.store.remove(record)
+
+    async def _upload_full_log(self) -> None:
+        """The server cut this job's stored log: give it the whole of this run's
+        output before the exit is reported (the run's directory goes after)."""
+        record = self.record
+        note = await upload_full(self.ctx.client, record, self.ctx.node)
+        if note:
+            record.exit_message = f"{record.exit_message}; {note}" if record.exit_message else note
+        self.ctx.store.save(record)
 
     def _carries_checkpoint(self) -> bool:
         record = self.record

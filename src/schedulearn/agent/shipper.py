@@ -1,27 +1,47 @@
-"""Log shipping: a job's output lines, numbered and sent to the server in batches.
+"""Log shipping: a run's output, spooled on the agent's disk, sent to the server in batches.
 
 Lines arrive from the executor one at a time (`add`, a plain function the
-executor's reader calls). They are numbered in arrival order, continuing
-from the last acknowledged number of this run, and sent at most every
-`interval` seconds, or at once when `batch_lines` have piled up. A batch
-is retried until the server acknowledges it; only then does the job's
-record advance (`next_seq` and the per-stream resume positions), so a
-restarted agent re-sends exactly what was not acknowledged.
+executor's reader calls) and go straight to the run's spool file
+(`agent.logspool`), never into memory: a job printing faster than the
+server takes it, or a server that is away for an hour, costs disk (up to
+the per-job cap), not lines. The shipper reads the spool back from the
+last acknowledged byte, numbers the lines (continuing the run's
+`next_seq`) and sends a batch at most every `interval` seconds, or at
+once when `batch_lines` have piled up. A batch is retried until the
+server acknowledges it; only then does the job's record advance (the
+acknowledged spool offset and `next_seq`, and the spool's own size and
+source positions), so a restarted agent re-sends exactly what was not
+acknowledged and re-reads into the spool exactly what it did not hold.
 
-While the server is unreachable, lines wait in memory up to `max_pending`;
-beyond that the oldest are dropped and a marker line says how many.
+When the server has cut this job's stored log (its per-job cap; it says
+so in its acknowledgement), the spool is uploaded whole when the run
+ends (`upload_full`), before the exit is reported, so `logs --full` can
+give every line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
-from collections import deque
 
 from schedulearn.agent.client import AgentClient, until_acked
 from schedulearn.agent.executors.base import OutputLine
+from schedulearn.agent.logspool import LogSpool, SpoolMark, spool_path
 from schedulearn.agent.state import JobRecord, StateStore
-from schedulearn.protocol import LogBatch, LogLine, LogStream
+from schedulearn.protocol import LogBatch
+
+# One agent's default disk cap for one run's output.
+DEFAULT_DISK_CAP_BYTES = 1024**3
+
+
+def mark_of(record: JobRecord) -> SpoolMark:
+    return SpoolMark(
+        record.spool_bytes,
+        dict(record.log_positions),
+        record.spool_cut_bytes,
+        record.spool_cut_lines,
+    )
 
 
 class LogShipper:
@@ -35,7 +55,7 @@ class LogShipper:
         node: str,
         interval: float = 0.2,
         batch_lines: int = 1000,
-        max_pending: int = 100_000,
+        disk_cap_bytes: int = DEFAULT_DISK_CAP_BYTES,
     ) -> None:
         self.client = client
         self.store = store
@@ -43,84 +63,95 @@ class LogShipper:
         self.node = node
         self.interval = interval
         self.batch_lines = batch_lines
-        self.max_pending = max_pending
-        self._pending: deque[tuple[LogLine, int]] = deque()
-        self._seq = record.next_seq
-        self._dropped = 0
+        self.spool = LogSpool(
+            spool_path(record.job_dir), disk_cap_bytes, mark_of(record), node=node
+        )
         self._wake = asyncio.Event()
         self._closing = False
+        self._unsent = 0  # lines added since the last batch was taken
         self.lines_shipped = 0
 
     def add(self, line: OutputLine) -> None:
-        if len(self._pending) >= self.max_pending:
-            self._pending.popleft()
-            self._dropped += 1
-        wire = LogLine(seq=self._seq, stream=line.stream, text=line.text, at=line.at)
-        self._seq += 1
-        self._pending.append((wire, line.position))
-        if len(self._pending) == 1 or len(self._pending) >= self.batch_lines:
+        self.spool.add(line.stream, line.at, line.text, line.position)
+        self._unsent += 1
+        if self._unsent == 1 or self._unsent >= self.batch_lines:
             self._wake.set()
 
     async def run(self) -> None:
         """Send batches until `close()` has been called and everything is acknowledged."""
-        while True:
-            if not self._pending:
-                if self._closing:
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            if len(self._pending) < self.batch_lines and not self._closing:
-                # Let a burst of output gather into one batch.
-                deadline = time.monotonic() + self.interval
-                self._wake.clear()
-                while len(self._pending) < self.batch_lines and not self._closing:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), timeout=left)
-                    except TimeoutError:
-                        break
+        try:
+            while True:
+                if self.record.shipped_bytes >= self.spool.size:
+                    if self._closing:
+                        return
                     self._wake.clear()
-            await self._send_one_batch()
+                    await self._wake.wait()
+                    continue
+                if self._unsent < self.batch_lines and not self._closing:
+                    # Let a burst of output gather into one batch.
+                    deadline = time.monotonic() + self.interval
+                    self._wake.clear()
+                    while self._unsent < self.batch_lines and not self._closing:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        try:
+                            await asyncio.wait_for(self._wake.wait(), timeout=left)
+                        except TimeoutError:
+                            break
+                        self._wake.clear()
+                await self._send_one_batch()
+        finally:
+            self.spool.close()
 
     async def close(self) -> None:
         """Flush what is left (call after the executor has read the output to its end)."""
+        self.spool.finish(time.time())
         self._closing = True
         self._wake.set()
 
     async def _send_one_batch(self) -> None:
-        if self._dropped:
-            marker = LogLine(
-                seq=self._pending[0][0].seq,
-                stream=LogStream.STDERR,
-                text=f"[schedulearn: {self._dropped} lines dropped; the server was unreachable]",
-                at=time.time(),
-            )
-            # The marker takes the number of the first surviving line, which moves up one.
-            self._pending.appendleft((marker, -1))
-            self._renumber_after_marker()
-            self._dropped = 0
-        count = min(self.batch_lines, len(self._pending))
-        batch = [self._pending[i] for i in range(count)]
-        body = LogBatch(attempt=self.record.attempt, node=self.node, lines=[w for w, _ in batch])
-        job_id = self.record.job_id
-        await until_acked(lambda: self.client.logs(job_id, body), f"logs of job {job_id}")
-        for _ in range(count):
-            self._pending.popleft()
-        positions = self.record.log_positions
-        for wire, position in batch:
-            if position >= 0:
-                positions[wire.stream.value] = position
-        self.record.next_seq = batch[-1][0].seq + 1
-        self.lines_shipped += count
-        self.store.save(self.record)
+        record = self.record
+        self._unsent = 0
+        raw = self.spool.read(record.shipped_bytes, self.batch_lines)
+        if not raw:
+            return
+        lines = [self.spool.wire(r, record.next_seq + i) for i, (r, _) in enumerate(raw)]
+        body = LogBatch(attempt=record.attempt, node=self.node, lines=lines)
+        job_id = record.job_id
+        ack = await until_acked(lambda: self.client.logs(job_id, body), f"logs of job {job_id}")
+        if ack is not None and ack.full_log_wanted:
+            record.full_log_wanted = True
+        record.shipped_bytes = raw[-1][1]
+        record.next_seq += len(raw)
+        self.lines_shipped += len(raw)
+        mark = self.spool.checkpoint()
+        record.spool_bytes, record.log_positions = mark.size, mark.positions
+        record.spool_cut_bytes, record.spool_cut_lines = mark.cut_bytes, mark.cut_lines
+        self.store.save(record)
 
-    def _renumber_after_marker(self) -> None:
-        items = list(self._pending)
-        first = items[0][0].seq
-        self._pending = deque(
-            (wire.model_copy(update={"seq": first + i}), pos) for i, (wire, pos) in enumerate(items)
+
+async def upload_full(client: AgentClient, record: JobRecord, node: str) -> str:
+    """Upload the run's whole spool (the server asked for it); a note for the exit message
+    when it could not be kept ("" when it was)."""
+    path = spool_path(record.job_dir)
+    if record.full_log_sent or not path.exists():
+        return ""
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    sha256 = digest.hexdigest()
+    kept = await until_acked(
+        lambda: client.put_full_log(record.job_id, record.attempt, node, path, sha256, size),
+        f"the full log of job {record.job_id}",
+    )
+    record.full_log_sent = True
+    if kept is None:
+        return (
+            f"its full log ({size} bytes) was refused by the server (see the agent's log on "
+            f"{node!r}); the server keeps the head and tail of it"
         )
-        self._seq = first + len(items)
+    return ""

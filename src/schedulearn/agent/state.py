@@ -7,6 +7,7 @@ lives on disk, not in memory:
     <state_dir>/agent.db                              one `JobRecord` per run (SQLite)
     <state_dir>/jobs/<job_id>.<attempt>/stdout.log    subprocess output
     <state_dir>/jobs/<job_id>.<attempt>/stderr.log
+    <state_dir>/jobs/<job_id>.<attempt>/output.log    every run's output, spooled (`logspool`)
     <state_dir>/jobs/<job_id>.<attempt>/exit_code     written by the job's shim
     <state_dir>/jobs/<job_id>.<attempt>/progress*     the job's progress file
     <state_dir>/checkpoints/<job_id>/                 default checkpoint volume
@@ -71,7 +72,17 @@ class JobRecord:
     # Reporting progress, advanced only on the server's acknowledgement.
     started_acked: bool = False
     next_seq: int = 0
+    # Output spool (`agent.logspool`): the source position per stream that the
+    # spool holds up to, its size then, what its cap cut, and the byte of it
+    # the server has acknowledged. Saved together, so a restart resumes exactly.
     log_positions: dict[str, int] = field(default_factory=dict)
+    spool_bytes: int = 0
+    spool_cut_bytes: int = 0
+    spool_cut_lines: int = 0
+    shipped_bytes: int = 0
+    # The server cut this job's stored log: upload the spool whole at the end.
+    full_log_wanted: bool = False
+    full_log_sent: bool = False
     # Set once the job has ended; the exit report is re-sent until acknowledged.
     exit_code: int | None = None
     exit_message: str = ""
@@ -107,7 +118,7 @@ _LEGACY_RECORD = "record.json"
 # The files an agent makes in a job directory; one holding only these can be reused.
 EXIT_FILE = "exit_code"
 PROGRESS_FILE = "progress.jsonl"
-RUN_FILES = frozenset({"stdout.log", "stderr.log", EXIT_FILE, PROGRESS_FILE})
+RUN_FILES = frozenset({"stdout.log", "stderr.log", "output.log", EXIT_FILE, PROGRESS_FILE})
 
 
 class StateStore:

@@ -186,6 +186,19 @@ class Client:
             self._call("GET", f"/jobs/{job_id}/logs", params=params).json()
         )
 
+    def full_log(self, job_id: int) -> Iterator[bytes]:
+        """The job's whole output as plain text, in chunks (`GET .../logs/full`)."""
+        try:
+            with self._http.stream(
+                "GET", f"{API_PREFIX}/jobs/{job_id}/logs/full", timeout=None
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ApiError(response.status_code, _message(response))
+                yield from response.iter_bytes(1 << 16)
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"cannot reach the server at {self.server} ({exc})") from None
+
     def follow(self, job_id: int, after: int = 0) -> Iterator[LogLinePublic | JobPublic]:
         """Lines as they come (server-sent events), then the job as it ended."""
         params: dict[str, int | str] = {"after": after, "follow": "true"}

@@ -375,10 +375,18 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until it ends")
     ] = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Every line, also those the server cut from its stored copy (uploaded by the "
+            "agent when each attempt ends); stdout and stderr together, on stdout",
+        ),
+    ] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
-    """Print a job's output (`-f` streams it until the job ends)."""
+    """Print a job's output (`-f` streams it until the job ends; `--full` every line)."""
 
     def emit(line: LogLinePublic) -> None:
         stream = sys.stderr if line.stream.value == "stderr" else sys.stdout
@@ -386,6 +394,12 @@ def logs(
         stream.flush()
 
     with connect(server, token) as client:
+        if full:
+            out_bytes = sys.stdout.buffer
+            for chunk in client.full_log(job_id):
+                out_bytes.write(chunk)
+            out_bytes.flush()
+            return
         if follow:
             for item in client.follow(job_id):
                 if isinstance(item, JobPublic):

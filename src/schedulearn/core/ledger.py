@@ -170,7 +170,7 @@ class GpuLedger:
             for g in gpus:
                 state.owners[g] = job.id
                 state.gpus[g] = _holding(state.gpus[g], job.id)
-            cpus, mem = job.demand_on(placement, len(gpus))
+            cpus, mem = job.demand_on(placement, len(gpus), state.view.cpus)
             state.free_cpus -= cpus
             state.free_memory_gb -= mem
             self._dirty.add(name)
@@ -183,7 +183,7 @@ class GpuLedger:
             for g in gpus:
                 state.owners[g] = None
                 state.gpus[g] = _holding(state.gpus[g], None)
-            cpus, mem = job.demand_on(placement, len(gpus))
+            cpus, mem = job.demand_on(placement, len(gpus), state.view.cpus)
             state.free_cpus += cpus
             state.free_memory_gb += mem
             self._dirty.add(name)
@@ -218,7 +218,7 @@ class GpuLedger:
                         f"GPU {g} of node {name!r} is held by job {owner}; "
                         f"job {job.id} cannot have it too"
                     )
-            cpus, mem = job.demand_on(placement, len(gpus))
+            cpus, mem = job.demand_on(placement, len(gpus), state.view.cpus)
             if cpus > state.free_cpus + 1e-9 or mem > state.free_memory_gb + 1e-9:
                 raise InvalidDecision(
                     f"job {job.id} needs {cpus:g} CPUs and {mem:g} GB on {name!r}; "

@@ -111,7 +111,7 @@ class FreePool:
             return False
         if not can_run(job, node):
             return False
-        return self._fits_rest(node, job.cpus, job.memory_gb)
+        return self._fits_rest(node, job.cpus_on(node.cpus), job.memory_gb)
 
     def runnable(self, job: JobView, node: NodeView) -> bool:
         """May `job` go on `node` at all (capabilities, GPU type), whatever is free?
@@ -207,7 +207,7 @@ class FreePool:
         placement = Placement.of(parts)
         by_name = {m.name: m for m in self._nodes}
         for name, held in placement:
-            cpus, mem = job.demand_on(placement, len(held))
+            cpus, mem = job.demand_on(placement, len(held), by_name[name].cpus)
             if not self._fits_rest(by_name[name], cpus, mem):
                 return None
         return placement
@@ -230,12 +230,12 @@ class FreePool:
     def take(self, job: JobView, placement: Placement) -> None:
         """Mark `placement`'s GPUs (and the job's CPU and memory) as handed out."""
         for name, gpus in placement:
-            self._touch(name)
+            node = self._touch(name)
             free = self._free[name]
             for g in gpus:
                 free.remove(g)
             self._recount(name, free)
-            cpus, mem = job.demand_on(placement, len(gpus))
+            cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
             self._cpus[name] -= cpus
             self._mem[name] -= mem
 
@@ -245,12 +245,12 @@ class FreePool:
         if placement is None:
             return
         for name, gpus in placement:
-            self._touch(name)
+            node = self._touch(name)
             free = self._free[name]
             free.extend(gpus)
             free.sort()
             self._recount(name, free)
-            cpus, mem = job.demand_on(placement, len(gpus))
+            cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
             self._cpus[name] += cpus
             self._mem[name] += mem
 

@@ -194,7 +194,7 @@ def can_retake(pool: FreePool, job: JobView, placement: Placement) -> bool:
         free = pool.free_gpus(node)
         if any(g not in free for g in gpus) or not pool.runnable(job, node):
             return False
-        cpus, mem = job.demand_on(placement, len(gpus))
+        cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
         if cpus and pool.free_cpus(node) + 1e-9 < cpus:
             return False
         if mem and pool.free_memory_gb(node) + 1e-9 < mem:

@@ -115,6 +115,10 @@ def rebuild(view: V, **changes: Any) -> V:
     return cls(**values)
 
 
+# CPUs a job without GPUs reserves when it names no `cpus` of its own.
+ZERO_GPU_CPU_SLOT = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a job runs: node name -> the GPU indices it holds there.
@@ -326,16 +330,33 @@ class JobView:
             return None
         return max(0.0, self.estimated_duration - self.service_at(now))
 
-    def demand_on(self, placement: Placement, gpus_here: int) -> tuple[float, float]:
-        """CPUs and memory (GB) one part of `placement` reserves on its node.
+    def cpus_on(self, node_cpus: float) -> float:
+        """CPUs the job reserves on a node with `node_cpus` CPUs: its own `cpus`,
+        or, for a job without GPUs that names none, one slot
+        (`ZERO_GPU_CPU_SLOT`) on a node that declared its CPU count.
+
+        Why: a job without GPUs reserves nothing else, so without a slot
+        any number of them land on one node at once (a 1,000-job array on
+        one agent, whose launches then starve its heartbeats).
+        """
+        if self.cpus or self.most_gpus > 0 or node_cpus <= 0:
+            return self.cpus
+        return ZERO_GPU_CPU_SLOT
+
+    def demand_on(
+        self, placement: Placement, gpus_here: int, node_cpus: float = 0.0
+    ) -> tuple[float, float]:
+        """CPUs and memory (GB) one part of `placement` reserves on its node
+        (`node_cpus`: that node's CPU count, for `cpus_on`).
 
         A gang's CPU and memory demand is split over its nodes in
         proportion to the GPUs each part holds.
         """
         whole = placement.num_gpus
+        cpus = self.cpus_on(node_cpus)
         if whole <= 0 or placement.num_nodes == 1:
-            return self.cpus, self.memory_gb
-        return self.cpus * gpus_here / whole, self.memory_gb * gpus_here / whole
+            return cpus, self.memory_gb
+        return cpus * gpus_here / whole, self.memory_gb * gpus_here / whole
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,9 +151,9 @@ def install(app: FastAPI) -> None:
         return error_json(500, f"internal error: {type(exc).__name__}")
 
 
-# Checkpoint uploads have their own, larger limit (`checkpoint_max_bytes`),
-# enforced by the route while it streams the body to disk.
-OWN_BODY_LIMIT = re.compile(r"^/api/v1/agent/jobs/\d+/checkpoint$")
+# Checkpoint and full-log uploads have their own, larger limits (`checkpoint_max_bytes`,
+# `log_full_max_bytes`), enforced by the route while it streams the body to disk.
+OWN_BODY_LIMIT = re.compile(r"^/api/v1/agent/jobs/\d+/(checkpoint|full-log)$")
 
 
 class BodyLimit:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import JSON, Column, Index, Table, Text
+from sqlalchemy import JSON, BigInteger, Column, Index, Table, Text
 from sqlmodel import Field, SQLModel
 
 from schedulearn.core.views import JobView, NodeView
@@ -94,6 +94,9 @@ class Job(_JobColumns, table=True):
     array_index: int | None = None
     max_restarts: int = 3
     restarts: int = 0
+    # Requeues because the job's node went down (`lifecycle.LossCause`):
+    # counted apart from `restarts`, which are the job's own.
+    node_losses: int = 0
     attempt: int = 0
     submitted_at: float = 0.0
     queued_at: float = 0.0
@@ -404,3 +407,32 @@ class GoodputState(_Table, table=True):
     at: float  # time of the newest report
     report: Any = Field(sa_column=Column(JSON, nullable=False))
     samples: Any = Field(sa_column=Column(JSON, nullable=False))
+
+
+class JobLogUsage(_Table, table=True):
+    """What a job's stored log holds (`services.logs`): the head kept whole,
+    the tail kept last-in, and what was cut between them (the marker row)."""
+
+    __tablename__ = "job_log_usage"
+
+    job_id: int = Field(primary_key=True)
+    head_bytes: int = 0
+    tail_bytes: int = 0
+    # The `log_record` row that names the cut; set once the head is full.
+    marker_id: int | None = None
+    cut_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    cut_lines: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+
+
+class JobFullLog(_Table, table=True):
+    """An attempt's complete output, uploaded by its agent when it ended
+    (`services.full_logs`; the file lives under the server's log store)."""
+
+    __tablename__ = "job_full_log"
+
+    job_id: int = Field(primary_key=True)
+    attempt: int = Field(primary_key=True)
+    node: str = ""
+    size_bytes: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+    sha256: str = ""
+    uploaded_at: float = 0.0

@@ -31,6 +31,8 @@ from schedulearn.server.metrics import Metrics
 from schedulearn.server.services import (
     agents,
     checkpoints,
+    full_logs,
+    logs,
     policy,
     profiles,
     queues,
@@ -172,6 +174,12 @@ class Scheduler:
         if now - self._pruned_at >= PRUNE_SECONDS:
             self._pruned_at = now
             checkpoints.prune(session, checkpoints.store_dir(self.settings))
+            logs.expire(
+                session,
+                full_logs.store_dir(self.settings),
+                now,
+                self.settings.log_retention_days,
+            )
         self.metrics.passes.observe(time.perf_counter() - started)
         return Round(changes, result, spec)
 

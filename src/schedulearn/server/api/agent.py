@@ -32,7 +32,7 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.api.deps import Agent, JobId, State
 from schedulearn.server.errors import ERROR_RESPONSES
-from schedulearn.server.services import agent_access, agents, checkpoints, enrollment
+from schedulearn.server.services import agent_access, agents, checkpoints, enrollment, full_logs
 from schedulearn.server.wakeups import wait_for
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"], responses=ERROR_RESPONSES)
@@ -118,9 +118,10 @@ async def events(body: EventBatch, state: State, who: Agent) -> EventAcks:
 
 @router.post("/jobs/{job_id}/logs", response_model=Ack)
 async def job_logs(job_id: JobId, body: LogBatch, state: State, who: Agent) -> Ack:
-    changes = await state.db.run(agent_access.append_logs, who, job_id, body)
-    state.wakeups.notify(changes)
-    return Ack()
+    cap = state.settings.log_stored_max_bytes
+    appended = await state.db.run(agent_access.append_logs, who, job_id, body, cap)
+    state.wakeups.notify(appended.changes)
+    return Ack(full_log_wanted=appended.full_log_wanted)
 
 
 @router.post("/jobs/{job_id}/progress", response_model=Ack, summary="New progress reports")
@@ -160,6 +161,39 @@ async def put_checkpoint(
         int(length) if length and length.isdigit() else None,
     )
     return await state.db.run(checkpoints.commit, store, upload, state.clock.now())
+
+
+@router.put(
+    "/jobs/{job_id}/full-log",
+    response_model=Ack,
+    summary="Upload an attempt's whole output (the server cut its stored log), streamed",
+    responses={413: {"description": "Over the server's log_full_max_bytes"}},
+)
+async def put_full_log(
+    job_id: JobId,
+    request: Request,
+    state: State,
+    who: Agent,
+    attempt: Annotated[int, Query(ge=1, le=2**31 - 1)],
+    sha256: Annotated[str, Header(alias="X-Log-Sha256", max_length=64)],
+    node: Annotated[str, Query(max_length=200)] = "",
+) -> Ack:
+    # Checked before the body is read: a refused upload writes nothing.
+    node = await state.db.run(agent_access.may_upload, who, job_id, attempt, node)
+    store = full_logs.store_dir(state.settings)
+    length = request.headers.get("content-length")
+    upload = await full_logs.receive(
+        request.stream(),
+        store,
+        job_id,
+        attempt,
+        node,
+        sha256,
+        state.settings.log_full_max_bytes,
+        int(length) if length and length.isdigit() else None,
+    )
+    await state.db.run(full_logs.commit, store, upload, state.clock.now())
+    return Ack()
 
 
 @router.get(

@@ -30,7 +30,7 @@ from schedulearn.server import parsing
 from schedulearn.server.api.deps import Admin, JobId, State, User
 from schedulearn.server.auth import Caller
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
-from schedulearn.server.services import jobs, logs, moves, progress
+from schedulearn.server.services import full_logs, jobs, logs, moves, progress
 from schedulearn.server.services.idempotency import MAX_KEY_LENGTH, Submission
 from schedulearn.server.services.jobs import Submitted
 from schedulearn.server.wakeups import wait_for
@@ -201,6 +201,23 @@ async def job_logs(
         _follow(state, job_id, who, first, ended),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get(
+    "/{job_id}/logs/full",
+    summary="The job's whole output as plain text: each attempt's full log, uploaded by its "
+    "agent, else what the server kept (its owner and admins)",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+async def job_full_log(job_id: JobId, state: State, who: User) -> StreamingResponse:
+    store = full_logs.store_dir(state.settings)
+    parts = await state.db.run(full_logs.plan_for, store, job_id, who)
+    return StreamingResponse(
+        full_logs.plain_text(parts),
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'inline; filename="job-{job_id}.log"'},
     )
 
 

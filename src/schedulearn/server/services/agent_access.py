@@ -173,10 +173,12 @@ def record_events(
     return agents.record_events(session, mine, now)
 
 
-def append_logs(session: Session, who: AgentIdentity, job_id: int, batch: LogBatch) -> Changes:
+def append_logs(
+    session: Session, who: AgentIdentity, job_id: int, batch: LogBatch, cap: int
+) -> logs.Appended:
     node = own_node(who, batch.node)
     require_attempt(session, node, job_id, batch.attempt)
-    return logs.append(session, job_id, batch.model_copy(update={"node": node}))
+    return logs.append(session, job_id, batch.model_copy(update={"node": node}), cap)
 
 
 def record_progress(

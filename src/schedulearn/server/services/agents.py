@@ -85,10 +85,17 @@ def _live_parts_on(session: Session, node: str) -> list[JobPart]:
     )
 
 
-def _lose(session: Session, part: JobPart, now: float, why: str, changes: Changes) -> None:
+def _lose(
+    session: Session,
+    part: JobPart,
+    now: float,
+    why: str,
+    changes: Changes,
+    cause: lifecycle.LossCause = lifecycle.LossCause.RUN_VANISHED,
+) -> None:
     job = session.get(Job, part.job_id)
     if job is not None:
-        changes.merge(lifecycle.part_lost(session, job, part, now, why))
+        changes.merge(lifecycle.part_lost(session, job, part, now, why, cause))
 
 
 def register(
@@ -124,7 +131,14 @@ def register(
                 if job is not None:
                     changes.merge(lifecycle.part_started(session, job, part, now))
         elif part.delivered:
-            _lose(session, part, now, f"node {reg.name} restarted and no longer runs it", changes)
+            _lose(
+                session,
+                part,
+                now,
+                f"node {reg.name} restarted and no longer runs it",
+                changes,
+                lifecycle.LossCause.NODE_DOWN,
+            )
     lost = sorted({job_id for job_id, attempt in reported - known})
     session.commit()
     reply = RegistrationReply(heartbeat_seconds=timing.heartbeat_seconds, adopt=adopt, lost=lost)
@@ -176,7 +190,14 @@ def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
         changes.scheduler = True
         changes.nodes.add(node.name)
         for part in _live_parts_on(session, node.name):
-            _lose(session, part, now, f"node {node.name} stopped answering", changes)
+            _lose(
+                session,
+                part,
+                now,
+                f"node {node.name} stopped answering",
+                changes,
+                lifecycle.LossCause.NODE_DOWN,
+            )
     if silent:
         session.commit()
     return changes

@@ -264,7 +264,9 @@ def remove_node(session: Session, name: str, now: float) -> tuple[NodeRemoved, C
         job = session.get(Job, part.job_id)
         if job is not None:
             lost.append(part.job_id)
-            changes.merge(lifecycle.part_lost(session, job, part, now, f"node {name} was removed"))
+            why = f"node {name} was removed"
+            lost_cause = lifecycle.LossCause.NODE_DOWN
+            changes.merge(lifecycle.part_lost(session, job, part, now, why, lost_cause))
     held = session.exec(select(Allocation).where(Allocation.node == name)).first()
     if held is not None:
         raise Conflict(f"node {name!r} still holds GPUs of job {held.job_id}; try again")

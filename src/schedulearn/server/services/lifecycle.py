@@ -18,6 +18,8 @@ to the job's state, through `server.states.transition`:
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from sqlalchemy import delete, select
 from sqlmodel import Session, col
 
@@ -181,8 +183,32 @@ def part_exited(
     return changes
 
 
-def part_lost(session: Session, job: Job, part: JobPart, now: float, why: str) -> Changes:
-    """The node under `part` died or no longer runs it: free it, requeue the job."""
+class LossCause(StrEnum):
+    """Why a part was lost: its node went down (not the job's doing), or the
+    run vanished from a node that is still up."""
+
+    NODE_DOWN = "node_down"
+    RUN_VANISHED = "run_vanished"
+
+
+# A job requeued this many times because its node went down is failed:
+# the job itself may be what brings nodes down (it exhausts the host's memory).
+MAX_NODE_LOSSES = 20
+
+
+def part_lost(
+    session: Session,
+    job: Job,
+    part: JobPart,
+    now: float,
+    why: str,
+    cause: LossCause = LossCause.RUN_VANISHED,
+) -> Changes:
+    """The node under `part` died or no longer runs it: free it, requeue the job.
+
+    A node going down is told apart from the job failing: it counts in
+    `node_losses` (up to `MAX_NODE_LOSSES`), not against `max_restarts`,
+    so a flaky or overloaded node does not fail the jobs it held."""
     changes = Changes(scheduler=True, jobs={job.id or 0})
     if part.status not in LIVE:
         return changes
@@ -208,7 +234,31 @@ def part_lost(session: Session, job: Job, part: JobPart, now: float, why: str) -
         resume_kind=None,
         **_accrue(job, now),
     )
-    if job.restarts < job.max_restarts:
+    if cause is LossCause.NODE_DOWN:
+        losses = (job.node_losses or 0) + 1
+        if losses <= MAX_NODE_LOSSES:
+            transition(
+                session,
+                job,
+                JobState.PENDING,
+                now,
+                f"{why}; requeued (its node went down: loss {losses} of at most "
+                f"{MAX_NODE_LOSSES}, not counted against max_restarts)",
+                node_losses=losses,
+                placement=None,
+                started_at=None,
+            )
+        else:
+            transition(
+                session,
+                job,
+                JobState.FAILED,
+                now,
+                f"{why}; not requeued: its node went down under it {losses} times; "
+                "check what the job does to its host (memory, disk) before resubmitting",
+                node_losses=losses,
+            )
+    elif job.restarts < job.max_restarts:
         transition(
             session,
             job,

@@ -286,7 +286,8 @@ def _start_many(
         result.started.append(job_id)
     transition_many(session, steps)
     conn = session.connection()
-    conn.execute(Allocation.__table__.insert(), allocations)
+    if allocations:  # none when every start is a job without GPUs
+        conn.execute(Allocation.__table__.insert(), allocations)
     conn.execute(JobPart.__table__.insert(), parts)
     for (job, _), step in zip(starts, steps, strict=True):
         # Keep the session's copies true to the rows (nothing is left to flush).

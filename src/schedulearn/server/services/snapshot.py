@@ -114,7 +114,9 @@ def load_nodes(
         if job.placement is None:
             continue
         for name, held in job.placement:
-            cpus, mem = job.demand_on(job.placement, len(held))
+            cpus, mem = job.demand_on(
+                job.placement, len(held), nodes[name].cpus if name in nodes else 0.0
+            )
             used_cpus[name] += cpus
             used_mem[name] += mem
     views = []

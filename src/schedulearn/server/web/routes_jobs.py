@@ -16,9 +16,10 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from schedulearn.protocol import JobState
 from schedulearn.server.api.deps import State
 from schedulearn.server.errors import ServiceError
+from schedulearn.server.services import full_logs
 from schedulearn.server.services import jobs as job_service
 from schedulearn.server.services.jobs import Submitted
-from schedulearn.server.web import forms, job_data, logstream, stored_log
+from schedulearn.server.web import forms, job_data, logstream
 from schedulearn.server.web.deps import PageError, Signed, call, check_csrf
 from schedulearn.server.web.render import is_partial, page, redirect
 
@@ -149,12 +150,13 @@ async def log_stream(
 
 
 @router.get("/jobs/{job_id}/log/full")
-async def log_file(state: State, who: Signed, job_id: str) -> StreamingResponse:
-    """The job's output as a text file (`stored_log`)."""
+async def log_download(state: State, who: Signed, job_id: str) -> StreamingResponse:
+    """The job's whole output as a text file (`services.full_logs`)."""
     number = _job_id(job_id)
-    first = await call(state, stored_log.first_page, number, who.caller)
+    store = full_logs.store_dir(state.settings)
+    parts = await call(state, full_logs.plan_for, store, number, who.caller)
     return StreamingResponse(
-        stored_log.download(state, number, first),
+        full_logs.plain_text(parts),
         media_type="text/plain; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="job-{number}.log"'},
     )

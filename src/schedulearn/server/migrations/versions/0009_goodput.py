@@ -1,7 +1,7 @@
 """goodput reports of adaptive jobs: the newest report and the measured steps
 
 Revision ID: 0009_goodput
-Revises: 0006_idempotency
+Revises: 0008_logs
 Create Date: 2026-11-24 18:00:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009_goodput"
-down_revision = "0007_queues"
+down_revision = "0008_logs"
 branch_labels = None
 depends_on = None
 

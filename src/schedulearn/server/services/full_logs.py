@@ -1,0 +1,223 @@
+"""Full logs: an attempt's whole output, uploaded by its agent when the attempt ends.
+
+Owns the `job_full_log` table and the files under the log store
+(`<store>/job-<id>/attempt-<n>.log`, in the agent's spool format:
+`agent.logspool`). An agent uploads one only when the server asked for
+it (the job's stored log was cut at its cap: `services.logs`), before it
+reports the attempt's exit; the body is streamed to a temporary file,
+counted against `log_full_max_bytes` (413 beyond it), hashed and
+compared with the sha256 the agent sent, then renamed into place.
+
+Why the agent uploads rather than the server fetching from the agent
+when asked: agents make every connection (the server never reaches
+into a node, which may sit behind NAT or a firewall), and an upload
+made before the exit report is safe however long the node lives after.
+
+`logs --full` and the web's download read `plain_text`: each attempt's
+full log when there is one, else what the database kept of it, as plain
+text (one line per output line, stdout and stderr in arrival order);
+with more than one attempt, a header line names each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.engine import make_url
+from sqlmodel import Session, col
+
+from schedulearn.server.auth import Caller
+from schedulearn.server.errors import BadRequest, NotFound, ServiceError
+from schedulearn.server.models import Job, JobFullLog, LogRecord
+from schedulearn.server.services import visibility
+from schedulearn.settings import ServerSettings, data_dir
+
+
+class TooLarge(ServiceError):
+    """A full log over the server's size limit (HTTP 413)."""
+
+    status = 413
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    job_id: int
+    attempt: int
+    node: str
+    sha256: str
+    size_bytes: int
+    tmp_path: Path
+
+
+def store_dir(settings: ServerSettings) -> Path:
+    """Where full logs live: the setting, else next to the SQLite file."""
+    if settings.log_store_dir:
+        return Path(settings.log_store_dir)
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        return Path(url.database).resolve().parent / "logs"
+    return data_dir() / "logs"
+
+
+def file_of(store: Path, job_id: int, attempt: int) -> Path:
+    return store / f"job-{job_id}" / f"attempt-{attempt}.log"
+
+
+def has_any(job_id: Any) -> Any:
+    """SQL: the job has a full log (for `logs.expire`)."""
+    return select(col(JobFullLog.job_id)).where(col(JobFullLog.job_id) == job_id).exists()
+
+
+async def receive(
+    body: AsyncIterator[bytes],
+    store: Path,
+    job_id: int,
+    attempt: int,
+    node: str,
+    sha256: str,
+    limit: int,
+    declared_length: int | None,
+) -> Upload:
+    """Stream an upload to a temporary file; refuse it if too big or damaged."""
+    too_large = TooLarge(
+        f"the full log of job {job_id} attempt {attempt} is over the server's limit of "
+        f"{limit} bytes; raise SCHEDULEARN_LOG_FULL_MAX_BYTES on the server, or lower the "
+        "agent's log_disk_max_bytes"
+    )
+    if declared_length is not None and declared_length > limit:
+        raise too_large
+    sha256 = sha256.lower()
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise BadRequest("send the log's sha256 (64 hex digits) in X-Log-Sha256")
+    folder = file_of(store, job_id, attempt).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".attempt-{attempt}.{os.getpid()}.upload"
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with tmp.open("wb") as out:
+            async for chunk in body:
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                digest.update(chunk)
+                out.write(chunk)
+        got = digest.hexdigest()
+        if got != sha256:
+            raise BadRequest(
+                f"the full log of job {job_id} arrived damaged: its sha256 is {got}, the "
+                f"agent said {sha256}; the agent should send it again"
+            )
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return Upload(job_id, attempt, node, sha256, size, tmp)
+
+
+def commit(session: Session, store: Path, upload: Upload, now: float) -> None:
+    """Keep an upload as its attempt's full log."""
+    if session.get(Job, upload.job_id) is None:
+        upload.tmp_path.unlink(missing_ok=True)
+        raise NotFound(f"no job {upload.job_id}")
+    os.replace(upload.tmp_path, file_of(store, upload.job_id, upload.attempt))
+    row = session.get(JobFullLog, (upload.job_id, upload.attempt)) or JobFullLog(
+        job_id=upload.job_id, attempt=upload.attempt
+    )
+    row.node = upload.node
+    row.sha256 = upload.sha256
+    row.size_bytes = upload.size_bytes
+    row.uploaded_at = now
+    session.add(row)
+    session.commit()
+
+
+def forget(session: Session, store: Path, job_ids: list[int]) -> None:
+    """Delete the full logs of these jobs (rows here; the caller commits)."""
+    session.execute(delete(JobFullLog).where(JobFullLog.job_id.in_(job_ids)))  # type: ignore[attr-defined]
+    for job_id in job_ids:
+        shutil.rmtree(store / f"job-{job_id}", ignore_errors=True)
+
+
+# --- reading ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One attempt's share of a full log: its file, or the lines the database kept."""
+
+    attempt: int
+    node: str
+    path: Path | None
+    stored: tuple[str, ...]
+
+
+def plan_for(session: Session, store: Path, job_id: int, caller: Caller) -> list[Part]:
+    """What `plain_text` will print, for a caller who may see the job's logs."""
+    visibility.require_details(session, job_id, caller, "logs")
+    if session.get(Job, job_id) is None:
+        raise NotFound(f"no job {job_id}; list jobs with `schedulearn jobs`")
+    uploaded = {
+        row.attempt: row
+        for row in session.execute(select(JobFullLog).where(JobFullLog.job_id == job_id))  # type: ignore[arg-type]
+        .scalars()
+        .all()
+    }
+    stored: dict[int, list[str]] = {}
+    nodes: dict[int, str] = {}
+    for attempt, node, text in session.execute(
+        select(col(LogRecord.attempt), col(LogRecord.node), col(LogRecord.text))
+        .where(col(LogRecord.job_id) == job_id)
+        .order_by(col(LogRecord.id))
+    ):
+        if attempt not in uploaded:
+            stored.setdefault(attempt, []).append(text)
+            nodes.setdefault(attempt, node)
+    parts = []
+    for attempt in sorted(set(uploaded) | set(stored)):
+        row = uploaded.get(attempt)
+        path = file_of(store, job_id, attempt) if row is not None else None
+        if path is not None and not path.exists():
+            path = None  # removed by hand: say so below, print nothing
+        node = row.node if row is not None else nodes.get(attempt, "")
+        parts.append(Part(attempt, node, path, tuple(stored.get(attempt, ()))))
+    return parts
+
+
+def plain_text(parts: list[Part]) -> Iterator[bytes]:
+    """The full log as plain text, in chunks (blocking file reads: iterate off the loop)."""
+    several = len(parts) > 1
+    for part in parts:
+        if several:
+            yield f"[schedulearn: attempt {part.attempt} on node {part.node!r}]\n".encode()
+        if part.path is None:
+            # In chunks of many lines: each chunk costs the server a thread hop.
+            for i in range(0, len(part.stored), 2000):
+                block = part.stored[i : i + 2000]
+                yield ("\n".join(block) + "\n").encode("utf-8", errors="replace")
+            continue
+        with part.path.open("rb") as src:
+            rest = b""
+            while chunk := src.read(1 << 20):
+                data = rest + chunk
+                cut = data.rfind(b"\n") + 1
+                rest = data[cut:]
+                yield _texts(data[:cut])
+            if rest:
+                yield _texts(rest + b"\n")
+
+
+def _texts(spooled: bytes) -> bytes:
+    """Spool lines (`o<time> <text>`) -> their texts, one per line."""
+    out = []
+    for raw in spooled.split(b"\n")[:-1]:
+        _, _, text = raw.partition(b" ")
+        out.append(text)
+    out.append(b"")
+    return b"\n".join(out)

@@ -1,0 +1,138 @@
+"""The server's side of job output: a per-job stored cap with head, tail and
+an exact cut marker, the agent asked for the full log, the full log served
+as plain text, and retention deleting old logs."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+from wire_agent import WireAgent
+
+from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
+from schedulearn.server import db
+from schedulearn.server.services import logs
+from schedulearn.settings import ServerSettings
+
+CAP = 64 * 1024
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> ServerSettings:
+    from server_api import ADMIN, AGENT
+
+    return ServerSettings(
+        database_url=database_url,
+        admin_token=ADMIN,
+        agent_token=AGENT,
+        print_tokens=False,
+        heartbeat_seconds=0.5,
+        node_timeout_seconds=5.0,
+        tick_seconds=0.2,
+        stop_grace_seconds=1.0,
+        log_stored_max_bytes=CAP,
+        log_store_dir=str(tmp_path / "logs"),
+        log_retention_days=1.0,
+    )
+
+
+def running_job(api) -> tuple[WireAgent, int, int]:  # type: ignore[no-untyped-def]
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    r = api.post("/api/v1/jobs", json={"command": "train", "gpus": 1})
+    job_id = r.json()["ids"][0]
+    start = node.work_until(lambda b: b.starts).starts[0]
+    node.start(job_id, start.attempt)
+    return node, job_id, start.attempt
+
+
+def send(api, node: WireAgent, job_id: int, attempt: int, texts: list[str], first: int):  # type: ignore[no-untyped-def]
+    body = {
+        "attempt": attempt,
+        "node": node.name,
+        "lines": [{"seq": first + i, "text": t, "at": 1.0} for i, t in enumerate(texts)],
+    }
+    # This release's protocol: replies to protocol 1 leave out fields it lacked.
+    headers = {**node.headers, PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+    r = api.post(f"/api/v1/agent/jobs/{job_id}/logs", headers=headers, json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def stored_lines(api, job_id: int) -> list[str]:  # type: ignore[no-untyped-def]
+    r = api.get(f"/api/v1/jobs/{job_id}/logs", params={"limit": 10000})
+    assert r.status_code == 200, r.text
+    return [line["text"] for line in r.json()["lines"]]
+
+
+def test_a_job_over_the_cap_keeps_head_and_tail_and_names_the_cut_exactly(api) -> None:  # type: ignore[no-untyped-def]
+    node, job_id, attempt = running_job(api)
+    printed = [f"{i:06d} " + "y" * 92 for i in range(3000)]  # 100 bytes a line with its newline
+    acks = [send(api, node, job_id, attempt, printed[i : i + 200], i) for i in range(0, 3000, 200)]
+    assert not acks[0].get("full_log_wanted")  # 20,000 bytes: the head holds it all
+    assert acks[-1].get("full_log_wanted") is True
+
+    lines = stored_lines(api, job_id)
+    markers = [t for t in lines if t.startswith("[schedulearn:")]
+    kept = [t for t in lines if not t.startswith("[schedulearn:")]
+    assert len(markers) == 1
+    assert sum(len(t) + 1 for t in kept) <= CAP
+    # The head is the first lines, the tail the latest, in order, none repeated.
+    head = lines[: lines.index(markers[0])]
+    tail = lines[lines.index(markers[0]) + 1 :]
+    assert head == printed[: len(head)] and tail == printed[-len(tail) :]
+    cut_lines = 3000 - len(head) - len(tail)
+    assert f"{cut_lines * 100} bytes ({cut_lines} lines) of output were cut here" in markers[0]
+    assert f"logs --full {job_id}" in markers[0]
+
+    # The agent uploads the run's whole spool; `logs --full` gives every line.
+    spool = b"".join(f"o1.000000 {t}\n".encode() for t in printed)
+    r = api.client.put(
+        f"/api/v1/agent/jobs/{job_id}/full-log",
+        params={"attempt": attempt, "node": node.name},
+        headers={**node.headers, "X-Log-Sha256": hashlib.sha256(spool).hexdigest()},
+        content=spool,
+    )
+    assert r.status_code == 200, r.text
+    full = api.get(f"/api/v1/jobs/{job_id}/logs/full")
+    assert full.status_code == 200
+    assert full.content == "".join(t + "\n" for t in printed).encode()
+    # Someone else's job: hidden.
+    other = api.user_token("mallory")
+    assert api.get(f"/api/v1/jobs/{job_id}/logs/full", headers=other).status_code == 403
+
+
+def test_a_damaged_full_log_is_refused(api) -> None:  # type: ignore[no-untyped-def]
+    node, job_id, attempt = running_job(api)
+    r = api.client.put(
+        f"/api/v1/agent/jobs/{job_id}/full-log",
+        params={"attempt": attempt, "node": node.name},
+        headers={**node.headers, "X-Log-Sha256": "0" * 64},
+        content=b"o1.0 hello\n",
+    )
+    assert r.status_code == 400 and "damaged" in r.json()["error"]
+
+
+def test_retention_deletes_the_logs_of_old_jobs_only(  # type: ignore[no-untyped-def]
+    api, database_url: str, tmp_path: Path
+) -> None:
+    node, job_id, attempt = running_job(api)
+    send(api, node, job_id, attempt, ["kept while it runs"], 0)
+    store = tmp_path / "logs"
+    (store / f"job-{job_id}").mkdir(parents=True)
+    database = db.Database(database_url)
+    try:
+        with database.session() as session:
+            # Running: never expired, however old.
+            assert logs.expire(session, store, time.time() + 10 * 86400, 1.0) == 0
+        assert api.post(f"/api/v1/jobs/{job_id}/cancel").status_code == 200
+        with database.session() as session:
+            assert logs.expire(session, store, time.time(), 1.0) == 0  # ended just now
+            assert logs.expire(session, store, time.time() + 2 * 86400, 0.0) == 0  # 0: forever
+            assert logs.expire(session, store, time.time() + 2 * 86400, 1.0) == 1
+    finally:
+        database.close()
+    assert stored_lines(api, job_id) == []
+    assert not (store / f"job-{job_id}").exists()
