@@ -98,6 +98,12 @@ def extra_of_module(name: str) -> str | None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the `schedulearn` script."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:
+        # Answered from the package metadata alone: no third-party import.
+        from schedulearn import __version__
+
+        print(f"schedulearn {__version__}")
+        return
     command = command_of(args)
     extras = extras_needed(args)
     missing = missing_modules(extras)
