@@ -33,11 +33,13 @@ from schedulearn.protocol import (
     JobList,
     JobPublic,
     JobSpec,
+    JobUpdate,
     JoinTokenPublic,
     LogLinePublic,
     LogPage,
     NodeAdd,
     NodeList,
+    NodePublic,
     NodeRemoved,
     PolicyPreview,
     PolicyPublic,
@@ -171,8 +173,11 @@ class Client:
         offset: int = 0,
         limit: int = 100,
         order: str = "desc",
+        array: int | None = None,
     ) -> JobList:
         params: dict[str, Any] = {"offset": offset, "limit": limit, "order": order}
+        if array is not None:
+            params["array"] = array
         if states:
             params["state"] = states
         if user:
@@ -189,6 +194,16 @@ class Client:
 
     def cancel(self, job_id: int) -> JobPublic:
         return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/cancel").json())
+
+    def hold(self, job_id: int) -> JobPublic:
+        return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/hold").json())
+
+    def release(self, job_id: int) -> JobPublic:
+        return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/release").json())
+
+    def update(self, job_id: int, changes: JobUpdate) -> JobPublic:
+        body = changes.model_dump(mode="json", exclude_none=True)
+        return JobPublic.model_validate(self._call("PATCH", f"/jobs/{job_id}", json=body).json())
 
     def logs(self, job_id: int, after: int = 0, limit: int = 1000) -> LogPage:
         params = {"after": after, "limit": limit}
@@ -279,6 +294,14 @@ class Client:
     def remove_node(self, name: str) -> NodeRemoved:
         path = f"/nodes/{quote(name, safe='')}"
         return NodeRemoved.model_validate(self._call("DELETE", path).json())
+
+    def drain_node(self, name: str) -> NodePublic:
+        path = f"/nodes/{quote(name, safe='')}/drain"
+        return NodePublic.model_validate(self._call("POST", path).json())
+
+    def resume_node(self, name: str) -> NodePublic:
+        path = f"/nodes/{quote(name, safe='')}/resume"
+        return NodePublic.model_validate(self._call("POST", path).json())
 
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self._call("GET", "/whoami").json())

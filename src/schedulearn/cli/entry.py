@@ -13,6 +13,7 @@ when those packages are missing.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 
@@ -110,6 +111,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if missing:
         print(install_hint(command, extras, missing), file=sys.stderr)
         raise SystemExit(1)
+    # Plain help and usage errors: Typer's Rich rendering imports Rich,
+    # Markdown and Pygments (half a second on a busy machine) and boxes the
+    # text to the terminal. TYPER_USE_RICH=1 brings it back.
+    os.environ.setdefault("TYPER_USE_RICH", "0")
     try:
         from schedulearn.cli.main import app
 

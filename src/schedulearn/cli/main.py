@@ -11,10 +11,13 @@ Adding a command is one line in `COMMANDS`.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-import click
 import typer
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    import click
 
 # Command (or command group) name -> the module whose `register(app)` adds it.
 COMMANDS: dict[str, str] = {
@@ -26,9 +29,13 @@ COMMANDS: dict[str, str] = {
     "show": "schedulearn.cli.jobs",
     "logs": "schedulearn.cli.jobs",
     "cancel": "schedulearn.cli.jobs",
-    "nodes": "schedulearn.cli.jobs",
+    "nodes": "schedulearn.cli.nodes_cmd",
     "policy": "schedulearn.cli.jobs",
     "whoami": "schedulearn.cli.jobs",
+    "hold": "schedulearn.cli.job_admin",
+    "release": "schedulearn.cli.job_admin",
+    "update": "schedulearn.cli.job_admin",
+    "resubmit": "schedulearn.cli.job_admin",
     "agent": "schedulearn.cli.agent_cmd",
     "node": "schedulearn.cli.node_cmd",
     "profiles": "schedulearn.cli.profiles_cmd",
