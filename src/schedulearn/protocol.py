@@ -96,7 +96,7 @@ class _Wire(BaseModel):
     """Base of every wire model: numbers are finite and text has no NUL (neither
     survives JSON or PostgreSQL). Every model derives from `_Request` or `_Reply`."""
 
-    model_config = ConfigDict(allow_inf_nan=False, defer_build=True)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

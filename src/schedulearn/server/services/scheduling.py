@@ -291,7 +291,8 @@ def _start_many(
         result.started.append(job_id)
     transition_many(session, steps)
     conn = session.connection()
-    conn.execute(Allocation.__table__.insert(), allocations)  # type: ignore[attr-defined]
+    if allocations:  # none when every job started asks for no GPU (an empty insert fails)
+        conn.execute(Allocation.__table__.insert(), allocations)  # type: ignore[attr-defined]
     conn.execute(JobPart.__table__.insert(), parts)  # type: ignore[attr-defined]
     for (job, _), step in zip(starts, steps, strict=True):
         # Keep the session's copies true to the rows (nothing is left to flush).
