@@ -855,6 +855,10 @@ class NodePublic(_Reply):
         default_factory=CapabilitiesPublic,
         description="What the node can run: executor kinds, container runtime, labels",
     )
+    drained: bool = Field(
+        default=False,
+        description="Drained by an admin: its running jobs go on, no new job starts there",
+    )
 
 
 _declare(NodePublic, NodeView, Role.SUBMITTED, Role.KEPT)

@@ -17,7 +17,8 @@ import typer
 from typer.core import TyperGroup
 
 if TYPE_CHECKING:
-    import click
+    # The click that Typer carries (its own copy, not the `click` package).
+    from typer._click.core import Command, Context
 
 # Command (or command group) name -> the module whose `register(app)` adds it.
 COMMANDS: dict[str, str] = {
@@ -44,7 +45,7 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def load_command(name: str) -> click.Command | None:
+def load_command(name: str) -> Command | None:
     """The click command `name`, from its module (imported now), or None."""
     module = COMMANDS.get(name)
     if module is None:
@@ -57,10 +58,10 @@ def load_command(name: str) -> click.Command | None:
 class LazyGroup(TyperGroup):
     """A group whose commands are imported when first looked up."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return sorted({*COMMANDS, *super().list_commands(ctx)})
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         found = super().get_command(ctx, cmd_name)
         if found is None:
             found = load_command(cmd_name)
