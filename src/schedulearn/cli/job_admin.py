@@ -1,4 +1,9 @@
-"""Commands that change a job after submission: hold, release, update, resubmit.
+"""Commands that change a job after submission: cancel, hold, release, update,
+resubmit.
+
+`cancel` takes ids, array tasks (`12_3`), whole arrays (`--array 12`) and
+filters (`--mine`, `--user`, `--name`, `--state`), and reports what became
+of each job.
 
 `hold` keeps a pending job from starting (it keeps its place in the queue)
 until `release`; `update ID --priority N` changes its priority within the
@@ -15,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from schedulearn.cli.common import JsonOpt, ServerOpt, TokenOpt, connect, dump, error, note
+from schedulearn.cli.jobs import MineOpt, NameOpt, StateOpt, UserOpt, who_is
 
 if TYPE_CHECKING:
     from schedulearn.cli.client import Client
@@ -137,7 +143,118 @@ def spec_of(job: JobPublic) -> dict[str, Any]:
     return spec
 
 
+def _task(text: str) -> tuple[int, int | None]:
+    """`12` -> job 12; `12_3` -> task 3 of array 12."""
+    head, sep, index = text.partition("_")
+    try:
+        return int(head), (int(index) if sep else None)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r}: write a job id (14) or an array task (12_3)", param_hint="JOB_IDS"
+        ) from None
+
+
+def _targets(
+    client: Client,
+    given: list[str],
+    arrays: list[int],
+    states: list[str] | None,
+    user: str | None,
+    name: str | None,
+) -> list[int | str]:
+    """The ids to act on: those given, each task of the arrays, and the unfinished
+    jobs the filters match. A task that does not exist stays as its text."""
+    targets: list[int | str] = []
+    tasks = [_task(t) for t in given]
+    for job_id, index in tasks:
+        if index is None:
+            targets.append(job_id)
+    wanted_arrays = {*arrays, *(a for a, i in tasks if i is not None)}
+    for array_id in sorted(wanted_arrays):
+        members = _array_members(client, array_id)
+        if array_id in arrays:
+            targets += [j.id for j in members]
+        for a, i in tasks:
+            if a == array_id and i is not None:
+                found = [j.id for j in members if j.array_index == i]
+                targets += found or [f"{a}_{i}"]
+    if states or user or name:
+        active = states or ["pending", "assigned", "running", "preempting"]
+        offset = 0
+        while True:
+            page = client.jobs(active, user, name, offset, 1000, order="asc")
+            targets += [j.id for j in page.items]
+            offset += len(page.items)
+            if not page.items or offset >= page.total:
+                break
+    return list(dict.fromkeys(targets))
+
+
+def _array_members(client: Client, array_id: int) -> list[JobPublic]:
+    """The tasks of array `array_id` (its first job's id)."""
+    members: list[JobPublic] = []
+    offset = 0
+    while True:
+        page = client.jobs(None, None, None, offset, 1000, order="asc", array=array_id)
+        members += page.items
+        offset += len(page.items)
+        if not page.items or offset >= page.total:
+            return members
+
+
+def cancel(
+    job_ids: Annotated[
+        list[str] | None, typer.Argument(help="Job ids (14) or array tasks (12_3)")
+    ] = None,
+    array: Annotated[
+        list[int] | None, typer.Option("--array", help="Every task of this array (repeatable)")
+    ] = None,
+    state: StateOpt = None,
+    user: UserOpt = None,
+    name: NameOpt = None,
+    mine: MineOpt = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel jobs (a running job is stopped); says what became of each.
+
+    `cancel 14 15`, `cancel 12_3`, `cancel --array 12`, or every unfinished job
+    a filter matches: `cancel --mine`, `--user U`, `--name N`, `--state pending`."""
+    from schedulearn.cli.client import ApiError
+
+    if not (job_ids or array or state or user or name or mine):
+        raise typer.BadParameter("name the jobs to cancel (ids, --array, or a filter like --mine)")
+    results: list[dict[str, Any]] = []
+    with connect(server, token) as client:
+        who = who_is(client, mine, user)
+        targets = _targets(client, job_ids or [], array or [], state, who, name)
+        for target in targets:
+            if isinstance(target, str):
+                results.append({"id": target, "error": f"no array task {target}"})
+                continue
+            try:
+                job = client.cancel(target)
+            except ApiError as exc:
+                results.append({"id": target, "error": exc.message})
+                continue
+            results.append({"id": target, "state": job.state.value})
+    if as_json:
+        dump(results)
+    else:
+        for r in results:
+            if "error" in r:
+                error(f"job {r['id']}: {r['error']}")
+            else:
+                print(f"job {r['id']}: {r['state']}")
+        if not results:
+            note("no job matched; nothing cancelled")
+    if any("error" in r for r in results):
+        raise typer.Exit(1)
+
+
 COMMANDS: list[tuple[str, Callable[..., None]]] = [
+    ("cancel", cancel),
     ("hold", hold),
     ("release", release),
     ("update", update),

@@ -1,6 +1,7 @@
-"""User commands against a running server: submit, jobs, show, logs, cancel,
-nodes, policy, whoami (users and tokens: `cli.identity_cmd`; hold, release,
-update and resubmit: `cli.job_admin`; node administration: `cli.nodes_cmd`).
+"""User commands against a running server: submit, jobs, policy, whoami
+(show and logs: `cli.job_output`; cancel, hold, release, update and
+resubmit: `cli.job_admin`; nodes: `cli.nodes_cmd`; users and tokens:
+`cli.identity_cmd`).
 
 Thin over `cli.client.Client`: parse flags, make one call, print a table
 (`cli.table`, or JSON with `--json`, for scripts). Only Typer and the
@@ -11,7 +12,6 @@ and Rich when a command needs them (see `cli.main`).
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +24,6 @@ from schedulearn.cli.common import (
     ServerOpt,
     TokenOpt,
     ago,
-    clock,
     connect,
     dump,
     err,
@@ -34,13 +33,32 @@ from schedulearn.cli.common import (
     span,
     until,
 )
+from schedulearn.cli.job_output import (
+    FINAL,
+    array_text,
+    command_text,
+    hidden_note,
+    placement_text,
+    progress_text,
+)
+from schedulearn.cli.job_output import stream as stream_to_end
+from schedulearn.cli.job_output import wait as wait_for_end
 from schedulearn.cli.table import Column, FormatError, parse_format, print_table
 
 if TYPE_CHECKING:
     from schedulearn.cli.client import Client
-    from schedulearn.protocol import JobPublic, ProgressReport
+    from schedulearn.protocol import JobPublic
 
-__all__ = ["JsonOpt", "ServerOpt", "TokenOpt", "connect", "err", "out"]
+__all__ = [
+    "JsonOpt",
+    "ServerOpt",
+    "TokenOpt",
+    "connect",
+    "err",
+    "hidden_note",
+    "out",
+    "progress_text",
+]
 
 # Older names, still imported by other command modules.
 _dump = dump
@@ -48,7 +66,6 @@ _ago = ago
 _span = span
 _until = until
 
-_FINAL = ("succeeded", "failed", "cancelled", "lost")
 _STATE_COLOUR = {
     "pending": "yellow",
     "assigned": "cyan",
@@ -59,31 +76,6 @@ _STATE_COLOUR = {
     "cancelled": "dim",
     "lost": "red",
 }
-
-
-def _placement(job: JobPublic) -> str:
-    if not job.placement:
-        return "-"
-    return " ".join(f"{n}:{','.join(map(str, g)) or '-'}" for n, g in job.placement.items())
-
-
-def hidden_note(job: JobPublic) -> str:
-    """Why a job's details are not shown (the server sent them as null)."""
-    return f"job {job.id} belongs to {job.user}; only its owner and admins see its details"
-
-
-def command_text(job: JobPublic) -> str:
-    """The whole command as one line ('(hidden)' when the caller may not see it)."""
-    if job.command is None:
-        return "(hidden)" if job.details_hidden else "-"
-    return job.command if isinstance(job.command, str) else " ".join(job.command)
-
-
-def array_text(job: JobPublic) -> str:
-    """`ARRAYID_INDEX` for a task of a job array (Slurm's form), else '-'."""
-    if job.array_id is None:
-        return "-"
-    return f"{job.array_id}_{job.array_index}"
 
 
 def _ran(job: JobPublic) -> str:
@@ -112,7 +104,7 @@ JOB_COLUMNS: list[Column[JobPublic]] = [
         colour=lambda j: _STATE_COLOUR.get(j.state.value),
     ),
     Column("gpus", "GPUS", _gpus, drop=2),
-    Column("where", "WHERE", _placement, drop=7),
+    Column("where", "WHERE", placement_text, drop=7),
     Column("submitted", "SUBMITTED", lambda j: ago(j.submitted_at), drop=8),
     Column("ran", "RAN", _ran, drop=5),
     Column(
@@ -122,7 +114,7 @@ JOB_COLUMNS: list[Column[JobPublic]] = [
         drop=9,
     ),
     Column(
-        "ends", "ENDS ~", lambda j: until(j.predicted_end_at, j.state.value not in _FINAL), drop=10
+        "ends", "ENDS ~", lambda j: until(j.predicted_end_at, j.state.value not in FINAL), drop=10
     ),
     Column("priority", "PRIO", lambda j: str(j.priority), drop=11),
     Column("exit", "EXIT", lambda j: "-" if j.exit_code is None else str(j.exit_code), drop=11),
@@ -323,51 +315,9 @@ def submit(
         else:
             print(f"submitted jobs {ids[0]}..{ids[-1]} (array {ids[0]} of {len(ids)})")
         if follow:
-            raise typer.Exit(_stream(client, ids[0]))
+            raise typer.Exit(stream_to_end(client, ids[0]))
         if wait:
-            raise typer.Exit(_wait(client, ids[0]))
-
-
-def _exit_code(job: JobPublic) -> int:
-    """What the command exits with for a job that ended: its own code when it
-    ran to an exit, else 1 (cancelled, lost, failed to start)."""
-    if job.state.value == "succeeded":
-        return 0
-    return job.exit_code if job.exit_code not in (None, 0) else 1
-
-
-def _ended_text(job: JobPublic) -> str:
-    return f"job {job.id} {job.state.value}" + (f": {job.message}" if job.message else "")
-
-
-def _emit(line: Any, timestamps: bool = False) -> None:
-    stream = sys.stderr if line.stream.value == "stderr" else sys.stdout
-    stamp = clock(line.at) + " " if timestamps else ""
-    stream.write(stamp + line.text + ("" if line.text.endswith("\n") else "\n"))
-    stream.flush()
-
-
-def _stream(client: Client, job_id: int, after: int = 0, timestamps: bool = False) -> int:
-    """Print the job's output as it comes; the exit code its command ends with."""
-    from schedulearn.protocol import JobPublic
-
-    for item in client.follow(job_id, after):
-        if isinstance(item, JobPublic):
-            note(_ended_text(item))
-            return _exit_code(item)
-        _emit(item, timestamps)
-    return 1
-
-
-def _wait(client: Client, job_id: int) -> int:
-    pause = 0.2
-    while True:
-        job = client.job(job_id)
-        if job.state.value in _FINAL:
-            note(_ended_text(job))
-            return _exit_code(job)
-        time.sleep(pause)
-        pause = min(pause * 1.5, 2.0)
+            raise typer.Exit(wait_for_end(client, ids[0]))
 
 
 MineOpt = Annotated[bool, typer.Option("--mine", help="Only your own jobs")]
@@ -376,7 +326,7 @@ UserOpt = Annotated[str | None, typer.Option("--user", "-u", help="Only this use
 NameOpt = Annotated[str | None, typer.Option("--name", help="Only jobs of this name")]
 
 
-def _who(client: Client, mine: bool, user: str | None) -> str | None:
+def who_is(client: Client, mine: bool, user: str | None) -> str | None:
     if mine and user:
         raise typer.BadParameter("give --mine or --user, not both", param_hint="--mine")
     return client.whoami().user if mine else user
@@ -406,275 +356,13 @@ def jobs(
     """List jobs, newest first."""
     columns = job_columns(fmt)
     with connect(server, token) as client:
-        page = client.jobs(state, _who(client, mine, user), name, offset, limit)
+        page = client.jobs(state, who_is(client, mine, user), name, offset, limit)
     if as_json:
         dump(page)
         return
     print_table(page.items, columns)
     if page.total > offset + len(page.items):
         note(f"{len(page.items)} of {page.total}; more with --offset {offset + limit}")
-
-
-def show(
-    job_id: Annotated[int, typer.Argument()],
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """One job in full, with its place in the queue and why it waits."""
-    with connect(server, token) as client:
-        job = client.job(job_id)
-    if as_json:
-        dump(job)
-        return
-    sys.stdout.write(show_text(job) + "\n")
-
-
-# The fields a server sends as null to a caller who may not see them.
-_DETAILS = ("command", "env", "workdir", "message", "progress", "checkpoint", "secret_env_keys")
-# Shown in the heading lines, not again in the field list.
-_HEADED = ("id", "name", "user", "state", "details_hidden", "duration_source", "array_index")
-
-
-def _text(value: Any) -> str:
-    """A value as a person reads it: lists comma-separated, mappings as k=v."""
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_text(v)}" for k, v in value.items()) or "-"
-    if isinstance(value, list | tuple):
-        return ", ".join(_text(v) for v in value) or "-"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def show_text(job: JobPublic) -> str:
-    """`schedulearn show` for a person: a heading, then one `field  value` line each."""
-    head = f"job {job.id}" + (f" ({job.name})" if job.name else "") + f" of {job.user}"
-    if job.array_id is not None:
-        head += f", task {job.array_index} of array {job.array_id}"
-    state = job.state.value
-    if job.queue_position is not None:
-        state += f", number {job.queue_position} in the queue"
-    lines = [head, f"  {'state':<20} {state}"]
-    if job.waiting_reason:
-        lines.append(f"  {'waiting because':<20} {job.waiting_reason}")
-    for key, value in job.model_dump(mode="json").items():
-        if key in _HEADED or key in ("queue_position", "waiting_reason"):
-            continue
-        if job.details_hidden and key in _DETAILS:
-            lines.append(f"  {key:<20} (hidden)")
-            continue
-        if value in (None, {}, "", []):
-            continue
-        if key == "command":
-            text = command_text(job)
-        elif key.endswith("_at") and isinstance(value, float):
-            when = until(value, True) if value > time.time() else ago(value)
-            text = ("~ " if key.startswith("predicted_") else "") + f"{clock(value)} ({when})"
-        elif key == "duration_estimate" and isinstance(value, float):
-            text = f"{span(value)} (from {job.duration_source or '?'})"
-        elif key == "estimated_duration" and isinstance(value, float):
-            text = span(value)
-        elif key == "memory_gb":
-            key, text = "memory", f"{value:g} GB"
-        elif key == "placement" and job.placement:
-            text = _placement(job)
-        elif key == "progress" and job.progress is not None:
-            text = progress_text(job.progress)
-        elif key == "secret_env_keys":
-            text = _text(value) + " (values never shown)"
-        elif key == "checkpoint" and job.checkpoint is not None:
-            text = (
-                f"attempt {job.checkpoint.attempt}, {job.checkpoint.size_bytes:,} bytes "
-                f"(sha256 {job.checkpoint.sha256[:12]})"
-            )
-        else:
-            text = _text(value)
-        lines.append(f"  {key.replace('_', ' '):<20} {text}")
-    if job.details_hidden:
-        lines.append(f"command, env, workdir, logs and progress hidden: {hidden_note(job)}")
-    return "\n".join(lines)
-
-
-def progress_text(p: ProgressReport) -> str:
-    """A progress report in one line: 'epoch 3/10, step 1200, loss 0.2310, ...'."""
-    parts = []
-    if p.epoch is not None:
-        parts.append(f"epoch {p.epoch}" + (f"/{p.total_epochs}" if p.total_epochs else ""))
-    if p.step is not None:
-        parts.append(f"step {p.step}")
-    if p.loss is not None:
-        parts.append(f"loss {p.loss:.4g}")
-    if p.accuracy is not None:
-        parts.append(f"accuracy {p.accuracy:.4g}")
-    if p.samples_per_sec is not None:
-        parts.append(f"{p.samples_per_sec:.4g} samples/s")
-    parts += [f"{k} {v:.4g}" for k, v in sorted(p.metrics.items())]
-    return ", ".join(parts) + f" ({ago(p.at)})"
-
-
-def not_started_text(job: JobPublic) -> str:
-    """What `logs` says for a job with no output because it has not started."""
-    text = f"job {job.id} has not started yet ({job.state.value}"
-    if job.queue_position is not None:
-        text += f", number {job.queue_position} in the queue"
-    text += ")"
-    if job.waiting_reason:
-        text += f": {job.waiting_reason}"
-    if job.predicted_start_at is not None:
-        at = job.predicted_start_at
-        text += f"; expected to start {until(at, True)} (~{clock(at)})"
-    else:
-        text += "; no start time can be predicted yet"
-    return text
-
-
-def logs(
-    job_id: Annotated[int, typer.Argument()],
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing until it ends")
-    ] = False,
-    tail: Annotated[
-        int | None, typer.Option("--tail", "-n", min=0, help="Only the last N lines")
-    ] = None,
-    timestamps: Annotated[
-        bool, typer.Option("--timestamps", "-t", help="Start each line with when it was written")
-    ] = False,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Print a job's output (`-f` streams it until the job ends)."""
-    with connect(server, token) as client:
-        lines: list[Any] = []
-        after = 0
-        while True:
-            page = client.logs(job_id, after)
-            if tail is None:
-                for line in page.lines:
-                    _emit(line, timestamps)
-            else:
-                lines = [*lines, *page.lines][-tail:] if tail else []
-            if not page.lines:
-                break
-            after = page.next_after
-        for line in lines:
-            _emit(line, timestamps)
-        if after == 0:
-            job = client.job(job_id)
-            if job.started_at is None and job.state.value not in _FINAL:
-                note(not_started_text(job))
-        if follow:
-            raise typer.Exit(_stream(client, job_id, after, timestamps))
-
-
-def _task(text: str) -> tuple[int, int | None]:
-    """`12` -> job 12; `12_3` -> task 3 of array 12."""
-    head, sep, index = text.partition("_")
-    try:
-        return int(head), (int(index) if sep else None)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r}: write a job id (14) or an array task (12_3)", param_hint="JOB_IDS"
-        ) from None
-
-
-def _targets(
-    client: Client,
-    given: list[str],
-    arrays: list[int],
-    states: list[str] | None,
-    user: str | None,
-    name: str | None,
-) -> list[int | str]:
-    """The ids to act on: those given, each task of the arrays, and the unfinished
-    jobs the filters match. A task that does not exist stays as its text."""
-    targets: list[int | str] = []
-    tasks = [_task(t) for t in given]
-    for job_id, index in tasks:
-        if index is None:
-            targets.append(job_id)
-    wanted_arrays = {*arrays, *(a for a, i in tasks if i is not None)}
-    for array_id in sorted(wanted_arrays):
-        members = _array_members(client, array_id)
-        if array_id in arrays:
-            targets += [j.id for j in members]
-        for a, i in tasks:
-            if a == array_id and i is not None:
-                found = [j.id for j in members if j.array_index == i]
-                targets += found or [f"{a}_{i}"]
-    if states or user or name:
-        active = states or ["pending", "assigned", "running", "preempting"]
-        offset = 0
-        while True:
-            page = client.jobs(active, user, name, offset, 1000, order="asc")
-            targets += [j.id for j in page.items]
-            offset += len(page.items)
-            if not page.items or offset >= page.total:
-                break
-    return list(dict.fromkeys(targets))
-
-
-def _array_members(client: Client, array_id: int) -> list[JobPublic]:
-    """The tasks of array `array_id` (its first job's id)."""
-    members: list[JobPublic] = []
-    offset = 0
-    while True:
-        page = client.jobs(None, None, None, offset, 1000, order="asc", array=array_id)
-        members += page.items
-        offset += len(page.items)
-        if not page.items or offset >= page.total:
-            return members
-
-
-def cancel(
-    job_ids: Annotated[
-        list[str] | None, typer.Argument(help="Job ids (14) or array tasks (12_3)")
-    ] = None,
-    array: Annotated[
-        list[int] | None, typer.Option("--array", help="Every task of this array (repeatable)")
-    ] = None,
-    state: StateOpt = None,
-    user: UserOpt = None,
-    name: NameOpt = None,
-    mine: MineOpt = False,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Cancel jobs (a running job is stopped); says what became of each.
-
-    `cancel 14 15`, `cancel 12_3`, `cancel --array 12`, or every unfinished job
-    a filter matches: `cancel --mine`, `--user U`, `--name N`, `--state pending`."""
-    from schedulearn.cli.client import ApiError
-
-    if not (job_ids or array or state or user or name or mine):
-        raise typer.BadParameter("name the jobs to cancel (ids, --array, or a filter like --mine)")
-    results: list[dict[str, Any]] = []
-    with connect(server, token) as client:
-        who = _who(client, mine, user)
-        targets = _targets(client, job_ids or [], array or [], state, who, name)
-        for target in targets:
-            if isinstance(target, str):
-                results.append({"id": target, "error": f"no array task {target}"})
-                continue
-            try:
-                job = client.cancel(target)
-            except ApiError as exc:
-                results.append({"id": target, "error": exc.message})
-                continue
-            results.append({"id": target, "state": job.state.value})
-    if as_json:
-        dump(results)
-    else:
-        for r in results:
-            if "error" in r:
-                error(f"job {r['id']}: {r['error']}")
-            else:
-                print(f"job {r['id']}: {r['state']}")
-        if not results:
-            note("no job matched; nothing cancelled")
-    if any("error" in r for r in results):
-        raise typer.Exit(1)
 
 
 def policy(
@@ -728,9 +416,6 @@ def whoami(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = 
 COMMANDS: list[tuple[str, Callable[..., None]]] = [
     ("submit", submit),
     ("jobs", jobs),
-    ("show", show),
-    ("logs", logs),
-    ("cancel", cancel),
     ("policy", policy),
     ("whoami", whoami),
 ]
