@@ -71,6 +71,11 @@ AGENT_PREFIX = "/api/v1/agent"
 # container, NVIDIA_VISIBLE_DEVICES). Gangs also get the torch rendezvous ones.
 ENV_JOB_ID = "SCHEDULEARN_JOB_ID"
 ENV_NUM_GPUS = "SCHEDULEARN_NUM_GPUS"
+# A task of a job array (`submit --array 0-9`): the array's id (its first
+# job's), this task's index, the number of tasks. Slurm's SLURM_ARRAY_*.
+ENV_ARRAY_ID = "SCHEDULEARN_ARRAY_ID"
+ENV_ARRAY_INDEX = "SCHEDULEARN_ARRAY_INDEX"
+ENV_ARRAY_SIZE = "SCHEDULEARN_ARRAY_SIZE"
 ENV_CHECKPOINT_DIR = "SCHEDULEARN_CHECKPOINT_DIR"
 ENV_PROGRESS_FILE = "SCHEDULEARN_PROGRESS_FILE"
 GANG_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")
@@ -608,6 +613,19 @@ class JobSpec(_Request):
     shm_size: str | None = Field(default=None, max_length=50)
     launcher: Launcher = Launcher.NONE
     count: int = Field(default=1, ge=1, le=1000, description="Submit a job array of this size")
+    array_start: int = Field(
+        default=0,
+        ge=0,
+        le=10**6,
+        description="With count: the first task's index (`--array 5-9`: 5, count 5); task i "
+        "gets index array_start + i, in SCHEDULEARN_ARRAY_INDEX",
+    )
+    array_limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="At most this many tasks of the array run at once (`--array 0-9%2`: 2)",
+    )
     max_restarts: int = Field(default=3, ge=0, le=100)
     constraints: list[Label] = Field(
         default_factory=list,
@@ -792,6 +810,14 @@ class JobPublic(_Reply):
 _declare(JobPublic, JobView, Role.SUBMITTED, Role.KEPT)
 
 
+class JobUpdate(_Request):
+    """What may change after submission (`schedulearn update ID --priority N`)."""
+
+    priority: int | None = Field(
+        default=None, ge=-(2**31), le=2**31 - 1, description="The new priority"
+    )
+
+
 class JobMove(_Request):
     """Move (or resize) a running preemptible job, through checkpoint and restart."""
 
@@ -842,6 +868,10 @@ class NodePublic(_Reply):
     capabilities: CapabilitiesPublic = Field(
         default_factory=CapabilitiesPublic,
         description="What the node can run: executor kinds, container runtime, labels",
+    )
+    drained: bool = Field(
+        default=False,
+        description="Drained by an admin: its running jobs go on, no new job starts there",
     )
 
 

@@ -17,15 +17,14 @@ same on every try) so the server returns the jobs of the first try.
 from __future__ import annotations
 
 import json
+import random
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
-from schedulearn.agent.retry import Backoff
+from schedulearn.cli.http import Http, Response, TransportError
 from schedulearn.protocol import (
     API_PREFIX,
     PROTOCOL_HEADER,
@@ -34,11 +33,13 @@ from schedulearn.protocol import (
     JobList,
     JobPublic,
     JobSpec,
+    JobUpdate,
     JoinTokenPublic,
     LogLinePublic,
     LogPage,
     NodeAdd,
     NodeList,
+    NodePublic,
     NodeRemoved,
     PolicyPreview,
     PolicyPublic,
@@ -66,7 +67,21 @@ def new_key() -> str:
     return uuid.uuid4().hex
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+class _Backoff:
+    """Exponential backoff with jitter (the agent's `retry.Backoff`, which
+    would bring asyncio into every CLI start)."""
+
+    def __init__(self, first: float, cap: float) -> None:
+        self._next = first
+        self._cap = cap
+
+    def next_delay(self) -> float:
+        delay = self._next * random.uniform(0.75, 1.25)
+        self._next = min(self._next * 2, self._cap)
+        return delay
+
+
+def _retry_after(response: Response) -> float | None:
     try:
         return max(0.0, float(response.headers.get("retry-after", "")))
     except ValueError:
@@ -96,7 +111,7 @@ class Client:
             headers["Authorization"] = f"Bearer {token}"
         self.server = server
         self.retry_seconds = retry_seconds
-        self._http = httpx.Client(base_url=server, headers=headers, timeout=timeout)
+        self._http = Http(server, headers, timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -107,21 +122,18 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(
-        self, method: str, path: str, *, idempotent: bool = False, **kwargs: Any
-    ) -> httpx.Response:
+    def _call(self, method: str, path: str, *, idempotent: bool = False, **kwargs: Any) -> Response:
         """One API call, tried again while the server is unavailable (see the module docstring)."""
         repeatable = idempotent or method in _SAFE_METHODS
-        backoff = Backoff(first=0.2, cap=5.0)
+        backoff = _Backoff(first=0.2, cap=5.0)
         deadline = time.monotonic() + self.retry_seconds
         while True:
             left = deadline - time.monotonic()
             try:
                 response = self._http.request(method, API_PREFIX + path, **kwargs)
-            except httpx.TransportError as exc:
+            except TransportError as exc:
                 # Refused or timed out connecting: the request never left.
-                unsent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
-                if (unsent or repeatable) and left > 0:
+                if (exc.unsent or repeatable) and left > 0:
                     time.sleep(min(backoff.next_delay(), left))
                     continue
                 raise ApiError(
@@ -161,8 +173,11 @@ class Client:
         offset: int = 0,
         limit: int = 100,
         order: str = "desc",
+        array: int | None = None,
     ) -> JobList:
         params: dict[str, Any] = {"offset": offset, "limit": limit, "order": order}
+        if array is not None:
+            params["array"] = array
         if states:
             params["state"] = states
         if user:
@@ -180,6 +195,16 @@ class Client:
     def cancel(self, job_id: int) -> JobPublic:
         return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/cancel").json())
 
+    def hold(self, job_id: int) -> JobPublic:
+        return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/hold").json())
+
+    def release(self, job_id: int) -> JobPublic:
+        return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/release").json())
+
+    def update(self, job_id: int, changes: JobUpdate) -> JobPublic:
+        body = changes.model_dump(mode="json", exclude_none=True)
+        return JobPublic.model_validate(self._call("PATCH", f"/jobs/{job_id}", json=body).json())
+
     def logs(self, job_id: int, after: int = 0, limit: int = 1000) -> LogPage:
         params = {"after": after, "limit": limit}
         return LogPage.model_validate(
@@ -189,14 +214,11 @@ class Client:
     def full_log(self, job_id: int) -> Iterator[bytes]:
         """The job's whole output as plain text, in chunks (`GET .../logs/full`)."""
         try:
-            with self._http.stream(
-                "GET", f"{API_PREFIX}/jobs/{job_id}/logs/full", timeout=None
-            ) as response:
+            with self._http.stream("GET", f"{API_PREFIX}/jobs/{job_id}/logs/full") as response:
                 if response.status_code >= 400:
-                    response.read()
-                    raise ApiError(response.status_code, _message(response))
+                    raise ApiError(response.status_code, _message(response.read()))
                 yield from response.iter_bytes(1 << 16)
-        except httpx.TransportError as exc:
+        except TransportError as exc:
             raise ApiError(0, f"cannot reach the server at {self.server} ({exc})") from None
 
     def follow(self, job_id: int, after: int = 0) -> Iterator[LogLinePublic | JobPublic]:
@@ -204,11 +226,10 @@ class Client:
         params: dict[str, int | str] = {"after": after, "follow": "true"}
         try:
             with self._http.stream(
-                "GET", f"{API_PREFIX}/jobs/{job_id}/logs", params=params, timeout=None
+                "GET", f"{API_PREFIX}/jobs/{job_id}/logs", params=params
             ) as response:
                 if response.status_code >= 400:
-                    response.read()
-                    raise ApiError(response.status_code, _message(response))
+                    raise ApiError(response.status_code, _message(response.read()))
                 event = ""
                 for raw in response.iter_lines():
                     if raw.startswith("event:"):
@@ -219,7 +240,7 @@ class Client:
                             yield JobPublic.model_validate_json(data)
                             return
                         yield LogLinePublic.model_validate_json(data)
-        except httpx.TransportError as exc:
+        except TransportError as exc:
             raise ApiError(0, f"lost the connection to {self.server} ({exc})") from None
 
     def nodes(self) -> NodeList:
@@ -287,11 +308,19 @@ class Client:
         path = f"/nodes/{quote(name, safe='')}"
         return NodeRemoved.model_validate(self._call("DELETE", path).json())
 
+    def drain_node(self, name: str) -> NodePublic:
+        path = f"/nodes/{quote(name, safe='')}/drain"
+        return NodePublic.model_validate(self._call("POST", path).json())
+
+    def resume_node(self, name: str) -> NodePublic:
+        path = f"/nodes/{quote(name, safe='')}/resume"
+        return NodePublic.model_validate(self._call("POST", path).json())
+
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self._call("GET", "/whoami").json())
 
 
-def _message(response: httpx.Response) -> str:
+def _message(response: Response) -> str:
     try:
         body = response.json()
     except (json.JSONDecodeError, ValueError):

@@ -12,9 +12,8 @@ import json
 import os
 from pathlib import Path
 
+import platformdirs
 from pydantic import BaseModel
-
-from schedulearn.settings import config_dir
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
 
@@ -24,6 +23,12 @@ class CliConfig(BaseModel):
     token: str | None = None
     # The agent token `schedulearn up` made for its local agent (reused next time).
     agent_token: str | None = None
+
+
+def config_dir() -> Path:
+    """Where the CLI keeps this file (`schedulearn.settings.config_dir`'s answer,
+    without importing the server's settings: pydantic-settings is slow to load)."""
+    return Path(platformdirs.user_config_dir("schedulearn"))
 
 
 def config_path() -> Path:

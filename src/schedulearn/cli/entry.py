@@ -13,6 +13,7 @@ when those packages are missing.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 
@@ -98,12 +99,22 @@ def extra_of_module(name: str) -> str | None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the `schedulearn` script."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:
+        # Answered from the package metadata alone: no third-party import.
+        from schedulearn import __version__
+
+        print(f"schedulearn {__version__}")
+        return
     command = command_of(args)
     extras = extras_needed(args)
     missing = missing_modules(extras)
     if missing:
         print(install_hint(command, extras, missing), file=sys.stderr)
         raise SystemExit(1)
+    # Plain help and usage errors: Typer's Rich rendering imports Rich,
+    # Markdown and Pygments (half a second on a busy machine) and boxes the
+    # text to the terminal. TYPER_USE_RICH=1 brings it back.
+    os.environ.setdefault("TYPER_USE_RICH", "0")
     try:
         from schedulearn.cli.main import app
 

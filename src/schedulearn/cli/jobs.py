@@ -1,146 +1,137 @@
-"""User commands against a running server: submit, jobs, show, logs, cancel,
-nodes, policy, whoami (users and tokens: `cli.identity_cmd`).
+"""User commands against a running server: submit, jobs, policy, whoami
+(show and logs: `cli.job_output`; cancel, hold, release, update and
+resubmit: `cli.job_admin`; nodes: `cli.nodes_cmd`; users and tokens:
+`cli.identity_cmd`).
 
-Thin over `cli.client.Client`: parse flags, make one call, print a Rich
-table (or JSON with `--json`, for scripts).
+Thin over `cli.client.Client`: parse flags, make one call, print a table
+(`cli.table`, or JSON with `--json`, for scripts). Only Typer and the
+standard library are imported at start; the client, the wire models, YAML
+and Rich when a command needs them (see `cli.main`).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
-from pydantic import ValidationError
-from rich.console import Console
-from rich.table import Table
 
-from schedulearn.cli import forecasts
-from schedulearn.cli.client import ApiError, Client
-from schedulearn.cli.config import resolve
-from schedulearn.protocol import (
-    CapabilitiesPublic,
-    JobPublic,
-    JobSpec,
-    JobState,
-    LogLinePublic,
-    ProgressReport,
+from schedulearn.cli.common import (
+    JsonOpt,
+    ServerOpt,
+    TokenOpt,
+    ago,
+    connect,
+    dump,
+    err,
+    error,
+    note,
+    out,
+    span,
+    until,
 )
+from schedulearn.cli.job_output import (
+    FINAL,
+    array_text,
+    command_text,
+    hidden_note,
+    placement_text,
+    progress_text,
+)
+from schedulearn.cli.job_output import stream as stream_to_end
+from schedulearn.cli.job_output import wait as wait_for_end
+from schedulearn.cli.table import Column, FormatError, parse_format, print_table
 
-out = Console()
-err = Console(stderr=True)
+if TYPE_CHECKING:
+    from schedulearn.cli.client import Client
+    from schedulearn.protocol import JobPublic
 
-ServerOpt = Annotated[
-    str | None, typer.Option("--server", help="Server URL [env SCHEDULEARN_SERVER, config file]")
+__all__ = [
+    "JsonOpt",
+    "ServerOpt",
+    "TokenOpt",
+    "connect",
+    "err",
+    "hidden_note",
+    "out",
+    "progress_text",
 ]
-TokenOpt = Annotated[
-    str | None, typer.Option("--token", help="API token [env SCHEDULEARN_TOKEN, config file]")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table")]
 
+# Older names, still imported by other command modules.
+_dump = dump
+_ago = ago
+_span = span
+_until = until
 
-@contextmanager
-def connect(server: str | None, token: str | None) -> Iterator[Client]:
-    config = resolve(server, token)
-    try:
-        with Client(config.server, config.token) as client:
-            yield client
-    except ApiError as exc:
-        err.print(f"[red]error:[/red] {exc.message}", highlight=False)
-        raise typer.Exit(1) from None
-
-
-def _dump(obj: Any) -> None:
-    if hasattr(obj, "model_dump"):
-        obj = obj.model_dump(mode="json")
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
-
-
-def _ago(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return _span(time.time() - t) + " ago"
-
-
-def _span(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(max(0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-_STATE_STYLE = {
-    JobState.PENDING: "yellow",
-    JobState.ASSIGNED: "cyan",
-    JobState.RUNNING: "green",
-    JobState.PREEMPTING: "magenta",
-    JobState.SUCCEEDED: "bold green",
-    JobState.FAILED: "red",
-    JobState.CANCELLED: "dim",
-    JobState.LOST: "red",
+_STATE_COLOUR = {
+    "pending": "yellow",
+    "assigned": "cyan",
+    "running": "green",
+    "preempting": "magenta",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "dim",
+    "lost": "red",
 }
 
 
-def _placement(job: JobPublic) -> str:
-    if not job.placement:
+def _ran(job: JobPublic) -> str:
+    if job.started_at is None:
         return "-"
-    return " ".join(f"{n}:{','.join(map(str, g)) or '-'}" for n, g in job.placement.items())
+    return span((job.ended_at or time.time()) - job.started_at)
 
 
-def hidden_note(job: JobPublic) -> str:
-    """Why a job's details are not shown (the server sent them as null)."""
-    return f"job {job.id} belongs to {job.user}; only its owner and admins see its details"
+def _gpus(job: JobPublic) -> str:
+    return str(job.gpus) if job.min_gpus is None else f"{job.min_gpus}-{job.max_gpus}"
 
 
-def _command(job: JobPublic) -> str:
-    if job.command is None:
-        return "(hidden)" if job.details_hidden else "-"
-    text = job.command if isinstance(job.command, str) else " ".join(job.command)
-    return text if len(text) <= 40 else text[:37] + "..."
+# The columns of `jobs`, in their default order. On a narrow terminal the
+# command is shortened first, then columns go highest `drop` first; the id
+# and the state always stay whole.
+JOB_COLUMNS: list[Column[JobPublic]] = [
+    Column("id", "ID", lambda j: str(j.id), keep=True),
+    Column("array", "ARRAY", array_text, drop=3),
+    Column("name", "NAME", lambda j: j.name or "-", drop=4),
+    Column("user", "USER", lambda j: j.user, drop=6),
+    Column(
+        "state",
+        "STATE",
+        lambda j: j.state.value,
+        keep=True,
+        colour=lambda j: _STATE_COLOUR.get(j.state.value),
+    ),
+    Column("gpus", "GPUS", _gpus, drop=2),
+    Column("where", "WHERE", placement_text, drop=7),
+    Column("submitted", "SUBMITTED", lambda j: ago(j.submitted_at), drop=8),
+    Column("ran", "RAN", _ran, drop=5),
+    Column(
+        "starts",
+        "STARTS ~",
+        lambda j: until(j.predicted_start_at, j.state.value == "pending"),
+        drop=9,
+    ),
+    Column(
+        "ends", "ENDS ~", lambda j: until(j.predicted_end_at, j.state.value not in FINAL), drop=10
+    ),
+    Column("priority", "PRIO", lambda j: str(j.priority), drop=11),
+    Column("exit", "EXIT", lambda j: "-" if j.exit_code is None else str(j.exit_code), drop=11),
+    Column("command", "COMMAND", command_text, shrink=True, min_width=12, drop=1),
+]
+# Shown unless --format picks them: rarely wanted in the everyday listing.
+_EXTRA_COLUMNS = ("priority", "exit")
 
 
-def _until(t: float | None, active: bool) -> str:
-    """A predicted time as 'in 5m02s'; '?' when an active job's is unknown."""
-    if t is None:
-        return "?" if active else "-"
-    return "now" if t <= time.time() else "in " + _span(t - time.time())
-
-
-def job_table(items: list[JobPublic]) -> Table:
-    table = Table(box=None, header_style="bold")
-    columns = ("ID", "NAME", "USER", "STATE", "GPUS", "WHERE", "SUBMITTED", "RAN")
-    for col in (*columns, "STARTS ~", "ENDS ~", "COMMAND"):
-        table.add_column(col, no_wrap=True, overflow="ellipsis")
-    for j in items:
-        ran = None
-        if j.started_at is not None:
-            ran = (j.ended_at or time.time()) - j.started_at
-        style = _STATE_STYLE.get(j.state, "")
-        table.add_row(
-            str(j.id),
-            j.name or "-",
-            j.user,
-            f"[{style}]{j.state.value}[/{style}]" if style else j.state.value,
-            str(j.gpus) if j.min_gpus is None else f"{j.min_gpus}-{j.max_gpus}",
-            _placement(j),
-            _ago(j.submitted_at),
-            _span(ran),
-            _until(j.predicted_start_at, j.state is JobState.PENDING),
-            _until(j.predicted_end_at, not j.state.is_final),
-            _command(j),
-        )
-    return table
+def job_columns(fmt: str | None) -> list[Column[JobPublic]]:
+    """The columns `--format` names, or the default ones."""
+    if fmt is None:
+        return [c for c in JOB_COLUMNS if c.key not in _EXTRA_COLUMNS]
+    try:
+        return parse_format(fmt, JOB_COLUMNS)
+    except FormatError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--format") from None
 
 
 def _parse_env(pairs: list[str]) -> dict[str, str]:
@@ -171,6 +162,27 @@ def _parse_secret_env(items: list[str]) -> dict[str, str]:
     return env
 
 
+def parse_array(text: str) -> tuple[int, int, int | None]:
+    """`0-9%2` -> (first index 0, 10 tasks, at most 2 at once); `4` -> (0, 4, None)."""
+    body, sep, limit_text = text.partition("%")
+    first_text, dash, last_text = body.partition("-")
+    try:
+        if dash:
+            first, last = int(first_text), int(last_text)
+        else:
+            first, last = 0, int(first_text) - 1
+        limit = int(limit_text) if sep else None
+    except ValueError:
+        first, last, limit = 0, -1, None
+    if first < 0 or last < first or (limit is not None and limit < 1):
+        raise typer.BadParameter(
+            f"{text!r}: write FIRST-LAST (0-9: ten tasks, indices 0 to 9) or a count (10), "
+            "optionally %N to run at most N at once (0-9%2)",
+            param_hint="--array",
+        )
+    return first, last - first + 1, limit
+
+
 def submit(
     command: Annotated[list[str] | None, typer.Argument(help="The command, after --")] = None,
     file: Annotated[
@@ -185,7 +197,17 @@ def submit(
     memory: Annotated[str | None, typer.Option("--memory", help="e.g. 16G")] = None,
     gpu_type: Annotated[str | None, typer.Option("--gpu-type")] = None,
     priority: Annotated[int | None, typer.Option("--priority")] = None,
-    count: Annotated[int | None, typer.Option("--count", help="Submit a job array")] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", help="Submit a job array of this many tasks")
+    ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            "--array",
+            help="A job array: FIRST-LAST[%N], e.g. 0-9%2 (tasks 0 to 9, at most 2 running "
+            "at once); each task sees SCHEDULEARN_ARRAY_ID, _INDEX and _SIZE",
+        ),
+    ] = None,
     launcher: Annotated[
         str | None, typer.Option("--launcher", help="none|torchrun|horovod")
     ] = None,
@@ -214,11 +236,25 @@ def submit(
             help="A node label the job needs (agents get them with --label); repeatable",
         ),
     ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", help="Stream the job's output until it ends; exit with its exit code"
+        ),
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until the job ends; exit with its exit code")
+    ] = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job: `schedulearn submit --gpus 2 -- python train.py`."""
+    import yaml
+    from pydantic import ValidationError
+
+    from schedulearn.protocol import JobSpec
+
     data: dict[str, Any] = {}
     if file is not None:
         try:
@@ -247,6 +283,13 @@ def submit(
         "workdir": workdir,
     }
     data.update({k: v for k, v in flags.items() if v is not None})
+    if array is not None:
+        if count is not None:
+            raise typer.BadParameter("give --array or --count, not both", param_hint="--array")
+        first, size, limit = parse_array(array)
+        data.update(count=size, array_start=first)
+        if limit is not None:
+            data["array_limit"] = limit
     if env:
         data["env"] = {**data.get("env", {}), **_parse_env(env)}
     if secret_env:
@@ -258,31 +301,57 @@ def submit(
     if not data.get("image") and not data.get("workdir"):
         # A local process job runs where it was submitted from, like a shell would.
         data["workdir"] = os.getcwd()
+    if (follow or wait) and data.get("count", 1) > 1:
+        raise typer.BadParameter("--follow and --wait take one job, not an array")
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         for e in exc.errors():
             loc = ".".join(str(x) for x in e["loc"])
-            err.print(f"[red]error:[/red] {loc}: {e['msg']}", highlight=False)
+            error(f"{loc}: {e['msg']}")
         raise typer.Exit(2) from None
     with connect(server, token) as client:
         reply = client.submit(spec)
-    if as_json:
-        _dump(reply)
-        return
-    ids = reply.ids
-    if len(ids) == 1:
-        out.print(f"submitted job {ids[0]}")
-    else:
-        out.print(f"submitted jobs {ids[0]}..{ids[-1]} (array of {len(ids)})")
+        ids = reply.ids
+        if as_json:
+            dump(reply)
+        elif len(ids) == 1:
+            (note if follow or wait else print)(f"submitted job {ids[0]}")
+        else:
+            print(f"submitted jobs {ids[0]}..{ids[-1]} (array {ids[0]} of {len(ids)})")
+        if follow:
+            raise typer.Exit(stream_to_end(client, ids[0]))
+        if wait:
+            raise typer.Exit(wait_for_end(client, ids[0]))
+
+
+MineOpt = Annotated[bool, typer.Option("--mine", help="Only your own jobs")]
+StateOpt = Annotated[list[str] | None, typer.Option("--state", "-s", help="Filter (repeatable)")]
+UserOpt = Annotated[str | None, typer.Option("--user", "-u", help="Only this user's jobs")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="Only jobs of this name")]
+
+
+def who_is(client: Client, mine: bool, user: str | None) -> str | None:
+    if mine and user:
+        raise typer.BadParameter("give --mine or --user, not both", param_hint="--mine")
+    return client.whoami().user if mine else user
 
 
 def jobs(
-    state: Annotated[
-        list[str] | None, typer.Option("--state", "-s", help="Filter (repeatable)")
+    state: StateOpt = None,
+    user: UserOpt = None,
+    name: NameOpt = None,
+    mine: MineOpt = False,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-o",
+            help="Columns, comma-separated: "
+            + ",".join(c.key for c in JOB_COLUMNS)
+            + " (the listing is cut to fit a terminal, never when piped)",
+        ),
     ] = None,
-    user: Annotated[str | None, typer.Option("--user", "-u")] = None,
-    name: Annotated[str | None, typer.Option("--name")] = None,
     limit: Annotated[int, typer.Option("--limit")] = 50,
     offset: Annotated[int, typer.Option("--offset")] = 0,
     server: ServerOpt = None,
@@ -290,187 +359,15 @@ def jobs(
     as_json: JsonOpt = False,
 ) -> None:
     """List jobs, newest first."""
+    columns = job_columns(fmt)
     with connect(server, token) as client:
-        page = client.jobs(state, user, name, offset, limit)
+        page = client.jobs(state, who_is(client, mine, user), name, offset, limit)
     if as_json:
-        _dump(page)
+        dump(page)
         return
-    out.print(job_table(page.items))
+    print_table(page.items, columns)
     if page.total > offset + len(page.items):
-        out.print(
-            f"[dim]{len(page.items)} of {page.total}; more with --offset {offset + limit}[/dim]"
-        )
-
-
-def show(
-    job_id: Annotated[int, typer.Argument()],
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """One job in full, with its place in the queue and why it waits."""
-    with connect(server, token) as client:
-        job = client.job(job_id)
-    if as_json:
-        _dump(job)
-        return
-    table = Table(box=None, show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for key, value in job.model_dump(mode="json").items():
-        if key == "details_hidden":
-            continue
-        if job.details_hidden and key in _DETAILS:
-            table.add_row(key, "[dim](hidden)[/dim]")
-            continue
-        if value in (None, {}, "", []) and key not in ("message",):
-            continue
-        if key.endswith("_at") and isinstance(value, float):
-            when = _until(value, True) if value > time.time() else _ago(value)
-            value = f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(value))} ({when})"
-            if key.startswith("predicted_"):
-                value = "~ " + value
-        elif key == "duration_estimate" and isinstance(value, float):
-            value = f"{_span(value)} (from {job.duration_source or '?'})"
-        elif key == "duration_source":
-            continue
-        elif key == "progress" and job.progress is not None:
-            value = progress_text(job.progress)
-        elif key == "secret_env_keys":
-            value = ", ".join(value) + " (values never shown)"
-        elif key == "checkpoint" and job.checkpoint is not None:
-            value = (
-                f"attempt {job.checkpoint.attempt}, {job.checkpoint.size_bytes:,} bytes "
-                f"(sha256 {job.checkpoint.sha256[:12]})"
-            )
-        table.add_row(key, str(value))
-    out.print(table)
-    if job.details_hidden:
-        out.print(f"command, env, workdir, logs and progress hidden: {hidden_note(job)}")
-
-
-# The fields a server sends as null to a caller who may not see them.
-_DETAILS = ("command", "env", "workdir", "message", "progress", "checkpoint", "secret_env_keys")
-
-
-def progress_text(p: ProgressReport) -> str:
-    """A progress report in one line: 'epoch 3/10, step 1200, loss 0.2310, ...'."""
-    parts = []
-    if p.epoch is not None:
-        parts.append(f"epoch {p.epoch}" + (f"/{p.total_epochs}" if p.total_epochs else ""))
-    if p.step is not None:
-        parts.append(f"step {p.step}")
-    if p.loss is not None:
-        parts.append(f"loss {p.loss:.4g}")
-    if p.accuracy is not None:
-        parts.append(f"accuracy {p.accuracy:.4g}")
-    if p.samples_per_sec is not None:
-        parts.append(f"{p.samples_per_sec:.4g} samples/s")
-    parts += [f"{k} {v:.4g}" for k, v in sorted(p.metrics.items())]
-    return ", ".join(parts) + f" ({_ago(p.at)})"
-
-
-def logs(
-    job_id: Annotated[int, typer.Argument()],
-    follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing until it ends")
-    ] = False,
-    full: Annotated[
-        bool,
-        typer.Option(
-            "--full",
-            help="Every line, also those the server cut from its stored copy (uploaded by the "
-            "agent when each attempt ends); stdout and stderr together, on stdout",
-        ),
-    ] = False,
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-) -> None:
-    """Print a job's output (`-f` streams it until the job ends; `--full` every line)."""
-
-    def emit(line: LogLinePublic) -> None:
-        stream = sys.stderr if line.stream.value == "stderr" else sys.stdout
-        stream.write(line.text + ("" if line.text.endswith("\n") else "\n"))
-        stream.flush()
-
-    with connect(server, token) as client:
-        if full:
-            out_bytes = sys.stdout.buffer
-            for chunk in client.full_log(job_id):
-                out_bytes.write(chunk)
-            out_bytes.flush()
-            return
-        if follow:
-            for item in client.follow(job_id):
-                if isinstance(item, JobPublic):
-                    err.print(
-                        f"[dim]job {item.id} {item.state.value}[/dim] {item.message or ''}",
-                        highlight=False,
-                    )
-                    if item.state is not JobState.SUCCEEDED:
-                        raise typer.Exit(1)
-                else:
-                    emit(item)
-            return
-        after = 0
-        while True:
-            page = client.logs(job_id, after)
-            for line in page.lines:
-                emit(line)
-            if not page.lines:
-                return
-            after = page.next_after
-
-
-def cancel(
-    job_ids: Annotated[list[int], typer.Argument()],
-    server: ServerOpt = None,
-    token: TokenOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Cancel jobs (a running job is stopped)."""
-    with connect(server, token) as client:
-        done = [client.cancel(i) for i in job_ids]
-    if as_json:
-        _dump([j.model_dump(mode="json") for j in done])
-        return
-    for job in done:
-        out.print(f"job {job.id}: {job.state.value}")
-
-
-def _runs(caps: CapabilitiesPublic) -> str:
-    """`process,container (docker 27.1.1)`: the executor kinds and the runtime found."""
-    runtime = f" ({caps.container_runtime})" if caps.container_runtime else ""
-    return (",".join(caps.executors) or "-") + runtime
-
-
-def nodes(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
-    """Nodes and their GPUs."""
-    with connect(server, token) as client:
-        listing = client.nodes()
-    if as_json:
-        _dump(listing)
-        return
-    table = Table(box=None, header_style="bold")
-    columns = ("NODE", "STATE", "ADDRESS", "GPUS", "FREE", "TYPE", "CPUS", "MEMORY", "RUNS")
-    for col in (*columns, "LABELS", "HOLDERS"):
-        table.add_column(col)
-    for n in listing.items:
-        holders = sorted({g.job_id for g in n.gpus if g.job_id is not None})
-        table.add_row(
-            n.name,
-            "[green]up[/green]" if n.healthy else "[red]down[/red]",
-            n.address,
-            str(len(n.gpus)),
-            str(sum(1 for g in n.gpus if g.job_id is None)),
-            ",".join(sorted({g.type for g in n.gpus if g.type})) or "-",
-            f"{n.cpus:g}",
-            f"{n.memory_gb:g}G",
-            _runs(n.capabilities),
-            ",".join(n.capabilities.labels) or "-",
-            ",".join(map(str, holders)) or "-",
-        )
-    out.print(table)
+        note(f"{len(page.items)} of {page.total}; more with --offset {offset + limit}")
 
 
 def policy(
@@ -490,10 +387,12 @@ def policy(
     or simulate the current queue under each policy (`schedulearn policy preview
     [--policy fifo,srtf]`)."""
     if spec == "preview":
+        from schedulearn.cli import forecasts
+
         with connect(server, token) as client:
             preview = client.policy_preview(policies)
         if as_json:
-            _dump(preview)
+            dump(preview)
             return
         out.print(forecasts.preview_table(preview))
         out.print(f"[dim]{forecasts.preview_note(preview)}[/dim]", highlight=False)
@@ -503,10 +402,10 @@ def policy(
     with connect(server, token) as client:
         current = client.set_policy(spec) if spec else client.policy()
     if as_json:
-        _dump(current)
+        dump(current)
         return
-    out.print(f"policy: [bold]{current.spec}[/bold]" + (" (switched)" if spec else ""))
-    out.print(f"[dim]available: {', '.join(current.available)}[/dim]")
+    print(f"policy: {current.spec}" + (" (switched)" if spec else ""))
+    print(f"available: {', '.join(current.available)}")
 
 
 def whoami(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
@@ -514,18 +413,14 @@ def whoami(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = 
     with connect(server, token) as client:
         me = client.whoami()
     if as_json:
-        _dump(me)
+        dump(me)
         return
-    out.print(f"{me.user} ({me.role})")
+    print(f"{me.user} ({me.role})")
 
 
 COMMANDS: list[tuple[str, Callable[..., None]]] = [
     ("submit", submit),
     ("jobs", jobs),
-    ("show", show),
-    ("logs", logs),
-    ("cancel", cancel),
-    ("nodes", nodes),
     ("policy", policy),
     ("whoami", whoami),
 ]

@@ -1,8 +1,6 @@
 """`schedulearn server` and `schedulearn up` (a server plus a local agent).
 
-Also registers the user commands of `cli.jobs` (submit, jobs, show, logs,
-cancel, nodes, policy, whoami). The `agent` command belongs to the
-agent's own CLI module.
+The `agent` command belongs to the agent's own CLI module.
 
 `up` owns the local set-up: it makes (or reuses) an admin token for you
 and its local node's credential (`local_node_credential`, kept 0600 in the
@@ -28,7 +26,6 @@ from typing import TYPE_CHECKING, Annotated, TypedDict
 import typer
 from rich.console import Console
 
-from schedulearn.cli import jobs as job_commands
 from schedulearn.cli.config import config_path, load_file, save
 from schedulearn.settings import ServerSettings
 
@@ -223,7 +220,6 @@ def up(
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands (and the user commands of `cli.jobs`) to the app."""
+    """Add this module's commands to the app."""
     app.command("server")(server)
     app.command("up")(up)
-    job_commands.register(app)

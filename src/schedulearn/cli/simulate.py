@@ -12,28 +12,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from schedulearn.core.registry import UnknownPolicyError, available
-from schedulearn.sim.engine import PolicyError
-from schedulearn.sim.jobs import SimInputError
-from schedulearn.sim.results import SimResult
-from schedulearn.sim.runner import SpeedOptions, cluster_for, run_all, run_parallel
-from schedulearn.sim.tenant_runs import TenantRun, simulate_tenants
-from schedulearn.sim.tenants import render as render_fairness
-from schedulearn.sim.workloads.constraints import with_constraints
-from schedulearn.sim.workloads.spec import parse_workload
+from schedulearn.cli.common import err
 
-out = Console()
-if not out.is_terminal:
-    # Piped or captured output has no width to respect; keep the table on one line per row.
-    out = Console(width=200)
-err = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import TaskID
+    from rich.table import Table
+
+    from schedulearn.sim.results import SimResult
+
 PROGRESS_FROM_JOBS = 2000
 
 HELP = """Replay a workload on a simulated cluster under one or more policies.
@@ -64,7 +55,19 @@ def _fmt(seconds: float) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
+def _out() -> Console:
+    from rich.console import Console
+
+    out = Console()
+    if not out.is_terminal:
+        # Piped or captured output has no width to respect; keep the table on one line per row.
+        out = Console(width=200)
+    return out
+
+
 def render_table(results: list[SimResult]) -> Table:
+    from rich.table import Table
+
     multi = len({r.workload for r in results}) > 1
     deadlines = any(r.summary.deadlines for r in results)
     table = Table(
@@ -229,6 +232,20 @@ def simulate(
         ),
     ] = None,
 ) -> None:
+    # The simulator and Rich load here, when the command runs: `simulate --help`
+    # (and every other command) starts without them.
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from schedulearn.core.registry import UnknownPolicyError, available
+    from schedulearn.sim.engine import PolicyError
+    from schedulearn.sim.jobs import SimInputError
+    from schedulearn.sim.runner import SpeedOptions, cluster_for, run_all, run_parallel
+    from schedulearn.sim.tenant_runs import TenantRun, simulate_tenants
+    from schedulearn.sim.tenants import render as render_fairness
+    from schedulearn.sim.workloads.constraints import with_constraints
+    from schedulearn.sim.workloads.spec import parse_workload
+
+    out = _out()
     try:
         workloads = [w for text in workload for w in parse_workload(text, seed)]
         if constraint:

@@ -85,6 +85,11 @@ class FairShare:
         # The last full pass, when it decided nothing: (its time, what it saw).
         self._quiet: tuple[float, tuple[object, ...]] | None = None
 
+    @property
+    def uses_goodput(self) -> bool:
+        """The wrapped policy reads `ClusterView.goodput`: hosts then fill it."""
+        return bool(getattr(self.inner, "uses_goodput", False))
+
     def decide(self, view: ClusterView) -> list[Decision]:
         tenancy = view.tenancy
         if tenancy is None:

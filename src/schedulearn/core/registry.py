@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 from schedulearn.core.policy import Policy
@@ -49,6 +48,10 @@ def _load() -> None:
         return
     _loaded = True
     importlib.import_module("schedulearn.core.policies")
+    # Imported here: importlib.metadata is a tenth of a second the CLI's
+    # start-up need not pay until a policy is looked up.
+    from importlib.metadata import entry_points
+
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         cls = ep.load()
         if getattr(cls, "name", None) != ep.name:

@@ -197,6 +197,9 @@ class NodeView:
     # core.capabilities). The agent reports it at registration, where it
     # travels as `protocol.CapabilitiesReport`.
     capabilities: NodeCapabilities = field(default=PLAIN, metadata=SUBMITTED)
+    # Drained by an admin (`schedulearn nodes drain`): its running jobs go on,
+    # no new job starts there (core.eligibility treats it as unavailable).
+    drained: bool = field(default=False, metadata=KEPT)
     # Derived in __post_init__; policies read it on every pass, so compute once.
     free_gpu_indices: tuple[int, ...] = field(init=False, default=(), metadata=VIEW)
 
@@ -284,6 +287,15 @@ class JobView:
     service_seconds: float = field(default=0.0, metadata=INTERNAL)
     attained_gpu_seconds: float = field(default=0.0, metadata=INTERNAL)
     preemptions: int = field(default=0, metadata=KEPT)
+    # A task of a job array (`submit --array 0-9%2`): the array's id (its
+    # first job's), how many tasks it has, and how many may run at once
+    # (None: no limit). `core.eligibility` keeps the limit for every policy.
+    array_id: int | None = field(default=None, metadata=KEPT)
+    array_size: int | None = field(default=None, metadata=KEPT)
+    array_limit: int | None = field(default=None, metadata=SUBMITTED)
+    # Held by its owner or an admin (`schedulearn hold`): it keeps its place
+    # but does not start until released.
+    held: bool = field(default=False, metadata=KEPT)
     # Fraction done, when the simulator knows it (not the live progress report).
     progress: float | None = field(default=None, metadata=VIEW)
 

@@ -318,3 +318,10 @@ def test_a_pass_is_valid_deterministic_and_keeps_guarantees(
         pool = FreePool(after)
         room = make_room(pool, j, victims, pool.total_free())
         assert room is None, f"{j} could start by preempting {room[1] if room else ''}"
+
+
+def test_the_layer_asks_for_goodput_reports_when_its_policy_does() -> None:
+    from schedulearn.core import create
+
+    assert FairShare(create("goodput")).uses_goodput
+    assert not FairShare(create("fifo")).uses_goodput

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from schedulearn.protocol import (
     NodeList,
+    NodePublic,
     PolicyPreview,
     PolicyPublic,
     PolicySet,
@@ -23,6 +24,33 @@ router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 @router.get("/nodes", response_model=NodeList, tags=["nodes"], summary="Nodes and their GPUs")
 async def list_nodes(state: State, _who: User) -> NodeList:
     return await state.db.run(nodes.list_nodes, dict(state.samples))
+
+
+NodeName = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+@router.post(
+    "/nodes/{name}/drain",
+    response_model=NodePublic,
+    tags=["nodes"],
+    summary="Drain a node (admin): its running jobs go on, no new job starts there",
+)
+async def drain_node(name: NodeName, state: State, _who: Admin) -> NodePublic:
+    shown, changes = await state.db.run(nodes.set_drained, name, True, dict(state.samples))
+    state.wakeups.notify(changes)
+    return shown
+
+
+@router.post(
+    "/nodes/{name}/resume",
+    response_model=NodePublic,
+    tags=["nodes"],
+    summary="Resume a drained node (admin): it takes new jobs again",
+)
+async def resume_node(name: NodeName, state: State, _who: Admin) -> NodePublic:
+    shown, changes = await state.db.run(nodes.set_drained, name, False, dict(state.samples))
+    state.wakeups.notify(changes)
+    return shown
 
 
 @router.get("/policy", response_model=PolicyPublic, tags=["policy"], summary="The policy in force")

@@ -22,6 +22,7 @@ from schedulearn.protocol import (
     JobPublic,
     JobSpec,
     JobState,
+    JobUpdate,
     LogPage,
     ProgressHistory,
     SubmitReply,
@@ -125,9 +126,12 @@ async def list_jobs(
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     order: Annotated[str, Query(pattern="^(asc|desc)$")] = "desc",
+    array: Annotated[
+        int | None, Query(ge=0, le=2**62, description="Only the tasks of this job array")
+    ] = None,
 ) -> JobList:
     listing = await state.db.run(
-        jobs.list_jobs, who, job_state or [], user, name, offset, limit, order == "desc"
+        jobs.list_jobs, who, job_state or [], user, name, offset, limit, order == "desc", array
     )
     return listing.model_copy(update={"items": await state.predictions.annotate(listing.items)})
 
@@ -175,6 +179,42 @@ async def move(job_id: JobId, body: JobMove, state: State, _who: Admin) -> JobPu
 @router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel (stops it if running)")
 async def cancel(job_id: JobId, state: State, who: User) -> JobPublic:
     public, changes = await state.db.run(jobs.cancel, job_id, who, state.clock.now())
+    state.wakeups.notify(changes)
+    return public
+
+
+@router.post(
+    "/{job_id}/hold",
+    response_model=JobPublic,
+    summary="Hold a pending job: it keeps its place in the queue but does not start",
+    responses={409: {"model": ErrorBody, "description": "The job is not pending"}},
+)
+async def hold(job_id: JobId, state: State, who: User) -> JobPublic:
+    public, changes = await state.db.run(jobs.set_held, job_id, who, True)
+    state.wakeups.notify(changes)
+    return public
+
+
+@router.post(
+    "/{job_id}/release",
+    response_model=JobPublic,
+    summary="Release a held job: it may start again",
+    responses={409: {"model": ErrorBody, "description": "The job is not pending"}},
+)
+async def release(job_id: JobId, state: State, who: User) -> JobPublic:
+    public, changes = await state.db.run(jobs.set_held, job_id, who, False)
+    state.wakeups.notify(changes)
+    return public
+
+
+@router.patch(
+    "/{job_id}",
+    response_model=JobPublic,
+    summary="Change a job's priority (within your range)",
+    responses={409: {"model": ErrorBody, "description": "The job has ended"}},
+)
+async def update(job_id: JobId, body: JobUpdate, state: State, who: User) -> JobPublic:
+    public, changes = await state.db.run(jobs.update_job, job_id, who, body)
     state.wakeups.notify(changes)
     return public
 

@@ -40,6 +40,7 @@ from schedulearn.protocol import (
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Gpu, Job, JobCheckpoint, JobPart, Node, PartStatus
 from schedulearn.server.services import checkpoints, event_batch, lifecycle, nodes, users
+from schedulearn.server.services.arrays import array_env
 from schedulearn.server.states import JobRef, transition
 from schedulearn.server.wakeups import Changes
 
@@ -291,7 +292,7 @@ def _assignment(
         user=job.user,
         command=job.command,
         image=job.image,
-        env=dict(job.env),
+        env={**job.env, **array_env(job)},
         secret_env=dict(job.secret_env or {}),
         workdir=job.workdir,
         gpus=list(part.gpus),

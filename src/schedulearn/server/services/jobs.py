@@ -7,6 +7,7 @@ committed before the reply, job arrays included.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,11 +24,12 @@ from schedulearn.protocol import (
     JobPublic,
     JobSpec,
     JobState,
+    JobUpdate,
     TransitionPublic,
 )
 from schedulearn.server.auth import Caller
 from schedulearn.server.declared import Codec
-from schedulearn.server.errors import BadRequest, Forbidden, NotFound, Unservable
+from schedulearn.server.errors import BadRequest, Conflict, Forbidden, NotFound, Unservable
 from schedulearn.server.models import Job, JobTransition
 from schedulearn.server.services import (
     checkpoints,
@@ -152,6 +154,7 @@ def submit(
     members = queues.membership(session)
     results: list[Submitted | Exception] = []
     batches: list[list[Job]] = []
+    starts: list[int] = []  # each batch's first array index
     for spec, caller in specs:
         try:
             users.check_priority(spec.priority, caller)
@@ -160,8 +163,10 @@ def submit(
         except (BadRequest, Forbidden, Unservable) as exc:
             results.append(exc)
             batches.append([])
+            starts.append(0)
             continue
         batches.append([_row(spec, caller.user, now) for _ in range(spec.count)])
+        starts.append(spec.array_start)
         results.append(Submitted([], Changes(scheduler=True)))
     flat = [job for rows in batches for job in rows]
     if flat:
@@ -176,18 +181,31 @@ def submit(
         )
         for job, job_id in zip(flat, ids, strict=True):
             job.id = job_id
-        arrays = [rows for rows in batches if len(rows) > 1]
-        for rows in arrays:
-            first = rows[0].id
+        # An array: several tasks, or one task given an index or a limit.
+        arrays = [
+            (rows, start)
+            for rows, start in zip(batches, starts, strict=True)
+            # array_limit: a declared column (core.views.JobView), not spelled out on `Job`.
+            if len(rows) > 1 or (rows and (start or getattr(rows[0], "array_limit", None)))
+        ]
+        for rows, start in arrays:
+            first, size = rows[0].id, len(rows)
             for i, row in enumerate(rows):
-                row.array_id, row.array_index = first, i
+                row.array_id, row.array_index, row.array_size = first, start + i, size
             # Ids of one INSERT need not be consecutive (PostgreSQL sequences
             # interleave under concurrency), so each row gets its index.
             session.execute(
                 update(Job.__table__)
                 .where(Job.__table__.c.id == bindparam("jid"))
-                .values(array_id=bindparam("aid"), array_index=bindparam("aix")),
-                [{"jid": r.id, "aid": first, "aix": i} for i, r in enumerate(rows)],
+                .values(
+                    array_id=bindparam("aid"),
+                    array_index=bindparam("aix"),
+                    array_size=bindparam("asz"),
+                ),
+                [
+                    {"jid": r.id, "aid": first, "aix": start + i, "asz": size}
+                    for i, r in enumerate(rows)
+                ],
             )
     for result, rows in zip(results, batches, strict=True):
         if isinstance(result, Submitted):
@@ -207,8 +225,11 @@ def list_jobs(
     offset: int,
     limit: int,
     newest_first: bool,
+    array: int | None = None,
 ) -> JobList:
     conds: list[ColumnElement[bool]] = []
+    if array is not None:
+        conds.append(col(Job.array_id) == array)
     if states:
         conds.append(col(Job.state).in_(states))
     if user:
@@ -287,3 +308,51 @@ def history(session: Session, job_id: int, caller: Caller) -> JobHistory:
         ],
     )
     return visibility.public_history(full, owner, caller)
+
+
+def _own(job: Job, caller: Caller, what: str) -> None:
+    if not caller.is_admin and job.user != caller.user:
+        raise Forbidden(f"job {job.id} belongs to {job.user}; you may {what} only your own jobs")
+
+
+def _touch(job: Job) -> None:
+    """Make the scheduler read a pending job's view again. It rebuilds a cached
+    view when `queued_at` changes (`snapshot.PendingCache`); the smallest step
+    up keeps the job's place in the queue."""
+    job.queued_at = math.nextafter(job.queued_at, math.inf)
+
+
+def set_held(
+    session: Session, job_id: int, caller: Caller, held: bool
+) -> tuple[JobPublic, Changes]:
+    """Hold a pending job (it keeps its place but does not start) or release it."""
+    job = _get(session, job_id)
+    _own(job, caller, "hold and release")
+    if job.state != JobState.PENDING:
+        verb = "held" if held else "released"
+        raise Conflict(
+            f"job {job_id} is {job.state.value}; only a pending job can be {verb}"
+            + ("; cancel it instead" if held and not job.state.is_final else "")
+        )
+    if bool(getattr(job, "held", False)) != held:  # declared column (core.views.JobView)
+        setattr(job, "held", held)  # noqa: B010
+        _touch(job)
+    session.commit()
+    return to_public(job), Changes(scheduler=not held)
+
+
+def update_job(
+    session: Session, job_id: int, caller: Caller, changes: JobUpdate
+) -> tuple[JobPublic, Changes]:
+    """Change what may change after submission (the priority), within the caller's range."""
+    job = _get(session, job_id)
+    _own(job, caller, "update")
+    if job.state.is_final:
+        raise Conflict(f"job {job_id} has ended ({job.state.value}); nothing to update")
+    if changes.priority is not None:
+        users.check_priority(changes.priority, caller)
+        job.priority = changes.priority
+        if job.state == JobState.PENDING:
+            _touch(job)
+    session.commit()
+    return to_public(job), Changes(scheduler=True)

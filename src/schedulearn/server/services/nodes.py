@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from sqlmodel import Session
 
 from schedulearn.protocol import GpuPublic, GpuSample, NodeList, NodePublic, NodeRegistration
+from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Node
 from schedulearn.server.services import snapshot
 from schedulearn.server.services.capabilities import capabilities_of
+from schedulearn.server.wakeups import Changes
 
 _NODE_COLUMNS = frozenset(Node.__table__.columns.keys())
 # Registration fields kept in the column of the same name (the GPUs have their own table).
@@ -65,3 +67,16 @@ def list_nodes(session: Session, samples: Mapping[str, list[GpuSample]]) -> Node
             )
         )
     return NodeList(items=items)
+
+
+def set_drained(
+    session: Session, name: str, drained: bool, samples: Mapping[str, list[GpuSample]]
+) -> tuple[NodePublic, Changes]:
+    """Drain a node (its running jobs go on; no new job starts there) or resume it."""
+    node = session.get(Node, name)
+    if node is None:
+        raise NotFound(f"no node {name!r}; list the nodes with `schedulearn nodes`")
+    node.drained = drained
+    session.commit()
+    shown = next(n for n in list_nodes(session, samples).items if n.name == name)
+    return shown, Changes(scheduler=not drained)

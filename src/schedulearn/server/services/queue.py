@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
-from schedulearn.core import ClusterView, JobView, Policy, QueueOrder, queue_order
+from schedulearn.core import ClusterView, JobView, Policy, QueueOrder, eligibility, queue_order
 from schedulearn.core.fairshare import FairShare
 from schedulearn.core.fairshare_queues import QueueShare, named, shares
 from schedulearn.core.fairshare_reasons import share_reason
@@ -73,9 +73,11 @@ def read(session: Session, default_policy: str, now: float) -> Queue:
 def place_of(session: Session, job: Job, default_policy: str, now: float) -> tuple[int, str]:
     """A pending job's position (1 = the policy considers it first) and why it waits."""
     queue = read(session, default_policy, now)
+    # Held, or over its array's limit: why it waits whatever the resources.
+    aside = eligibility.set_aside(queue.view)
     for i, pending in enumerate(queue.order.jobs):
         if pending.id == job.id:
-            return i + 1, queue.reason(pending, i)
+            return i + 1, aside.get(job.id) or queue.reason(pending, i)
     # Not in the queue just read (the row is not pending any more): last, order unknown.
     view = snapshot.job_view(job)
     return len(queue.order.jobs) + 1, waiting_reason(view, queue.view.nodes, None)

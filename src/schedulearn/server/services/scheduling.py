@@ -45,8 +45,9 @@ from schedulearn.core import (
     Preempt,
     Resize,
     Start,
+    eligibility,
 )
-from schedulearn.core.views import rebuild
+from schedulearn.core.views import ClusterView, rebuild
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.services import lifecycle, snapshot
@@ -69,8 +70,10 @@ class PassResult:
     running: int = 0
 
 
-def ledger_for(snap: snapshot.Snapshot) -> GpuLedger:
-    """A ledger holding exactly what the database says is held."""
+def ledger_for(snap: snapshot.Snapshot, view: ClusterView | None = None) -> GpuLedger:
+    """A ledger holding exactly what the database says is held, on the nodes of
+    `view` (the snapshot's own by default; the pass's marks drained nodes down)."""
+    view = view or snap.view
     # Every node with its GPUs free; every other field (capabilities, and
     # any declared later) copied by name.
     bare = [
@@ -80,7 +83,7 @@ def ledger_for(snap: snapshot.Snapshot) -> GpuLedger:
             free_cpus=n.cpus,
             free_memory_gb=n.memory_gb,
         )
-        for n in snap.view.nodes
+        for n in view.nodes
     ]
     ledger = GpuLedger(bare)
     # Hold first on healthy terms, so checks pass: health is restored after.
@@ -157,10 +160,12 @@ def run_pass(
     result.resumed, result.started, result.nodes = resumed.resumed, resumed.started, resumed.nodes
     if not snap.view.pending and not policy.tick_seconds:
         return result
-    decisions = policy.decide(snap.view)
+    # Held jobs, array limits and drained nodes: the same for every policy.
+    view = eligibility.schedulable(snap.view)
+    decisions = policy.decide(view)
     if not decisions:
         return result
-    decisions = check(ledger_for(snap), as_moves(decisions), snap.jobs, result)
+    decisions = check(ledger_for(snap, view), as_moves(decisions), snap.jobs, result)
     # One query loads every decided job; `session.get` then finds each in the
     # session (held here: the session keeps its objects only weakly).
     decided = {d.job_id for d in decisions}

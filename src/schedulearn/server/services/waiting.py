@@ -89,11 +89,17 @@ def waiting_reason(job: JobView, nodes: Sequence[NodeView], ahead: int | None) -
     (its `order`); None when the policy has no fixed order (it picks the
     next job by fit), so that no count is claimed.
     """
-    healthy = [n for n in nodes if n.healthy]
+    # A drained node (`schedulearn nodes drain`) takes no new job: as good as down here.
+    healthy = [n for n in nodes if n.healthy and not n.drained]
+    drained = sorted(n.name for n in nodes if n.healthy and n.drained)
     tail = f"; {_plural(ahead, 'job')} ahead" if ahead else ""
+    if drained:
+        tail += f"; drained, taking no new job: {', '.join(drained)}"
     if not nodes:
         return "no node has joined yet; start an agent (schedulearn agent --server URL)" + tail
     if not healthy:
+        if drained:
+            return "no node takes new jobs (drained or down); `schedulearn nodes resume`" + tail
         return "every node is down; waiting for an agent to come back" + tail
     why = unrunnable(job, healthy)
     if why is not None:
