@@ -331,6 +331,11 @@ def _batch_configs(limits: BatchLimits, replicas: int) -> tuple[tuple[int, int, 
         atomic = min(atomic, limits.max_batch // (replicas * (accum + 1)) or 1)
         if not limits.min_local <= atomic <= limits.max_local:
             continue
+        if limits.fixed_batch is None and replicas * atomic * (accum + 1) > limits.max_batch:
+            # Rounding up to whole local batches overshot: fewer accumulation steps.
+            accum = limits.max_batch // (replicas * atomic) - 1
+            if accum < 0:
+                continue
         batch = replicas * atomic * (accum + 1)
         out.setdefault((atomic, accum), batch)
     return tuple((b, a, c) for (a, c), b in out.items())
