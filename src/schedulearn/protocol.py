@@ -98,7 +98,9 @@ class _Wire(BaseModel):
     """Base of every wire model: numbers are finite and text has no NUL (neither
     survives JSON or PostgreSQL). Every model derives from `_Request` or `_Reply`."""
 
-    model_config = ConfigDict(allow_inf_nan=False)
+    # defer_build: a model's validator is built when first used, not at import,
+    # so a CLI command pays only for the models it reads.
+    model_config = ConfigDict(allow_inf_nan=False, defer_build=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -217,6 +219,7 @@ def _declare(model: type[BaseModel], view: type, *roles: Role) -> None:
         model.__pydantic_fields__[name] = info
         added = True
     if added:
+        # Rebuilt from the fields now (still deferred: built on first use).
         model.model_rebuild(force=True)
 
 
