@@ -32,6 +32,7 @@ from schedulearn.protocol import (
     JobState,
     NodeRegistration,
     RegistrationReply,
+    RunAs,
     RunningJobReport,
     StopOrder,
     StopReason,
@@ -216,11 +217,18 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
         ids = {part.job_id for part, _ in new}
         rows = session.execute(select(JobCheckpoint).where(JobCheckpoint.job_id.in_(ids)))  # type: ignore[attr-defined]
         carried = {row.job_id: checkpoints.ref_of(row) for row in rows.scalars()}
+    # Every owner's account in one query, also before the parts change: a
+    # lookup per job cost a query and an autoflush each.
+    accounts = users.unix_accounts(session, {job.user for _, job in new}) if new else {}
     for part, job in new:
         part.delivered = True
         part.last_reported = now
         session.add(part)
-        batch.starts.append(_assignment(session, job, part, timing, carried.get(part.job_id)))
+        batch.starts.append(
+            _assignment(
+                session, job, part, timing, carried.get(part.job_id), accounts.get(job.user)
+            )
+        )
     for part in stops:
         part.stop_sent = True
         session.add(part)
@@ -242,6 +250,7 @@ def _assignment(
     part: JobPart,
     timing: AgentTiming,
     checkpoint: CheckpointRef | None = None,
+    run_as: RunAs | None = None,
 ) -> Assignment:
     gang = None
     placement: dict[str, list[int]] = job.placement or {}
@@ -284,7 +293,7 @@ def _assignment(
         checkpoint=checkpoint if shared is None else None,
         upload_checkpoint=shared is None and job.preemptible and part.rank == 0,
         # An agent started as root runs the job as its owner's unix account.
-        run_as=users.unix_account_of(session, job.user),
+        run_as=run_as,
     )
 
 
