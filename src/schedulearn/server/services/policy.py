@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.core import Policy, UnknownPolicyError, available, create
 from schedulearn.core.registry import options_of, parse_spec
@@ -26,7 +26,7 @@ def current_spec(session: Session, default: str) -> str:
     # ORM's identity lookup (with its autoflush) cost more than the pass.
     value = (
         session.connection()
-        .execute(select(Setting.value).where(Setting.key == KEY))  # type: ignore[arg-type]  # SQLModel column
+        .execute(select(col(Setting.value)).where(col(Setting.key) == KEY))
         .scalar()
     )
     return value if value is not None else default
