@@ -70,6 +70,23 @@ async def submit_many(url: str, n: int, clients: int, body: dict) -> tuple[float
     return time.perf_counter() - start, ids
 
 
+async def wait_ready(url: str, timeout: float = 120.0) -> None:
+    """Wait for /readyz: /healthz answers while the app is still being
+    imported and migrated, which would otherwise be timed (and its CPU
+    counted) as the first submissions'."""
+    conn = Connection(url, ADMIN)
+    deadline = time.perf_counter() + timeout
+    try:
+        while time.perf_counter() < deadline:
+            status, _ = await conn.send(conn.request_bytes("GET", "/readyz"))
+            if status == 200:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        conn.close()
+    raise TimeoutError(f"the server was not ready in {timeout}s")
+
+
 async def wait_all_final(url: str, ids: list[int], timeout: float) -> float:
     """Poll the job list until every id is final; returns when that happened."""
     conn = Connection(url, ADMIN)
@@ -141,6 +158,7 @@ async def main() -> None:
     server.start()
     try:
         server.wait_ready()
+        await wait_ready(server.url)
         print(f"machine: {describe()}")
         print(speed_line())
         print(f"database: {db.split(':')[0]}; 2 agents x {args.gpus_per_agent} virtual GPUs")

@@ -5,7 +5,9 @@ Why not httpx: on a 2-core machine the client shares the CPUs with the
 server and the agents, and httpx spends about as much CPU per request as
 the server does, so it caps what a benchmark can measure. This client
 builds each request once and parses only the status line, Content-Length
-and body, which costs a few tens of microseconds per request.
+and body, which costs a few tens of microseconds per request. Like the
+CLI, it sends this release's protocol version: a call without one is taken
+as protocol 1, whose replies the server rewrites for older clients.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import asyncio
 import json
 from typing import Any
 from urllib.parse import urlsplit
+
+from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 
 
 class HttpError(RuntimeError):
@@ -37,7 +41,8 @@ class Connection:
         payload = b"" if body is None else json.dumps(body).encode()
         head = (
             f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Authorization: Bearer {self.token}\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {self.token}\r\n{PROTOCOL_HEADER}: {PROTOCOL_VERSION}\r\n"
+            f"Content-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\n\r\n"
         )
         return head.encode() + payload

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from wire_agent import WireAgent
 
-from schedulearn.protocol import JobList, JobPublic, SubmitReply
+from schedulearn.protocol import (
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    JobList,
+    JobPublic,
+    SubmitReply,
+)
 
 
 def submit(api, body: dict, headers=None) -> SubmitReply:  # type: ignore[no-untyped-def]
@@ -36,6 +42,39 @@ def test_job_array_gets_count_jobs_with_array_ids(api) -> None:  # type: ignore[
     assert len(reply.ids) == 5
     assert {j.array_id for j in reply.jobs} == {reply.ids[0]}
     assert [j.array_index for j in reply.jobs] == [0, 1, 2, 3, 4]
+
+
+def test_submit_reply_shows_each_job_as_stored(api) -> None:  # type: ignore[no-untyped-def]
+    # The reply is built from the rows as inserted, not read back: it must
+    # say what a later read of the stored job says (but the queue position
+    # and predictions, which only a read computes).
+    body = {
+        "name": "r",
+        "command": ["python", "train.py"],
+        "gpus": 2,
+        "memory": "8G",
+        "env": {"A": "1"},
+        "secret_env": {"TOKEN": "s"},
+        "priority": 3,
+        "count": 2,
+    }
+    # This release's protocol: an older one's replies leave out newer fields.
+    current = {**api.admin, PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+    reply = submit(api, body, headers=current)
+    computed = {
+        "queue_position",
+        "waiting_reason",
+        "duration_estimate",
+        "duration_source",
+        "predicted_start_at",
+        "predicted_end_at",
+    }
+    for job in reply.jobs:
+        read = api.get(f"/api/v1/jobs/{job.id}", headers=current)
+        stored = JobPublic.model_validate(read.json())
+        assert job.model_dump(exclude=computed) == stored.model_dump(exclude=computed)
+    assert reply.jobs[1].secret_env_keys == ["TOKEN"]
+    assert reply.jobs[1].env == {"A": "1"}
 
 
 def test_list_filters_and_pagination(api) -> None:  # type: ignore[no-untyped-def]

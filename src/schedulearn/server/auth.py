@@ -17,6 +17,7 @@ other replicas ask the database again within that time.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 import threading
@@ -147,6 +148,9 @@ class TokenCache:
         self._lock = threading.Lock()
         # Bumped by `forget`: a check that began before a revocation is not kept.
         self._generation = 0
+        # Checks under way, by hash (event loop only): requests that miss
+        # together (every client when an entry expires) share one.
+        self.loading: dict[str, asyncio.Task[Caller | Refusal]] = {}
 
     def cached(self, token: str, now: float) -> tuple[str, Caller | None]:
         digest = hash_token(token)

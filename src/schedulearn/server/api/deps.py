@@ -6,6 +6,7 @@ Every route names one of `User`, `Admin` or `Agent`, so every route checks a rol
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
@@ -35,8 +36,13 @@ async def authenticate(state: AppState, token: str) -> Caller | Refusal:
     digest, known = state.tokens.cached(token, now)
     if known is not None:
         return known
-    found: Caller | Refusal = await state.db.run(state.tokens.load, digest, now)
-    return found
+    loading = state.tokens.loading.get(digest)
+    if loading is None:
+        loading = asyncio.ensure_future(state.db.run(state.tokens.load, digest, now))
+        state.tokens.loading[digest] = loading
+        loading.add_done_callback(lambda _: state.tokens.loading.pop(digest, None))
+    # Shielded: one caller giving up does not cancel the check the others wait on.
+    return await asyncio.shield(loading)
 
 
 async def caller(

@@ -109,9 +109,7 @@ async def submit(
         raise
     state.wakeups.notify(result.changes)
     state.metrics.submitted.inc(len(result.jobs))
-    reply = SubmitReply(
-        ids=[j.id or 0 for j in result.jobs], jobs=[jobs.to_public(j) for j in result.jobs]
-    )
+    reply = SubmitReply(ids=[j.id for j in result.jobs], jobs=result.jobs)
     # Serialised once here (a returned model would be validated again).
     return Response(reply.model_dump_json(), status_code=201, media_type="application/json")
 

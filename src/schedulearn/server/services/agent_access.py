@@ -142,13 +142,14 @@ def record_events(
         own_node(who, report.node)
     pairs = {(r.job_id, r.attempt) for r in reports}
     ids = {job_id for job_id, _ in pairs}
+    # A plain read (every batch of events passes here): no ORM statement, no autoflush.
     owned: set[tuple[int, int]] = set(
         (job_id, attempt)
-        for job_id, attempt in session.exec(
+        for job_id, attempt in session.connection().execute(
             select(JobPart.job_id, JobPart.attempt).where(
                 JobPart.node == node, col(JobPart.job_id).in_(ids)
             )
-        ).all()
+        )
     )
     missing = pairs - owned
     if missing:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Row, delete, select, update
 from sqlmodel import Session, col
 
 from schedulearn.protocol import (
@@ -32,6 +33,7 @@ from schedulearn.protocol import (
     JobState,
     NodeRegistration,
     RegistrationReply,
+    RunAs,
     RunningJobReport,
     StopOrder,
     StopReason,
@@ -178,6 +180,19 @@ def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
     cutoff = now - timeout
     if since > cutoff:
         return changes
+    # Runs every pass: a plain read first, the ORM only when a node is silent.
+    nodes_t = Node.__table__
+    if (
+        session.connection()
+        .execute(
+            select(nodes_t.c.name)
+            .where(nodes_t.c.healthy == True, nodes_t.c.last_seen < cutoff)  # noqa: E712
+            .limit(1)
+        )
+        .first()
+        is None
+    ):
+        return changes
     silent = (
         session.execute(
             select(Node).where(col(Node.healthy) == True, col(Node.last_seen) < cutoff)  # noqa: E712
@@ -204,55 +219,86 @@ def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
     return changes
 
 
-def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> WorkBatch:
-    """Starts and stops not yet sent to `node`; marks them sent."""
-    new = session.execute(
-        select(JobPart, Job)
-        .join(Job, col(Job.id) == col(JobPart.job_id))
-        .where(
-            col(JobPart.node) == node,
-            col(JobPart.status) == PartStatus.ASSIGNED,
-            col(JobPart.delivered) == False,  # noqa: E712
-        )
-        .order_by(col(JobPart.id))
-    ).all()
-    stops = (
-        session.execute(
-            select(JobPart).where(
-                col(JobPart.node) == node,
-                col(JobPart.stop_reason) != None,  # noqa: E711
-                col(JobPart.stop_sent) == False,  # noqa: E712
-                col(JobPart.status).in_(LIVE),
-            )
-        )
-        .scalars()
-        .all()
+_PARTS = JobPart.__table__
+_JOBS = Job.__table__
+# What a start needs of the part and of its job (`_assignment`), read as plain rows.
+_PART_COLUMNS = [_PARTS.c[n] for n in ("id", "job_id", "attempt", "rank", "gpus")]
+_JOB_COLUMNS = [
+    _JOBS.c[n]
+    for n in (
+        "id", "name", "user", "command", "image", "env", "secret_env", "workdir", "cpus",
+        "memory_gb", "shm_size", "launcher", "executor", "preemptible", "placement",
+        "array_id", "array_index", "array_size",
     )
+]  # fmt: skip
+
+
+def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> WorkBatch:
+    """Starts and stops not yet sent to `node`; marks them sent.
+
+    Plain rows and set-based updates, not ORM objects: every job passes
+    here once, and most polls find nothing.
+    """
+    conn = session.connection()
+    new = conn.execute(
+        select(*_PART_COLUMNS)
+        .where(
+            _PARTS.c.node == node,
+            _PARTS.c.status == PartStatus.ASSIGNED,
+            _PARTS.c.delivered == False,  # noqa: E712
+        )
+        .order_by(_PARTS.c.id)
+    ).all()
+    stops = conn.execute(
+        select(_PARTS.c.id, _PARTS.c.job_id, _PARTS.c.attempt, _PARTS.c.stop_reason)
+        .where(
+            _PARTS.c.node == node,
+            _PARTS.c.stop_reason != None,  # noqa: E711
+            _PARTS.c.stop_sent == False,  # noqa: E712
+            _PARTS.c.status.in_(LIVE),
+        )
+        .order_by(_PARTS.c.id)
+    ).all()
     if not new and not stops:
         return WorkBatch()
     batch = WorkBatch()
-    carried: dict[int, CheckpointRef] = {}
-    if timing.checkpoint_dir is None and new:
-        # Every job's checkpoint in one query (before the parts change, so
-        # no autoflush runs in the middle).
-        ids = {part.job_id for part, _ in new}
-        rows = session.execute(select(JobCheckpoint).where(col(JobCheckpoint.job_id).in_(ids)))
-        carried = {row.job_id: checkpoints.ref_of(row) for row in rows.scalars()}
-    for part, job in new:
-        part.delivered = True
-        part.last_reported = now
-        session.add(part)
-        batch.starts.append(_assignment(session, job, part, timing, carried.get(part.job_id)))
-    for part in stops:
-        part.stop_sent = True
-        session.add(part)
-        batch.stops.append(
+    if new:
+        ids = {part.job_id for part in new}
+        jobs = {r.id: r for r in conn.execute(select(*_JOB_COLUMNS).where(_JOBS.c.id.in_(ids)))}
+        carried: dict[int, CheckpointRef] = {}
+        if timing.checkpoint_dir is None:
+            # Every job's checkpoint in one query.
+            rows = session.execute(select(JobCheckpoint).where(JobCheckpoint.job_id.in_(ids)))  # type: ignore[attr-defined]
+            carried = {row.job_id: checkpoints.ref_of(row) for row in rows.scalars()}
+        # Every owner's account in one query (a lookup per job cost a query each).
+        accounts = users.unix_accounts(session, {job.user for job in jobs.values()})
+        for part in new:
+            job = jobs[part.job_id]
+            batch.starts.append(
+                _assignment(
+                    session, job, part, timing, carried.get(part.job_id), accounts.get(job.user)
+                )
+            )
+        # In id order, the lock order of every bulk update of parts.
+        conn.execute(
+            update(_PARTS)
+            .where(_PARTS.c.id.in_([part.id for part in new]))
+            .values(delivered=True, last_reported=now)
+        )
+    if stops:
+        conn.execute(
+            update(_PARTS)
+            .where(_PARTS.c.id.in_([part.id for part in stops]))
+            .values(stop_sent=True)
+        )
+        batch.stops.extend(
             StopOrder(
                 job_id=part.job_id,
                 attempt=part.attempt,
                 reason=StopReason(part.stop_reason),
                 grace_seconds=timing.stop_grace_seconds,
             )
+            for part in stops
         )
     session.commit()
     return batch
@@ -260,10 +306,11 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
 
 def _assignment(
     session: Session,
-    job: Job,
-    part: JobPart,
+    job: Row[Any],
+    part: Row[Any],
     timing: AgentTiming,
     checkpoint: CheckpointRef | None = None,
+    run_as: RunAs | None = None,
 ) -> Assignment:
     gang = None
     placement: dict[str, list[int]] = job.placement or {}
@@ -299,8 +346,8 @@ def _assignment(
         cpus=job.cpus * share if gang else job.cpus,
         memory_gb=job.memory_gb * share if gang else job.memory_gb,
         shm_size=job.shm_size,
-        launcher=job.launcher,  # type: ignore[arg-type]  # the row holds the enum as text; pydantic validates it
-        executor=job.executor,  # type: ignore[arg-type]  # the row holds the enum as text; pydantic validates it
+        launcher=job.launcher,
+        executor=job.executor,
         gang=gang,
         checkpoint_dir=shared,
         # Without a shared path the server carries the checkpoint: every part
@@ -308,7 +355,7 @@ def _assignment(
         checkpoint=checkpoint if shared is None else None,
         upload_checkpoint=shared is None and job.preemptible and part.rank == 0,
         # An agent started as root runs the job as its owner's unix account.
-        run_as=users.unix_account_of(session, job.user),
+        run_as=run_as,
     )
 
 

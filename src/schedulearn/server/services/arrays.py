@@ -8,17 +8,21 @@ number of tasks); the limit on how many run at once is the core's
 
 from __future__ import annotations
 
+from typing import Any
+
+from sqlalchemy import Row
+
 from schedulearn.protocol import ENV_ARRAY_ID, ENV_ARRAY_INDEX, ENV_ARRAY_SIZE
-from schedulearn.server.models import Job
 
 
-def array_env(job: Job) -> dict[str, str]:
-    """SCHEDULEARN_ARRAY_ID, _INDEX and _SIZE for a task of an array; {} otherwise."""
+def array_env(job: Row[Any]) -> dict[str, str]:
+    """SCHEDULEARN_ARRAY_ID, _INDEX and _SIZE for a task of an array; {} otherwise.
+
+    `job` is a row of the job's columns, as the work handout reads them."""
     if job.array_id is None:
         return {}
     return {
         ENV_ARRAY_ID: str(job.array_id),
         ENV_ARRAY_INDEX: str(job.array_index),
-        # A declared column (core.views.JobView), not spelled out on `Job`.
-        ENV_ARRAY_SIZE: str(getattr(job, "array_size", None) or 1),
+        ENV_ARRAY_SIZE: str(job.array_size or 1),
     }

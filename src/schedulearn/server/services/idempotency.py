@@ -82,7 +82,7 @@ def submit(
         for i, result in zip(fresh, made, strict=True):
             it = items[i]
             if it.key and isinstance(result, Submitted):
-                ids = [job.id or 0 for job in result.jobs]
+                ids = [job.id for job in result.jobs]
                 session.add(
                     IdempotencyRecord(
                         user=it.caller.user,
@@ -129,7 +129,7 @@ def _replay(
     found = {
         job.id: job for job in session.execute(select(Job).where(col(Job.id).in_(ids))).scalars()
     }
-    return Submitted([found[i] for i in ids if i in found], Changes())
+    return Submitted([jobs.to_public(found[i]) for i in ids if i in found], Changes())
 
 
 def _reused(key: str) -> Conflict:

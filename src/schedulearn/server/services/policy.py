@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlmodel import Session
+from sqlalchemy import select
+from sqlmodel import Session, col
 
 from schedulearn.core import Policy, UnknownPolicyError, available, create
 from schedulearn.core.registry import options_of, parse_spec
@@ -21,8 +22,14 @@ KEY = "policy"
 
 
 def current_spec(session: Session, default: str) -> str:
-    row = session.get(Setting, KEY)
-    return row.value if row is not None else default
+    # A plain read, not `session.get`: every scheduling pass asks, and the
+    # ORM's identity lookup (with its autoflush) cost more than the pass.
+    value = (
+        session.connection()
+        .execute(select(col(Setting.value)).where(col(Setting.key) == KEY))
+        .scalar()
+    )
+    return value if value is not None else default
 
 
 def build(spec: str, min_resize_age: float | None = None, **supplied: Any) -> Policy:
