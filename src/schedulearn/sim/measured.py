@@ -21,7 +21,12 @@ Pollux's simulator (petuum/adaptdl, `osdi21-artifact`), re-implemented:
   (var + sqr) / (var / scale + sqr)`, `scale = batch /
   smallest_measured_batch`, with the gradient statistics of epoch `e`
   interpolated between the two nearest measured batch sizes;
-- every (re)allocation costs `realloc_cost` (30 s) of no progress.
+- every (re)allocation costs `realloc_cost` (30 s) of no progress;
+- with `whole_second_epochs` (`simulate --whole-second-epochs`) every
+  epoch ends on a whole second, as in Pollux's simulator, which rounds
+  the time to each epoch's end (`EpochCurve`); off by default. Over a
+  100-epoch job this moves its end by up to a few tens of seconds, and
+  in a 60 s round simulation that can move a preemption by a round.
 
 An *adaptive* job (one that names an application but no batch size;
 see `schedulearn.sim.workloads.adaptive`) picks its batch size itself,
@@ -256,26 +261,44 @@ class AppTables:
 
 @dataclass(frozen=True, slots=True)
 class EpochCurve:
-    """Piecewise-constant progress rate: one rate per epoch."""
+    """Piecewise-constant progress rate: one rate per epoch.
+
+    With `whole_seconds` every epoch end falls on a whole second counted
+    from the start of the run (`MeasuredSpeed(whole_second_epochs=True)`):
+    the time left in an epoch is rounded to the nearest second (Python's
+    `round`) and progress jumps to the epoch's end then, as Pollux's
+    simulator computes it (`Job.step`: `delta = round(...)`, then
+    `progress = next_progress`). Within an epoch progress still grows at
+    the epoch's rate, so a job stopped mid-epoch keeps what it did.
+    """
 
     ends: tuple[float, ...]
     rates: tuple[float, ...]
     # Per epoch (total batch, atomic batch, accumulation steps) when the job
     # chose them (adaptive jobs); empty for a fixed batch.
     choices: tuple[tuple[int, int, int], ...] = ()
+    whole_seconds: bool = False
 
     def epoch(self, done: float) -> int:
         """The epoch under way after `done` units of work."""
         return min(bisect.bisect_right(self.ends, done), len(self.ends) - 1)
+
+    def _to_end(self, position: float, e: int) -> float:
+        """Seconds from `position` to the end of epoch `e`."""
+        exact = (self.ends[e] - position) / self.rates[e]
+        return float(round(exact)) if self.whole_seconds else exact
 
     def seconds_to(self, done: float, target: float) -> float:
         seconds = 0.0
         e = bisect.bisect_right(self.ends, done)
         position = done
         while e < len(self.ends) and position < target - 1e-12:
-            stop = min(self.ends[e], target)
-            seconds += (stop - position) / self.rates[e]
-            position = stop
+            if target >= self.ends[e]:
+                seconds += self._to_end(position, e)
+                position = self.ends[e]
+            else:
+                seconds += (target - position) / self.rates[e]
+                position = target
             e += 1
         return seconds
 
@@ -283,9 +306,11 @@ class EpochCurve:
         e = bisect.bisect_right(self.ends, done)
         position = done
         while e < len(self.ends) and seconds > 0:
-            need = (self.ends[e] - position) / self.rates[e]
+            need = self._to_end(position, e)
             if need > seconds:
-                return position + seconds * self.rates[e]
+                # Short of the epoch's end: never past it, even when the
+                # whole-second end comes later than the exact one.
+                return min(self.ends[e], position + seconds * self.rates[e])
             seconds -= need
             position = self.ends[e]
             e += 1
@@ -300,9 +325,12 @@ class MeasuredSpeed:
         apps_dir: Path | None,
         fallback: LinearSpeed | None = None,
         realloc_cost: float = 30.0,
+        whole_second_epochs: bool = False,
     ) -> None:
         self.fallback = fallback or LinearSpeed()
         self.realloc_cost = realloc_cost
+        # Pollux's simulator's time arithmetic (see `EpochCurve`): off by default.
+        self.whole_second_epochs = whole_second_epochs
         self.apps: dict[str, AppTables] = {}
         self.apps_dir = apps_dir
         if apps_dir is not None:
@@ -345,10 +373,11 @@ class MeasuredSpeed:
         curve = self._curves.get(key)
         if curve is None:
             if batch:
-                curve = EpochCurve(tables.epoch_ends, tables.epoch_rates(counts, batch))
+                rates = tables.epoch_rates(counts, batch)
+                curve = EpochCurve(tables.epoch_ends, rates, (), self.whole_second_epochs)
             else:
                 rates, choices = tables.adaptive_rates(canonical(counts))
-                curve = EpochCurve(tables.epoch_ends, rates, choices)
+                curve = EpochCurve(tables.epoch_ends, rates, choices, self.whole_second_epochs)
             self._curves[key] = curve
         return curve
 
