@@ -208,12 +208,12 @@ def simulate(
         float | None,
         typer.Option("--round", help="Decide only every SECONDS (Pollux's simulator: 60)"),
     ] = None,
-    whole_second_epochs: Annotated[
+    artifact_time: Annotated[
         bool,
         typer.Option(
-            "--whole-second-epochs",
-            help="Measured speed model: every epoch ends on a whole second, as Pollux's "
-            "simulator computes time (for comparisons with its artifact)",
+            "--artifact-time",
+            help="Measured speed model: time as Pollux's simulator computes it (every "
+            "epoch ends on a whole second; GPUs ranked from the node holding the most)",
         ),
     ] = False,
     processes: Annotated[
@@ -285,7 +285,7 @@ def simulate(
             spread_penalty=defaults.spread_penalty if spread_penalty is None else spread_penalty,
             restart_cost=defaults.restart_cost if restart_cost is None else restart_cost,
             gpu_speed=gpu_speed,
-            whole_second_epochs=whole_second_epochs,
+            artifact_time=artifact_time,
             given=frozenset(given),
         )
         policies = policy.split(",")

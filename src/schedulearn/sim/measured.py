@@ -22,11 +22,16 @@ Pollux's simulator (petuum/adaptdl, `osdi21-artifact`), re-implemented:
   smallest_measured_batch`, with the gradient statistics of epoch `e`
   interpolated between the two nearest measured batch sizes;
 - every (re)allocation costs `realloc_cost` (30 s) of no progress;
-- with `whole_second_epochs` (`simulate --whole-second-epochs`) every
-  epoch ends on a whole second, as in Pollux's simulator, which rounds
-  the time to each epoch's end (`EpochCurve`); off by default. Over a
-  100-epoch job this moves its end by up to a few tens of seconds, and
-  in a 60 s round simulation that can move a preemption by a round.
+- with `artifact_time` (`simulate --artifact-time`; off by default)
+  time is computed as in Pollux's simulator, two rules that ours does
+  not follow otherwise: every epoch ends on a whole second (it rounds
+  the time to each epoch's end, `EpochCurve`), and a placement's GPUs
+  are ranked node by node from the node holding the most (its
+  Tiresias takes GPUs from the most free node first and its placement
+  is the per-node counts in that order; ours otherwise reads them in
+  node-name order). The tables key step times by that order (`2244`
+  and `2424` differ by a few percent). Each rule moves a job's end by
+  seconds, which at 60 s rounds can move a preemption by a round.
 
 An *adaptive* job (one that names an application but no batch size;
 see `schedulearn.sim.workloads.adaptive`) picks its batch size itself,
@@ -264,7 +269,7 @@ class EpochCurve:
     """Piecewise-constant progress rate: one rate per epoch.
 
     With `whole_seconds` every epoch end falls on a whole second counted
-    from the start of the run (`MeasuredSpeed(whole_second_epochs=True)`):
+    from the start of the run (`MeasuredSpeed(artifact_time=True)`):
     the time left in an epoch is rounded to the nearest second (Python's
     `round`) and progress jumps to the epoch's end then, as Pollux's
     simulator computes it (`Job.step`: `delta = round(...)`, then
@@ -325,12 +330,12 @@ class MeasuredSpeed:
         apps_dir: Path | None,
         fallback: LinearSpeed | None = None,
         realloc_cost: float = 30.0,
-        whole_second_epochs: bool = False,
+        artifact_time: bool = False,
     ) -> None:
         self.fallback = fallback or LinearSpeed()
         self.realloc_cost = realloc_cost
-        # Pollux's simulator's time arithmetic (see `EpochCurve`): off by default.
-        self.whole_second_epochs = whole_second_epochs
+        # Pollux's simulator's rules of time (module doc): off by default.
+        self.artifact_time = artifact_time
         self.apps: dict[str, AppTables] = {}
         self.apps_dir = apps_dir
         if apps_dir is not None:
@@ -343,6 +348,14 @@ class MeasuredSpeed:
                 if (sub / "placements.csv").is_file() and sub.name in EPOCHS:
                     self.apps[sub.name] = AppTables(sub)
         self._curves: dict[tuple[str, tuple[int, ...], int], EpochCurve] = {}
+
+    def _counts(self, placement: Placement) -> tuple[int, ...]:
+        """GPUs per node in rank order: node-name order, or with `artifact_time`
+        the node holding the most first (the artifact's allocation order)."""
+        counts = tuple(len(g) for _, g in placement if g)
+        if self.artifact_time:
+            counts = tuple(sorted(counts, reverse=True))
+        return counts
 
     def _tables(self, job: SimJob) -> AppTables | None:
         if job.app is None:
@@ -365,7 +378,7 @@ class MeasuredSpeed:
         tables = self._tables(job)
         if tables is None:
             return self.fallback.curve(job, placement, shape)
-        counts = tuple(len(g) for _, g in placement)
+        counts = self._counts(placement)
         return self._curve(tables, counts, job.batch_size)
 
     def _curve(self, tables: AppTables, counts: tuple[int, ...], batch: int | None) -> EpochCurve:
@@ -374,10 +387,10 @@ class MeasuredSpeed:
         if curve is None:
             if batch:
                 rates = tables.epoch_rates(counts, batch)
-                curve = EpochCurve(tables.epoch_ends, rates, (), self.whole_second_epochs)
+                curve = EpochCurve(tables.epoch_ends, rates, (), self.artifact_time)
             else:
                 rates, choices = tables.adaptive_rates(canonical(counts))
-                curve = EpochCurve(tables.epoch_ends, rates, choices, self.whole_second_epochs)
+                curve = EpochCurve(tables.epoch_ends, rates, choices, self.artifact_time)
             self._curves[key] = curve
         return curve
 
@@ -390,7 +403,7 @@ class MeasuredSpeed:
         tables = self._tables(job)
         if tables is None or placement.num_gpus == 0:
             return None
-        counts = tuple(len(g) for _, g in placement if g)
+        counts = self._counts(placement)
         curve = self._curve(tables, counts, job.batch_size)
         if curve.choices:
             _, atomic, _ = curve.choices[curve.epoch(done)]
@@ -409,7 +422,7 @@ class MeasuredSpeed:
         epoch = min(bisect.bisect_right(tables.epoch_ends, done), tables.epochs - 1)
         batch = job.batch_size or tables.init_batch
         if placement is not None and placement.num_gpus and not job.batch_size:
-            counts = tuple(len(g) for _, g in placement if g)
+            counts = self._counts(placement)
             curve = self._curve(tables, counts, None)
             batch = curve.choices[epoch][0]
         return tables.grad_stats(batch, epoch)

@@ -40,18 +40,18 @@ class SpeedOptions:
     restart_cost: float = 30.0
     realloc_cost: float = 30.0
     gpu_speed: str = ""
-    # Measured model only: every epoch ends on a whole second, as Pollux's
-    # simulator computes time (`simulate --whole-second-epochs`).
-    whole_second_epochs: bool = False
+    # Measured model only: time as Pollux's simulator computes it
+    # (`simulate --artifact-time`; see `MeasuredSpeed`).
+    artifact_time: bool = False
     # The options the user gave explicitly (CLI names, e.g. "--efficiency"):
     # one the chosen model does not use is refused rather than ignored.
     given: frozenset[str] = frozenset()
 
     def build(self, workloads: Sequence[Workload] = ()) -> SpeedModel:
         model = self._build(workloads)
-        if self.whole_second_epochs and not (isinstance(model, MeasuredSpeed) and model.apps):
+        if self.artifact_time and not (isinstance(model, MeasuredSpeed) and model.apps):
             raise SimInputError(
-                "--whole-second-epochs applies to the measured speed model only (Pollux "
+                "--artifact-time applies to the measured speed model only (Pollux "
                 "workloads with their pollux/apps tables); drop it"
             )
         if isinstance(model, MeasuredSpeed) and model.apps:
@@ -83,7 +83,7 @@ class SpeedOptions:
             return linear
         # --restart-cost is the measured model's cost of a (re)allocation too.
         realloc = self.restart_cost if "--restart-cost" in self.given else self.realloc_cost
-        return MeasuredSpeed(apps, linear, realloc, self.whole_second_epochs)
+        return MeasuredSpeed(apps, linear, realloc, self.artifact_time)
 
 
 def find_apps(workloads: Sequence[Workload]) -> Path | None:

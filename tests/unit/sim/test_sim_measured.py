@@ -135,6 +135,23 @@ def test_whole_second_epochs_are_the_same_when_a_run_is_cut_at_whole_seconds(
         assert end == int(end) and curve.advance(0.0, end) == cifar.epoch_ends[e]
 
 
+def test_artifact_time_ranks_gpus_from_the_node_holding_the_most(apps: Path) -> None:
+    # Pollux's Tiresias takes GPUs from the most free node first, so its
+    # placement on nodes holding 2, 4, 2, 4 GPUs reads (4, 4, 2, 2); the
+    # tables key step times by that order ("2244", not "2424").
+    shape = ClusterShape.of(parse_cluster("16x4").nodes)
+    job = SimJob(0, 0.0, 12, app="bert", batch_size=384)
+    placement = Placement.of({"n01": [0, 1], "n02": range(4), "n07": [0, 1], "n12": range(4)})
+    bert = AppTables(apps / "bert")
+    artifact = MeasuredSpeed(apps, artifact_time=True).curve(job, placement, shape)
+    ours = MeasuredSpeed(apps).curve(job, placement, shape)
+    assert isinstance(artifact, EpochCurve) and isinstance(ours, EpochCurve)
+    assert artifact.rates == bert.epoch_rates((2, 2, 4, 4), 384)
+    assert ours.rates == bert.epoch_rates((2, 4, 2, 4), 384)
+    assert artifact.rates != ours.rates
+    assert artifact.whole_seconds and not ours.whole_seconds
+
+
 def test_measured_jobs_run_faster_on_one_node_and_with_more_gpus(apps: Path) -> None:
     speed = MeasuredSpeed(apps)
     shape = ClusterShape.of(parse_cluster("16x4").nodes)
