@@ -208,6 +208,14 @@ def simulate(
         float | None,
         typer.Option("--round", help="Decide only every SECONDS (Pollux's simulator: 60)"),
     ] = None,
+    artifact_time: Annotated[
+        bool,
+        typer.Option(
+            "--artifact-time",
+            help="Measured speed model: time as Pollux's simulator computes it (every "
+            "epoch ends on a whole second; GPUs ranked from the node holding the most)",
+        ),
+    ] = False,
     processes: Annotated[
         int | None,
         typer.Option("--processes", help="Parallel runs for several workloads [default: cores]"),
@@ -277,6 +285,7 @@ def simulate(
             spread_penalty=defaults.spread_penalty if spread_penalty is None else spread_penalty,
             restart_cost=defaults.restart_cost if restart_cost is None else restart_cost,
             gpu_speed=gpu_speed,
+            artifact_time=artifact_time,
             given=frozenset(given),
         )
         policies = policy.split(",")

@@ -21,7 +21,17 @@ Pollux's simulator (petuum/adaptdl, `osdi21-artifact`), re-implemented:
   (var + sqr) / (var / scale + sqr)`, `scale = batch /
   smallest_measured_batch`, with the gradient statistics of epoch `e`
   interpolated between the two nearest measured batch sizes;
-- every (re)allocation costs `realloc_cost` (30 s) of no progress.
+- every (re)allocation costs `realloc_cost` (30 s) of no progress;
+- with `artifact_time` (`simulate --artifact-time`; off by default)
+  time is computed as in Pollux's simulator, two rules that ours does
+  not follow otherwise: every epoch ends on a whole second (it rounds
+  the time to each epoch's end, `EpochCurve`), and a placement's GPUs
+  are ranked node by node from the node holding the most (its
+  Tiresias takes GPUs from the most free node first and its placement
+  is the per-node counts in that order; ours otherwise reads them in
+  node-name order). The tables key step times by that order (`2244`
+  and `2424` differ by a few percent). Each rule moves a job's end by
+  seconds, which at 60 s rounds can move a preemption by a round.
 
 An *adaptive* job (one that names an application but no batch size;
 see `schedulearn.sim.workloads.adaptive`) picks its batch size itself,
@@ -256,26 +266,44 @@ class AppTables:
 
 @dataclass(frozen=True, slots=True)
 class EpochCurve:
-    """Piecewise-constant progress rate: one rate per epoch."""
+    """Piecewise-constant progress rate: one rate per epoch.
+
+    With `whole_seconds` every epoch end falls on a whole second counted
+    from the start of the run (`MeasuredSpeed(artifact_time=True)`):
+    the time left in an epoch is rounded to the nearest second (Python's
+    `round`) and progress jumps to the epoch's end then, as Pollux's
+    simulator computes it (`Job.step`: `delta = round(...)`, then
+    `progress = next_progress`). Within an epoch progress still grows at
+    the epoch's rate, so a job stopped mid-epoch keeps what it did.
+    """
 
     ends: tuple[float, ...]
     rates: tuple[float, ...]
     # Per epoch (total batch, atomic batch, accumulation steps) when the job
     # chose them (adaptive jobs); empty for a fixed batch.
     choices: tuple[tuple[int, int, int], ...] = ()
+    whole_seconds: bool = False
 
     def epoch(self, done: float) -> int:
         """The epoch under way after `done` units of work."""
         return min(bisect.bisect_right(self.ends, done), len(self.ends) - 1)
+
+    def _to_end(self, position: float, e: int) -> float:
+        """Seconds from `position` to the end of epoch `e`."""
+        exact = (self.ends[e] - position) / self.rates[e]
+        return float(round(exact)) if self.whole_seconds else exact
 
     def seconds_to(self, done: float, target: float) -> float:
         seconds = 0.0
         e = bisect.bisect_right(self.ends, done)
         position = done
         while e < len(self.ends) and position < target - 1e-12:
-            stop = min(self.ends[e], target)
-            seconds += (stop - position) / self.rates[e]
-            position = stop
+            if target >= self.ends[e]:
+                seconds += self._to_end(position, e)
+                position = self.ends[e]
+            else:
+                seconds += (target - position) / self.rates[e]
+                position = target
             e += 1
         return seconds
 
@@ -283,9 +311,11 @@ class EpochCurve:
         e = bisect.bisect_right(self.ends, done)
         position = done
         while e < len(self.ends) and seconds > 0:
-            need = (self.ends[e] - position) / self.rates[e]
+            need = self._to_end(position, e)
             if need > seconds:
-                return position + seconds * self.rates[e]
+                # Short of the epoch's end: never past it, even when the
+                # whole-second end comes later than the exact one.
+                return min(self.ends[e], position + seconds * self.rates[e])
             seconds -= need
             position = self.ends[e]
             e += 1
@@ -300,9 +330,12 @@ class MeasuredSpeed:
         apps_dir: Path | None,
         fallback: LinearSpeed | None = None,
         realloc_cost: float = 30.0,
+        artifact_time: bool = False,
     ) -> None:
         self.fallback = fallback or LinearSpeed()
         self.realloc_cost = realloc_cost
+        # Pollux's simulator's rules of time (module doc): off by default.
+        self.artifact_time = artifact_time
         self.apps: dict[str, AppTables] = {}
         self.apps_dir = apps_dir
         if apps_dir is not None:
@@ -315,6 +348,14 @@ class MeasuredSpeed:
                 if (sub / "placements.csv").is_file() and sub.name in EPOCHS:
                     self.apps[sub.name] = AppTables(sub)
         self._curves: dict[tuple[str, tuple[int, ...], int], EpochCurve] = {}
+
+    def _counts(self, placement: Placement) -> tuple[int, ...]:
+        """GPUs per node in rank order: node-name order, or with `artifact_time`
+        the node holding the most first (the artifact's allocation order)."""
+        counts = tuple(len(g) for _, g in placement if g)
+        if self.artifact_time:
+            counts = tuple(sorted(counts, reverse=True))
+        return counts
 
     def _tables(self, job: SimJob) -> AppTables | None:
         if job.app is None:
@@ -337,7 +378,7 @@ class MeasuredSpeed:
         tables = self._tables(job)
         if tables is None:
             return self.fallback.curve(job, placement, shape)
-        counts = tuple(len(g) for _, g in placement)
+        counts = self._counts(placement)
         return self._curve(tables, counts, job.batch_size)
 
     def _curve(self, tables: AppTables, counts: tuple[int, ...], batch: int | None) -> EpochCurve:
@@ -345,10 +386,11 @@ class MeasuredSpeed:
         curve = self._curves.get(key)
         if curve is None:
             if batch:
-                curve = EpochCurve(tables.epoch_ends, tables.epoch_rates(counts, batch))
+                rates = tables.epoch_rates(counts, batch)
+                curve = EpochCurve(tables.epoch_ends, rates, (), self.artifact_time)
             else:
                 rates, choices = tables.adaptive_rates(canonical(counts))
-                curve = EpochCurve(tables.epoch_ends, rates, choices)
+                curve = EpochCurve(tables.epoch_ends, rates, choices, self.artifact_time)
             self._curves[key] = curve
         return curve
 
@@ -361,7 +403,7 @@ class MeasuredSpeed:
         tables = self._tables(job)
         if tables is None or placement.num_gpus == 0:
             return None
-        counts = tuple(len(g) for _, g in placement if g)
+        counts = self._counts(placement)
         curve = self._curve(tables, counts, job.batch_size)
         if curve.choices:
             _, atomic, _ = curve.choices[curve.epoch(done)]
@@ -380,7 +422,7 @@ class MeasuredSpeed:
         epoch = min(bisect.bisect_right(tables.epoch_ends, done), tables.epochs - 1)
         batch = job.batch_size or tables.init_batch
         if placement is not None and placement.num_gpus and not job.batch_size:
-            counts = tuple(len(g) for _, g in placement if g)
+            counts = self._counts(placement)
             curve = self._curve(tables, counts, None)
             batch = curve.choices[epoch][0]
         return tables.grad_stats(batch, epoch)

@@ -40,12 +40,20 @@ class SpeedOptions:
     restart_cost: float = 30.0
     realloc_cost: float = 30.0
     gpu_speed: str = ""
+    # Measured model only: time as Pollux's simulator computes it
+    # (`simulate --artifact-time`; see `MeasuredSpeed`).
+    artifact_time: bool = False
     # The options the user gave explicitly (CLI names, e.g. "--efficiency"):
     # one the chosen model does not use is refused rather than ignored.
     given: frozenset[str] = frozenset()
 
     def build(self, workloads: Sequence[Workload] = ()) -> SpeedModel:
         model = self._build(workloads)
+        if self.artifact_time and not (isinstance(model, MeasuredSpeed) and model.apps):
+            raise SimInputError(
+                "--artifact-time applies to the measured speed model only (Pollux "
+                "workloads with their pollux/apps tables); drop it"
+            )
         if isinstance(model, MeasuredSpeed) and model.apps:
             linear_jobs = any(model.tables_of(j) is None for w in workloads for j in w.jobs)
             unused = ["--efficiency", "--spread-penalty"]
@@ -75,7 +83,7 @@ class SpeedOptions:
             return linear
         # --restart-cost is the measured model's cost of a (re)allocation too.
         realloc = self.restart_cost if "--restart-cost" in self.given else self.realloc_cost
-        return MeasuredSpeed(apps, linear, realloc)
+        return MeasuredSpeed(apps, linear, realloc, self.artifact_time)
 
 
 def find_apps(workloads: Sequence[Workload]) -> Path | None:

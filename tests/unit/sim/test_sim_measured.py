@@ -96,6 +96,62 @@ def test_curve_inverts(apps: Path) -> None:
     assert curve.seconds_to(half, total) == pytest.approx(seconds / 2)
 
 
+def test_whole_second_epochs_round_each_epoch_as_pollux_does() -> None:
+    # Two epochs of 10 units at 3 units/s: 3.33 s each exactly, 3 s each rounded.
+    exact = EpochCurve((10.0, 20.0), (3.0, 3.0))
+    whole = EpochCurve((10.0, 20.0), (3.0, 3.0), whole_seconds=True)
+    assert exact.seconds_to(0.0, 20.0) == pytest.approx(20 / 3)
+    assert whole.seconds_to(0.0, 10.0) == 3.0
+    assert whole.seconds_to(0.0, 20.0) == 6.0
+    # The epoch's end comes at the whole second; before it progress grows at the rate.
+    assert whole.advance(0.0, 3.0) == 10.0
+    assert whole.advance(0.0, 2.0) == pytest.approx(6.0)
+    assert whole.advance(0.0, 4.0) == pytest.approx(13.0)
+    # Stopped mid-epoch, the rest of the epoch is rounded again: 4 units left = 1.33 s -> 1 s.
+    assert whole.seconds_to(6.0, 10.0) == 1.0
+    # Rounded up (2.6 s -> 3 s): progress waits at the epoch's end, never past it.
+    up = EpochCurve((10.0,), (10.0 / 2.6,), whole_seconds=True)
+    assert up.seconds_to(0.0, 10.0) == 3.0
+    assert up.advance(0.0, 2.8) == 10.0
+
+
+def test_whole_second_epochs_are_the_same_when_a_run_is_cut_at_whole_seconds(
+    apps: Path,
+) -> None:
+    # Pollux's simulator cuts a running job at every 60 s round; cutting at a
+    # whole second must not move any epoch end.
+    cifar = AppTables(apps / "cifar10")
+    curve = EpochCurve(cifar.epoch_ends, cifar.epoch_rates((4, 2), 2048), whole_seconds=True)
+    total = curve.seconds_to(0.0, cifar.total_work)
+    assert total == int(total)
+    exact = EpochCurve(cifar.epoch_ends, cifar.epoch_rates((4, 2), 2048))
+    assert abs(total - exact.seconds_to(0.0, cifar.total_work)) <= 0.5 * cifar.epochs
+    assert total != pytest.approx(exact.seconds_to(0.0, cifar.total_work), abs=1.0)
+    for cut in (60.0, 137.0, 420.0):
+        done = curve.advance(0.0, cut)
+        assert cut + curve.seconds_to(done, cifar.total_work) == total
+    for e in (0, 10, 99):
+        end = curve.seconds_to(0.0, cifar.epoch_ends[e])
+        assert end == int(end) and curve.advance(0.0, end) == cifar.epoch_ends[e]
+
+
+def test_artifact_time_ranks_gpus_from_the_node_holding_the_most(apps: Path) -> None:
+    # Pollux's Tiresias takes GPUs from the most free node first, so its
+    # placement on nodes holding 2, 4, 2, 4 GPUs reads (4, 4, 2, 2); the
+    # tables key step times by that order ("2244", not "2424").
+    shape = ClusterShape.of(parse_cluster("16x4").nodes)
+    job = SimJob(0, 0.0, 12, app="bert", batch_size=384)
+    placement = Placement.of({"n01": [0, 1], "n02": range(4), "n07": [0, 1], "n12": range(4)})
+    bert = AppTables(apps / "bert")
+    artifact = MeasuredSpeed(apps, artifact_time=True).curve(job, placement, shape)
+    ours = MeasuredSpeed(apps).curve(job, placement, shape)
+    assert isinstance(artifact, EpochCurve) and isinstance(ours, EpochCurve)
+    assert artifact.rates == bert.epoch_rates((2, 2, 4, 4), 384)
+    assert ours.rates == bert.epoch_rates((2, 4, 2, 4), 384)
+    assert artifact.rates != ours.rates
+    assert artifact.whole_seconds and not ours.whole_seconds
+
+
 def test_measured_jobs_run_faster_on_one_node_and_with_more_gpus(apps: Path) -> None:
     speed = MeasuredSpeed(apps)
     shape = ClusterShape.of(parse_cluster("16x4").nodes)

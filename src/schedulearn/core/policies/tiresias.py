@@ -36,7 +36,8 @@ ends; several comma-separated values give every boundary, e.g.
 Pollux's evaluation artifact (two queues, no guard, preemption inside a
 queue, GPUs counted not packed, most-free node first; see
 `core.policies.tiresias_artifact`), for comparisons with its published
-figures; run it with `simulate --round 60` as that artifact decides.
+figures; run it with `simulate --round 60 --artifact-time` as that
+artifact decides and computes time (docs/results.md §2).
 """
 
 from __future__ import annotations

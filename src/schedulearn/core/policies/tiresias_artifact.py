@@ -4,8 +4,8 @@ Pollux's evaluation (OSDI'21; petuum/adaptdl, branch `osdi21-artifact`,
 `simulator/tiresias.py`) compares against a Tiresias of its own whose
 rules differ from our default `tiresias` (Gu et al.'s discretized 2D-LAS
 as `core.policies.tiresias` documents it). Re-implemented from reading
-that file, one pass (the artifact decides every 60 s: run it with
-`simulate --round 60`):
+that file, one pass (the artifact decides every 60 s and computes time
+by its own rules: run it with `simulate --round 60 --artifact-time`):
 
 1. Two queues. A job enters queue 0 when first seen; queue 0 is in that
    order (submission time, then id). A job moves to the end of queue 1
