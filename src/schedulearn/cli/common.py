@@ -40,12 +40,23 @@ class _LazyConsole:
         self._stderr = stderr
         self._console: Console | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def _real(self) -> Console:
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(stderr=self._stderr)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+    # Dunder methods are looked up on the type, not through __getattr__:
+    # Rich's Live (a progress bar) enters its console as a context manager.
+    def __enter__(self) -> Console:
+        return self._real().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._real().__exit__(*exc)
 
 
 out: Console = _LazyConsole(stderr=False)  # type: ignore[assignment]  # a stand-in until first use

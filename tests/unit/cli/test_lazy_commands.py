@@ -66,3 +66,13 @@ def test_every_command_named_loads() -> None:
 
     for name in COMMANDS:
         assert load_command(name) is not None, name
+
+
+def test_the_lazy_console_works_where_rich_wants_a_console() -> None:
+    # A progress bar enters its console (`with console:`): the stand-in must too.
+    from rich.progress import Progress
+
+    from schedulearn.cli.common import err
+
+    with Progress(console=err, transient=True) as bar:
+        bar.add_task("x", total=1)
