@@ -369,7 +369,7 @@ class _Pass:
                 taken.append((moved, d.placement))
                 self.running[d.job_id] = moved
                 s.used += d.placement.num_gpus - old.allocated_gpus
-        if saved is not None and self._stranded():
+        if saved is not None and self._stranded() is not None:
             self._restore(saved, taken, released)
             return False
         self.decisions.extend(group)
@@ -398,7 +398,7 @@ class _Pass:
                     self._take(job, placement)
                     self._started(s, job, placement)
                     self.decisions.append(Start(job.id, placement))
-                    if saved is not None and self._stranded():
+                    if saved is not None and self._stranded() is not None:
                         # Its start would make its queue's jobs victims
                         # for a job this pass suspended: it waits.
                         self._restore(saved, [(job, placement)], [])
@@ -437,36 +437,49 @@ class _Pass:
     def _make_room(self, s: QueueShare, job: JobView, victims: list[JobView], g: bool) -> bool:
         # Every victim's queue is over its bound now; one may end below it
         # (a gang's GPUs come whole): the waiting queue's bound comes first.
-        book = self.book
         for candidate in _typed_variants(job, s, g):
-            room = make_room(self.pool, candidate, victims, self.free)
-            if room is None:
-                continue
-            saved = self._save()  # make_room changed the pool only
-            placement, used = room
-            # make_room changed the pool; mirror it in the node views.
-            for v in used:
-                assert v.placement is not None
-                self._mark(v, v.placement, None)
-                self.free += v.allocated_gpus
-                book[v.queue].used -= v.allocated_gpus
-                if v.id in self.fresh:
-                    self._withdraw(v)
-                else:
-                    self.stopped.add(v.id)
-                    self.again[v.id] = v
-                    self.decisions.append(Preempt(v.id))
-            self._mark(job, placement, job.id)
-            self.free -= placement.num_gpus
-            self._started(s, job, placement)
-            self.decisions.append(Start(job.id, placement))
-            if self._stranded():
-                # Making room here would leave a victim's queue below its
-                # guarantee with work another queue's job could make room for.
+            allowed = victims
+            while allowed:
+                room = make_room(self.pool, candidate, allowed, self.free)
+                if room is None:
+                    break
+                saved = self._save()  # make_room changed the pool only
+                placement, used = room
+                self._commit_room(s, job, placement, used)
+                stranded = self._stranded()
+                if stranded is None:
+                    return True
+                # It would leave a queue below its guarantee with a job it
+                # suspended that others' jobs could make room for: undo, and
+                # try again without that queue's jobs as victims.
                 self._restore(saved, [(job, placement)], used)
-                continue
-            return True
+                fewer = [v for v in allowed if v.queue != stranded]
+                if len(fewer) == len(allowed):
+                    break
+                allowed = fewer
         return False
+
+    def _commit_room(
+        self, s: QueueShare, job: JobView, placement: Placement, used: list[JobView]
+    ) -> None:
+        """Record what `make_room` did to the pool: victims out, `job` started."""
+        book = self.book
+        # make_room changed the pool; mirror it in the node views.
+        for v in used:
+            assert v.placement is not None
+            self._mark(v, v.placement, None)
+            self.free += v.allocated_gpus
+            book[v.queue].used -= v.allocated_gpus
+            if v.id in self.fresh:
+                self._withdraw(v)
+            else:
+                self.stopped.add(v.id)
+                self.again[v.id] = v
+                self.decisions.append(Preempt(v.id))
+        self._mark(job, placement, job.id)
+        self.free -= placement.num_gpus
+        self._started(s, job, placement)
+        self.decisions.append(Start(job.id, placement))
 
     def _started(self, s: QueueShare, job: JobView, placement: Placement) -> None:
         if job.id not in self.withdrawn:
@@ -492,12 +505,13 @@ class _Pass:
 
     # --- no job this pass put back in line is stranded -------------------------
 
-    def _stranded(self) -> bool:
-        """Is a job this pass preempted (or whose start it withdrew) left
-        waiting in a queue below its guarantee, fitting in it, while
+    def _stranded(self) -> str | None:
+        """The queue of a job this pass preempted (or whose start it
+        withdrew) left waiting below its guarantee, fitting in it, while
         preemptible jobs (run `min_run`) of queues over their guarantee
-        could make room for it? It cannot start again in this pass, so
-        the step that led here is refused instead (see the module doc)."""
+        could make room for it; None if there is none. Such a job cannot
+        start again in this pass, so the step that led here is refused
+        instead (see the module doc)."""
         pool = self.pool
         for p in self.again.values():
             s = self.book[p.queue]
@@ -515,8 +529,8 @@ class _Pass:
             for v in used:
                 assert v.placement is not None
                 pool.take(v, v.placement)
-            return True
-        return False
+            return s.name
+        return None
 
     def _save(self) -> _Saved:
         book = self.book

@@ -164,3 +164,23 @@ def test_fair_share_reclaim_does_not_take_a_queue_below_its_guarantee() -> None:
     done = after_pass(view, decisions, view.now)
     assert_guarantees_kept(done, 0.0)
     assert shares(done, tenancy)["C"].used >= 1
+
+
+def test_a_reclaim_takes_a_victim_that_strands_no_one() -> None:
+    # B (5 guaranteed) holds 3; jobs 0 and 1 wait. Taking A's 3-GPU job 103
+    # for job 1 would leave A (6 guaranteed) at 5 with its suspended 105
+    # stranded; C's 100 (C over its guarantee of 1) makes room instead.
+    sc = Scenario(node("n0", 1), node("n1", 1), node("n2", 5), node("n3", 8))
+    sc.run(_preemptible(100, 3, "C"), {"n2": [0, 1, 2]})
+    sc.run(_preemptible(101, 2, "A"), {"n2": [3, 4]})
+    sc.run(_preemptible(102, 3, "A"), {"n3": [0, 1, 2]})
+    sc.run(_preemptible(103, 3, "A"), {"n3": [3, 4, 5]})
+    sc.run(_preemptible(104, 3, "B"), {"n0": [0], "n3": [6, 7]})
+    sc.run(_preemptible(105, 1, "A"), {"n1": [0]})
+    tenancy = Tenancy((Queue.of("A", 6), Queue.of("B", 5), Queue.of("C", 1)))
+    pending = [_preemptible(0, 1, "B"), _preemptible(1, 1, "B")]
+    view = replace(sc.view(1000.0, pending), tenancy=tenancy)
+    decisions = FairShare(create("tiresias"), min_run=0.0).decide(view)
+    done = after_pass(view, decisions, view.now)
+    assert_guarantees_kept(done, 0.0)
+    assert set(starts(decisions)) == {0, 1}
