@@ -44,7 +44,8 @@ state is checked before it stands: if afterwards such a job waits in a
 queue below its guarantee, fits in it, and preemptible jobs (run
 `min_run`) of queues over their guarantee could make room for it, the
 step is undone and refused (the inner policy's group ends the queue's
-turn; a reclaim's start is skipped). E.g. srtf in a queue guaranteed 3
+turn; a reclaim's start is skipped; a reclaim's making room is tried
+again without that queue's jobs as victims). E.g. srtf in a queue guaranteed 3
 that holds 1 does not suspend that job for a shorter 2-GPU one; the
 guarantee reclaim then starts the short one on GPUs taken from a queue
 over its guarantee, and both run. Together with step 5 this keeps the
