@@ -36,6 +36,21 @@ decay and how a queue's fair share is computed), one pass runs:
    reclaim withdraws it (the Start is dropped, the job waits on) rather
    than leave the guaranteed job waiting.
 
+No job is stranded: a job this pass suspends (the inner policy
+preempting inside its queue in step 2 or 4, a reclaim's victim in step
+3 or 5) or whose start it withdraws cannot start again in the same pass
+(a job appears once in a pass). So every step that changes the pass's
+state is checked before it stands: if afterwards such a job waits in a
+queue below its guarantee, fits in it, and preemptible jobs (run
+`min_run`) of queues over their guarantee could make room for it, the
+step is undone and refused (the inner policy's group ends the queue's
+turn; a reclaim's start is skipped; a reclaim's making room is tried
+again without that queue's jobs as victims). E.g. srtf in a queue guaranteed 3
+that holds 1 does not suspend that job for a shorter 2-GPU one; the
+guarantee reclaim then starts the short one on GPUs taken from a queue
+over its guarantee, and both run. Together with step 5 this keeps the
+guarantee invariant in the same pass for every job, suspended or not.
+
 Throughout: a queue never holds more than its limit, and a
 non-preemptible job starts only within its queue's guarantee (the
 queue's non-preemptible jobs together use at most its guaranteed GPUs),
@@ -51,6 +66,7 @@ the weighted fair share and not only the quota.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
@@ -213,6 +229,10 @@ class _Pass:
         self.fresh: dict[int, JobView] = {}
         self.withdrawn: set[int] = set()
         self.stopped: set[int] = set()
+        # Jobs this pass put (back) in the waiting line, preempted or a start
+        # withdrawn: no later step may start them again (a job appears once
+        # in a pass), so no step may leave one stranded (`_stranded`).
+        self.again: dict[int, JobView] = {}
         self.decisions: list[Decision] = []
 
     # --- the pass ----------------------------------------------------------
@@ -313,6 +333,8 @@ class _Pass:
                     return False
         if pinned and s.pinned + pinned > s.guaranteed:
             return False
+        risky = bool(self.again) or any(isinstance(d, Preempt) for d in group)
+        saved = self._save() if risky else None
         # Releases first, then check that every acquisition is free.
         released: list[JobView] = []
         for d in group:
@@ -326,15 +348,18 @@ class _Pass:
                 assert victim.placement is not None
                 self._take(victim, victim.placement)
             return False
+        taken: list[tuple[JobView, Placement]] = []
         for d in group:
             if isinstance(d, Start):
                 pend = self._pending_job(s.name, d.job_id)
                 assert pend is not None
                 self._take(pend, d.placement)
+                taken.append((pend, d.placement))
                 self._started(s, pend, d.placement)
             elif isinstance(d, Preempt):
                 victim = self.running[d.job_id]
                 self.stopped.add(d.job_id)
+                self.again[d.job_id] = victim
                 s.used -= victim.allocated_gpus
                 if not victim.preemptible:  # pragma: no cover - the ledger refuses it anyway
                     s.pinned -= victim.allocated_gpus
@@ -342,8 +367,12 @@ class _Pass:
                 old = self.running[d.job_id]
                 moved = rebuild(old, placement=d.placement)
                 self._take(moved, d.placement)
+                taken.append((moved, d.placement))
                 self.running[d.job_id] = moved
                 s.used += d.placement.num_gpus - old.allocated_gpus
+        if saved is not None and self._stranded() is not None:
+            self._restore(saved, taken, released)
+            return False
         self.decisions.extend(group)
         return True
 
@@ -366,9 +395,15 @@ class _Pass:
                 # head-of-line wait): work within the bound starts if it fits.
                 placement = self._pack(job, s, guarantee) if job.gpus <= self.free else None
                 if placement is not None:
+                    saved = self._save() if self.again else None
                     self._take(job, placement)
                     self._started(s, job, placement)
                     self.decisions.append(Start(job.id, placement))
+                    if saved is not None and self._stranded() is not None:
+                        # Its start would make its queue's jobs victims
+                        # for a job this pass suspended: it waits.
+                        self._restore(saved, [(job, placement)], [])
+                        continue
                     if s.used >= bound - _EPS:
                         break
                     continue
@@ -403,29 +438,49 @@ class _Pass:
     def _make_room(self, s: QueueShare, job: JobView, victims: list[JobView], g: bool) -> bool:
         # Every victim's queue is over its bound now; one may end below it
         # (a gang's GPUs come whole): the waiting queue's bound comes first.
-        book = self.book
         for candidate in _typed_variants(job, s, g):
-            room = make_room(self.pool, candidate, victims, self.free)
-            if room is None:
-                continue
-            placement, used = room
-            # make_room changed the pool; mirror it in the node views.
-            for v in used:
-                assert v.placement is not None
-                self._mark(v, v.placement, None)
-                self.free += v.allocated_gpus
-                book[v.queue].used -= v.allocated_gpus
-                if v.id in self.fresh:
-                    self._withdraw(v)
-                else:
-                    self.stopped.add(v.id)
-                    self.decisions.append(Preempt(v.id))
-            self._mark(job, placement, job.id)
-            self.free -= placement.num_gpus
-            self._started(s, job, placement)
-            self.decisions.append(Start(job.id, placement))
-            return True
+            allowed = victims
+            while allowed:
+                room = make_room(self.pool, candidate, allowed, self.free)
+                if room is None:
+                    break
+                saved = self._save()  # make_room changed the pool only
+                placement, used = room
+                self._commit_room(s, job, placement, used)
+                stranded = self._stranded()
+                if stranded is None:
+                    return True
+                # It would leave a queue below its guarantee with a job it
+                # suspended that others' jobs could make room for: undo, and
+                # try again without that queue's jobs as victims.
+                self._restore(saved, [(job, placement)], used)
+                fewer = [v for v in allowed if v.queue != stranded]
+                if len(fewer) == len(allowed):
+                    break
+                allowed = fewer
         return False
+
+    def _commit_room(
+        self, s: QueueShare, job: JobView, placement: Placement, used: list[JobView]
+    ) -> None:
+        """Record what `make_room` did to the pool: victims out, `job` started."""
+        book = self.book
+        # make_room changed the pool; mirror it in the node views.
+        for v in used:
+            assert v.placement is not None
+            self._mark(v, v.placement, None)
+            self.free += v.allocated_gpus
+            book[v.queue].used -= v.allocated_gpus
+            if v.id in self.fresh:
+                self._withdraw(v)
+            else:
+                self.stopped.add(v.id)
+                self.again[v.id] = v
+                self.decisions.append(Preempt(v.id))
+        self._mark(job, placement, job.id)
+        self.free -= placement.num_gpus
+        self._started(s, job, placement)
+        self.decisions.append(Start(job.id, placement))
 
     def _started(self, s: QueueShare, job: JobView, placement: Placement) -> None:
         if job.id not in self.withdrawn:
@@ -444,9 +499,82 @@ class _Pass:
         del self.fresh[job.id]
         self.started.discard(job.id)
         self.withdrawn.add(job.id)
+        self.again[job.id] = rebuild(job, placement=None, started_at=None)
         self.decisions = [
             d for d in self.decisions if not (isinstance(d, Start) and d.job_id == job.id)
         ]
+
+    # --- no job this pass put back in line is stranded -------------------------
+
+    def _stranded(self) -> str | None:
+        """The queue of a job this pass preempted (or whose start it
+        withdrew) left waiting below its guarantee, fitting in it, while
+        preemptible jobs (run `min_run`) of queues over their guarantee
+        could make room for it; None if there is none. Such a job cannot
+        start again in this pass, so the step that led here is refused
+        instead (see the module doc)."""
+        pool = self.pool
+        for p in self.again.values():
+            s = self.book[p.queue]
+            if s.used + p.gpus > s.guaranteed or not s.may_hold(p):
+                continue
+            victims = self._victims(s, guarantee=True)
+            if not victims or self.free + sum(v.allocated_gpus for v in victims) < p.gpus:
+                continue
+            room = make_room(pool, p, victims, self.free)
+            if room is None:
+                continue
+            # Only asked: put the pool back.
+            placement, used = room
+            pool.release(p, placement)
+            for v in used:
+                assert v.placement is not None
+                pool.take(v, v.placement)
+            return s.name
+        return None
+
+    def _save(self) -> _Saved:
+        book = self.book
+        return _Saved(
+            list(self.decisions),
+            set(self.started),
+            dict(self.fresh),
+            set(self.withdrawn),
+            set(self.stopped),
+            dict(self.again),
+            dict(self.open_count),
+            {name: (b.used, b.pinned) for name, b in book.items()},
+            self.free,
+        )
+
+    def _restore(
+        self,
+        saved: _Saved,
+        taken: Sequence[tuple[JobView, Placement]],
+        released: Sequence[JobView],
+    ) -> None:
+        """Undo one step: give back what it took, take back what it released."""
+        pool = self.pool
+        for job, placement in reversed(taken):
+            pool.release(job, placement)
+            self._mark(job, placement, None)
+        for job in released:
+            assert job.placement is not None
+            pool.take(job, job.placement)
+            self._mark(job, job.placement, job.id)
+            if job.id in self.running:  # a resize's old view (a same-pass start is in `fresh`)
+                self.running[job.id] = job
+        self.decisions = saved.decisions
+        self.started = saved.started
+        self.fresh = saved.fresh
+        self.withdrawn = saved.withdrawn
+        self.stopped = saved.stopped
+        self.again = saved.again
+        self.open_count = saved.open_count
+        for name, (used, pinned) in saved.shares.items():
+            b = self.book[name]
+            b.used, b.pinned = used, pinned
+        self.free = saved.free
 
     def _pack(self, job: JobView, s: QueueShare, guarantee: bool) -> Placement | None:
         for candidate in _typed_variants(job, s, guarantee):
@@ -493,6 +621,21 @@ class _Pass:
             )
             if self.counts is not None:
                 self.counts[i] = self.nodes[i].num_free_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class _Saved:
+    """A pass's bookkeeping before one step, to undo it (`_Pass._restore`)."""
+
+    decisions: list[Decision]
+    started: set[int]
+    fresh: dict[int, JobView]
+    withdrawn: set[int]
+    stopped: set[int]
+    again: dict[int, JobView]
+    open_count: dict[str, int]
+    shares: dict[str, tuple[int, int]]
+    free: int
 
 
 def _groups(decisions: list[Decision]) -> Iterator[list[Decision]]:

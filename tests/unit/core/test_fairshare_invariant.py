@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
+from core_scenario import Scenario, node, preempts, starts
 from hypothesis import HealthCheck, given, settings
 from test_fairshare import tenant_snapshots
 
@@ -22,6 +23,7 @@ from schedulearn.core import (
     ClusterView,
     Decision,
     GpuLedger,
+    JobView,
     NodeView,
     Preempt,
     Resize,
@@ -29,11 +31,11 @@ from schedulearn.core import (
     create,
 )
 from schedulearn.core.fairshare import FairShare
-from schedulearn.core.fairshare_queues import shares
+from schedulearn.core.fairshare_queues import Queue, Tenancy, shares
 from schedulearn.core.placement import FreePool
 from schedulearn.core.preemption import make_room
 
-SPECS = ["fifo", "tiresias", "srtf", "timeslice:quantum=10"]
+SPECS = ["fifo", "tiresias", "srtf", "timeslice:quantum=10", "edf", "goodput", "elastic-fifo"]
 
 
 def after_pass(view: ClusterView, decisions: Sequence[Decision], now: float) -> ClusterView:
@@ -67,16 +69,13 @@ def after_pass(view: ClusterView, decisions: Sequence[Decision], now: float) -> 
     )
 
 
-def assert_guarantees_kept(view: ClusterView, min_run: float, waited: set[int]) -> None:
+def assert_guarantees_kept(view: ClusterView, min_run: float) -> None:
     assert view.tenancy is not None
     book = shares(view, view.tenancy)
+    # Every pending job is judged, also one this very pass suspended (the
+    # inner policy preempting inside its queue): the layer must not leave
+    # its queue below its guarantee until the next pass.
     for j in view.pending:
-        if j.id not in waited:
-            # Suspended by this very pass (the inner policy preempting inside
-            # its queue): judged from the next pass on. Judged at once, srtf
-            # fails it (a queue's own preemption can leave it below its
-            # guarantee until the next pass's reclaim).
-            continue
         s = book[j.queue]
         if s.used + j.gpus > s.guaranteed or not s.may_hold(j):
             continue
@@ -108,8 +107,80 @@ def test_no_queue_is_left_below_its_guarantee_across_passes(
     policy = FairShare(create(spec), min_run=min_run)
     start = view.now
     for later in (min_run / 2, min_run, 2 * min_run + 1, 2 * min_run + 2):
-        waited = {j.id for j in view.pending}
         done = after_pass(view, policy.decide(view), view.now)
         # Judged at the pass's own time, on the state the pass left.
-        assert_guarantees_kept(done, min_run, waited)
+        assert_guarantees_kept(done, min_run)
         view = replace(done, now=start + later)
+
+
+# --- the counterexamples Hypothesis found when suspended jobs were not judged ---
+
+
+def _preemptible(job_id: int, gpus: int, queue: str, **fields: object) -> JobView:
+    return JobView(id=job_id, submitted_at=0.0, gpus=gpus, queue=queue, preemptible=True, **fields)  # type: ignore[arg-type]
+
+
+def test_srtf_inside_a_queue_does_not_strand_the_job_it_suspends() -> None:
+    # B (3 guaranteed) runs 102 on 1 GPU; its short job 0 needs 2 and one GPU
+    # is free. srtf alone would suspend 102 for it, leaving B at 2 of 3 with
+    # 102 waiting while A (guaranteed 0) holds 8 preemptible GPUs.
+    sc = Scenario(node("n0", 7), node("n1", 1), node("n2", 2))
+    sc.run(_preemptible(100, 2, "A"), {"n2": [0, 1]})
+    sc.run(_preemptible(101, 4, "A"), {"n0": [0, 1, 2, 3]})
+    sc.run(_preemptible(102, 1, "B"), {"n1": [0]})
+    sc.run(_preemptible(104, 1, "A"), {"n0": [4]})
+    sc.run(_preemptible(105, 1, "A"), {"n0": [5]})
+    tenancy = Tenancy((Queue.of("A", 0), Queue.of("B", 3), Queue.of("C", 0)))
+    view = replace(
+        sc.view(1000.0, [_preemptible(0, 2, "B", estimated_duration=1.0)]), tenancy=tenancy
+    )
+    decisions = FairShare(create("srtf"), min_run=0.0).decide(view)
+    done = after_pass(view, decisions, view.now)
+    assert_guarantees_kept(done, 0.0)
+    assert 102 not in preempts(decisions)
+    assert 0 in starts(decisions)
+    assert shares(done, tenancy)["B"].used == 3
+
+
+def test_fair_share_reclaim_does_not_take_a_queue_below_its_guarantee() -> None:
+    # A (guaranteed 0, below its fair share) reclaims from C (guaranteed 1,
+    # over its fair share: it used the cluster lately). Taking both of C's
+    # jobs would leave C at 0 with job 106 (1 GPU) waiting while A's jobs
+    # could make room for it.
+    sc = Scenario(node("n0", 1), node("n1", 1), node("n2", 4), node("n3", 8))
+    sc.run(_preemptible(100, 1, "A"), {"n0": [0]})
+    sc.run(_preemptible(101, 1, "A"), {"n1": [0]})
+    sc.run(_preemptible(102, 1, "A"), {"n2": [0]})
+    sc.run(_preemptible(103, 2, "A"), {"n2": [1, 2]})
+    sc.run(_preemptible(104, 4, "A"), {"n3": [0, 1, 2, 3]})
+    sc.run(_preemptible(105, 4, "C"), {"n3": [4, 5, 6, 7]})
+    sc.run(_preemptible(106, 1, "C"), {"n2": [3]})
+    tenancy = Tenancy(
+        (Queue.of("A", 0), Queue.of("B", 0), Queue.of("C", 1)), {"A": 0.0, "B": 0.0, "C": 1e4}
+    )
+    pending = [_preemptible(0, 1, "A"), _preemptible(1, 1, "A")]
+    view = replace(sc.view(1000.0, pending), tenancy=tenancy)
+    decisions = FairShare(create("tiresias"), min_run=0.0).decide(view)
+    done = after_pass(view, decisions, view.now)
+    assert_guarantees_kept(done, 0.0)
+    assert shares(done, tenancy)["C"].used >= 1
+
+
+def test_a_reclaim_takes_a_victim_that_strands_no_one() -> None:
+    # B (5 guaranteed) holds 3; jobs 0 and 1 wait. Taking A's 3-GPU job 103
+    # for job 1 would leave A (6 guaranteed) at 5 with its suspended 105
+    # stranded; C's 100 (C over its guarantee of 1) makes room instead.
+    sc = Scenario(node("n0", 1), node("n1", 1), node("n2", 5), node("n3", 8))
+    sc.run(_preemptible(100, 3, "C"), {"n2": [0, 1, 2]})
+    sc.run(_preemptible(101, 2, "A"), {"n2": [3, 4]})
+    sc.run(_preemptible(102, 3, "A"), {"n3": [0, 1, 2]})
+    sc.run(_preemptible(103, 3, "A"), {"n3": [3, 4, 5]})
+    sc.run(_preemptible(104, 3, "B"), {"n0": [0], "n3": [6, 7]})
+    sc.run(_preemptible(105, 1, "A"), {"n1": [0]})
+    tenancy = Tenancy((Queue.of("A", 6), Queue.of("B", 5), Queue.of("C", 1)))
+    pending = [_preemptible(0, 1, "B"), _preemptible(1, 1, "B")]
+    view = replace(sc.view(1000.0, pending), tenancy=tenancy)
+    decisions = FairShare(create("tiresias"), min_run=0.0).decide(view)
+    done = after_pass(view, decisions, view.now)
+    assert_guarantees_kept(done, 0.0)
+    assert set(starts(decisions)) == {0, 1}
