@@ -37,7 +37,7 @@ from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.registry import register
-from schedulearn.core.views import ClusterView, JobView
+from schedulearn.core.views import ZERO_GPU_CPU_SLOT, ClusterView, JobView
 
 _EPS = 1e-9
 
@@ -80,7 +80,7 @@ class _Nodes:
     of hundreds of nodes: it runs for every demand on every pass.
     """
 
-    __slots__ = ("cpu", "fc", "fg", "fm", "mem", "types", "views", "wc", "wg", "wm")
+    __slots__ = ("cpu", "fc", "fg", "fm", "mem", "slot", "types", "views", "wc", "wg", "wm")
 
     def __init__(self, view: ClusterView, cpu: bool, mem: bool, typed: bool) -> None:
         """Build only the dimensions some pending demand uses (`cpu`, `mem`, GPU
@@ -94,6 +94,8 @@ class _Nodes:
         # free), hence 1 / capacity squared; a dimension the node lacks counts 0.
         self.wg = [1.0 / (k * k) if (k := len(n.gpus)) else 0.0 for n in views]
         self.fg = [len(n.free_gpu_indices) for n in views]
+        # The CPU slot a job without GPUs or CPUs of its own takes (`JobView.cpus_on`).
+        self.slot = [ZERO_GPU_CPU_SLOT if n.cpus > 0 else 0.0 for n in views]
         if cpu:
             self.wc = [1.0 / n.cpus**2 if n.cpus > 0 else 0.0 for n in views]
             self.fc = [n.free_cpus for n in views]
@@ -135,7 +137,8 @@ class _Nodes:
             if g > free_g:
                 continue
             free_c = fc[i]
-            if c and free_c + _EPS < c:
+            need_c = c or (0.0 if g else self.slot[i])
+            if need_c and free_c + _EPS < need_c:
                 continue
             free_m = fm[i]
             if m and free_m + _EPS < m:
@@ -196,7 +199,8 @@ class Tetris:
         pool = FreePool(view)
         nodes = _Nodes(
             view,
-            cpu=any(d.cpus for d in demands.values()),
+            # A job without GPUs takes a CPU slot even when it names no CPUs.
+            cpu=any(d.cpus or not d.gpus for d in demands.values()),
             mem=any(d.mem for d in demands.values()),
             typed=any(d.gpu_type for d in demands.values()),
         )
