@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ __all__ = ["PolicyOptionError", "UnknownPolicyError", "available", "create", "re
 _P = TypeVar("_P", bound=type[Any])
 _registry: dict[str, type[Any]] = {}
 _loaded = False
+_loading = threading.RLock()  # re-entrant: a policy module may look another up
 
 
 def register(cls: _P) -> _P:
@@ -46,20 +48,25 @@ def _load() -> None:
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    importlib.import_module("schedulearn.core.policies")
-    # Imported here: importlib.metadata is a tenth of a second the CLI's
-    # start-up need not pay until a policy is looked up.
-    from importlib.metadata import entry_points
+    # The server looks policies up from two threads at once (its event loop
+    # and its database thread): one must not see the registry half filled.
+    with _loading:
+        if _loaded:
+            return
+        importlib.import_module("schedulearn.core.policies")
+        # Imported here: importlib.metadata is a tenth of a second the CLI's
+        # start-up need not pay until a policy is looked up.
+        from importlib.metadata import entry_points
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        cls = ep.load()
-        if getattr(cls, "name", None) != ep.name:
-            raise ValueError(
-                f"entry point {ep.name!r} in group {ENTRY_POINT_GROUP!r} loads {cls!r}, "
-                f"whose name is {getattr(cls, 'name', None)!r}; make the two agree"
-            )
-        register(cls)
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            cls = ep.load()
+            if getattr(cls, "name", None) != ep.name:
+                raise ValueError(
+                    f"entry point {ep.name!r} in group {ENTRY_POINT_GROUP!r} loads {cls!r}, "
+                    f"whose name is {getattr(cls, 'name', None)!r}; make the two agree"
+                )
+            register(cls)
+        _loaded = True
 
 
 def available() -> list[str]:

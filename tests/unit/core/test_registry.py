@@ -145,3 +145,25 @@ def test_an_entry_point_whose_name_disagrees_with_the_class_is_refused(
     with pytest.raises(ValueError, match="make the two agree"):
         available()
     sys.modules.pop("slearn_misnamed", None)
+
+
+def test_threads_looking_policies_up_at_once_all_see_every_policy() -> None:
+    # The server's event loop and database thread both look policies up at start.
+    import subprocess
+    import sys
+
+    code = (
+        "import threading\n"
+        "from schedulearn.core import registry\n"
+        "seen = []\n"
+        "go = threading.Barrier(8)\n"
+        "def look():\n"
+        "    go.wait(); seen.append(len(registry.available()))\n"
+        "ts = [threading.Thread(target=look) for _ in range(8)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "print(min(seen), max(seen))\n"
+    )
+    for _ in range(5):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+        low, high = map(int, out.split())
+        assert low == high > 5, out
