@@ -18,48 +18,26 @@ it and checks the hash again before unpacking.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import delete, select
-from sqlalchemy.engine import make_url
 from sqlmodel import Session, col
 
 from schedulearn.protocol import CheckpointRef, JobState
-from schedulearn.server.errors import BadRequest, NotFound, ServiceError
+from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Job, JobCheckpoint
-from schedulearn.settings import ServerSettings, data_dir
+from schedulearn.server.services import uploads
+from schedulearn.server.services.uploads import Upload
+from schedulearn.settings import ServerSettings
 
 FINAL = tuple(s.value for s in JobState if s.is_final)
 
 
-class TooLarge(ServiceError):
-    """A checkpoint over the server's size limit (HTTP 413)."""
-
-    status = 413
-
-
-@dataclass(frozen=True, slots=True)
-class Upload:
-    job_id: int
-    attempt: int
-    node: str
-    sha256: str
-    size_bytes: int
-    tmp_path: Path
-
-
 def store_dir(settings: ServerSettings) -> Path:
     """Where uploaded checkpoints live: the setting, else next to the SQLite file."""
-    if settings.checkpoint_store_dir:
-        return Path(settings.checkpoint_store_dir)
-    url = make_url(settings.database_url)
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        return Path(url.database).resolve().parent / "checkpoints"
-    return data_dir() / "checkpoints"
+    return uploads.store_dir(settings, settings.checkpoint_store_dir, "checkpoints")
 
 
 def file_of(store: Path, job_id: int) -> Path:
@@ -86,35 +64,20 @@ async def receive(
     declared_length: int | None,
 ) -> Upload:
     """Stream an upload to a temporary file; refuse it if too big or damaged."""
-    if declared_length is not None and declared_length > limit:
-        raise TooLarge(too_large_message(job_id, limit))
-    sha256 = sha256.lower()
-    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-        raise BadRequest("send the checkpoint's sha256 (64 hex digits) in X-Checkpoint-Sha256")
-    store.mkdir(parents=True, exist_ok=True)
+    expected = uploads.Expected(
+        job_id,
+        attempt,
+        node,
+        sha256,
+        limit,
+        kind="checkpoint",
+        what=f"the checkpoint of job {job_id}",
+        header="X-Checkpoint-Sha256",
+        too_large=too_large_message(job_id, limit),
+        durable=True,
+    )
     tmp = store / f".job-{job_id}.{attempt}.{os.getpid()}.upload"
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with tmp.open("wb") as out:
-            async for chunk in body:
-                size += len(chunk)
-                if size > limit:
-                    raise TooLarge(too_large_message(job_id, limit))
-                digest.update(chunk)
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        got = digest.hexdigest()
-        if got != sha256:
-            raise BadRequest(
-                f"the checkpoint of job {job_id} arrived damaged: its sha256 is {got}, the "
-                f"agent said {sha256}; the agent should send it again"
-            )
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return Upload(job_id, attempt, node, sha256, size, tmp)
+    return await uploads.receive(body, tmp, expected, declared_length)
 
 
 def commit(session: Session, store: Path, upload: Upload, now: float) -> CheckpointRef:

@@ -21,7 +21,6 @@ with more than one attempt, a header line names each.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
@@ -30,40 +29,19 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, select
-from sqlalchemy.engine import make_url
 from sqlmodel import Session, col
 
 from schedulearn.server.auth import Caller
-from schedulearn.server.errors import BadRequest, NotFound, ServiceError
+from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Job, JobFullLog, LogRecord
-from schedulearn.server.services import visibility
-from schedulearn.settings import ServerSettings, data_dir
-
-
-class TooLarge(ServiceError):
-    """A full log over the server's size limit (HTTP 413)."""
-
-    status = 413
-
-
-@dataclass(frozen=True, slots=True)
-class Upload:
-    job_id: int
-    attempt: int
-    node: str
-    sha256: str
-    size_bytes: int
-    tmp_path: Path
+from schedulearn.server.services import uploads, visibility
+from schedulearn.server.services.uploads import Upload
+from schedulearn.settings import ServerSettings
 
 
 def store_dir(settings: ServerSettings) -> Path:
     """Where full logs live: the setting, else next to the SQLite file."""
-    if settings.log_store_dir:
-        return Path(settings.log_store_dir)
-    url = make_url(settings.database_url)
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        return Path(url.database).resolve().parent / "logs"
-    return data_dir() / "logs"
+    return uploads.store_dir(settings, settings.log_store_dir, "logs")
 
 
 def file_of(store: Path, job_id: int, attempt: int) -> Path:
@@ -86,39 +64,23 @@ async def receive(
     declared_length: int | None,
 ) -> Upload:
     """Stream an upload to a temporary file; refuse it if too big or damaged."""
-    too_large = TooLarge(
-        f"the full log of job {job_id} attempt {attempt} is over the server's limit of "
-        f"{limit} bytes; raise SCHEDULEARN_LOG_FULL_MAX_BYTES on the server, or lower the "
-        "agent's log_disk_max_bytes"
+    expected = uploads.Expected(
+        job_id,
+        attempt,
+        node,
+        sha256,
+        limit,
+        kind="log",
+        what=f"the full log of job {job_id}",
+        header="X-Log-Sha256",
+        too_large=(
+            f"the full log of job {job_id} attempt {attempt} is over the server's limit of "
+            f"{limit} bytes; raise SCHEDULEARN_LOG_FULL_MAX_BYTES on the server, or lower the "
+            "agent's log_disk_max_bytes"
+        ),
     )
-    if declared_length is not None and declared_length > limit:
-        raise too_large
-    sha256 = sha256.lower()
-    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-        raise BadRequest("send the log's sha256 (64 hex digits) in X-Log-Sha256")
-    folder = file_of(store, job_id, attempt).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".attempt-{attempt}.{os.getpid()}.upload"
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with tmp.open("wb") as out:
-            async for chunk in body:
-                size += len(chunk)
-                if size > limit:
-                    raise too_large
-                digest.update(chunk)
-                out.write(chunk)
-        got = digest.hexdigest()
-        if got != sha256:
-            raise BadRequest(
-                f"the full log of job {job_id} arrived damaged: its sha256 is {got}, the "
-                f"agent said {sha256}; the agent should send it again"
-            )
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return Upload(job_id, attempt, node, sha256, size, tmp)
+    tmp = file_of(store, job_id, attempt).parent / f".attempt-{attempt}.{os.getpid()}.upload"
+    return await uploads.receive(body, tmp, expected, declared_length)
 
 
 def commit(session: Session, store: Path, upload: Upload, now: float) -> None:
