@@ -144,55 +144,46 @@ class AgentClient:
         self, job_id: int, attempt: int, node: str, path: Path, sha256: str, size: int
     ) -> CheckpointRef:
         """Stream a packed checkpoint to the server."""
-
-        async def chunks() -> AsyncIterator[bytes]:
-            with path.open("rb") as src:
-                while chunk := src.read(1024 * 1024):
-                    yield chunk
-
-        url = f"/jobs/{job_id}/checkpoint"
-        try:
-            response = await self._http.put(
-                url,
-                content=chunks(),
-                params={"attempt": str(attempt), "node": node},
-                headers={
-                    "X-Checkpoint-Sha256": sha256,
-                    "Content-Length": str(size),
-                    "Content-Type": "application/x-tar",
-                },
-                timeout=httpx.Timeout(600.0, connect=15.0),
-            )
-        except httpx.HTTPError as exc:
-            raise ServerUnavailable(f"PUT {url}: {exc!r}") from exc
-        return self._reply(response, "PUT", url, CheckpointRef)
+        url, headers = f"/jobs/{job_id}/checkpoint", {"X-Checkpoint-Sha256": sha256}
+        headers["Content-Type"] = "application/x-tar"
+        return await self._put_file(url, attempt, node, path, size, headers, CheckpointRef)
 
     async def put_full_log(
         self, job_id: int, attempt: int, node: str, path: Path, sha256: str, size: int
     ) -> Ack:
         """Stream an attempt's whole output spool (`agent.logspool`) to the server."""
+        url, headers = f"/jobs/{job_id}/full-log", {"X-Log-Sha256": sha256}
+        headers["Content-Type"] = "application/octet-stream"
+        return await self._put_file(url, attempt, node, path, size, headers, Ack)
+
+    async def _put_file(
+        self,
+        url: str,
+        attempt: int,
+        node: str,
+        path: Path,
+        size: int,
+        headers: dict[str, str],
+        reply: type[M],
+    ) -> M:
+        """PUT `path`'s bytes to `url`, streamed in 1 MiB chunks, for an attempt on `node`."""
 
         async def chunks() -> AsyncIterator[bytes]:
             with path.open("rb") as src:
                 while chunk := src.read(1024 * 1024):
                     yield chunk
 
-        url = f"/jobs/{job_id}/full-log"
         try:
             response = await self._http.put(
                 url,
                 content=chunks(),
                 params={"attempt": str(attempt), "node": node},
-                headers={
-                    "X-Log-Sha256": sha256,
-                    "Content-Length": str(size),
-                    "Content-Type": "application/octet-stream",
-                },
+                headers={**headers, "Content-Length": str(size)},
                 timeout=httpx.Timeout(600.0, connect=15.0),
             )
         except httpx.HTTPError as exc:
             raise ServerUnavailable(f"PUT {url}: {exc!r}") from exc
-        return self._reply(response, "PUT", url, Ack)
+        return self._reply(response, "PUT", url, reply)
 
     async def get_checkpoint(self, job_id: int, dest: Path) -> str:
         """Download the job's checkpoint to `dest`; returns the sha256 of what arrived."""
