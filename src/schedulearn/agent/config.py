@@ -47,6 +47,11 @@ class AgentConfig:
     container_init: bool = True
     container_ulimits: dict[str, tuple[int, int]] = field(default_factory=dict)
     workdir: str | None = None
+    # What process jobs start from (`agent.jobenv`, docs/job-environment.md):
+    # their PATH (None: this interpreter's directory, then the agent's PATH),
+    # and variables every job gets (`--env`; the job's own env wins over them).
+    job_path: str | None = None
+    job_env: dict[str, str] = field(default_factory=dict)
     # Seconds the server may hold a work request open before answering "nothing".
     poll_wait_seconds: float = 20.0
     # On SIGTERM/Ctrl-C: stop the jobs (and report them), or leave them running

@@ -11,7 +11,10 @@ Environment (DESIGN.md section 3): `CUDA_VISIBLE_DEVICES`,
 and for a gang over several nodes `MASTER_ADDR`, `MASTER_PORT`,
 `WORLD_SIZE` (the number of nodes) and `NODE_RANK`. In a container also
 `NVIDIA_VISIBLE_DEVICES`. The job's own `env` cannot override these: they
-are how a job is kept to its GPUs.
+are how a job is kept to its GPUs. Under them: the job's own `env`, and
+under that the variables the agent's admin gave every job (`--env`,
+`node_env`); `agent.jobenv` builds what a process job starts from below
+these (docs/job-environment.md has the whole order).
 
 A string command runs under `/bin/sh -c`, behind `STOP_TRAPS`: a stop is
 a SIGTERM to the job's whole process group (the process executor signals
@@ -134,8 +137,10 @@ def job_env(
     in_container: bool = False,
     renumber_gpus: bool = False,
     progress_file: str | None = None,
+    node_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The variables Schedulearn sets for a job, on top of the job's own `env`.
+    """The variables Schedulearn sets for a job, on top of the job's own `env`,
+    on top of the agent's `--env` (`node_env`).
 
     `renumber_gpus`: the container runtime hands the container only its GPUs,
     numbered from 0 (NVIDIA device requests), so CUDA must count from 0 too.
@@ -143,7 +148,7 @@ def job_env(
     gpus = [str(g) for g in assignment.gpus]
     visible = ",".join(str(i) for i in range(len(gpus))) if renumber_gpus else ",".join(gpus)
     # Secret values go only into the job's environment, never into a log line.
-    env = {**assignment.env, **assignment.secret_env}
+    env = {**(node_env or {}), **assignment.env, **assignment.secret_env}
     env.update(
         {
             "CUDA_VISIBLE_DEVICES": visible,
@@ -177,9 +182,10 @@ def plan_launch(
     in_container: bool = False,
     renumber_gpus: bool = False,
     progress_file: str | None = None,
+    node_env: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """The argv and environment of `assignment`'s process on this node."""
-    env = job_env(assignment, checkpoint_dir, in_container, renumber_gpus, progress_file)
+    env = job_env(assignment, checkpoint_dir, in_container, renumber_gpus, progress_file, node_env)
     gang = assignment.gang
     local_gpus = len(assignment.gpus)
     if assignment.launcher is Launcher.NONE:

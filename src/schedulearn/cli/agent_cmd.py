@@ -147,6 +147,22 @@ def agent(
         str | None,
         typer.Option(help="Working directory of jobs that name none (default: the current one)"),
     ] = None,
+    job_path: Annotated[
+        str | None,
+        typer.Option(
+            "--path",
+            help="PATH of process jobs, absolute directories separated by ':' (default: this "
+            "agent's interpreter's directory, then the agent's PATH); see docs/job-environment.md",
+        ),
+    ] = None,
+    job_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env",
+            help="KEY=VALUE set in every job's environment (process and container); repeat "
+            "for several; a job's own env wins",
+        ),
+    ] = None,
     stop_jobs_on_exit: Annotated[
         bool,
         typer.Option(
@@ -195,6 +211,14 @@ def agent(
     # Not handed down to jobs (the executors strip SCHEDULEARN_* too).
     for name_ in ("SCHEDULEARN_AGENT_TOKEN", "SCHEDULEARN_JOIN_TOKEN"):
         os.environ.pop(name_, None)
+    from schedulearn.agent import jobenv
+
+    try:
+        extra_env = jobenv.parse_env(job_env or [])
+        if job_path is not None:
+            jobenv.check_path(job_path)
+    except jobenv.JobEnvError as exc:
+        raise typer.BadParameter(str(exc)) from None
     node = name or default_name()
     jobs_as = JobsAs(run_jobs_as.value) if run_jobs_as else default_jobs_as()
     where = state_dir or default_state_dir(node, jobs_as is JobsAs.OWNER)
@@ -256,9 +280,22 @@ def agent(
         container_init=container_init,
         container_ulimits=ulimits,
         workdir=workdir,
+        job_path=job_path,
+        job_env=extra_env,
         stop_jobs_on_exit=stop_jobs_on_exit,
         jobs_as=jobs_as,
     )
+    # Which `python` and PATH jobs get, said before anything runs (issue: a
+    # job's interpreter used to be whatever PATH the agent happened to have).
+    for line in jobenv.describe(
+        jobenv.job_path(job_path),
+        extra_env,
+        path_given=job_path is not None,
+        processes=Executor.SUBPROCESS in config.executors,
+        containers=Executor.DOCKER in config.executors,
+        jobs_as_owners=jobs_as is JobsAs.OWNER,
+    ):
+        typer.echo(f"schedulearn agent: {line}", err=True)
     try:
         run_agent(config)
     except AgentError as exc:

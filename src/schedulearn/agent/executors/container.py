@@ -130,8 +130,11 @@ class DockerExecutor:
         gpu_mode: GpuMode = "auto",
         init: bool = True,
         ulimits: dict[str, tuple[int, int]] | None = None,
+        node_env: dict[str, str] | None = None,
     ) -> None:
         self.node_name = node_name
+        # The agent's `--env`: under the job's own env (PATH etc. are the image's).
+        self.node_env = dict(node_env or {})
         self.network_mode = network_mode
         self.init = init
         self.ulimits = ulimits or {}
@@ -171,6 +174,7 @@ class DockerExecutor:
                 in_container=True,
                 renumber_gpus=self.device_requests,
                 progress_file=f"{CONTAINER_PROGRESS_DIR}/{PROGRESS_FILE}",
+                node_env=self.node_env,
             )
         except LaunchError as exc:
             raise StartError(str(exc)) from exc
@@ -473,4 +477,5 @@ def build(config: AgentConfig) -> DockerExecutor:
         gpu_mode=config.gpu_mode,
         init=config.container_init,
         ulimits=config.container_ulimits,
+        node_env=config.job_env,
     )

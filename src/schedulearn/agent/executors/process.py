@@ -31,6 +31,11 @@ hands the job their descriptors; the exit file and the progress file
 are made beforehand and given to the account, in a directory that stays
 the agent's, so the job can write them but reach nothing else there.
 
+Environment (`agent.jobenv`, docs/job-environment.md): the agent's own
+less `SCHEDULEARN_*`, with the job PATH (`--path`, else this interpreter's
+directory first, so a job's `python` is the agent's), the account's
+variables, then the launch plan's (`--env`, the job's env, Schedulearn's).
+
 Exit is observed through a pidfd, which works for a child and for a
 re-adopted process alike. Cancel: SIGTERM to the whole group, a grace
 period, then SIGKILL of the group. When the job ends, stray processes
@@ -52,7 +57,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from schedulearn.agent import accounts
+from schedulearn.agent import accounts, jobenv
 from schedulearn.agent.accounts import Account
 from schedulearn.agent.config import AgentConfig
 from schedulearn.agent.executors.base import (
@@ -78,9 +83,6 @@ SHIM = 'trap : TERM INT HUP; "$@"; c=$?; printf "%4d\\n" "$c" 1<>"$0"; exit "$c"
 # How often a running job's log files are read; the exit wakes the reader at once.
 POLL_SECONDS = 0.1
 READ_CHUNK = 1 << 20
-# Variables of the agent's own environment that a job must not inherit
-# (the agent token above all).
-_PRIVATE_PREFIXES = ("SCHEDULEARN_",)
 
 
 def log_file(job_dir: str | Path, stream: LogStream) -> Path:
@@ -115,10 +117,18 @@ class SubprocessExecutor:
         node_name: str,
         base_env: Mapping[str, str] | None = None,
         default_workdir: str | None = None,
+        path: str | None = None,
+        node_env: Mapping[str, str] | None = None,
     ) -> None:
+        """`base_env`: the agent's environment (default: this process's); `path`:
+        the job PATH (default: `jobenv.job_path` of `base_env`'s); `node_env`:
+        the agent's `--env` variables."""
         self.node_name = node_name
         source = os.environ if base_env is None else base_env
-        self._base_env = {k: v for k, v in source.items() if not k.startswith(_PRIVATE_PREFIXES)}
+        self.path = jobenv.job_path(path, agent_path=source.get("PATH"))
+        # The agent's own variables less SCHEDULEARN_* (its credential above all).
+        self._base_env = jobenv.base_env(self.path, source)
+        self._node_env = dict(node_env or {})
         self._workdir_option = default_workdir
         self._default_workdir = default_workdir or os.getcwd()
 
@@ -127,7 +137,10 @@ class SubprocessExecutor:
     ) -> RunHandle:
         try:
             plan = plan_launch(
-                assignment, record.checkpoint_dir, progress_file=str(progress_file(record))
+                assignment,
+                record.checkpoint_dir,
+                progress_file=str(progress_file(record)),
+                node_env=self._node_env,
             )
         except LaunchError as exc:
             raise StartError(str(exc)) from exc
@@ -397,4 +410,6 @@ def _read_exit_file(path: Path) -> int | None:
 
 def build(config: AgentConfig) -> SubprocessExecutor:
     """The executor as `executors.registry` offers it (host processes need nothing)."""
-    return SubprocessExecutor(config.name, default_workdir=config.workdir)
+    return SubprocessExecutor(
+        config.name, default_workdir=config.workdir, path=config.job_path, node_env=config.job_env
+    )
