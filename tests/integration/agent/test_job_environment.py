@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,11 @@ class ScriptAgent(Proc):
             )
 
 
+StartScriptAgent = Callable[..., ScriptAgent]
+
+
 @pytest.fixture
-def script_agent(server: ServerProc, tmp_path: Path):  # type: ignore[no-untyped-def]  # a factory fixture
+def script_agent(server: ServerProc, tmp_path: Path) -> Iterator[StartScriptAgent]:
     started: list[ScriptAgent] = []
 
     def start(name: str, *options: str) -> ScriptAgent:
@@ -84,8 +88,8 @@ def _run(api: AdminApi, command: str, **spec: object) -> tuple[str, list[str]]:
 
 
 def test_a_job_of_an_agent_started_by_its_venv_path_imports_schedulearn(
-    api: AdminApi, script_agent, server: ServerProc
-) -> None:  # type: ignore[no-untyped-def]  # script_agent is a factory fixture
+    api: AdminApi, script_agent: StartScriptAgent, server: ServerProc
+) -> None:
     agent = script_agent("venv-node")
     wait_until(lambda: api.node("venv-node"), 60, "the agent to register", until=bool)
     state, lines = _run(api, f'python -c "{SHOW}"')
@@ -95,3 +99,83 @@ def test_a_job_of_an_agent_started_by_its_venv_path_imports_schedulearn(
     log = agent.log()
     assert f"python is {VENV_BIN / 'python'}" in log, log
     assert f"PATH={VENV_BIN}{os.pathsep}{PLAIN_PATH}" in log, log
+
+
+def test_path_chooses_the_python_a_job_gets(api: AdminApi, script_agent: StartScriptAgent) -> None:
+    agent = script_agent("plain-node", "--path", PLAIN_PATH)
+    wait_until(lambda: api.node("plain-node"), 60, "the agent to register", until=bool)
+    state, lines = _run(api, "python -c 'import sys; print(sys.executable)'; echo $PATH")
+    assert state == "succeeded", lines
+    # The PATH given, as given; its python is the base interpreter, not the agent's.
+    assert lines[1] == PLAIN_PATH, lines
+    assert Path(lines[0]).parent == BASE_BIN, lines
+    state, lines = _run(api, f'python -c "{SHOW}"')
+    assert state == "failed" and "No module named 'schedulearn'" in lines[-1], lines
+    log = agent.log()
+    assert f"PATH={PLAIN_PATH} (from --path)" in log, log
+    assert "without schedulearn: jobs that import schedulearn.runtime fail" in log, log
+
+
+def test_env_reaches_every_job_under_the_jobs_own_env(
+    api: AdminApi, script_agent: StartScriptAgent
+) -> None:
+    options = ("--env", "HF_HOME=/data/hf", "--env", "EQ=a=b", "--env", "SHARED=agent")
+    agent = script_agent("env-node", *options)
+    wait_until(lambda: api.node("env-node"), 60, "the agent to register", until=bool)
+    show = 'echo "$HF_HOME|$EQ|$SHARED|$SCHEDULEARN_NUM_GPUS"'
+    state, lines = _run(api, show)
+    assert (state, lines) == ("succeeded", ["/data/hf|a=b|agent|1"])
+    # The job's own env wins over --env; Schedulearn's variables win over both.
+    state, lines = _run(api, show, env={"SHARED": "job", "SCHEDULEARN_NUM_GPUS": "8"})
+    assert (state, lines) == ("succeeded", ["/data/hf|a=b|job|1"])
+    assert "every job also gets --env EQ, HF_HOME, SHARED" in agent.log()
+
+
+@pytest.mark.docker
+def test_env_reaches_container_jobs_whose_path_is_the_images(
+    api: AdminApi, script_agent: StartScriptAgent, docker_image: str
+) -> None:
+    options = ("--executor", "docker", "--env", "HF_HOME=/data/hf", "--path", PLAIN_PATH)
+    agent = script_agent("box-node", *options)
+    wait_until(lambda: api.node("box-node"), 60, "the agent to register", until=bool)
+    state, lines = _run(api, 'echo "$HF_HOME|$PATH"', image=docker_image)
+    assert state == "succeeded", lines
+    home, path = lines[0].split("|")
+    assert home == "/data/hf"
+    assert path != PLAIN_PATH and str(VENV_BIN) not in path, path
+    assert "container jobs: PATH and python are their image's" in agent.log()
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (("--env", "FOO"), "--env 'FOO' has no '='; write it as KEY=VALUE"),
+        (("--env", "1X=y"), "'1X' is not a variable name"),
+        (("--env", "SCHEDULEARN_JOB_ID=3"), "--env cannot set SCHEDULEARN_JOB_ID"),
+        (("--env", "CUDA_VISIBLE_DEVICES=0"), "--env cannot set CUDA_VISIBLE_DEVICES"),
+        (("--env", "PATH=/opt/bin"), "give the job PATH with --path DIRS"),
+        (("--path", "bin:/usr/bin"), "bin is not absolute"),
+        (("--path", "/usr/bin::/bin"), "has an empty entry"),
+    ],
+)
+def test_a_bad_env_or_path_is_refused_saying_what_to_change(
+    tmp_path: Path, option: tuple[str, str], said: str
+) -> None:
+    refused = subprocess.run(
+        [
+            str(SCRIPT),
+            "agent",
+            "--server",
+            "http://127.0.0.1:9",
+            "--state-dir",
+            str(tmp_path),
+            *option,
+        ],
+        env={**_plain_env(), "COLUMNS": "400"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert said in " ".join(refused.stderr.split()), refused.stderr
+    assert "Traceback" not in refused.stderr
