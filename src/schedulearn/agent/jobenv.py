@@ -147,14 +147,15 @@ _PROBE = (
 
 
 def find_python(path: str, env: Mapping[str, str] | None = None) -> JobPython:
-    """Run the `python` (or else `python3`) found on `path` once, as a job's would run."""
+    """Run the `python` (or else `python3`) found on `path` once, as a job's would run
+    (in `env`, by default the agent's own as `base_env` gives it to jobs)."""
     found = shutil.which("python", path=path) or shutil.which("python3", path=path)
     if found is None:
         return JobPython(None)
     try:
         done = subprocess.run(
             [found, "-c", _PROBE],
-            env={**(env or {}), "PATH": path},
+            env={**(base_env(path) if env is None else env), "PATH": path},
             capture_output=True,
             text=True,
             timeout=PROBE_SECONDS,
@@ -183,6 +184,22 @@ def closed_to_others(path: str) -> str | None:
     return None
 
 
+def python_line(python: JobPython) -> str:
+    """`process jobs: python is PATH (Python 3.x, with schedulearn)`, or why not."""
+    if python.path is None:
+        said = "no `python` or `python3` on the job PATH"
+    elif python.problem:
+        said = f"python is {python.path} ({python.problem})"
+    else:
+        has = (
+            "with schedulearn"
+            if python.has_schedulearn
+            else "without schedulearn: jobs that import schedulearn.runtime fail"
+        )
+        said = f"python is {python.path} (Python {python.version}, {has})"
+    return f"process jobs: {said}"
+
+
 def describe(
     path: str,
     extra_env: Mapping[str, str],
@@ -195,19 +212,8 @@ def describe(
     """The lines the agent prints at start: the job's `python`, PATH and `--env` names."""
     lines: list[str] = []
     if processes:
-        python = python if python is not None else find_python(path, base_env(path))
-        if python.path is None:
-            said = "no `python` or `python3` on the job PATH"
-        elif python.problem:
-            said = f"python is {python.path} ({python.problem})"
-        else:
-            has = (
-                "with schedulearn"
-                if python.has_schedulearn
-                else "without schedulearn: jobs that import schedulearn.runtime fail"
-            )
-            said = f"python is {python.path} (Python {python.version}, {has})"
-        lines.append(f"process jobs: {said}")
+        python = python if python is not None else find_python(path)
+        lines.append(python_line(python))
         origin = "from --path" if path_given else "this agent's interpreter first"
         lines.append(f"process jobs: PATH={path} ({origin})")
         where = os.path.dirname(python.path) if python.path else None

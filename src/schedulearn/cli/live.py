@@ -204,6 +204,12 @@ def up(
     err.print(f"Schedulearn is up at [bold]{url}[/bold] (database: {settings.database_url})")
     what = f"{gpus} virtual GPUs" if gpus else "NVIDIA GPUs"
     err.print(f"  local agent {name!r}: {what}, log {log_path}")
+    # The agent runs under this interpreter, and its jobs' PATH starts with its
+    # directory (agent.jobenv): say which `python` jobs get.
+    from schedulearn.agent import jobenv
+
+    said = jobenv.python_line(jobenv.find_python(jobenv.job_path(None)))
+    err.print(f"  {said}", soft_wrap=True, highlight=False)
     err.print(
         f"  your admin token and the agent's are in {path} (readable only by you); "
         "the CLI uses them from there",
