@@ -157,11 +157,11 @@ class AgentProcess(Proc):
         # unless a test passes --run-jobs-as owner (the later option wins).
         args += ["--run-jobs-as", "agent"]
         args += ["--gpus", str(gpus), "--state-dir", str(state_dir), *(extra or [])]
-        # Launchers installed beside this interpreter (torchrun, horovodrun) are found
-        # even when its environment is not activated.
-        scripts = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        # No PATH set up here: the agent puts its interpreter's directory first on
+        # its jobs' PATH itself (agent.jobenv), so launchers installed beside it
+        # (torchrun, horovodrun) are found even when its environment is not activated.
         secret = {"SCHEDULEARN_JOIN_TOKEN": join_token} if join_token else {}
-        super().__init__(args, log_path, {"PATH": scripts, **secret, **(env or {})})
+        super().__init__(args, log_path, {**secret, **(env or {})})
 
     def enroll(self, server: ServerProcess) -> None:
         """Enroll this agent's node on `server` (running), as `node add` does; before `start`."""
