@@ -170,17 +170,19 @@ def find_python(path: str, env: Mapping[str, str] | None = None) -> JobPython:
     return JobPython(found, words[0], words[1] == "True")
 
 
-def closed_to_others(path: str) -> str | None:
-    """The first directory on the way to `path` that other users cannot enter
-    (no `o+x`), or None: a job run as its owner cannot use what lies behind it."""
-    here = Path(path)
-    for directory in [*reversed(here.parents), here]:
-        try:
-            mode = directory.stat().st_mode
-        except OSError:
-            return None
-        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
-            return str(directory)
+def closed_to_others(program: str) -> str | None:
+    """The first directory other users cannot enter (no `o+x`) on the way to
+    `program` or to what its symlinks lead to (a venv's `python` links to the
+    interpreter it was made from), or None: a job run as its owner cannot run
+    a program behind such a directory."""
+    for target in dict.fromkeys([Path(program).parent, Path(os.path.realpath(program)).parent]):
+        for directory in [*reversed(target.parents), target]:
+            try:
+                mode = directory.stat().st_mode
+            except OSError:
+                break
+            if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
+                return str(directory)
     return None
 
 
@@ -216,8 +218,7 @@ def describe(
         lines.append(python_line(python))
         origin = "from --path" if path_given else "this agent's interpreter first"
         lines.append(f"process jobs: PATH={path} ({origin})")
-        where = os.path.dirname(python.path) if python.path else None
-        closed = closed_to_others(where) if where and jobs_as_owners else None
+        closed = closed_to_others(python.path) if python.path and jobs_as_owners else None
         if closed is not None:
             lines.append(
                 f"process jobs run as their owners cannot enter {closed} (no access for "

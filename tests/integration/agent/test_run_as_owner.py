@@ -272,6 +272,30 @@ def test_a_job_whose_owner_has_no_account_on_the_node_waits_until_it_has_one(
         subprocess.run(["userdel", "-r", "-f", carol_name], capture_output=True)
 
 
+def test_a_job_run_as_its_owner_gets_the_node_path_and_env_with_its_accounts_home(
+    server: ServerProc,
+    api: AdminApi,
+    make_account: Callable[..., str],
+    root_agent: Callable[..., AgentProc],
+) -> None:
+    """docs/job-environment.md: the job PATH (the agent's interpreter's directory
+    first) and `--env` reach an owner's job; HOME, USER, SHELL are its account's."""
+    name = make_account()
+    agent = root_agent(extra=("--env", "HF_HOME=/data/hf"))
+    _registered(api, "n1", name)
+    owner = User(name, server.url, _token(api, name))
+    job = owner.submit(
+        command='echo "path=$PATH"; echo "home=$HOME"; echo "user=$USER"; '
+        'echo "shell=$SHELL"; echo "hf=$HF_HOME"'
+    )
+    api.wait_state(job, ["succeeded"], timeout=60)
+    seen = _results(api, job)
+    assert seen["path"].split(os.pathsep)[0] == str(Path(sys.executable).parent), seen
+    assert (seen["home"], seen["user"], seen["shell"]) == (str(owner.home), name, "/bin/sh")
+    assert seen["hf"] == "/data/hf"
+    assert "process jobs: PATH=" in agent.log()
+
+
 @pytest.mark.docker
 def test_container_jobs_run_as_their_owner_without_privileges(
     server: ServerProc,

@@ -132,8 +132,9 @@ def _closed_directory_named(top: Path) -> None:
     closed = top / "home"
     bin_dir = closed / "venv" / "bin"
     bin_dir.mkdir(parents=True)
+    (bin_dir / "python").touch()
     closed.chmod(0o700)
-    assert jobenv.closed_to_others(str(bin_dir)) == str(closed)
+    assert jobenv.closed_to_others(str(bin_dir / "python")) == str(closed)
     python = JobPython(str(bin_dir / "python"), "3.12.1", has_schedulearn=True)
     said = jobenv.describe(
         str(bin_dir),
@@ -146,4 +147,21 @@ def _closed_directory_named(top: Path) -> None:
     )
     assert f"process jobs run as their owners cannot enter {closed}" in said[-1]
     closed.chmod(0o711)
-    assert jobenv.closed_to_others(str(bin_dir)) is None
+    assert jobenv.closed_to_others(str(bin_dir / "python")) is None
+    # A venv's python in an open directory, linking to an interpreter behind a closed one.
+    venv_bin = top / "open" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(bin_dir / "python")
+    closed.chmod(0o700)
+    assert jobenv.closed_to_others(str(venv_bin / "python")) == str(closed)
+    # Not run as owners: nothing to say.
+    said = jobenv.describe(
+        str(venv_bin),
+        {},
+        False,
+        processes=True,
+        containers=False,
+        jobs_as_owners=False,
+        python=python,
+    )
+    assert not any("owners" in line for line in said)
