@@ -114,12 +114,14 @@ def default_path(interpreter: str, agent_path: str | None) -> str:
 def job_path(
     path_option: str | None,
     interpreter: str | None = None,
-    agent_path: str | None = None,
+    agent_env: Mapping[str, str] | None = None,
 ) -> str:
-    """The PATH a process job gets: `--path`, else `default_path` of this process."""
+    """The PATH a process job gets: `--path`, else `default_path` of the
+    interpreter (this one) and the agent's environment (this process's)."""
     if path_option is not None:
         return path_option
-    return default_path(interpreter or sys.executable, agent_path or os.environ.get("PATH"))
+    source = os.environ if agent_env is None else agent_env
+    return default_path(interpreter or sys.executable, source.get("PATH"))
 
 
 def base_env(path: str, agent_env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -24,8 +24,10 @@ def test_the_default_path_starts_with_the_interpreters_directory_once() -> None:
     # No PATH at all: the system default after the interpreter's directory.
     assert jobenv.default_path("/opt/venv/bin/python", None) == f"/opt/venv/bin:{os.defpath}"
     # --path replaces it, as given.
-    assert jobenv.job_path("/a:/b", "/opt/venv/bin/python", "/usr/bin") == "/a:/b"
-    assert jobenv.job_path(None, "/opt/venv/bin/python", "/usr/bin") == "/opt/venv/bin:/usr/bin"
+    agent = {"PATH": "/usr/bin"}
+    assert jobenv.job_path("/a:/b", "/opt/venv/bin/python", agent) == "/a:/b"
+    assert jobenv.job_path(None, "/opt/venv/bin/python", agent) == "/opt/venv/bin:/usr/bin"
+    assert jobenv.job_path(None, "/v/bin/python", {}) == f"/v/bin:{os.defpath}"
 
 
 def test_the_interpreters_directory_is_not_resolved_through_its_symlink() -> None:

@@ -125,7 +125,7 @@ class SubprocessExecutor:
         the agent's `--env` variables."""
         self.node_name = node_name
         source = os.environ if base_env is None else base_env
-        self.path = jobenv.job_path(path, agent_path=source.get("PATH"))
+        self.path = jobenv.job_path(path, agent_env=source)
         # The agent's own variables less SCHEDULEARN_* (its credential above all).
         self._base_env = jobenv.base_env(self.path, source)
         self._node_env = dict(node_env or {})
