@@ -151,6 +151,7 @@ def agent(
         str | None,
         typer.Option(
             "--path",
+            metavar="DIRS",
             help="PATH of process jobs, absolute directories separated by ':' (default: this "
             "agent's interpreter's directory, then the agent's PATH); see docs/job-environment.md",
         ),
@@ -159,7 +160,8 @@ def agent(
         list[str] | None,
         typer.Option(
             "--env",
-            help="KEY=VALUE set in every job's environment (process and container); repeat "
+            metavar="KEY=VALUE",
+            help="A variable set in every job's environment (process and container); repeat "
             "for several; a job's own env wins",
         ),
     ] = None,
