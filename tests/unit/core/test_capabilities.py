@@ -10,11 +10,10 @@ on the wrong node" is not passed by never placing anything.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from snapshots import NOW, elastic_job, fill, replay
 
 from schedulearn.core import (
     ClusterView,
@@ -217,46 +216,21 @@ def snapshots(draw: st.DrawFn) -> ClusterView:
         )
         for i in range(draw(st.integers(1, 6)))
     )
-    now = 1000.0
+    fields: dict[str, st.SearchStrategy[object]] = {
+        "cpus": st.sampled_from([0.0, 0.0, 4.0]),
+        "gpu_type": st.sampled_from([None, None, *[t for t in types if t]]),
+        "deadline": st.one_of(st.none(), st.floats(0, 3 * NOW)),
+        "estimated_duration": st.one_of(st.none(), st.floats(1, 5000)),
+        "preemptible": st.booleans(),
+        "attained_gpu_seconds": st.sampled_from([0.0, 60.0, 10_000.0]),
+        "image": st.sampled_from([None, None, "pytorch:2"]),
+        "constraints": st.sampled_from([(), (), ("ib",), ("nvme",), ("ib", "nvme")]),
+    }
 
     def a_job(job_id: int) -> JobView:
-        gpus = draw(st.integers(0, 8))
-        elastic = gpus > 0 and draw(st.booleans())
-        return JobView(
-            id=job_id,
-            submitted_at=draw(st.floats(0, now)),
-            gpus=gpus,
-            min_gpus=draw(st.integers(1, gpus)) if elastic else None,
-            max_gpus=draw(st.integers(gpus, 10)) if elastic else None,
-            cpus=draw(st.sampled_from([0.0, 0.0, 4.0])),
-            gpu_type=draw(st.sampled_from([None, None, *[t for t in types if t]])),
-            deadline=draw(st.one_of(st.none(), st.floats(0, 3 * now))),
-            estimated_duration=draw(st.one_of(st.none(), st.floats(1, 5000))),
-            preemptible=draw(st.booleans()),
-            attained_gpu_seconds=draw(st.sampled_from([0.0, 60.0, 10_000.0])),
-            image=draw(st.sampled_from([None, None, "pytorch:2"])),
-            constraints=draw(st.sampled_from([(), (), ("ib",), ("nvme",), ("ib", "nvme")])),
-        )
+        return elastic_job(draw, job_id, most_gpus=8, widest=10, fields=fields)
 
-    # Running jobs are placed through a pool and a ledger, so the snapshot is consistent.
-    ledger = GpuLedger(nodes)
-    pool = FreePool(nodes)
-    running: list[JobView] = []
-    for k in range(draw(st.integers(0, 6))):
-        j = a_job(100 + k)
-        placement = pool.pack(j, j.least_gpus)
-        if placement is None:
-            continue
-        pool.take(j, placement)
-        started = replace(j, placement=placement, started_at=draw(st.floats(0, now)))
-        ledger.apply([Start(j.id, placement)], {j.id: started})
-        running.append(started)
-    pending = sorted(
-        (a_job(k) for k in range(draw(st.integers(1, 8)))), key=lambda j: j.submitted_at
-    )
-    return ClusterView(
-        now, tuple(ledger.node_view(n.name) for n in nodes), tuple(pending), tuple(running)
-    )
+    return fill(draw, nodes, a_job, running=6, pending=(1, 8)).view()
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -272,13 +246,7 @@ def test_no_policy_places_a_job_on_a_node_that_cannot_run_it(spec: str, view: Cl
             for name in d.placement.nodes:
                 assert can_run(j, by_name[name]), why_not(j, by_name[name])
     # And the ledger, which every host applies a pass through, agrees.
-    ledger = GpuLedger(
-        replace(n, gpus=tuple(replace(g, job_id=None) for g in n.gpus)) for n in view.nodes
-    )
-    for j in view.running:
-        assert j.placement is not None
-        ledger.apply([Start(j.id, j.placement)], {j.id: j})
-    ledger.apply(decisions, jobs)
+    replay(view, decisions)
 
 
 def test_the_wire_and_the_core_share_one_label_pattern() -> None:

@@ -11,11 +11,11 @@ import pytest
 from core_scenario import Scenario, job, node, preempts, starts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from snapshots import NOW, fill, replay
 
 from schedulearn.core import (
     ClusterView,
     FreePool,
-    GpuLedger,
     JobView,
     NodeView,
     Start,
@@ -198,7 +198,6 @@ def tenant_snapshots(draw: st.DrawFn) -> tuple[ClusterView, float]:
         NodeView.new(f"n{i}", draw(st.integers(1, 8))) for i in range(draw(st.integers(1, 4)))
     )
     total = sum(n.num_gpus for n in nodes)
-    now = 1000.0
     min_run = draw(st.sampled_from([0.0, 300.0]))
     guaranteed = [draw(st.integers(0, max(0, total // 2))) for _ in NAMES]
     queues = tuple(
@@ -215,7 +214,7 @@ def tenant_snapshots(draw: st.DrawFn) -> tuple[ClusterView, float]:
     def a_job(job_id: int) -> JobView:
         return JobView(
             id=job_id,
-            submitted_at=draw(st.floats(0, now)),
+            submitted_at=draw(st.floats(0, NOW)),
             gpus=draw(st.integers(1, 4)),
             queue=draw(st.sampled_from(NAMES)),
             preemptible=draw(st.sampled_from([True, True, False])),
@@ -223,30 +222,9 @@ def tenant_snapshots(draw: st.DrawFn) -> tuple[ClusterView, float]:
             attained_gpu_seconds=draw(st.sampled_from([0.0, 1e5])),
         )
 
-    ledger = GpuLedger(nodes)
-    pool = FreePool(nodes)
-    running: list[JobView] = []
-    for k in range(draw(st.integers(0, 10))):
-        j = a_job(100 + k)
-        placement = pool.pack(j)
-        if placement is None:
-            continue
-        pool.take(j, placement)
-        started = replace(
-            j, placement=placement, started_at=draw(st.sampled_from([0.0, 900.0, now]))
-        )
-        ledger.apply([Start(j.id, placement)], {j.id: started})
-        running.append(started)
-    pending = sorted(
-        (a_job(k) for k in range(draw(st.integers(0, 8)))), key=lambda j: j.submitted_at
-    )
-    view = ClusterView(
-        now,
-        tuple(ledger.node_view(n.name) for n in nodes),
-        tuple(pending),
-        tuple(running),
-        tenancy=Tenancy(queues, usage),
-    )
+    started_at = st.sampled_from([0.0, 900.0, NOW])
+    snapshot = fill(draw, nodes, a_job, running=10, pending=(0, 8), started_at=started_at)
+    view = snapshot.view(tenancy=Tenancy(queues, usage))
     return view, min_run
 
 
@@ -262,12 +240,8 @@ def test_a_pass_is_valid_deterministic_and_keeps_guarantees(
     assert view.tenancy is not None
     # Valid: the ledger refuses a GPU given twice, a broken gang, a
     # non-preemptible job preempted.
-    ledger = GpuLedger(NodeView.new(n.name, n.num_gpus) for n in view.nodes)
-    for j in view.running:
-        assert j.placement is not None
-        ledger.apply([Start(j.id, j.placement)], {j.id: j})
+    ledger = replay(view, decisions)
     jobs = {j.id: j for j in [*view.pending, *view.running]}
-    ledger.apply(decisions, jobs)
 
     # The state after the pass.
     started = starts(decisions)

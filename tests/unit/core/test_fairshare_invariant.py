@@ -17,14 +17,13 @@ from dataclasses import replace
 import pytest
 from core_scenario import Scenario, node, preempts, starts
 from hypothesis import HealthCheck, given, settings
+from snapshots import replay
 from test_fairshare import tenant_snapshots
 
 from schedulearn.core import (
     ClusterView,
     Decision,
-    GpuLedger,
     JobView,
-    NodeView,
     Preempt,
     Resize,
     Start,
@@ -40,12 +39,7 @@ SPECS = ["fifo", "tiresias", "srtf", "timeslice:quantum=10", "edf", "goodput", "
 
 def after_pass(view: ClusterView, decisions: Sequence[Decision], now: float) -> ClusterView:
     """The snapshot at `now` with `decisions` applied (the ledger checks every rule)."""
-    ledger = GpuLedger(NodeView.new(n.name, n.num_gpus) for n in view.nodes)
-    jobs = {j.id: j for j in [*view.pending, *view.running]}
-    for j in view.running:
-        assert j.placement is not None
-        ledger.apply([Start(j.id, j.placement)], {j.id: j})
-    ledger.apply(decisions, jobs)
+    ledger = replay(view, decisions)
     running = {j.id: j for j in view.running}
     pending = {j.id: j for j in view.pending}
     for d in decisions:

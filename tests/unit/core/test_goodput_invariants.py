@@ -12,15 +12,13 @@ and the batch the runtime is told to use is one the limits allow.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from snapshots import elastic_job, fill, replay
 
 from schedulearn.core import (
     ClusterView,
-    FreePool,
-    GpuLedger,
     JobView,
     NodeView,
     Resize,
@@ -81,47 +79,29 @@ def snapshots(draw: st.DrawFn) -> ClusterView:
         NodeView.new(f"n{i}", draw(st.integers(0, 8)), cpus=draw(st.sampled_from([0.0, 16.0])))
         for i in range(draw(st.integers(1, 4)))
     )
-    now = 1000.0
+    fields: dict[str, st.SearchStrategy[object]] = {
+        "cpus": st.sampled_from([0.0, 2.0]),
+        "estimated_duration": st.one_of(st.none(), st.floats(1, 5000)),
+        "preemptible": st.booleans(),
+    }
 
     def a_job(job_id: int) -> JobView:
-        gpus = draw(st.integers(0, 8))
-        elastic = gpus > 0 and draw(st.booleans())
-        return JobView(
-            id=job_id,
-            submitted_at=draw(st.floats(0, now)),
-            gpus=gpus,
-            min_gpus=draw(st.integers(1, gpus)) if elastic else None,
-            max_gpus=draw(st.integers(gpus, 32)) if elastic else None,
-            cpus=draw(st.sampled_from([0.0, 2.0])),
-            estimated_duration=draw(st.one_of(st.none(), st.floats(1, 5000))),
-            preemptible=draw(st.booleans()),
-        )
+        return elastic_job(draw, job_id, most_gpus=8, widest=32, fields=fields)
 
-    ledger = GpuLedger(nodes)
-    pool = FreePool(nodes)
-    running: list[JobView] = []
-    for k in range(draw(st.integers(0, 5))):
-        j = a_job(100 + k)
-        placement = pool.pack(j, draw(st.integers(j.least_gpus, j.most_gpus)))
-        if placement is None:
-            continue
-        pool.take(j, placement)
-        started = replace(j, placement=placement, started_at=draw(st.floats(0, now)))
-        ledger.apply([Start(j.id, placement)], {j.id: started})
-        running.append(started)
-    pending = sorted(
-        (a_job(k) for k in range(draw(st.integers(0, 6)))), key=lambda j: j.submitted_at
+    # A running elastic job may run at any size of its range.
+    snapshot = fill(
+        draw,
+        nodes,
+        a_job,
+        running=5,
+        pending=(0, 6),
+        size=lambda j: st.integers(j.least_gpus, j.most_gpus),
     )
-    goodput = {j.id: draw(reports()) for j in [*running, *pending] if draw(st.booleans())}
+    jobs = [*snapshot.running, *snapshot.pending]
+    goodput = {j.id: draw(reports()) for j in jobs if draw(st.booleans())}
     if draw(st.booleans()):
         goodput[999] = draw(reports())  # a job that has ended since it reported
-    return ClusterView(
-        now,
-        tuple(ledger.node_view(n.name) for n in nodes),
-        tuple(pending),
-        tuple(running),
-        goodput=goodput,
-    )
+    return snapshot.view(goodput=goodput)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -134,15 +114,9 @@ def test_any_reports_give_valid_deterministic_passes_within_the_limits(
 ) -> None:
     decisions = create(spec).decide(view)
     assert create(spec).decide(view) == decisions
-    ledger = GpuLedger(
-        NodeView.new(n.name, n.num_gpus, n.gpu_type, n.cpus, n.memory_gb) for n in view.nodes
-    )
-    jobs = {j.id: j for j in [*view.pending, *view.running]}
-    for j in view.running:
-        assert j.placement is not None
-        ledger.apply([Start(j.id, j.placement)], {j.id: j})
     # GPUs twice, gangs, sizes, CPUs, non-preemptible jobs moved, unknown jobs.
-    ledger.apply(decisions, jobs)
+    replay(view, decisions)
+    jobs = {j.id: j for j in [*view.pending, *view.running]}
     reports = view.goodput or {}
     for d in decisions:
         if not isinstance(d, Start | Resize) or d.job_id not in reports:

@@ -8,8 +8,9 @@ import pytest
 from core_scenario import Scenario, job, node, place, preempts, resizes, starts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from snapshots import elastic_job, fill, replay
 
-from schedulearn.core import ClusterView, FreePool, GpuLedger, JobView, NodeView, Start, create
+from schedulearn.core import ClusterView, JobView, NodeView, create
 from schedulearn.core.goodput import BatchLimits, JobGoodput, StepSample, ThroughputParams
 
 LIMITS = BatchLimits(init_batch=128, max_batch=4096, min_local=32, max_local=512)
@@ -117,53 +118,26 @@ def snapshots(draw: st.DrawFn) -> ClusterView:
         )
         for i in range(draw(st.integers(1, 5)))
     )
-    now = 1000.0
+    fields: dict[str, st.SearchStrategy[object]] = {
+        "cpus": st.sampled_from([0.0, 2.0, 12.0]),
+        "gpu_type": st.sampled_from([None, None, "k80"]),
+        "estimated_duration": st.one_of(st.none(), st.floats(1, 5000)),
+        "preemptible": st.booleans(),
+    }
 
     def a_job(job_id: int) -> JobView:
-        gpus = draw(st.integers(0, 8))
-        elastic = gpus > 0 and draw(st.booleans())
-        return JobView(
-            id=job_id,
-            submitted_at=draw(st.floats(0, now)),
-            gpus=gpus,
-            min_gpus=draw(st.integers(1, gpus)) if elastic else None,
-            max_gpus=draw(st.integers(gpus, 40)) if elastic else None,
-            cpus=draw(st.sampled_from([0.0, 2.0, 12.0])),
-            gpu_type=draw(st.sampled_from([None, None, "k80"])),
-            estimated_duration=draw(st.one_of(st.none(), st.floats(1, 5000))),
-            preemptible=draw(st.booleans()),
-        )
+        return elastic_job(draw, job_id, most_gpus=8, widest=40, fields=fields)
 
-    ledger = GpuLedger(nodes)
-    pool = FreePool(nodes)
-    running: list[JobView] = []
-    for k in range(draw(st.integers(0, 6))):
-        j = a_job(100 + k)
-        placement = pool.pack(j, j.least_gpus)
-        if placement is None:
-            continue
-        pool.take(j, placement)
-        started = replace(j, placement=placement, started_at=draw(st.floats(0, now)))
-        ledger.apply([Start(j.id, placement)], {j.id: started})
-        running.append(started)
-    pending = sorted(
-        (a_job(k) for k in range(draw(st.integers(0, 8)))), key=lambda j: j.submitted_at
-    )
+    snapshot = fill(draw, nodes, a_job, running=6, pending=(0, 8))
     reports: dict[int, JobGoodput] = {}
-    for j in [*running, *pending]:
+    for j in [*snapshot.running, *snapshot.pending]:
         if draw(st.booleans()):
             measured = draw(st.lists(st.integers(1, 16), max_size=3))
             remaining = draw(st.one_of(st.none(), st.floats(0, 1e6)))
             reports[j.id] = report(remaining if remaining is not None else 0.0, *measured)
             if remaining is None:
                 reports[j.id] = replace(reports[j.id], remaining=None)
-    return ClusterView(
-        now,
-        tuple(ledger.node_view(n.name) for n in nodes),
-        tuple(pending),
-        tuple(running),
-        goodput=reports,
-    )
+    return snapshot.view(goodput=reports)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -171,16 +145,9 @@ def snapshots(draw: st.DrawFn) -> ClusterView:
 def test_a_pass_with_reports_is_valid_and_deterministic(view: ClusterView, spec: str) -> None:
     decisions = create(spec).decide(view)
     assert create(spec).decide(view) == decisions
-    ledger = GpuLedger(
-        NodeView.new(n.name, n.num_gpus, n.gpu_type, n.cpus, n.memory_gb) for n in view.nodes
-    )
-    jobs = {j.id: j for j in [*view.pending, *view.running]}
-    for j in view.running:
-        assert j.placement is not None
-        ledger.apply([Start(j.id, j.placement)], {j.id: j})
     # The ledger raises on any broken rule: GPU twice, gangs, sizes, types,
     # CPUs, non-preemptible jobs moved, unknown jobs.
-    ledger.apply(decisions, jobs)
+    replay(view, decisions)
 
 
 def test_order_lists_the_queue_as_the_allocation_serves_it() -> None:

@@ -9,6 +9,8 @@ nothing changed). `/join` exchanges a one-time join token from
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
@@ -33,6 +35,9 @@ from schedulearn.protocol import (
 from schedulearn.server.api.deps import Agent, JobId, State
 from schedulearn.server.errors import ERROR_RESPONSES
 from schedulearn.server.services import agent_access, agents, checkpoints, enrollment, full_logs
+from schedulearn.server.services.enrollment import AgentIdentity
+from schedulearn.server.services.uploads import Upload
+from schedulearn.server.state import AppState
 from schedulearn.server.wakeups import wait_for
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"], responses=ERROR_RESPONSES)
@@ -131,6 +136,35 @@ async def job_progress(job_id: JobId, body: ProgressBatch, state: State, who: Ag
     return Ack()
 
 
+# `checkpoints.receive` and `full_logs.receive`: (body, store, job, attempt, node,
+# sha256, size limit, declared length) -> the file received, not yet kept.
+Receiver = Callable[
+    [AsyncIterator[bytes], Path, int, int, str, str, int, int | None], Awaitable[Upload]
+]
+
+
+async def _receive(
+    state: AppState,
+    request: Request,
+    who: AgentIdentity,
+    job_id: int,
+    attempt: int,
+    node: str,
+    sha256: str,
+    *,
+    receive: Receiver,
+    store: Path,
+    limit: int,
+) -> Upload:
+    """Check that the agent may upload for this attempt, then stream the body through
+    `receive` into `store` (at most `limit` bytes)."""
+    # Checked before the body is read: a refused upload writes nothing.
+    node = await state.db.run(agent_access.may_upload, who, job_id, attempt, node)
+    length = request.headers.get("content-length")
+    declared = int(length) if length and length.isdigit() else None
+    return await receive(request.stream(), store, job_id, attempt, node, sha256, limit, declared)
+
+
 @router.put(
     "/jobs/{job_id}/checkpoint",
     response_model=CheckpointRef,
@@ -146,20 +180,10 @@ async def put_checkpoint(
     sha256: Annotated[str, Header(alias="X-Checkpoint-Sha256", max_length=64)],
     node: Annotated[str, Query(max_length=200)] = "",
 ) -> CheckpointRef:
-    # Checked before the body is read: a refused upload writes nothing.
-    node = await state.db.run(agent_access.may_upload, who, job_id, attempt, node)
     store = checkpoints.store_dir(state.settings)
-    length = request.headers.get("content-length")
-    upload = await checkpoints.receive(
-        request.stream(),
-        store,
-        job_id,
-        attempt,
-        node,
-        sha256,
-        state.settings.checkpoint_max_bytes,
-        int(length) if length and length.isdigit() else None,
-    )
+    limit = state.settings.checkpoint_max_bytes
+    sent = (state, request, who, job_id, attempt, node, sha256)
+    upload = await _receive(*sent, receive=checkpoints.receive, store=store, limit=limit)
     return await state.db.run(checkpoints.commit, store, upload, state.clock.now())
 
 
@@ -178,20 +202,10 @@ async def put_full_log(
     sha256: Annotated[str, Header(alias="X-Log-Sha256", max_length=64)],
     node: Annotated[str, Query(max_length=200)] = "",
 ) -> Ack:
-    # Checked before the body is read: a refused upload writes nothing.
-    node = await state.db.run(agent_access.may_upload, who, job_id, attempt, node)
     store = full_logs.store_dir(state.settings)
-    length = request.headers.get("content-length")
-    upload = await full_logs.receive(
-        request.stream(),
-        store,
-        job_id,
-        attempt,
-        node,
-        sha256,
-        state.settings.log_full_max_bytes,
-        int(length) if length and length.isdigit() else None,
-    )
+    limit = state.settings.log_full_max_bytes
+    sent = (state, request, who, job_id, attempt, node, sha256)
+    upload = await _receive(*sent, receive=full_logs.receive, store=store, limit=limit)
     await state.db.run(full_logs.commit, store, upload, state.clock.now())
     return Ack()
 

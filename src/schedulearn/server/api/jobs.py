@@ -6,7 +6,7 @@ Routers parse, call one service function, render.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -34,7 +34,8 @@ from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_er
 from schedulearn.server.services import full_logs, jobs, logs, moves, progress
 from schedulearn.server.services.idempotency import MAX_KEY_LENGTH, Submission
 from schedulearn.server.services.jobs import Submitted
-from schedulearn.server.wakeups import wait_for
+from schedulearn.server.state import AppState
+from schedulearn.server.wakeups import Changes, wait_for
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
@@ -160,6 +161,16 @@ async def progress_history(job_id: JobId, state: State, who: User) -> ProgressHi
     return await state.db.run(progress.history, job_id, who)
 
 
+async def _change(
+    state: AppState, change: Callable[..., tuple[JobPublic, Changes]], *args: object
+) -> JobPublic:
+    """Run `change(session, *args)` on the database threads, wake whatever it changed
+    (the scheduler, a node's agent, a job's followers) and return the job as it is now."""
+    public, changes = await state.db.run(change, *args)
+    state.wakeups.notify(changes)
+    return public
+
+
 @router.post(
     "/{job_id}/move",
     response_model=JobPublic,
@@ -167,18 +178,13 @@ async def progress_history(job_id: JobId, state: State, who: User) -> ProgressHi
     responses={409: {"model": ErrorBody, "description": "Not running, or changed meanwhile"}},
 )
 async def move(job_id: JobId, body: JobMove, state: State, _who: Admin) -> JobPublic:
-    public, changes = await state.db.run(
-        moves.move, job_id, body, state.clock.now(), state.settings.default_policy
-    )
-    state.wakeups.notify(changes)
-    return public
+    now, policy = state.clock.now(), state.settings.default_policy
+    return await _change(state, moves.move, job_id, body, now, policy)
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, summary="Cancel (stops it if running)")
 async def cancel(job_id: JobId, state: State, who: User) -> JobPublic:
-    public, changes = await state.db.run(jobs.cancel, job_id, who, state.clock.now())
-    state.wakeups.notify(changes)
-    return public
+    return await _change(state, jobs.cancel, job_id, who, state.clock.now())
 
 
 @router.post(
@@ -188,9 +194,7 @@ async def cancel(job_id: JobId, state: State, who: User) -> JobPublic:
     responses={409: {"model": ErrorBody, "description": "The job is not pending"}},
 )
 async def hold(job_id: JobId, state: State, who: User) -> JobPublic:
-    public, changes = await state.db.run(jobs.set_held, job_id, who, True)
-    state.wakeups.notify(changes)
-    return public
+    return await _change(state, jobs.set_held, job_id, who, True)
 
 
 @router.post(
@@ -200,9 +204,7 @@ async def hold(job_id: JobId, state: State, who: User) -> JobPublic:
     responses={409: {"model": ErrorBody, "description": "The job is not pending"}},
 )
 async def release(job_id: JobId, state: State, who: User) -> JobPublic:
-    public, changes = await state.db.run(jobs.set_held, job_id, who, False)
-    state.wakeups.notify(changes)
-    return public
+    return await _change(state, jobs.set_held, job_id, who, False)
 
 
 @router.patch(
@@ -212,9 +214,7 @@ async def release(job_id: JobId, state: State, who: User) -> JobPublic:
     responses={409: {"model": ErrorBody, "description": "The job has ended"}},
 )
 async def update(job_id: JobId, body: JobUpdate, state: State, who: User) -> JobPublic:
-    public, changes = await state.db.run(jobs.update_job, job_id, who, body)
-    state.wakeups.notify(changes)
-    return public
+    return await _change(state, jobs.update_job, job_id, who, body)
 
 
 @router.get(

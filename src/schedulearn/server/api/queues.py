@@ -24,7 +24,7 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.api.deps import Admin, State, User
 from schedulearn.server.errors import ERROR_RESPONSES
-from schedulearn.server.services import queues, usage
+from schedulearn.server.services import queue_admin, usage
 
 router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 
@@ -33,7 +33,7 @@ QueueName = Annotated[str, Path(min_length=1, max_length=63, pattern=QUEUE_NAME_
 
 @router.get("/queues", response_model=QueueList, tags=["queues"], summary="Tenant queues now")
 async def list_queues(state: State, _who: User) -> QueueList:
-    return await state.db.run(queues.list_queues, state.clock.now())
+    return await state.db.run(queue_admin.list_queues, state.clock.now())
 
 
 @router.get(
@@ -47,12 +47,12 @@ async def queue_history(
     _who: User,
     since: Annotated[float, Query(ge=0, description="Unix time of the first sample")] = 0.0,
 ) -> QueueHistory:
-    return await state.db.run(queues.history, since)
+    return await state.db.run(queue_admin.history, since)
 
 
 @router.get("/queues/{name}", response_model=QueuePublic, tags=["queues"], summary="One queue")
 async def get_queue(name: QueueName, state: State, _who: User) -> QueuePublic:
-    return await state.db.run(queues.get, name, state.clock.now())
+    return await state.db.run(queue_admin.get, name, state.clock.now())
 
 
 @router.post(
@@ -63,7 +63,7 @@ async def get_queue(name: QueueName, state: State, _who: User) -> QueuePublic:
     summary="Add a queue (admin)",
 )
 async def add_queue(body: QueueCreate, state: State, _who: Admin) -> QueuePublic:
-    added = await state.db.run(queues.add, body, state.clock.now())
+    added = await state.db.run(queue_admin.add, body, state.clock.now())
     state.wakeups.wake_scheduler()
     return added
 
@@ -77,7 +77,7 @@ async def add_queue(body: QueueCreate, state: State, _who: Admin) -> QueuePublic
 async def update_queue(
     name: QueueName, body: QueueUpdate, state: State, _who: Admin
 ) -> QueuePublic:
-    changed = await state.db.run(queues.update, name, body, state.clock.now())
+    changed = await state.db.run(queue_admin.update, name, body, state.clock.now())
     state.wakeups.wake_scheduler()
     return changed
 
@@ -89,7 +89,7 @@ async def update_queue(
     summary="Remove a queue that has no pending or running jobs (admin)",
 )
 async def remove_queue(name: QueueName, state: State, _who: Admin) -> QueueRemoved:
-    removed = await state.db.run(queues.remove, name)
+    removed = await state.db.run(queue_admin.remove, name)
     state.wakeups.wake_scheduler()
     return removed
 

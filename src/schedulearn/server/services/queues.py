@@ -1,13 +1,15 @@
-"""Tenant queues, live: their records, who may submit to them, their use and share.
+"""Tenant queues, live: what the scheduler and a submission read of them.
 
-Owns the tables `tenant_queue`, `queue_member`, `queue_usage` and
-`queue_sample`. The rules themselves are the core's
-(`core.fairshare_queues`: guarantees, limits, weights, usage decay, fair
-share; `core.fairshare.FairShare` decides): this module turns the rows
-into a `Tenancy` for the scheduler's snapshot (`tenancy`), keeps the
-decayed usage the core reads (`observe`, once per scheduler round: the
-live `UsageMeter`, settled on read), and answers the admin's and the
-Queues page's questions.
+Owns the tables `queue_usage` and `queue_sample`, and reads
+`tenant_queue` and `queue_member` (`queue_admin` changes those and
+answers the admin's and the Queues page's questions). The rules
+themselves are the core's (`core.fairshare_queues`: guarantees, limits,
+weights, usage decay, fair share; `core.fairshare.FairShare` decides):
+this module turns the rows into a `Tenancy` for the scheduler's snapshot
+(`tenancy`), keeps the decayed usage the core reads (`observe`, once per
+scheduler round: the live `UsageMeter`, settled on read), computes each
+queue's use and share now (`book`), and resolves a submission's queue
+(`membership`).
 
 A job that names no queue goes to its owner's default queue, else to
 `DEFAULT_QUEUE` ("default"), which is best-effort unless declared. A
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import ColumnElement, delete, func, select
@@ -37,16 +39,9 @@ from schedulearn.core.fairshare_queues import (
 from schedulearn.protocol import (
     JobSpec,
     JobState,
-    QueueCreate,
-    QueueHistory,
-    QueueList,
-    QueuePublic,
-    QueueRemoved,
-    QueueSamplePublic,
-    QueueUpdate,
 )
 from schedulearn.server.auth import Caller
-from schedulearn.server.errors import BadRequest, Conflict, Forbidden, NotFound
+from schedulearn.server.errors import BadRequest, Forbidden
 from schedulearn.server.models import (
     Allocation,
     Gpu,
@@ -61,7 +56,6 @@ from schedulearn.server.models import (
 # A sample is written when a queue's GPUs in use change, and at least this
 # often while they do not (so the chart's last point is recent).
 RESAMPLE_SECONDS = 300.0
-_LIVE = (JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 # Samples older than this are deleted.
 KEEP_SAMPLES_SECONDS = 30 * 24 * 3600.0
 
@@ -242,161 +236,3 @@ def membership(session: Session) -> Membership:
             if m.is_default:
                 defaults[m.user] = m.queue
     return Membership(declared, {q: frozenset(u) for q, u in members.items()}, defaults)
-
-
-# --- admin: add, change, list, remove -------------------------------------------------
-
-
-def _check(row: TenantQueue) -> None:
-    try:
-        core_queue(row)
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def _set_members(
-    session: Session, name: str, add: Iterable[str], remove: Iterable[str], default: Iterable[str]
-) -> None:
-    current = {
-        m.user: m
-        for m in session.execute(
-            select(QueueMember).where(col(QueueMember.queue) == name)
-        ).scalars()
-    }
-    for user in remove:
-        if user in current:
-            session.delete(current.pop(user))
-    default = list(default)
-    for user in [*add, *default]:
-        if user not in current:
-            current[user] = QueueMember(queue=name, user=user)
-            session.add(current[user])
-    if default:
-        # A user has one default queue: this one replaces any other.
-        for other in session.execute(
-            select(QueueMember).where(
-                col(QueueMember.user).in_(default),
-                col(QueueMember.queue) != name,
-                col(QueueMember.is_default),
-            )
-        ).scalars():
-            other.is_default = False
-            session.add(other)
-        for user in default:
-            current[user].is_default = True
-
-
-def add(session: Session, body: QueueCreate, now: float) -> QueuePublic:
-    if session.get(TenantQueue, body.name) is not None:
-        raise Conflict(f"queue {body.name} exists; change it with `schedulearn queue set`")
-    row = TenantQueue(
-        name=body.name,
-        guaranteed=dict(body.guaranteed),
-        gpu_limit=body.limit,
-        weight=body.weight,
-        created_at=now,
-    )
-    _check(row)
-    session.add(row)
-    _set_members(session, body.name, body.users, (), body.default_for)
-    session.commit()
-    return get(session, body.name, now)
-
-
-def update(session: Session, name: str, body: QueueUpdate, now: float) -> QueuePublic:
-    row = _row(session, name)
-    if body.guaranteed is not None:
-        row.guaranteed = dict(body.guaranteed)
-    if body.clear_limit:
-        row.gpu_limit = None
-    elif body.limit is not None:
-        row.gpu_limit = body.limit
-    if body.weight is not None:
-        row.weight = body.weight
-    _check(row)
-    session.add(row)
-    _set_members(session, name, body.add_users, body.remove_users, body.default_for)
-    session.commit()
-    return get(session, name, now)
-
-
-def remove(session: Session, name: str) -> QueueRemoved:
-    row = _row(session, name)
-    live = session.execute(
-        select(func.count())
-        .select_from(Job)
-        .where(job_queue_column == name, col(Job.state).in_(_LIVE))
-    ).scalar_one()
-    if live:
-        raise Conflict(
-            f"queue {name} has {live} pending or running jobs; cancel them or let them end first"
-        )
-    session.delete(row)
-    session.execute(delete(QueueMember).where(col(QueueMember.queue) == name))
-    session.commit()
-    return QueueRemoved(name=name)
-
-
-def _row(session: Session, name: str) -> TenantQueue:
-    row = session.get(TenantQueue, name)
-    if row is None:
-        raise NotFound(f"no queue {name}; list them with `schedulearn queue list`")
-    return row
-
-
-def _public(current: Book, name: str, members: Mapping[str, list[QueueMember]]) -> QueuePublic:
-    s = current.shares.get(name) or QueueShare(best_effort(name))
-    row = current.rows.get(name)
-    mine = members.get(name, [])
-    jobs, gpus = current.waiting.get(name, (0, 0))
-    return QueuePublic(
-        name=name,
-        guaranteed=dict(s.queue.guaranteed),
-        limit=s.queue.limit,
-        weight=s.queue.weight,
-        guaranteed_gpus=s.guaranteed,
-        users=sorted(m.user for m in mine),
-        default_for=sorted(m.user for m in mine if m.is_default),
-        used=s.used,
-        pending_jobs=jobs,
-        pending_gpus=gpus,
-        share=round(s.share, 3),
-        declared=row is not None,
-        created_at=row.created_at if row is not None else 0.0,
-    )
-
-
-def _members(session: Session) -> dict[str, list[QueueMember]]:
-    out: dict[str, list[QueueMember]] = defaultdict(list)
-    for m in session.execute(select(QueueMember)).scalars():
-        out[m.queue].append(m)
-    return out
-
-
-def list_queues(session: Session, now: float) -> QueueList:
-    """Every declared queue, and any undeclared one that has jobs (best-effort)."""
-    current, members = book(session, now), _members(session)
-    return QueueList(items=[_public(current, n, members) for n in current.shares])
-
-
-def get(session: Session, name: str, now: float) -> QueuePublic:
-    current = book(session, now)
-    if name not in current.shares:
-        _row(session, name)
-    return _public(current, name, _members(session))
-
-
-def history(session: Session, since: float) -> QueueHistory:
-    """Every sample since `since`, oldest first."""
-    rows = session.execute(
-        select(QueueSample)
-        .where(col(QueueSample.at) >= since)
-        .order_by(col(QueueSample.at), col(QueueSample.id))
-    ).scalars()
-    samples = [
-        QueueSamplePublic(
-            at=r.at, queue=r.queue, used=r.used, guaranteed=r.guaranteed, share=r.share
-        )
-        for r in rows
-    ]
-    return QueueHistory(since=since, samples=samples)

@@ -1,7 +1,7 @@
 """The Queues page's data: each tenant queue's use, guarantee and fair share now, and
 its GPUs in use over a window drawn as an inline SVG chart (no script needed).
 
-Owns nothing; it reads `services.queues` (the list and the samples the
+Owns nothing; it reads `services.queue_admin` (the list and the samples the
 scheduler records when a queue's use changes) and lays the chart out.
 """
 
@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from schedulearn.protocol import QueuePublic
 from schedulearn.server.errors import BadRequest
-from schedulearn.server.services import queues
+from schedulearn.server.services import queue_admin
 
 WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
 DEFAULT_WINDOW = "24h"
@@ -47,8 +47,8 @@ def queues_page(session: Session, now: float, window: str) -> QueuesPage:
     if window not in WINDOWS:
         raise BadRequest(f"window {window!r}: pick one of {', '.join(WINDOWS)}")
     since = now - WINDOWS[window]
-    items = queues.list_queues(session, now).items
-    samples = queues.history(session, since).samples
+    items = queue_admin.list_queues(session, now).items
+    samples = queue_admin.history(session, since).samples
     by_queue: dict[str, list[tuple[float, int]]] = {}
     shares: dict[str, list[tuple[float, float]]] = {}
     for s in samples:

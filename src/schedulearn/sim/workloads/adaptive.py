@@ -49,14 +49,7 @@ def make_adaptive(workload: Workload, speed: MeasuredSpeed, cap: int = DEFAULT_C
             replace(job, gpus=min(job.gpus, most), min_gpus=1, max_gpus=most, batch_size=batch)
         )
     params = {**workload.params, "adaptive": str(cap)}
-    return Workload(
-        workload.name,
-        tuple(jobs),
-        workload.description,
-        workload.source,
-        params,
-        workload.default_cluster,
-    )
+    return replace(workload, jobs=tuple(jobs), params=params)
 
 
 def is_adaptive(workload: Workload) -> bool:

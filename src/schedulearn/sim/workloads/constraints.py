@@ -42,11 +42,4 @@ def with_constraints(
             job = replace(job, constraints=tuple(dict.fromkeys((*job.constraints, *wanted))))
         jobs.append(job)
     params = {**workload.params, "constraint": ",".join(wanted), "constrained": f"{share:g}"}
-    return Workload(
-        workload.name,
-        tuple(jobs),
-        workload.description,
-        workload.source,
-        params,
-        workload.default_cluster,
-    )
+    return replace(workload, jobs=tuple(jobs), params=params)

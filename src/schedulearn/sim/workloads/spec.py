@@ -27,6 +27,7 @@ workloads (`bursts:5,10`), so the result is a list.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -145,14 +146,7 @@ def _mark_adaptive(workload: Workload, cap: int | None) -> Workload:
     if cap is None:
         return workload
     params = {**workload.params, "adaptive": str(cap)}
-    return Workload(
-        workload.name,
-        workload.jobs,
-        workload.description,
-        workload.source,
-        params,
-        workload.default_cluster,
-    )
+    return replace(workload, params=params)
 
 
 def _load(kind: str, path: Path, limit: int | None) -> Workload:
