@@ -343,7 +343,7 @@ class IdempotencyRecord(_Table, table=True):
 
 
 class TenantQueue(_Table, table=True):
-    """A tenant queue (a team, a project): what it is promised (`services.queues`).
+    """A tenant queue (a team, a project): what it is promised (`services.queue_admin`).
 
     `guaranteed` maps a GPU type to GPUs of that type ("" = any type), as
     `core.fairshare_queues.Queue` has it; `gpu_limit` caps what it may hold
