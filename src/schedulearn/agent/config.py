@@ -67,7 +67,7 @@ class AgentConfig:
     log_disk_max_bytes: int = 1024**3
     # Start rate (`agent.starts`): runs being started at once, and starts a second.
     max_concurrent_starts: int = 4
-    max_starts_per_second: float = 20.0
+    max_starts_per_second: float = 500.0
     # A one-time join token from `schedulearn node add`, exchanged at start.
     join_token: str | None = field(default=None, repr=False)
 

@@ -6,6 +6,13 @@ fork and some file work, and a loop busy for seconds sends no heartbeat
 and reads no output. `StartGate` lets at most `concurrency` starts be in
 progress and at most `per_second` begin each second; the rest wait
 their turn (in arrival order: asyncio's semaphore and sleep are FIFO).
+
+The default rate, 500 a second, leaves the loop most of its time: a
+start of a process costs it about 1 ms of CPU, so even at the full rate
+half of every second is left for output, reports and stop orders (and
+heartbeats have a thread of their own). 20 a second, the first default,
+capped a two-node cluster at 40 finished jobs a second
+(`bench/api_load.py`), far below what the server and agents can do.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 DEFAULT_CONCURRENCY = 4
-DEFAULT_PER_SECOND = 20.0
+DEFAULT_PER_SECOND = 500.0
 
 
 class StartGate:

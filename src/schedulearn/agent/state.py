@@ -45,7 +45,7 @@ import json
 import logging
 import shutil
 import sqlite3
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from schedulearn.agent.accounts import Account, give
@@ -101,7 +101,9 @@ class JobRecord:
         return self.ended_at is not None
 
     def to_json(self) -> str:
-        data = asdict(self)
+        # Read field by field, not with `asdict`: it deep-copies every value,
+        # and a record is saved several times in each run's life.
+        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["executor"] = self.executor.value
         return json.dumps(data, sort_keys=True)
 
@@ -114,6 +116,7 @@ class JobRecord:
         return cls(**data)
 
 
+_RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
 _LEGACY_RECORD = "record.json"
 # The files an agent makes in a job directory; one holding only these can be reused.
 EXIT_FILE = "exit_code"

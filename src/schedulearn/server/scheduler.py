@@ -218,6 +218,7 @@ class Scheduler:
         return running and time.monotonic() - self._turned_at <= within
 
     async def loop(self) -> None:
+        idle = 0.0  # how long the loop waited for the wake-up of this pass
         while True:
             self._turned_at = time.monotonic()
             started = time.perf_counter()
@@ -232,13 +233,18 @@ class Scheduler:
             except Exception:
                 log.exception("scheduling round failed; retrying on the next wake-up")
             took = time.perf_counter() - started
-            if took > 0.002:
+            if took > 0.002 and idle < took:
                 # Under a stream of wake-ups, passes would run back to back and
                 # starve the requests that share the database thread. Resting
                 # as long as the pass took caps the loop at half of it; the
                 # wake-ups that land meanwhile are served by the next pass.
+                # Only then: after a pass that followed a pause at least as
+                # long as itself, the next wake-up (a lone submission on an
+                # idle cluster) is served at once, not after a rest.
                 await asyncio.sleep(min(took, 0.05))
+            waited = time.perf_counter()
             await wait_for(self.wakeups.scheduler, self._timeout())
+            idle = time.perf_counter() - waited
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self.loop(), name="scheduler")

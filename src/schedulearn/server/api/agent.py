@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
+from pydantic import BaseModel
 
 from schedulearn.protocol import (
     Ack,
@@ -83,7 +84,7 @@ async def work(
     who: Agent,
     node: Annotated[str, Query(min_length=1, max_length=200)],
     wait: Annotated[float, Query(ge=0, le=3600)] = 0.0,
-) -> WorkBatch:
+) -> Response:
     wait = min(wait, state.settings.max_wait_seconds)
     node = agent_access.own_node(who, node)
     event = state.wakeups.node(node)
@@ -99,12 +100,12 @@ async def work(
             batch.stops.extend(orphans)
         left = deadline - state.clock.now()
         if batch.starts or batch.stops or left <= 0:
-            return batch
+            return _json(batch)
         # Wake at least every second: to notice an agent that went away (so a
         # shutdown does not wait on its poll), and to re-read work another
         # replica may have written.
         if not await wait_for(event, min(left, 1.0)) and await request.is_disconnected():
-            return WorkBatch()
+            return _json(WorkBatch())
 
 
 @router.post("/jobs/{job_id}/events", response_model=Ack)
@@ -115,10 +116,16 @@ async def event(job_id: JobId, body: JobEvent, state: State, who: Agent) -> Ack:
 
 
 @router.post("/events", response_model=EventAcks, summary="Events of many jobs at once")
-async def events(body: EventBatch, state: State, who: Agent) -> EventAcks:
+async def events(body: EventBatch, state: State, who: Agent) -> Response:
     done = await state.db.run(agent_access.record_events, who, body.events, state.clock.now())
     state.wakeups.notify(done.changes)
-    return EventAcks(acks=done.acks)
+    return _json(EventAcks(acks=done.acks))
+
+
+def _json(reply: BaseModel) -> Response:
+    """A hot route's reply, serialised once here (a returned model would be
+    validated against the route's response model again first)."""
+    return Response(reply.model_dump_json(), media_type="application/json")
 
 
 @router.post("/jobs/{job_id}/logs", response_model=Ack)

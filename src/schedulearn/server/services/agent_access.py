@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
 from schedulearn.protocol import (
@@ -133,6 +134,12 @@ def record_event(
     return agents.record_event(session, job_id, event.model_copy(update={"node": node}), now)
 
 
+# Built once (every batch of events runs it): see `agents._NEW_PARTS`.
+_OWNED = select(JobPart.job_id, JobPart.attempt).where(
+    JobPart.node == bindparam("node"), col(JobPart.job_id).in_(bindparam("ids", expanding=True))
+)
+
+
 def record_events(
     session: Session, who: AgentIdentity, reports: list[JobEventReport], now: float
 ) -> EventsRecorded:
@@ -146,9 +153,7 @@ def record_events(
     owned: set[tuple[int, int]] = set(
         (job_id, attempt)
         for job_id, attempt in session.connection().execute(
-            select(JobPart.job_id, JobPart.attempt).where(
-                JobPart.node == node, col(JobPart.job_id).in_(ids)
-            )
+            _OWNED, {"node": node, "ids": list(ids)}
         )
     )
     missing = pairs - owned

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Row, delete, select, update
+from sqlalchemy import Row, bindparam, delete, select, update
 from sqlmodel import Session, col
 
 from schedulearn.protocol import (
@@ -231,6 +231,37 @@ _JOB_COLUMNS = [
         "array_id", "array_index", "array_size",
     )
 ]  # fmt: skip
+# take_work's statements, built once: every poll runs them, and building a
+# statement and its cache key costs more than SQLite takes to run it.
+_NEW_PARTS = (
+    select(*_PART_COLUMNS)
+    .where(
+        _PARTS.c.node == bindparam("node"),
+        _PARTS.c.status == PartStatus.ASSIGNED,
+        _PARTS.c.delivered == False,  # noqa: E712
+    )
+    .order_by(_PARTS.c.id)
+)
+_STOPS = (
+    select(_PARTS.c.id, _PARTS.c.job_id, _PARTS.c.attempt, _PARTS.c.stop_reason)
+    .where(
+        _PARTS.c.node == bindparam("node"),
+        _PARTS.c.stop_reason != None,  # noqa: E711
+        _PARTS.c.stop_sent == False,  # noqa: E712
+        _PARTS.c.status.in_(LIVE),
+    )
+    .order_by(_PARTS.c.id)
+)
+_JOBS_OF = select(*_JOB_COLUMNS).where(_JOBS.c.id.in_(bindparam("ids", expanding=True)))
+# In id order (the caller's), the lock order of every bulk update of parts.
+_DELIVERED = (
+    update(_PARTS)
+    .where(_PARTS.c.id.in_(bindparam("ids", expanding=True)))
+    .values(delivered=True, last_reported=bindparam("now"))
+)
+_STOPS_SENT = (
+    update(_PARTS).where(_PARTS.c.id.in_(bindparam("ids", expanding=True))).values(stop_sent=True)
+)
 
 
 def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> WorkBatch:
@@ -240,31 +271,14 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
     here once, and most polls find nothing.
     """
     conn = session.connection()
-    new = conn.execute(
-        select(*_PART_COLUMNS)
-        .where(
-            _PARTS.c.node == node,
-            _PARTS.c.status == PartStatus.ASSIGNED,
-            _PARTS.c.delivered == False,  # noqa: E712
-        )
-        .order_by(_PARTS.c.id)
-    ).all()
-    stops = conn.execute(
-        select(_PARTS.c.id, _PARTS.c.job_id, _PARTS.c.attempt, _PARTS.c.stop_reason)
-        .where(
-            _PARTS.c.node == node,
-            _PARTS.c.stop_reason != None,  # noqa: E711
-            _PARTS.c.stop_sent == False,  # noqa: E712
-            _PARTS.c.status.in_(LIVE),
-        )
-        .order_by(_PARTS.c.id)
-    ).all()
+    new = conn.execute(_NEW_PARTS, {"node": node}).all()
+    stops = conn.execute(_STOPS, {"node": node}).all()
     if not new and not stops:
         return WorkBatch()
     batch = WorkBatch()
     if new:
         ids = {part.job_id for part in new}
-        jobs = {r.id: r for r in conn.execute(select(*_JOB_COLUMNS).where(_JOBS.c.id.in_(ids)))}
+        jobs = {r.id: r for r in conn.execute(_JOBS_OF, {"ids": list(ids)})}
         carried: dict[int, CheckpointRef] = {}
         if timing.checkpoint_dir is None:
             # Every job's checkpoint in one query.
@@ -280,17 +294,9 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
                 )
             )
         # In id order, the lock order of every bulk update of parts.
-        conn.execute(
-            update(_PARTS)
-            .where(_PARTS.c.id.in_([part.id for part in new]))
-            .values(delivered=True, last_reported=now)
-        )
+        conn.execute(_DELIVERED, {"ids": [part.id for part in new], "now": now})
     if stops:
-        conn.execute(
-            update(_PARTS)
-            .where(_PARTS.c.id.in_([part.id for part in stops]))
-            .values(stop_sent=True)
-        )
+        conn.execute(_STOPS_SENT, {"ids": [part.id for part in stops]})
         batch.stops.extend(
             StopOrder(
                 job_id=part.job_id,

@@ -39,6 +39,45 @@ from schedulearn.server.wakeups import Changes
 _LIVE = (PartStatus.ASSIGNED, PartStatus.RUNNING)
 _PARTS = JobPart.__table__
 _ALLOCATIONS = Allocation.__table__
+# The batch's statements, built once: every batch runs them, and building a
+# statement and its cache key costs more than SQLite takes to run it.
+_JOB_ROWS = select(
+    col(Job.id),
+    col(Job.state),
+    col(Job.attempt),
+    col(Job.started_at),
+    col(Job.placement),
+    col(Job.service_seconds),
+    col(Job.attained_gpu_seconds),
+).where(col(Job.id).in_(bindparam("ids", expanding=True)))
+_PART_ROWS = (
+    select(
+        _PARTS.c.job_id,
+        _PARTS.c.attempt,
+        _PARTS.c.id,
+        _PARTS.c.node,
+        _PARTS.c.rank,
+        _PARTS.c.status,
+        _PARTS.c.exit_code,
+        _PARTS.c.last_reported,
+    )
+    .where(_PARTS.c.job_id.in_(bindparam("ids", expanding=True)))
+    .order_by(_PARTS.c.rank)
+)
+_FREE = _ALLOCATIONS.delete().where(
+    _ALLOCATIONS.c.node == bindparam("w_node"),
+    _ALLOCATIONS.c.job_id == bindparam("w_job"),
+    _ALLOCATIONS.c.attempt == bindparam("w_attempt"),
+)
+_WRITE_PART = (
+    _PARTS.update()
+    .where(_PARTS.c.id == bindparam("w_id"), _PARTS.c.status == bindparam("w_was"))
+    .values(
+        status=bindparam("v_status"),
+        exit_code=bindparam("v_exit_code"),
+        last_reported=bindparam("v_last_reported"),
+    )
+)
 
 
 @dataclass(slots=True)
@@ -78,33 +117,10 @@ def record(session: Session, reports: list[JobEventReport], now: float) -> Batch
     """Record what can be recorded set-based; `plan.slow` lists the events left to apply."""
     conn = session.connection()
     ids = sorted({r.job_id for r in reports})
-    job_rows = conn.execute(
-        select(
-            col(Job.id),
-            col(Job.state),
-            col(Job.attempt),
-            col(Job.started_at),
-            col(Job.placement),
-            col(Job.service_seconds),
-            col(Job.attained_gpu_seconds),
-        ).where(col(Job.id).in_(ids))
-    )
+    job_rows = conn.execute(_JOB_ROWS, {"ids": ids})
     jobs = {r[0]: _Job(r[0], JobState(r[1]), *r[2:]) for r in job_rows}
     parts: dict[tuple[int, int], list[_Part]] = {}
-    part_rows = conn.execute(
-        select(
-            _PARTS.c.job_id,
-            _PARTS.c.attempt,
-            _PARTS.c.id,
-            _PARTS.c.node,
-            _PARTS.c.rank,
-            _PARTS.c.status,
-            _PARTS.c.exit_code,
-            _PARTS.c.last_reported,
-        )
-        .where(_PARTS.c.job_id.in_(list(jobs)))
-        .order_by(_PARTS.c.rank)
-    )
+    part_rows = conn.execute(_PART_ROWS, {"ids": list(jobs)})
     for r in part_rows:
         parts.setdefault((r[0], r[1]), []).append(_Part(r[2], r[3], r[4], r[5], r[5], *r[6:]))
 
@@ -136,14 +152,7 @@ def record(session: Session, reports: list[JobEventReport], now: float) -> Batch
         if p.freed
     ]
     if freed:
-        conn.execute(
-            _ALLOCATIONS.delete().where(
-                _ALLOCATIONS.c.node == bindparam("w_node"),
-                _ALLOCATIONS.c.job_id == bindparam("w_job"),
-                _ALLOCATIONS.c.attempt == bindparam("w_attempt"),
-            ),
-            freed,
-        )
+        conn.execute(_FREE, freed)
     transition_many(session, steps)
     return plan
 
@@ -218,15 +227,7 @@ def _write_parts(session: Session, touched: list[_Part]) -> None:
     if not touched:
         return
     conn = session.connection()
-    stmt = (
-        _PARTS.update()
-        .where(_PARTS.c.id == bindparam("w_id"), _PARTS.c.status == bindparam("w_was"))
-        .values(
-            status=bindparam("v_status"),
-            exit_code=bindparam("v_exit_code"),
-            last_reported=bindparam("v_last_reported"),
-        )
-    )
+    stmt = _WRITE_PART
     rows = [
         {
             "w_id": p.id,

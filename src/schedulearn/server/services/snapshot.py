@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import Dialect, Select, exists, func, or_, select
+from sqlalchemy import Dialect, Select, bindparam, exists, func, or_, select
 from sqlmodel import Session, col
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
@@ -86,27 +86,31 @@ class Snapshot:
     executors: dict[str, list[str]] = field(default_factory=dict)
 
 
+# The statements every pass runs, built once: building a statement and its
+# cache key costs more than SQLite takes to run it.
+_NODES = select(Node)
+_GPUS = select(col(Gpu.node), col(Gpu.index), col(Gpu.uuid), col(Gpu.type), col(Gpu.memory_mb))
+_HOLDERS = select(
+    col(Allocation.node), col(Allocation.gpu_index), col(Allocation.job_id), col(Allocation.attempt)
+)
+_VIEWS_OF = select(*JOBS.columns).where(col(Job.id).in_(bindparam("ids", expanding=True)))
+_HOLDING_VIEWS = select(*JOBS.columns, col(Job.state), col(Job.attempt)).where(
+    col(Job.state).in_(HOLDING)
+)
+
+
 def load_nodes(
     session: Session, running: list[JobView] | None = None
 ) -> tuple[tuple[NodeView, ...], dict[tuple[str, int], tuple[int, int]], dict[str, Node]]:
     """Every known node with its GPUs' holders and its unreserved CPUs and memory."""
-    nodes = {n.name: n for n in session.execute(select(Node)).scalars()}
+    nodes = {n.name: n for n in session.execute(_NODES).scalars()}
     gpus: dict[str, list[tuple[int, str, str, int]]] = defaultdict(list)
     # Column reads go straight to the connection: no ORM row processing.
-    for node, index, uuid, gtype, memory_mb in session.connection().execute(
-        select(col(Gpu.node), col(Gpu.index), col(Gpu.uuid), col(Gpu.type), col(Gpu.memory_mb))
-    ):
+    for node, index, uuid, gtype, memory_mb in session.connection().execute(_GPUS):
         gpus[node].append((index, uuid, gtype, memory_mb))
     holders: dict[tuple[str, int], tuple[int, int]] = {
         (node, gpu): (job, attempt)
-        for node, gpu, job, attempt in session.connection().execute(
-            select(
-                col(Allocation.node),
-                col(Allocation.gpu_index),
-                col(Allocation.job_id),
-                col(Allocation.attempt),
-            )
-        )
+        for node, gpu, job, attempt in session.connection().execute(_HOLDERS)
     }
     used_cpus: dict[str, float] = defaultdict(float)
     used_mem: dict[str, float] = defaultdict(float)
@@ -200,7 +204,7 @@ class PendingCache:
         missing = [i for i, q in order if (hit := views.get(i)) is None or hit[0] != q]
         for start in range(0, len(missing), 500):
             chunk = missing[start : start + 500]
-            for r in connection.execute(select(*JOBS.columns).where(col(Job.id).in_(chunk))):
+            for r in connection.execute(_VIEWS_OF, {"ids": chunk}):
                 view = JOBS.from_row(r)
                 views[view.id] = (r.queued_at, view)
         if len(views) > 2 * len(order) + 1000:
@@ -222,9 +226,7 @@ def build(
     running: list[JobView] = []
     attempts: dict[int, int] = {}
     book = AccountBook(session)
-    for r in session.connection().execute(
-        select(*JOBS.columns, col(Job.state), col(Job.attempt)).where(col(Job.state).in_(HOLDING))
-    ):
+    for r in session.connection().execute(_HOLDING_VIEWS):
         if r.state is JobState.PREEMPTING:
             continue
         running.append(JOBS.from_row(r, account=book.account(r.user)))
