@@ -542,6 +542,7 @@ class Agent:
             log.warning("lease lapsed: stopping job %s (attempt %s)", runner.job_id, runner.attempt)
         await asyncio.gather(*(r.discard(grace) for r in doomed))
         await self._register()
+        log.info("registered again after the lease lapsed; %d jobs kept", len(self.runners))
 
     def _on_heartbeat_error(self, exc: Exception) -> None:
         if isinstance(exc, AuthRejected):
