@@ -9,6 +9,7 @@ lease under it), so losses come quickly.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sys
@@ -71,7 +72,7 @@ def copies(path: Path) -> dict[int, tuple[float, float]]:
 def overlapping(spans: dict[int, tuple[float, float]]) -> list[tuple[int, int]]:
     ordered = sorted(spans.items(), key=lambda item: item[1][0])
     found = []
-    for (pid_a, (_, end_a)), (pid_b, (start_b, _)) in zip(ordered, ordered[1:], strict=False):
+    for (pid_a, (_, end_a)), (pid_b, (start_b, _)) in itertools.pairwise(ordered):
         if end_a >= start_b:
             found.append((pid_a, pid_b))
     return found

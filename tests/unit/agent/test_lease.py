@@ -108,7 +108,7 @@ def test_the_default_lease_and_grace_fit_inside_the_node_timeout() -> None:
     for timeout in (3.0, 10.0, 15.0, 60.0):
         settings = ServerSettings(node_timeout_seconds=timeout, heartbeat_seconds=0.5)
         lease, grace = settings.lease
-        assert 0 < lease and 0 <= grace
+        assert lease > 0 and grace >= 0
         assert lease + grace <= LEASE_SHARE * timeout
 
 
