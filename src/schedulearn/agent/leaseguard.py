@@ -73,19 +73,19 @@ def runs(state_dir: Path) -> list[Run]:
         for (text,) in conn.execute("SELECT record FROM runs"):
             try:
                 data = json.loads(text)
-            except ValueError:
-                continue
-            if data.get("ended_at") is not None:
-                continue
-            found.append(
-                Run(
-                    int(data["job_id"]),
-                    int(data["attempt"]),
-                    str(data["job_dir"]),
-                    data.get("pid"),
-                    data.get("container_id"),
+                if data.get("ended_at") is not None:
+                    continue
+                found.append(
+                    Run(
+                        int(data["job_id"]),
+                        int(data["attempt"]),
+                        str(data["job_dir"]),
+                        data.get("pid"),
+                        data.get("container_id"),
+                    )
                 )
-            )
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # unreadable: the agent skips it too
     return found
 
 
@@ -183,7 +183,13 @@ def guard(state_dir: Path) -> int:
         if left > 0:
             time.sleep(min(left, LONGEST_NAP))
             continue
-        live = running(runs(state_dir))
+        try:
+            live = running(runs(state_dir))
+        except (sqlite3.Error, OSError, ValueError, KeyError, TypeError) as exc:
+            # Busy or half-written: look again soon; giving up would leave the jobs running.
+            log.write(f"could not read the agent's records: {exc!r}; trying again")
+            time.sleep(0.1)
+            continue
         if not live:
             log.write("lease lapsed with no run left to stop; exiting")
             return 0

@@ -103,7 +103,12 @@ class LeaseKeeper:
     def _write(self, lease: Lease) -> None:
         old = self._lease
         lease = lease.later(old)
-        leases.write(self.state_dir, lease)
+        try:
+            leases.write(self.state_dir, lease)
+        except OSError as exc:
+            # The guard still holds the old lease; so does the agent, to lapse with it.
+            log.warning("could not record the renewed lease in %s: %s", self.state_dir, exc)
+            return
         self._lease = lease
         # Written after the old lease's end: the guard may have acted on it already.
         if old is not None and old.lapsed(self._clock()):
@@ -117,4 +122,11 @@ class LeaseKeeper:
             return
         if leaseguard.guard_running(self.state_dir):
             return  # an earlier agent's guard, still enforcing the same file
-        self._guard = leaseguard.spawn(self.state_dir)
+        try:
+            self._guard = leaseguard.spawn(self.state_dir)
+        except OSError as exc:
+            log.warning(
+                "could not start the lease guard: %s; jobs are stopped on a lapse only while "
+                "this agent runs",
+                exc,
+            )
