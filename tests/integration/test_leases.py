@@ -3,7 +3,7 @@ refusal of every report about a part the server wrote off (a superseded attempt)
 
 Real server code in-process (`stepped.py`), agents played by hand
 (`wire_agent.py`); the agent's side runs as real processes in
-tests/integration/agent/test_lease.py.
+tests/integration/agent/test_one_live_copy.py.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import hashlib
 import io
 import tarfile
 import time
+from collections.abc import Iterator
 
 import pytest
 from stepped import Stepped, stepped_app
@@ -20,6 +21,7 @@ from wire_agent import WireAgent
 from schedulearn.protocol import (
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
+    EventKind,
     JobEvent,
     LogBatch,
     LogLine,
@@ -34,10 +36,10 @@ NODE_TIMEOUT = 2.0
 
 
 @pytest.fixture
-def app(settings: ServerSettings) -> Stepped:
+def app(settings: ServerSettings) -> Iterator[Stepped]:
     assert settings.node_timeout_seconds == NODE_TIMEOUT
     with stepped_app(settings) as stepped:
-        yield stepped  # type: ignore[misc]
+        yield stepped
 
 
 def test_each_reply_grants_the_lease_and_a_node_marked_down_gets_none(app: Stepped) -> None:
@@ -84,7 +86,7 @@ def test_reports_of_a_superseded_attempt_are_refused_and_change_nothing(app: Ste
         r = app.api.post(f"/api/v1/agent/jobs/{job_id}{path}", headers=old.headers, json=body)
         return r.status_code, r.text
 
-    exited = JobEvent(attempt=1, node="old", kind="exited", exit_code=0, at=time.time())  # type: ignore[arg-type]
+    exited = JobEvent(attempt=1, node="old", kind=EventKind.EXITED, exit_code=0, at=time.time())
     status, text = post("/events", exited.model_dump(mode="json"))
     assert status == 409, text
     assert "attempt 1 of job" in text and "superseded by attempt 2" in text

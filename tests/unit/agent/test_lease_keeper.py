@@ -1,7 +1,7 @@
 """The lease's arithmetic and the agent's keeper of it, on a manual clock.
 
 The guard process and the agent's reaction to a lapse are exercised with
-real processes in tests/integration/agent/test_lease.py.
+real processes in tests/integration/agent/test_one_live_copy.py.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def keeper(tmp_path: Path, clock: ManualClock, lapses: list[int]) -> LeaseKeeper
 
 
 def test_a_renewed_lease_does_not_lapse(tmp_path: Path) -> None:
-    clock, lapses = ManualClock(1000.0), []
+    clock, lapses = ManualClock(1000.0), list[int]()
     kept = keeper(tmp_path, clock, lapses)
     kept.reset(Lease.granted(clock.now(), 5.0, 1.0))
     for _ in range(10):
@@ -65,7 +65,7 @@ def test_a_renewed_lease_does_not_lapse(tmp_path: Path) -> None:
 def test_a_lapse_is_told_once_and_renewals_wait_for_the_next_registration(
     tmp_path: Path,
 ) -> None:
-    clock, lapses = ManualClock(1000.0), []
+    clock, lapses = ManualClock(1000.0), list[int]()
     kept = keeper(tmp_path, clock, lapses)
     kept.reset(Lease.granted(clock.now(), 5.0, 1.0))
     clock.advance(5.0)
@@ -84,7 +84,7 @@ def test_a_lapse_is_told_once_and_renewals_wait_for_the_next_registration(
 def test_a_renewal_written_after_the_old_lease_ended_counts_as_a_lapse(tmp_path: Path) -> None:
     """The request went out in time, but its reply came after the lease's end: the guard
     may already have stopped the jobs, so the agent must register again."""
-    clock, lapses = ManualClock(1000.0), []
+    clock, lapses = ManualClock(1000.0), list[int]()
     kept = keeper(tmp_path, clock, lapses)
     kept.reset(Lease.granted(clock.now(), 5.0, 1.0))
     sent = clock.now() + 4.0
@@ -95,7 +95,7 @@ def test_a_renewal_written_after_the_old_lease_ended_counts_as_a_lapse(tmp_path:
 
 
 def test_without_a_lease_nothing_lapses(tmp_path: Path) -> None:
-    clock, lapses = ManualClock(1000.0), []
+    clock, lapses = ManualClock(1000.0), list[int]()
     kept = keeper(tmp_path, clock, lapses)
     kept.reset(None)  # a server that grants none (an older release)
     clock.advance(1e6)
