@@ -248,3 +248,40 @@ def test_an_exit_while_the_agent_was_down_past_its_lease_is_honoured(
         for proc in agents:
             proc.kill()
         server.kill()
+
+
+@pytest.mark.parametrize("server", [{"node_timeout": NODE_TIMEOUT}], indirect=True)
+def test_an_agent_cut_off_from_the_server_stops_its_job_as_a_node_loss(
+    api: AdminApi,
+    server: ServerProc,
+    start_agent: StartAgent,
+    one_job: tuple[Path, list[str]],
+) -> None:
+    """The agent lives, but nothing it sends is answered (the server is frozen): it
+    stops its job when the lease lapses, and the server hears of it as a lost node,
+    not as the job exiting with SIGTERM's code."""
+    out, command = one_job
+    agent = start_agent("n1", gpus=1)
+    registered(api, "n1")
+    job_id = api.submit(command=command, gpus=1, max_restarts=0)
+    api.wait_state(job_id, {"running"})
+    (pid,) = wait_until(lambda: copies(out), 20, "the job to start")
+    assert server.popen is not None
+    server.popen.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: "lease lapsed" in agent.log(), 30, "the agent to see its lapse")
+        wait_until(lambda: not pid_alive(pid), 30, "the job to be stopped")
+    finally:
+        server.popen.send_signal(signal.SIGCONT)
+    wait_until(lambda: "registered again after the lease lapsed" in agent.log(), 30, "it")
+    job = wait_until(
+        lambda: api.job(job_id),
+        30,
+        "the job to run again",
+        until=lambda j: j["state"] == "running" and j["attempt"] >= 2,
+    )
+    # max_restarts=0, and yet it runs again: a node loss is not the job's failure.
+    assert job["restarts"] == 0 and job["exit_code"] is None
+    assert "its node went down" in messages(api, job_id)
+    spans = copies(out)
+    assert len(spans) == 2 and overlapping(spans) == [], spans
