@@ -186,7 +186,8 @@ class Agent:
         finally:
             # Runs left behind (an upgrade) keep the lease's guard: if no agent
             # renews the lease, they are stopped before the server requeues them.
-            self.lease.close(jobs_left=bool(self.runners))
+            # Any record counts: runs of an earlier agent not re-adopted yet too.
+            self.lease.close(jobs_left=bool(self.runners) or bool(self.store.load_all()))
         await asyncio.gather(*(r.abandon() for r in list(self.runners.values())))
         await self.events.close()
         for executor in self.executors.values():
