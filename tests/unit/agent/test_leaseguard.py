@@ -55,9 +55,7 @@ def lapsed(seconds_ago: float, grace: float) -> Lease:
 
 
 def test_a_lapsed_lease_stops_every_run_sigterm_first(store: StateStore) -> None:
-    polite, _ = start_run(
-        store, 1, "trap 'echo saved > saved; exit 0' TERM; while :; do sleep 0.05; done"
-    )
+    polite, _ = start_run(store, 1, "trap 'exit 0' TERM; while :; do sleep 0.05; done")
     stubborn, _ = start_run(store, 2, "trap '' TERM; while :; do sleep 0.05; done")
     leases.write(store.root, lapsed(1.0, grace=0.5))
 
