@@ -132,6 +132,7 @@ class Agent:
             if not await self._enroll(stop):
                 return
             recovered = await self._recover()
+            await self._end_lease_stopped(recovered)
             await self._register(recovered, wait_for=stop)
             if stop.is_set():
                 return
@@ -290,6 +291,16 @@ class Agent:
         if handles:
             log.info("found %d runs of an earlier agent process", len(handles))
         return handles
+
+    async def _end_lease_stopped(self, recovered: list[RunHandle]) -> None:
+        """Wait for the runs the lease's guard is stopping to be gone: registering
+        without them lets the server run them elsewhere at once."""
+        lease = leases.read(self.config.state_dir)
+        grace = lease.grace if lease is not None else 0.0
+        dying = [h for h in recovered if h.is_alive() and leases.stopped_by_lease(h.record.job_dir)]
+        if dying:
+            log.info("waiting for %d runs stopped by the lapsed lease to end", len(dying))
+            await asyncio.gather(*(h.stop(grace) for h in dying))
 
     def _record_for_orphan(self, job_id: int, attempt: int, container_id: str) -> JobRecord:
         job_dir = self.store.create_job_dir(job_id, attempt)
