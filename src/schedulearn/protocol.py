@@ -366,6 +366,14 @@ class RegistrationReply(_Reply):
         default_factory=list, description="Jobs the server still considers running here"
     )
     lost: list[int] = Field(default_factory=list, description="Jobs the agent must stop")
+    lease_seconds: float | None = Field(
+        default=None,
+        description="The node's lease, renewed by this reply: counted from when the agent sent "
+        "its request, it stops its jobs if no later reply renews it (None: no lease)",
+    )
+    lease_grace_seconds: float = Field(
+        default=0.0, description="SIGTERM to SIGKILL of a job stopped because its lease lapsed"
+    )
 
 
 class GpuSample(_Request):
@@ -384,6 +392,14 @@ class HeartbeatReply(_Reply):
     heartbeat_seconds: float
     reregister: bool = Field(
         default=False, description="The server does not know this node (or marked it down)"
+    )
+    lease_seconds: float | None = Field(
+        default=None,
+        description="The node's lease, renewed by this reply: counted from when the agent sent "
+        "its request, it stops its jobs if no later reply renews it (None: no lease)",
+    )
+    lease_grace_seconds: float = Field(
+        default=0.0, description="SIGTERM to SIGKILL of a job stopped because its lease lapsed"
     )
 
 

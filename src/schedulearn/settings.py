@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 APP_NAME = "schedulearn"
@@ -72,6 +72,20 @@ class ServerSettings(BaseSettings):
     heartbeat_seconds: float = Field(default=2.0, gt=0)
     node_timeout_seconds: float = Field(
         default=10.0, gt=0, description="A node silent this long is marked down"
+    )
+    lease_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Each heartbeat the server answers renews the node's lease for this long; "
+        "an agent that cannot renew it stops its jobs when it lapses, before the node timeout "
+        "lets the server run them elsewhere (default: 3/4 of node_timeout_seconds). "
+        "lease_seconds + lease_grace_seconds must stay under 9/10 of node_timeout_seconds",
+    )
+    lease_grace_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="When a lease lapses, how long a job has between SIGTERM and SIGKILL "
+        "(default: 3/20 of node_timeout_seconds)",
     )
     tick_seconds: float = Field(
         default=1.0, gt=0, description="Longest sleep of the scheduler loop between passes"
@@ -137,3 +151,47 @@ class ServerSettings(BaseSettings):
         default=29500, description="MASTER_PORT of a gang is this + job id % 10000"
     )
     log_level: str = "info"
+
+    @property
+    def lease(self) -> tuple[float, float]:
+        """(lease, grace): the lease each heartbeat grants, and the SIGTERM-to-SIGKILL
+        time of a job stopped because its node's lease lapsed (`docs/operations.md`)."""
+        return lease_timing(self.node_timeout_seconds, self.lease_seconds, self.lease_grace_seconds)
+
+    @model_validator(mode="after")
+    def _lease_fits(self) -> ServerSettings:
+        lease, grace = self.lease
+        if lease + grace > LEASE_SHARE * self.node_timeout_seconds:
+            raise ValueError(
+                f"lease_seconds ({lease:g}) + lease_grace_seconds ({grace:g}) must stay under "
+                f"{LEASE_SHARE:g} x node_timeout_seconds ({self.node_timeout_seconds:g}): a node's "
+                "jobs must be stopped before the server may run them elsewhere; lower "
+                "SCHEDULEARN_LEASE_SECONDS / SCHEDULEARN_LEASE_GRACE_SECONDS or raise "
+                "SCHEDULEARN_NODE_TIMEOUT_SECONDS"
+            )
+        if lease <= self.heartbeat_seconds:
+            raise ValueError(
+                f"lease_seconds ({lease:g}) must be longer than heartbeat_seconds "
+                f"({self.heartbeat_seconds:g}), or every node's lease lapses between two "
+                "heartbeats; raise SCHEDULEARN_LEASE_SECONDS (or the node timeout it defaults "
+                "from) or lower SCHEDULEARN_HEARTBEAT_SECONDS"
+            )
+        return self
+
+
+# The lease and its grace take at most this share of the node timeout; the
+# rest is the margin for the job to be gone once SIGKILLed (the agent's guard,
+# `agent.leaseguard`, sleeps until the lease's very end, not in fixed steps).
+LEASE_SHARE = 0.9
+_LEASE_DEFAULT = 0.75
+_GRACE_DEFAULT = 0.15
+
+
+def lease_timing(
+    node_timeout: float, lease: float | None = None, grace: float | None = None
+) -> tuple[float, float]:
+    """The lease and its grace, each the setting given or its share of `node_timeout`."""
+    return (
+        _LEASE_DEFAULT * node_timeout if lease is None else lease,
+        _GRACE_DEFAULT * node_timeout if grace is None else grace,
+    )

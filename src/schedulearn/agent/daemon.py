@@ -13,7 +13,13 @@
    a thread of its own (`agent.heartbeat`: a busy loop never delays it),
    and register again when the server says it does not know this node;
 4. long-poll for work and act on it at once: a start becomes a
-   `JobRunner` task, a stop order is passed to the runner.
+   `JobRunner` task, a stop order is passed to the runner;
+5. hold the node's lease (`agent.leasekeeper`): every reply renews it,
+   and a guard process (`agent.leaseguard`) stops the node's jobs when it
+   lapses, whether this agent is frozen, dead or cut off from the server.
+   An agent that finds its lease lapsed stops its jobs too, and registers
+   again before anything else: the server then counts those runs as lost
+   to a node failure, never as the jobs' own exits.
 
 The server being down never kills the agent: every call is retried with
 backoff, and job reports wait in their runners (and on disk) until the
@@ -33,6 +39,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from schedulearn.agent import accounts, credential
+from schedulearn.agent import lease as leases
 from schedulearn.agent.accounts import Account, JobsAs
 from schedulearn.agent.client import (
     AgentClient,
@@ -46,6 +53,8 @@ from schedulearn.agent.executors.base import ExecutorImpl, NewRecord, RunHandle,
 from schedulearn.agent.gpus import GpuSource
 from schedulearn.agent.heartbeat import HeartbeatThread
 from schedulearn.agent.jobs import JobRunner, RunnerContext
+from schedulearn.agent.lease import Lease
+from schedulearn.agent.leasekeeper import LeaseKeeper
 from schedulearn.agent.outbox import EventOutbox
 from schedulearn.agent.retry import Retry, Stopped
 from schedulearn.agent.starts import StartGate
@@ -108,18 +117,22 @@ class Agent:
         self._register_lock = asyncio.Lock()
         self._fatal: asyncio.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.lease = LeaseKeeper(config.state_dir, on_lapse=self._lapse_from_thread)
 
     # --- life ------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set; raises `AgentError` if the server refuses the agent."""
-        self._fatal = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._fatal = self._loop.create_future()
         tasks: list[asyncio.Task[None]] = []
         heartbeat: HeartbeatThread | None = None
         try:
             if not await self._enroll(stop):
                 return
             recovered = await self._recover()
+            await self._end_lease_stopped(recovered)
             await self._register(recovered, wait_for=stop)
             if stop.is_set():
                 return
@@ -169,6 +182,23 @@ class Agent:
             self._fatal.set_exception(exc)
 
     async def _shutdown(self) -> None:
+        try:
+            await self._stop_runners()
+        finally:
+            # Runs left behind (an upgrade) keep the lease's guard: if no agent
+            # renews the lease, they are stopped before the server requeues them.
+            # Any record counts: runs of an earlier agent not re-adopted yet too.
+            self.lease.close(jobs_left=bool(self.runners) or bool(self.store.load_all()))
+        await asyncio.gather(*(r.abandon() for r in list(self.runners.values())))
+        await self.events.close()
+        for executor in self.executors.values():
+            with contextlib.suppress(Exception):
+                await executor.close()
+        await self.client.close()
+        self.gpus.close()
+        self.store.close()
+
+    async def _stop_runners(self) -> None:
         runners = list(self.runners.values())
         if self.config.stop_jobs_on_exit and runners:
             log.info("stopping %d jobs before exiting", len(runners))
@@ -181,14 +211,6 @@ class Agent:
             pending = [r.task for r in runners if r.task is not None]
             if pending:
                 await asyncio.wait(pending, timeout=5.0)
-        await asyncio.gather(*(r.abandon() for r in list(self.runners.values())))
-        await self.events.close()
-        for executor in self.executors.values():
-            with contextlib.suppress(Exception):
-                await executor.close()
-        await self.client.close()
-        self.gpus.close()
-        self.store.close()
 
     def _accounts(self) -> frozenset[str] | None:
         """The accounts this node runs jobs as (None: every job as the agent itself)."""
@@ -270,6 +292,16 @@ class Agent:
             log.info("found %d runs of an earlier agent process", len(handles))
         return handles
 
+    async def _end_lease_stopped(self, recovered: list[RunHandle]) -> None:
+        """Wait for the runs the lease's guard is stopping to be gone: registering
+        without them lets the server run them elsewhere at once."""
+        lease = leases.read(self.config.state_dir)
+        grace = lease.grace if lease is not None else 0.0
+        dying = [h for h in recovered if h.is_alive() and leases.stopped_by_lease(h.record.job_dir)]
+        if dying:
+            log.info("waiting for %d runs stopped by the lapsed lease to end", len(dying))
+            await asyncio.gather(*(h.stop(grace) for h in dying))
+
     def _record_for_orphan(self, job_id: int, attempt: int, container_id: str) -> JobRecord:
         job_dir = self.store.create_job_dir(job_id, attempt)
         record = JobRecord(
@@ -289,7 +321,9 @@ class Agent:
         running += [
             RunningJobReport(job_id=h.record.job_id, attempt=h.record.attempt)
             for h in recovered
-            if h.record.job_id not in self.runners
+            # A run the lease's guard stopped is not reported: the server counts it
+            # lost with its node, and runs the job again.
+            if h.record.job_id not in self.runners and not leases.stopped_by_lease(h.record.job_dir)
         ]
         return NodeRegistration(
             name=self.config.name,
@@ -310,8 +344,15 @@ class Agent:
         async with self._register_lock:
             self._registered.clear()
             retry = Retry(f"register with {self.config.server}", stop=wait_for)
+            sent_at = leases.now()
+
+            async def register() -> RegistrationReply:
+                nonlocal sent_at
+                sent_at = leases.now()
+                return await self.client.register(self.registration(recovered))
+
             try:
-                reply = await retry.run(lambda: self.client.register(self.registration(recovered)))
+                reply = await retry.run(register)
             except Stopped:
                 return
             except AuthRejected as exc:
@@ -320,6 +361,7 @@ class Agent:
                 raise AgentError(_protocol_refused(self.config.server, exc)) from exc
             except Rejected as exc:
                 raise AgentError(f"the server refused to register this node: {exc}") from exc
+            self.lease.reset(granted(reply, sent_at))
             await self._apply_registration(reply, recovered)
             self._registered.set()
 
@@ -386,6 +428,10 @@ class Agent:
             self._background(self._stop(order))
 
     def _start(self, assignment: Assignment) -> None:
+        if self.lease.lapsed:
+            # Registering again says it does not run here; the server places it anew.
+            log.info("lease lapsed: not starting job %s", assignment.job_id)
+            return
         old = self.runners.get(assignment.job_id)
         if old is not None and old.attempt >= assignment.attempt:
             return  # delivered twice, or an older attempt than the one running
@@ -457,6 +503,7 @@ class Agent:
             interval=lambda: self.heartbeat_seconds,
             on_reply=lambda reply: loop.call_soon_threadsafe(self._on_heartbeat, reply),
             on_error=lambda exc: loop.call_soon_threadsafe(self._on_heartbeat_error, exc),
+            lease=self.lease,
         )
 
     def _heartbeat_body(self) -> Heartbeat | None:
@@ -485,6 +532,30 @@ class Agent:
         else:
             self._background(self._guard(self._report_new_accounts()))
 
+    # --- the lease -------------------------------------------------------------
+
+    def _lapse_from_thread(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._background, self._guard(self._lease_lapsed()))
+
+    async def _lease_lapsed(self) -> None:
+        """Stop every run that had not ended (the guard is stopping them too), then
+        register again: the server counts them lost with this node. Runs that
+        ended on their own before are kept, so their exits are still reported."""
+        self._registered.clear()
+        lease = self.lease.lease
+        grace = lease.grace if lease is not None else 0.0
+        doomed = [r for r in self.runners.values() if not r.ended_on_its_own()]
+        why = "stopped because this node's lease lapsed (the agent could not reach the server)"
+        for runner in doomed:
+            self.runners.pop(runner.job_id, None)
+            with contextlib.suppress(OSError):
+                leases.mark_stopped(runner.record.job_dir, why)
+            log.warning("lease lapsed: stopping job %s (attempt %s)", runner.job_id, runner.attempt)
+        await asyncio.gather(*(r.discard(grace) for r in doomed))
+        await self._register()
+        log.info("registered again after the lease lapsed; %d jobs kept", len(self.runners))
+
     def _on_heartbeat_error(self, exc: Exception) -> None:
         if isinstance(exc, AuthRejected):
             self._fail(AgentError(_token_refused(self.config.server, exc)))
@@ -494,6 +565,13 @@ class Agent:
             self._background(self._guard(self._register()))
         else:
             log.warning("the server refused a heartbeat: %s", exc)
+
+
+def granted(reply: RegistrationReply, sent_at: float) -> Lease | None:
+    """The lease a registration reply grants (None: the server grants none)."""
+    if reply.lease_seconds is None:
+        return None
+    return Lease.granted(sent_at, reply.lease_seconds, reply.lease_grace_seconds)
 
 
 def check_jobs_as(config: AgentConfig) -> None:

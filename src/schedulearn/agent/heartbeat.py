@@ -11,6 +11,11 @@ It reads what it reports (the running runs, GPU samples) through plain
 functions, and hands what the server answers back to the main loop
 (`on_reply`, `on_error`), which acts on it (register again, give up on
 a refused credential).
+
+The lease each reply grants is renewed here too (`agent.leasekeeper`),
+counted from when the request was sent, so a busy main loop cannot let it
+lapse. Once it has lapsed no heartbeat goes out: the main loop registers
+again instead (`LeaseKeeper.check` tells it).
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ import logging
 import threading
 from collections.abc import Callable
 
+from schedulearn.agent import lease as leases
 from schedulearn.agent.client import AgentClient, ServerUnavailable
+from schedulearn.agent.lease import Lease
+from schedulearn.agent.leasekeeper import LeaseKeeper
 from schedulearn.protocol import Heartbeat, HeartbeatReply
 
 log = logging.getLogger(__name__)
@@ -37,6 +45,7 @@ class HeartbeatThread:
         interval: Callable[[], float],
         on_reply: Callable[[HeartbeatReply], object],
         on_error: Callable[[Exception], object],
+        lease: LeaseKeeper | None = None,
     ) -> None:
         self.server = server
         self._token = token
@@ -44,6 +53,7 @@ class HeartbeatThread:
         self._interval = interval
         self._on_reply = on_reply
         self._on_error = on_error
+        self._lease = lease
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._main, name="heartbeat", daemon=True)
         self.sent = 0
@@ -67,10 +77,13 @@ class HeartbeatThread:
                 # This loop serves the heartbeat alone: blocking it is fine.
                 if self._stop.wait(self._interval()):
                     return
+                if self._lease is not None and self._lease.check():
+                    continue  # lapsed: the main loop registers again
                 body = self._body()
                 if body is None:  # not registered (again) yet
                     continue
                 client.set_token(self._token())
+                sent_at = leases.now()
                 try:
                     reply = await client.heartbeat(body)
                 except ServerUnavailable as exc:
@@ -84,6 +97,15 @@ class HeartbeatThread:
                     continue
                 warned = False
                 self.sent += 1
+                if self._lease is not None:
+                    self._lease.renew(granted(reply, sent_at))
                 self._on_reply(reply)
         finally:
             await client.close()
+
+
+def granted(reply: HeartbeatReply, sent_at: float) -> Lease | None:
+    """The lease a reply grants (None: none, or the server no longer knows the node)."""
+    if reply.lease_seconds is None or reply.reregister:
+        return None
+    return Lease.granted(sent_at, reply.lease_seconds, reply.lease_grace_seconds)

@@ -18,6 +18,11 @@ progress file (`agent.progress`) while it runs.
 Stop orders (cancel, preempt, lost, gang_failed) go through `stop`;
 `discard` stops a run the server no longer wants without reporting it;
 `abandon` lets go of a run that keeps going when the agent exits.
+
+A run stopped because the node's lease lapsed (`agent.lease`: its
+directory is marked `lease_stopped`) is no exit of the job's own: its
+exit is not reported. The agent registers again without it, and the
+server counts it lost with the node and runs the job again.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedulearn.agent import accounts, checkpoints
+from schedulearn.agent import lease as leases
 from schedulearn.agent.accounts import AccountError, JobsAs
 from schedulearn.agent.client import AgentClient
 from schedulearn.agent.executors.base import ExecutorImpl, ExitStatus, RunHandle, StartError
@@ -106,6 +112,14 @@ class JobRunner:
 
     def report(self) -> RunningJobReport:
         return RunningJobReport(job_id=self.job_id, attempt=self.attempt)
+
+    def ended_on_its_own(self) -> bool:
+        """Whether the run has ended, and not because the node's lease lapsed."""
+        return (
+            self.handle is not None
+            and not self.handle.is_alive()
+            and not leases.stopped_by_lease(self.record.job_dir)
+        )
 
     def launch(self) -> asyncio.Task[None]:
         self.task = asyncio.create_task(self._run(), name=f"job-{self.job_id}.{self.attempt}")
@@ -256,6 +270,10 @@ class JobRunner:
                 tailing = asyncio.create_task(tail.run())
             status = await handle.wait()
             await pump
+            if leases.stopped_by_lease(record.job_dir):
+                # Not the job's exit: the server learns of it as a lost node.
+                self._report = False
+                record.stop_reason = StopReason.LOST.value
             if not record.ended:
                 record.exit_code = status.exit_code
                 record.exit_message = self._exit_message(status)

@@ -125,6 +125,8 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
             stop_grace_seconds=settings.stop_grace_seconds,
             gang_base_port=settings.gang_base_port,
             checkpoint_dir=settings.checkpoint_dir,
+            lease_seconds=settings.lease[0],
+            lease_grace_seconds=settings.lease[1],
         ),
     )
     app.state.sl = sl

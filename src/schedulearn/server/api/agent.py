@@ -72,8 +72,9 @@ async def heartbeat(body: Heartbeat, state: State, who: Agent) -> HeartbeatReply
         state.orphan_stops[body.name] = agents.orphan_orders(beat.orphans, state.timing)
         state.wakeups.wake_nodes([body.name])
     state.wakeups.notify(beat.changes)
+    lease = state.timing.lease_reply() if beat.known else {}
     return HeartbeatReply(
-        heartbeat_seconds=state.settings.heartbeat_seconds, reregister=not beat.known
+        heartbeat_seconds=state.settings.heartbeat_seconds, reregister=not beat.known, **lease
     )
 
 

@@ -21,6 +21,14 @@ lifecycle changes nothing for it), while one placed on another node is
 refused, and an event batch with any such event is refused whole. A
 part never moves between nodes, so a check cannot be outdated by the
 time the work it guards runs.
+
+A part the server wrote off (`lost`: its node went down, or its lease
+lapsed) is superseded: its job runs again as a newer attempt. Events,
+log batches, progress and uploads (checkpoint, full log) about it are
+refused (409 naming both attempts; in an event batch, that event is
+acknowledged as ignored and the rest recorded) and change nothing, so a
+copy that outlived its lease cannot touch the job. The agent takes a
+refusal as final (`agent.client.until_acked`).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
 from schedulearn.protocol import (
+    Ack,
     CheckpointRef,
     Heartbeat,
     JobEvent,
@@ -40,8 +49,8 @@ from schedulearn.protocol import (
     ProgressBatch,
     WorkBatch,
 )
-from schedulearn.server.errors import Forbidden, NotFound
-from schedulearn.server.models import Job, JobPart
+from schedulearn.server.errors import Conflict, Forbidden, NotFound
+from schedulearn.server.models import Job, JobPart, PartStatus
 from schedulearn.server.services import agents, checkpoints, enrollment, logs, progress
 from schedulearn.server.services.agents import AgentTiming, Beat, EventsRecorded, Registered
 from schedulearn.server.services.enrollment import AgentIdentity
@@ -93,6 +102,35 @@ def require_attempt(session: Session, node: str, job_id: int, attempt: int) -> N
     _refuse(node, job_id, attempt)
 
 
+def superseded(job_id: int, attempt: int, node: str, current: int | None) -> str:
+    """Why a report about a written-off part is refused (names both attempts)."""
+    now = f"attempt {current}" if current is not None else "a newer attempt"
+    return (
+        f"attempt {attempt} of job {job_id} on node {node!r} was written off (its node was "
+        f"lost, or its lease lapsed) and is superseded by {now}; this report is refused and "
+        "changes nothing"
+    )
+
+
+def require_live(session: Session, node: str, job_id: int, attempt: int) -> None:
+    """409 when the server wrote off the attempt's part on `node` (see above)."""
+    lost = session.exec(
+        select(JobPart.id)
+        .where(
+            JobPart.job_id == job_id,
+            JobPart.attempt == attempt,
+            JobPart.node == node,
+            JobPart.status == PartStatus.LOST,
+        )
+        .limit(1)
+    ).first()
+    if lost is None:
+        return
+    job = session.get(Job, job_id)
+    current = job.attempt if job is not None and job.attempt != attempt else None
+    raise Conflict(superseded(job_id, attempt, node, current))
+
+
 # --- node-level calls ------------------------------------------------------------
 
 
@@ -131,11 +169,12 @@ def record_event(
         session, job_id, event.attempt
     ):
         _refuse(node, job_id, event.attempt)
+    require_live(session, node, job_id, event.attempt)
     return agents.record_event(session, job_id, event.model_copy(update={"node": node}), now)
 
 
 # Built once (every batch of events runs it): see `agents._NEW_PARTS`.
-_OWNED = select(JobPart.job_id, JobPart.attempt).where(
+_OWNED = select(JobPart.job_id, JobPart.attempt, JobPart.status).where(
     JobPart.node == bindparam("node"), col(JobPart.job_id).in_(bindparam("ids", expanding=True))
 )
 
@@ -150,12 +189,14 @@ def record_events(
     pairs = {(r.job_id, r.attempt) for r in reports}
     ids = {job_id for job_id, _ in pairs}
     # A plain read (every batch of events passes here): no ORM statement, no autoflush.
-    owned: set[tuple[int, int]] = set(
-        (job_id, attempt)
-        for job_id, attempt in session.connection().execute(
-            _OWNED, {"node": node, "ids": list(ids)}
-        )
-    )
+    owned: set[tuple[int, int]] = set()
+    written_off: set[tuple[int, int]] = set()
+    for job_id, attempt, status in session.connection().execute(
+        _OWNED, {"node": node, "ids": list(ids)}
+    ):
+        owned.add((job_id, attempt))
+        if status == PartStatus.LOST:
+            written_off.add((job_id, attempt))
     missing = pairs - owned
     if missing:
         # An event of a job, or an attempt, that exists nowhere is acknowledged as
@@ -175,8 +216,22 @@ def record_events(
                 f"attempt {attempt} of job {job_id} was not placed on node {node!r}; a node "
                 "reports only on its own jobs (nothing in this batch was recorded)"
             )
-    mine = [r.model_copy(update={"node": node}) for r in reports]
-    return agents.record_events(session, mine, now)
+    mine = [
+        r.model_copy(update={"node": node})
+        for r in reports
+        if (r.job_id, r.attempt) not in written_off
+    ]
+    if len(mine) == len(reports):
+        return agents.record_events(session, mine, now)
+    # Events of written-off parts: acknowledged as ignored (sending them again
+    # cannot help), the others recorded.
+    recorded = agents.record_events(session, mine, now) if mine else None
+    given = iter(recorded.acks if recorded is not None else [])
+    acks = [
+        Ack(ignored=True) if (r.job_id, r.attempt) in written_off else next(given) for r in reports
+    ]
+    changes = recorded.changes if recorded is not None else Changes()
+    return EventsRecorded(acks, changes)
 
 
 def append_logs(
@@ -184,6 +239,7 @@ def append_logs(
 ) -> logs.Appended:
     node = own_node(who, batch.node)
     require_attempt(session, node, job_id, batch.attempt)
+    require_live(session, node, job_id, batch.attempt)
     return logs.append(session, job_id, batch.model_copy(update={"node": node}), cap)
 
 
@@ -192,6 +248,7 @@ def record_progress(
 ) -> Changes:
     node = own_node(who, batch.node)
     require_attempt(session, node, job_id, batch.attempt)
+    require_live(session, node, job_id, batch.attempt)
     return progress.record(session, job_id, batch.model_copy(update={"node": node}))
 
 
@@ -202,6 +259,7 @@ def may_upload(session: Session, who: AgentIdentity, job_id: int, attempt: int, 
     """Checked before the upload is read; returns the node to record it under."""
     mine = own_node(who, node)
     require_attempt(session, mine, job_id, attempt)
+    require_live(session, mine, job_id, attempt)
     return mine
 
 

@@ -10,6 +10,14 @@ Owns the `node` and `gpu` tables and the delivery flags of `job_part`
   period loses that part the same way;
 - a node silent past `node_timeout_seconds` is marked down and all its
   parts are lost (`reap`).
+
+Leases: every registration and heartbeat reply renews the node's lease
+for `lease_seconds` (`lease_reply`). An agent that cannot renew it stops
+its jobs when it lapses, which is before the node timeout (the settings
+refuse a lease that is not), so by the time `reap` requeues a silent
+node's parts, their runs are gone. The parts a lapsed agent stopped are
+missing from its next registration: lost to a node failure (counted in
+`node_losses`), not the jobs' fault.
 """
 
 from __future__ import annotations
@@ -57,6 +65,17 @@ class AgentTiming:
     stop_grace_seconds: float
     gang_base_port: int
     checkpoint_dir: str | None
+    # The lease each reply grants (None: none) and the SIGTERM-to-SIGKILL time
+    # of a job stopped when it lapses (`settings.ServerSettings.lease`).
+    lease_seconds: float | None = None
+    lease_grace_seconds: float = 0.0
+
+    def lease_reply(self) -> dict[str, Any]:
+        """The lease fields of a registration or heartbeat reply."""
+        return {
+            "lease_seconds": self.lease_seconds,
+            "lease_grace_seconds": self.lease_grace_seconds,
+        }
 
     @property
     def report_grace(self) -> float:
@@ -138,13 +157,16 @@ def register(
                 session,
                 part,
                 now,
-                f"node {reg.name} restarted and no longer runs it",
+                f"node {reg.name} registered again and no longer runs it (restarted, or its "
+                "lease lapsed)",
                 changes,
                 lifecycle.LossCause.NODE_DOWN,
             )
     lost = sorted({job_id for job_id, attempt in reported - known})
     session.commit()
-    reply = RegistrationReply(heartbeat_seconds=timing.heartbeat_seconds, adopt=adopt, lost=lost)
+    reply = RegistrationReply(
+        heartbeat_seconds=timing.heartbeat_seconds, adopt=adopt, lost=lost, **timing.lease_reply()
+    )
     return Registered(reply, changes)
 
 

@@ -1,0 +1,133 @@
+"""The server's side of leases on a `ManualClock`: what each reply grants, and the
+refusal of every report about a part the server wrote off (a superseded attempt).
+
+Real server code in-process (`stepped.py`), agents played by hand
+(`wire_agent.py`); the agent's side runs as real processes in
+tests/integration/agent/test_one_live_copy.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import time
+from collections.abc import Iterator
+
+import pytest
+from stepped import Stepped, stepped_app
+from wire_agent import WireAgent
+
+from schedulearn.protocol import (
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    EventKind,
+    JobEvent,
+    LogBatch,
+    LogLine,
+    ProgressBatch,
+    ProgressReport,
+)
+from schedulearn.settings import ServerSettings
+
+# The integration settings (tests/integration/conftest.py): node timeout 2 s,
+# so the lease is 1.5 s and its grace 0.3 s (`settings.lease_timing`).
+NODE_TIMEOUT = 2.0
+
+
+@pytest.fixture
+def app(settings: ServerSettings) -> Iterator[Stepped]:
+    assert settings.node_timeout_seconds == NODE_TIMEOUT
+    with stepped_app(settings) as stepped:
+        yield stepped
+
+
+def test_each_reply_grants_the_lease_and_a_node_marked_down_gets_none(app: Stepped) -> None:
+    node = WireAgent(app.api, "n1", gpus=1)
+    # As this release's agent speaks (protocol 1's replies have no lease fields).
+    node.headers[PROTOCOL_HEADER] = str(PROTOCOL_VERSION)
+    reply = node.register()
+    assert (reply.lease_seconds, reply.lease_grace_seconds) == pytest.approx((1.5, 0.3))
+    beat = node.heartbeat()
+    assert (beat.lease_seconds, beat.lease_grace_seconds) == pytest.approx((1.5, 0.3))
+    app.advance(NODE_TIMEOUT + 0.1)
+    app.schedule()  # reaps the silent node
+    beat = node.heartbeat()
+    assert beat.reregister and beat.lease_seconds is None
+
+
+def superseded_on(app: Stepped) -> tuple[WireAgent, WireAgent, int]:
+    """A job whose attempt 1 on `old` was written off and runs again as attempt 2 on `new`."""
+    old, new = WireAgent(app.api, "old", gpus=1), WireAgent(app.api, "new", gpus=1)
+    old.register()
+    job_id = app.submit(gpus=1, preemptible=True)
+    app.schedule()
+    (start,) = old.work(wait=0).starts
+    old.start(job_id, start.attempt)
+    old.log(job_id, 1, "first copy")
+    new.register()
+    # Past the node timeout: `old` is reaped, the job placed on `new` as attempt 2.
+    app.advance(NODE_TIMEOUT + 0.1)
+    new.heartbeat()
+    app.schedule()
+    (again,) = new.work(wait=0).starts
+    assert (again.job_id, again.attempt) == (job_id, 2)
+    new.start(job_id, 2)
+    return old, new, job_id
+
+
+def test_reports_of_a_superseded_attempt_are_refused_and_change_nothing(app: Stepped) -> None:
+    old, new, job_id = superseded_on(app)
+    before = app.job(job_id)
+    assert (before.state, before.attempt) == ("running", 2)
+    lines_before = app.api.get(f"/api/v1/jobs/{job_id}/logs").json()["lines"]
+
+    def post(path: str, body: object) -> tuple[int, str]:
+        r = app.api.post(f"/api/v1/agent/jobs/{job_id}{path}", headers=old.headers, json=body)
+        return r.status_code, r.text
+
+    exited = JobEvent(attempt=1, node="old", kind=EventKind.EXITED, exit_code=0, at=time.time())
+    status, text = post("/events", exited.model_dump(mode="json"))
+    assert status == 409, text
+    assert "attempt 1 of job" in text and "superseded by attempt 2" in text
+    logs = LogBatch(attempt=1, node="old", lines=[LogLine(seq=1, text="stale", at=time.time())])
+    assert post("/logs", logs.model_dump(mode="json"))[0] == 409
+    progress = ProgressBatch(
+        attempt=1, node="old", reports=[ProgressReport(at=time.time(), step=9)]
+    )
+    assert post("/progress", progress.model_dump(mode="json"))[0] == 409
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w"):
+        pass
+    upload = app.api.put(
+        f"/api/v1/agent/jobs/{job_id}/checkpoint",
+        params={"attempt": 1, "node": "old"},
+        headers={**old.headers, "X-Checkpoint-Sha256": hashlib.sha256(tar.getvalue()).hexdigest()},
+        content=tar.getvalue(),
+    )
+    assert upload.status_code == 409, upload.text
+    # In a batch, the stale event is acknowledged as ignored, and the others recorded.
+    other = app.submit(gpus=1)
+    acks = old.events((job_id, 1, "exited", 0), (other, 1, "exited", 0))
+    assert acks.acks[0].ignored is True
+
+    after = app.job(job_id)
+    assert (after.state, after.attempt, after.exit_code) == ("running", 2, None)
+    assert after.progress is None and after.checkpoint is None
+    assert app.api.get(f"/api/v1/jobs/{job_id}/logs").json()["lines"] == lines_before
+    # The current attempt reports as ever.
+    new.exit(job_id, 2, 0)
+    assert app.job(job_id).state == "succeeded"
+
+
+def test_a_part_of_the_current_attempt_is_not_refused(app: Stepped) -> None:
+    node = WireAgent(app.api, "n1", gpus=1)
+    node.register()
+    job_id = app.submit(gpus=1)
+    app.schedule()
+    (start,) = node.work(wait=0).starts
+    node.start(job_id, start.attempt)
+    node.log(job_id, start.attempt, "hello")
+    node.exit(job_id, start.attempt, 3)
+    job = app.job(job_id)
+    assert (job.state, job.exit_code) == ("failed", 3)
