@@ -182,3 +182,41 @@ def test_the_queue_shown_under_goodput_is_ordered_by_the_reports(api: Api) -> No
 
     state.db.call(reported)
     assert order() == [second, first]
+
+
+def test_a_jobs_goodput_rows_go_once_it_has_ended(api: Api) -> None:
+    from sqlmodel import select
+
+    from schedulearn.server.models import GoodputState
+
+    node = WireAgent(api, "n1", gpus=4)
+    node.register()
+    spec = {"command": "train", "gpus": 1, "min_gpus": 1, "max_gpus": 4, "preemptible": True}
+    ended = api.post("/api/v1/jobs", json=spec).json()["ids"][0]
+    running = api.post("/api/v1/jobs", json=spec).json()["ids"][0]
+    node.work_until(lambda b: {s.job_id for s in b.starts} >= {ended, running})
+    for job_id in (ended, running):
+        _send(api, job_id, 1, _report(10.0, step_time=0.3, progress=5.0, target=400.0))
+    state: AppState = api.client.app.state.sl  # type: ignore[attr-defined]  # Starlette's app is untyped
+    scheduler = state.scheduler
+
+    def rows() -> list[int]:
+        return state.db.call(lambda s: sorted(s.exec(select(GoodputState.job_id)).all()))
+
+    def pruning_round() -> None:
+        # The scheduler prunes every PRUNE_SECONDS; make the next round one that does.
+        scheduler._pruned_at = 0.0
+        api.settle()
+
+    assert rows() == sorted([ended, running])
+    pruning_round()
+    assert rows() == sorted([ended, running])  # both still run: both kept
+
+    assert api.post(f"/api/v1/jobs/{ended}/cancel").status_code == 200
+    pruning_round()
+    assert rows() == [running]
+    # A report that arrives late makes its row again, and the next prune takes it.
+    _send(api, ended, 1, _report(11.0, step_time=0.3, progress=6.0, target=400.0))
+    assert rows() == sorted([ended, running])
+    pruning_round()
+    assert rows() == [running]

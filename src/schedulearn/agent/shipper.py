@@ -13,6 +13,13 @@ acknowledged spool offset and `next_seq`, and the spool's own size and
 source positions), so a restarted agent re-sends exactly what was not
 acknowledged and re-reads into the spool exactly what it did not hold.
 
+The spool's own progress (its size and the source positions it holds)
+is also saved every `save_every_bytes` of output, acknowledged or not:
+what the record stores is in the spool for good, so the executor frees
+its raw output up to there (`executors.process`), and a job printing
+while the server is away costs the node the spool's cap plus one such
+step, not all it printed.
+
 When the server has cut this job's stored log (its per-job cap; it says
 so in its acknowledgement), the spool is uploaded whole when the run
 ends (`upload_full`), before the exit is reported, so `logs --full` can
@@ -33,6 +40,14 @@ from schedulearn.protocol import LogBatch
 
 # One agent's default disk cap for one run's output.
 DEFAULT_DISK_CAP_BYTES = 1024**3
+# How much output may be in the spool but not yet in the record (so not yet
+# freed at its source): an eighth of the cap, within these bounds.
+SAVE_EVERY_MIN_BYTES = 64 << 10
+SAVE_EVERY_MAX_BYTES = 8 << 20
+
+
+def save_every(disk_cap_bytes: int) -> int:
+    return min(SAVE_EVERY_MAX_BYTES, max(SAVE_EVERY_MIN_BYTES, disk_cap_bytes // 8))
 
 
 def mark_of(record: JobRecord) -> SpoolMark:
@@ -69,13 +84,27 @@ class LogShipper:
         self._wake = asyncio.Event()
         self._closing = False
         self._unsent = 0  # lines added since the last batch was taken
+        self.save_every_bytes = save_every(disk_cap_bytes)
+        self._unsaved = 0  # bytes of output added since the record last saved the spool
         self.lines_shipped = 0
 
     def add(self, line: OutputLine) -> None:
         self.spool.add(line.stream, line.at, line.text, line.position)
         self._unsent += 1
+        self._unsaved += len(line.text) + 1
+        if self._unsaved >= self.save_every_bytes:
+            self._save_spool()
         if self._unsent == 1 or self._unsent >= self.batch_lines:
             self._wake.set()
+
+    def _save_spool(self) -> None:
+        """Store the spool's progress in the record (with what was acknowledged so far)."""
+        record = self.record
+        mark = self.spool.checkpoint()
+        record.spool_bytes, record.log_positions = mark.size, mark.positions
+        record.spool_cut_bytes, record.spool_cut_lines = mark.cut_bytes, mark.cut_lines
+        self.store.save(record)
+        self._unsaved = 0
 
     async def run(self) -> None:
         """Send batches until `close()` has been called and everything is acknowledged."""
@@ -125,10 +154,7 @@ class LogShipper:
         record.shipped_bytes = raw[-1][1]
         record.next_seq += len(raw)
         self.lines_shipped += len(raw)
-        mark = self.spool.checkpoint()
-        record.spool_bytes, record.log_positions = mark.size, mark.positions
-        record.spool_cut_bytes, record.spool_cut_lines = mark.cut_bytes, mark.cut_lines
-        self.store.save(record)
+        self._save_spool()
 
 
 async def upload_full(client: AgentClient, record: JobRecord, node: str) -> str:

@@ -181,6 +181,14 @@ def agent(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
+    log_disk_max_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="SCHEDULEARN_AGENT_LOG_DISK_MAX_BYTES",
+            help="Disk this node gives one run's output; past it, lines are counted, not kept",
+        ),
+    ] = 1024**3,
 ) -> None:
     """Run the node agent: register this host's GPUs, run the jobs the server sends."""
     from schedulearn.agent import credential
@@ -286,6 +294,7 @@ def agent(
         job_env=extra_env,
         stop_jobs_on_exit=stop_jobs_on_exit,
         jobs_as=jobs_as,
+        log_disk_max_bytes=log_disk_max_bytes,
     )
     # Which `python` and PATH jobs get, said before anything runs (issue: a
     # job's interpreter used to be whatever PATH the agent happened to have).

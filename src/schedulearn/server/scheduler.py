@@ -32,6 +32,7 @@ from schedulearn.server.services import (
     agents,
     checkpoints,
     full_logs,
+    goodput,
     logs,
     policy,
     profiles,
@@ -180,6 +181,7 @@ class Scheduler:
                 now,
                 self.settings.log_retention_days,
             )
+            goodput.prune(session)
         self.metrics.passes.observe(time.perf_counter() - started)
         return Round(changes, result, spec)
 

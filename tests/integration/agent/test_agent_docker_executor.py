@@ -1,6 +1,7 @@
 """The Docker executor against real engines: Docker (started by the test
 set-up) and Podman's Docker-compatible socket, with a locally built
-busybox image. Run, logs, environment, labels, volumes, cancel, and
+busybox image. Run, logs, environment, labels, volumes, cancel (the
+program of a string command gets the signal on both engines), and
 re-adoption by a new executor (from records, and from labels alone)."""
 
 from __future__ import annotations
@@ -165,6 +166,34 @@ def test_cancel_gives_the_container_its_sigterm_then_kills_it_after_the_grace(
         await pump
         assert (await stubborn.wait()).exit_code == 137
         assert time.monotonic() - began >= 1
+
+    run(go())
+
+
+def test_the_program_of_a_string_command_gets_the_stop_signal_itself(
+    executor: DockerExecutor, store: StateStore, docker_image: str
+) -> None:
+    """A string command runs under a shell; the program that shell runs (here
+    a second shell) must get SIGTERM too, or it never saves: Docker's init
+    signals the process group, and so does the second init the executor puts
+    in front on Podman, whose own init signals one process only."""
+
+    async def go() -> None:
+        program = (
+            "trap 'echo program saved; exit 0' TERM; echo ready; while true; do sleep 0.1; done"
+        )
+        handle = await executor.start(
+            job(docker_image, 34, f'sh -c "{program}"'), new_record(store, 34)
+        )
+        lines: list[OutputLine] = []
+        pump = asyncio.create_task(handle.pump_logs(lines.append))
+        await wait_for_line(lines, "ready")
+        # A long grace: without the signal the program would be killed at its end.
+        await handle.stop(grace_seconds=60)
+        await pump
+        assert "program saved" in texts(lines, "stdout")
+        # The command's shell then stops as a shell killed by SIGTERM would.
+        assert (await handle.wait()).exit_code == 143
 
     run(go())
 

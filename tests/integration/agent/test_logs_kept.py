@@ -6,7 +6,11 @@ Real server and agent processes on 127.0.0.1, the real CLI:
   server's stored copy stays under its per-job cap with the cut named;
 - a job printing 30 MB keeps the database under its cap while it runs, is
   cancelled mid-flood, and the marker's byte count is exact: the full log
-  is the stored head and tail plus exactly the bytes the marker says were cut.
+  is the stored head and tail plus exactly the bytes the marker says were cut;
+- a job printing three times the agent's per-run disk cap leaves its run's
+  directory on the node's disk under that cap plus a small step (the raw
+  files the job writes to are freed as their lines reach the spool), and the
+  stored log counts exactly the lines the node did not keep.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from waiting import wait_until
 
 PRINTER = textwrap.dedent(
     """
-    import hashlib, sys, time
+    import hashlib, os, sys, time
     count, width = int(sys.argv[1]), int(sys.argv[2])
     digest_path, then_sleep = sys.argv[3], sys.argv[4]
     pad = "x" * width
@@ -46,6 +50,8 @@ PRINTER = textwrap.dedent(
         f.write(digest.hexdigest())
     if then_sleep == "sleep":
         time.sleep(3600)
+    while then_sleep.startswith("until:") and not os.path.exists(then_sleep[6:]):
+        time.sleep(0.1)
     """
 )
 
@@ -199,3 +205,68 @@ def test_thirty_megabytes_stay_under_the_cap_and_cancel_works(
     # Besides, at most the shell's word on the signal ("Terminated", on stderr).
     assert len(lines) - len(printed) <= 1, lines[-3:]
     assert kept + int(cut.group(1)) == len(got)
+
+
+AGENT_CUT_START = "passed the per-job disk cap of"
+AGENT_CUT_END = re.compile(
+    r"\[schedulearn: (\d+) bytes \((\d+) lines\) of output past the per-job disk cap of "
+    r"(\d+) bytes on node 'n1' were not kept\]"
+)
+
+
+def disk_used(folder: Path) -> int:
+    """Bytes of disk the files under `folder` take (allocated blocks, not sizes)."""
+    return sum(p.lstat().st_blocks * 512 for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+def test_a_job_printing_past_the_node_cap_costs_the_node_the_cap_only(
+    server: ServerProc, api: AdminApi, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    cap = 4 * 1024**2
+    script = tmp_path / "printer.py"
+    script.write_text(PRINTER)
+    app_loaded(api)
+    agent = start_agent("n1", gpus=1, extra=("--log-disk-max-bytes", str(cap)))
+    wait_until(lambda: api.node("n1"), 60, "node n1 to register")
+    # 120,000 lines of 100 bytes: 12 MB, three times the cap; then it waits for `go`.
+    count = 120_000
+    go = tmp_path / "go"
+    job_id = api.submit(
+        command=[sys.executable, str(script), str(count), "90", str(tmp_path / "d"), f"until:{go}"],
+        gpus=0,
+    )
+    wait_until(lambda: (tmp_path / "d").exists(), 120, "the job to print 12 MB")
+    (run_dir,) = (agent.state_dir / "jobs").glob(f"{job_id}.*")
+    stdout_log = run_dir / "stdout.log"
+    assert stdout_log.stat().st_size == count * 100  # the job's raw output, all written
+    # The run's spool holds up to the cap; of the raw files only what the
+    # record has not yet stored (at most an eighth of the cap, by steps).
+    bound = cap + cap // 8 + 512 * 1024
+    wait_until(
+        lambda: disk_used(run_dir),
+        120,
+        f"the run's directory to take at most {bound} bytes of disk",
+        until=lambda used: used <= bound,
+    )
+    # The node's own cut is in the stored log already (the job still runs).
+    wait_until(
+        lambda: [x for x in all_lines(api, job_id) if AGENT_CUT_START in str(x["text"])],
+        60,
+        "the stored log to say where the node's cut starts",
+    )
+    assert disk_used(run_dir) <= bound
+
+    go.touch()
+    api.wait_state(job_id, ["succeeded"], timeout=120)
+    wait_until(lambda: not runs_on(agent.state_dir), 180, "the agent to finish the run")
+    texts = [str(x["text"]) for x in all_lines(api, job_id)]
+    printed = [t for t in texts if re.match(r"\d{8} ", t)]
+    # A head of the output, whole and in order, under the cap ...
+    assert all(t.startswith(f"{i:08d} ") for i, t in enumerate(printed))
+    assert sum(line_bytes(t) for t in printed) <= cap
+    # ... and the end marker counts every line not kept, exactly.
+    ends = [m for t in texts if (m := AGENT_CUT_END.search(t))]
+    assert len(ends) == 1, texts[-3:]
+    assert int(ends[0].group(3)) == cap
+    assert len(printed) + int(ends[0].group(2)) == count

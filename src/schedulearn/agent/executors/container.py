@@ -30,8 +30,13 @@ it on. Docker's init (tini) is told to hand it to the job's whole process
 group (`TINI_KILL_PROCESS_GROUP`), as the process executor signals the
 group: a string command's shell (`launchers.STOP_TRAPS`) and the program
 it runs both get it, so the program saves and the shell waits for it.
-Podman's init (catatonit) and `--no-container-init` signal one process
-only: there a string command should `exec` its program to stop gracefully.
+Podman's init (catatonit) hands it to one process only and takes no
+variable, so on Podman the job's entrypoint is that same init again with
+`-g` (signal the child's process group), in front of the image's own
+entrypoint: the first init hands the signal to the second, which hands it
+to the whole group. With `--no-container-init` the signal reaches the
+container's first process only: there a string command should `exec` its
+program to stop gracefully.
 
 The SDK blocks, so every call runs in a daemon thread: a container that
 runs for a week must not hold up the agent's exit.
@@ -77,6 +82,8 @@ from schedulearn.protocol import Assignment, Executor, LogStream
 log = logging.getLogger(__name__)
 
 CONTAINER_CHECKPOINT_DIR = "/schedulearn/checkpoint"
+# Where Podman mounts its init (catatonit) in a container run with an init.
+PODMAN_INIT = "/run/podman-init"
 LABEL_JOB = "schedulearn.job"
 LABEL_ATTEMPT = "schedulearn.attempt"
 LABEL_NODE = "schedulearn.node"
@@ -154,6 +161,8 @@ class DockerExecutor:
             ) from exc
         # Reported as the node's container runtime (`schedulearn nodes` shows it).
         self.runtime = f"docker {info.get('ServerVersion') or '(version unknown)'}"
+        # Podman's init needs telling (`-g`) to signal the job's process group.
+        self.group_init = init and _is_podman(self.client)
         has_nvidia = "nvidia" in (info.get("Runtimes") or {})
         self.device_requests = gpu_mode == "device-requests" or (gpu_mode == "auto" and has_nvidia)
 
@@ -230,25 +239,32 @@ class DockerExecutor:
             ]
         image = assignment.image
         try:
-            container = await _threaded(lambda: self._create(image, options), "docker-create")
+            container = await _threaded(
+                lambda: self._create(image, options, self.group_init), "docker-create"
+            )
         except docker.errors.DockerException as exc:
             raise StartError(f"the container engine on {self.node_name!r} failed: {exc}") from exc
         record.container_id = container.id
         return ContainerHandle(self.client, record, container.id)
 
-    def _create(self, image: str, options: dict[str, Any]) -> Any:
+    def _create(self, image: str, options: dict[str, Any], group_init: bool = False) -> Any:
         client = self.client
         try:
-            client.images.get(image)
+            found = client.images.get(image)
         except docker.errors.ImageNotFound:
             try:
-                client.images.pull(image)
+                found = client.images.pull(image)
             except docker.errors.DockerException as exc:
                 raise StartError(
                     f"image {image!r} is not on node {self.node_name!r} and could not be "
                     f"pulled ({exc}); push it to a registry the node can reach, or load it "
                     "there with `docker load`"
                 ) from exc
+        if group_init:
+            # The image's entrypoint still runs, behind a second init that
+            # signals the process group (see the module docstring).
+            entrypoint = (found.attrs.get("Config") or {}).get("Entrypoint") or []
+            options = {**options, "entrypoint": [PODMAN_INIT, "-g", "--", *entrypoint]}
         # A container of this very run left by an agent that crashed while
         # starting it: it never reported, so it is safe to replace.
         with contextlib.suppress(docker.errors.NotFound):
@@ -323,6 +339,15 @@ class DockerExecutor:
 
     async def close(self) -> None:
         self.client.close()
+
+
+def _is_podman(client: docker.DockerClient) -> bool:
+    """Whether the engine is Podman (its Docker-compatible API names itself so)."""
+    try:
+        components = client.version().get("Components") or []
+    except docker.errors.DockerException:
+        return False
+    return any("podman" in str(c.get("Name", "")).lower() for c in components)
 
 
 def _identity(account: Account | None) -> dict[str, Any]:

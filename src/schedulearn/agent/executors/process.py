@@ -21,7 +21,10 @@ its status. The shim's trap only defers SIGTERM until the job has ended
 job), so a cancelled job still gets its SIGTERM and its exit code is
 still written. Output goes to files in the job's directory, never pipes,
 for the same reason: a pipe to a dead agent would kill the job with
-SIGPIPE. The agent tails those files line by line.
+SIGPIPE. The agent tails those files line by line, and frees their blocks
+(`executors.holes`) as far as the run's record says the output is kept
+in its spool, so the raw files hold only what is not yet there: a job
+printing without end costs the node its spool's cap, not more.
 
 Run as its owner (`agent.accounts`): given an `Account`, the shim and
 the job run with its uid, gid and supplementary groups, its HOME, USER
@@ -53,13 +56,14 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
 from schedulearn.agent import accounts, jobenv
 from schedulearn.agent.accounts import Account
 from schedulearn.agent.config import AgentConfig
+from schedulearn.agent.executors import holes
 from schedulearn.agent.executors.base import (
     ExitStatus,
     LineSink,
@@ -83,6 +87,8 @@ SHIM = 'trap : TERM INT HUP; "$@"; c=$?; printf "%4d\\n" "$c" 1<>"$0"; exit "$c"
 # How often a running job's log files are read; the exit wakes the reader at once.
 POLL_SECONDS = 0.1
 READ_CHUNK = 1 << 20
+# A raw output file's read part is freed once this much more of it is kept.
+FREE_STEP = 64 << 10
 
 
 def log_file(job_dir: str | Path, stream: LogStream) -> Path:
@@ -335,10 +341,15 @@ class ProcessHandle:
     # --- output ----------------------------------------------------------------
 
     async def pump_logs(self, sink: LineSink) -> None:
+        record = self.record
+
+        def kept(stream: LogStream) -> Callable[[], int]:
+            # What the record stores is in the spool for good (a restarted
+            # agent resumes from there), so the raw file before it can go.
+            return lambda: record.log_positions.get(stream.value, 0)
+
         tails = [
-            _FileTail(
-                log_file(self.record.job_dir, s), s, self.record.log_positions.get(s.value, 0)
-            )
+            _FileTail(log_file(record.job_dir, s), s, record.log_positions.get(s.value, 0), kept(s))
             for s in (LogStream.STDOUT, LogStream.STDERR)
         ]
         try:
@@ -356,13 +367,18 @@ class ProcessHandle:
 
 
 class _FileTail:
-    """Reads one output file from a byte offset, a line at a time."""
+    """Reads one output file from a byte offset, a line at a time, and frees
+    its blocks up to where `kept()` says it is kept elsewhere."""
 
-    def __init__(self, path: Path, stream: LogStream, offset: int) -> None:
+    def __init__(self, path: Path, stream: LogStream, offset: int, kept: Callable[[], int]) -> None:
         self.path = path
         self.stream = stream
         self.offset = offset
         self._file: BinaryIO | None = None
+        self._kept = kept
+        self._freed = 0
+        self._writer: int | None = None
+        self._can_free = True
 
     def read(self, sink: LineSink, final: bool) -> None:
         if self._file is None:
@@ -371,6 +387,7 @@ class _FileTail:
             except FileNotFoundError:
                 return
         f = self._file
+        self._free_kept()
         while True:
             f.seek(self.offset)
             data = f.read(READ_CHUNK)
@@ -381,13 +398,35 @@ class _FileTail:
             for line, end in lines:
                 sink(OutputLine(self.stream, decode(line), now, self.offset + end))
             self.offset += lines[-1][1]
+            self._free_kept()
         if final:
             self.close()
+
+    def _free_kept(self) -> None:
+        # Never past what was read: the record cannot be ahead of it anyway.
+        end = min(self._kept(), self.offset)
+        if not self._can_free or end - self._freed < FREE_STEP:
+            return
+        try:
+            if self._writer is None:
+                # The agent's own file (0600), even when the job runs as another account.
+                self._writer = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            self._freed = max(self._freed, holes.punch(self._writer, end))
+        except OSError as exc:
+            self._can_free = False
+            log.warning(
+                "cannot free the read part of %s (%s): it keeps its blocks until the run ends",
+                self.path,
+                exc,
+            )
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._writer is not None:
+            os.close(self._writer)
+            self._writer = None
 
 
 def _open_log(path: Path) -> int:

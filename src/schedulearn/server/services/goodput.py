@@ -14,6 +14,12 @@ policy). A job that reported its limits but no step yet gets the core
 model's prior (no samples: linear speedup, relative units); a job that
 never reported is left out, and the policy uses its own prior for it
 (linear speedup over the estimated duration, when there is one).
+
+`prune` (called with the scheduler's other periodic clean-ups) deletes
+the rows of jobs that have ended: nothing reads them then, and a busy
+cluster would otherwise keep one row per job it ever ran. A report that
+arrives after its job ended makes a row again, which the next prune
+removes.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlmodel import Session, col
 
 from schedulearn.core.goodput import GoodputReport, JobGoodput, StepSample
@@ -99,3 +105,23 @@ def load(session: Session) -> dict[int, JobGoodput]:
             preemptions + resizes + migrations,
         )
     return out
+
+
+def prune(session: Session, most: int = 1000) -> int:
+    """Delete the rows of up to `most` jobs that have ended (or are gone), and
+    commit; how many. A preempted or lost job goes back to waiting: it keeps them."""
+    final = [s.value for s in JobState if s.is_final]
+    live = (
+        select(col(Job.id))
+        .where(col(Job.id) == col(GoodputState.job_id), col(Job.state).not_in(final))
+        .exists()
+    )
+    gone = list(
+        session.connection()
+        .execute(select(col(GoodputState.job_id)).where(~live).limit(most))
+        .scalars()
+    )
+    if gone:
+        session.execute(delete(GoodputState).where(col(GoodputState.job_id).in_(gone)))
+        session.commit()
+    return len(gone)
