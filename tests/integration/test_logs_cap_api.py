@@ -104,6 +104,16 @@ def test_a_job_over_the_cap_keeps_head_and_tail_and_names_the_cut_exactly(api) -
     assert api.get(f"/api/v1/jobs/{job_id}/logs/full", headers=other).status_code == 403
 
 
+def test_a_batch_sent_again_after_a_lost_reply_is_stored_once(api) -> None:  # type: ignore[no-untyped-def]
+    node, job_id, attempt = running_job(api)
+    send(api, node, job_id, attempt, ["up", "down"], 0)
+    # The reply was lost (the server was killed after its commit): the agent sends
+    # the batch again from its last acknowledged line, with the next line added.
+    send(api, node, job_id, attempt, ["up", "down", "again"], 0)
+    send(api, node, job_id, attempt, ["again"], 2)
+    assert stored_lines(api, job_id) == ["up", "down", "again"]
+
+
 def test_a_damaged_full_log_is_refused(api) -> None:  # type: ignore[no-untyped-def]
     node, job_id, attempt = running_job(api)
     r = api.client.put(

@@ -80,11 +80,18 @@ def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended
         raise NotFound(f"no job {job_id}")
     # Locked (PostgreSQL): a gang's parts ship their batches at the same time.
     usage = session.get(JobLogUsage, job_id, with_for_update=True) or JobLogUsage(job_id=job_id)
+    stored = _last_seq(session, job_id, batch, usage.marker_id)
+    lines = [line for line in batch.lines if stored is None or line.seq > stored]
+    if not lines:
+        # A batch stored before its acknowledgement was lost (server killed, reply
+        # dropped): the agent sends it again, and it is acknowledged, not stored twice.
+        session.commit()
+        return Appended(Changes(), usage.marker_id is not None)
     head_cap, tail_cap = cap // 2, cap - cap // 2
     head: list[dict[str, object]] = []
     tail: list[dict[str, object]] = []
     tail_bytes = 0
-    for line in batch.lines:
+    for line in lines:
         row = {
             "job_id": job_id,
             "attempt": batch.attempt,
@@ -129,6 +136,28 @@ def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended
     session.add(usage)
     session.commit()
     return Appended(Changes(jobs={job_id}), usage.marker_id is not None)
+
+
+def _last_seq(session: Session, job_id: int, batch: LogBatch, marker_id: int | None) -> int | None:
+    """The highest `seq` stored of this run (job, attempt, node), or None.
+
+    An agent numbers a run's lines in order and re-sends from its last
+    acknowledged line, so lines at or below it are already here. The
+    newest such row is the run's highest (rows go in in `seq` order);
+    reading back along the job's (job_id, id) index finds it quickly.
+    """
+    found = session.execute(
+        select(col(LogRecord.seq))
+        .where(
+            col(LogRecord.job_id) == job_id,
+            col(LogRecord.attempt) == batch.attempt,
+            col(LogRecord.node) == batch.node,
+            col(LogRecord.id) != (marker_id or 0),
+        )
+        .order_by(col(LogRecord.id).desc())
+        .limit(1)
+    ).first()
+    return None if found is None else int(found[0])
 
 
 def _trim(session: Session, usage: JobLogUsage, keep: int) -> None:
