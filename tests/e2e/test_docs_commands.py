@@ -2,16 +2,22 @@
 
 The clone is a copy of the checkout's files (tracked and new, nothing
 ignored) in an empty directory, so there is no `../shared` beside it, set
-up with `uv sync` as a new user's would be. Each document gets a new home
-directory and, when it needs one, its own system started by its `up` block
-(or by the runner with the README's `uv run schedulearn up`), stopped with
-Ctrl-C at the end of the document. How each block runs is in `doc_blocks`.
+up with `uv sync` as a new user's would be (from this machine's uv cache:
+the same packages, without downloading them again). One clone serves the
+whole run: the first worker to need it makes it, under a file lock, and the
+others wait for it. Each document is its own test (so parallel workers
+share the documents out) with a new home directory and, when it needs one,
+its own system started by its `up` block (or by the runner with the
+README's `uv run schedulearn up`), stopped with Ctrl-C at the end of the
+document; documents share nothing but the clone (their state lives in their
+homes, their systems on free ports). How each block runs is in `doc_blocks`.
 The one substitution: `schedulearn up` is given a free `--port`, so two
 runs on one machine do not collide.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -20,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -70,13 +77,20 @@ def _clone(into: Path) -> Path:
     return clone
 
 
-def _user(home: Path, clone: Path) -> dict[str, str]:
+def _uv_cache() -> str:
+    """This machine's uv cache (a new HOME would otherwise mean an empty one)."""
+    found = subprocess.run(["uv", "cache", "dir"], capture_output=True, text=True, check=True)
+    return found.stdout.strip()
+
+
+def _user(home: Path, clone: Path, uv_cache: str) -> dict[str, str]:
     """A new user in `home`: no SCHEDULEARN_* or virtualenv settings, the clone's tools first."""
     drop = ("SCHEDULEARN_", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTEST_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     path = env.get("PATH", "")
     home.mkdir(parents=True, exist_ok=True)
     env.update(
+        UV_CACHE_DIR=uv_cache,
         HOME=str(home),
         XDG_CONFIG_HOME=str(home / ".config"),
         XDG_DATA_HOME=str(home / ".local" / "share"),
@@ -141,8 +155,8 @@ def _system_ready(env: dict[str, str], cwd: Path, up: subprocess.Popen[str]) -> 
 
 
 @contextmanager
-def _document_run(clone: Path, home: Path) -> Iterator[_DocumentRun]:
-    run = _DocumentRun(clone, _user(home, clone))
+def _document_run(clone: Path, home: Path, uv_cache: str) -> Iterator[_DocumentRun]:
+    run = _DocumentRun(clone, _user(home, clone, uv_cache))
     try:
         yield run
     finally:
@@ -188,24 +202,50 @@ class _DocumentRun:
         return [f"{block.where} `{command}` exited {code}:\n{said[-2000:]}"]
 
 
+@dataclass(frozen=True)
+class _Clone:
+    path: Path
+    uv_cache: str
+
+
+@pytest.fixture(scope="session")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> _Clone:
+    """The run's one synced clone, made by whichever worker asks first."""
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist each worker's base is popen-gwN inside the run's own directory.
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "docs-clone"
+    root.mkdir(exist_ok=True)
+    uv_cache = _uv_cache()
+    with (shared / "docs-clone.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = root / "schedulearn"
+        ready = root / "synced"
+        if not ready.exists():
+            shutil.rmtree(path, ignore_errors=True)  # a worker that failed half way
+            _clone(root)
+            synced = subprocess.run(
+                ["uv", "sync", "--frozen"],
+                cwd=path,
+                env=_user(root / "setup", path, uv_cache),
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert synced.returncode == 0, synced.stderr[-3000:]
+            ready.touch()
+    assert not (path.parent / "shared").exists()
+    return _Clone(path, uv_cache)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
-def test_every_documented_command_succeeds_in_a_fresh_clone(tmp_path: Path) -> None:
-    clone = _clone(tmp_path)
-    assert not (clone.parent / "shared").exists()
-    synced = subprocess.run(
-        ["uv", "sync", "--frozen"],
-        cwd=clone,
-        env=_user(tmp_path / "setup", clone),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert synced.returncode == 0, synced.stderr[-3000:]
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("name", [str(d.relative_to(REPO)) for d in documents(REPO)])
+def test_every_documented_command_succeeds_in_a_fresh_clone(
+    clone: _Clone, name: str, tmp_path: Path
+) -> None:
     problems: list[str] = []
-    for document in documents(clone):
-        home = tmp_path / "homes" / document.stem
-        with _document_run(clone, home) as run:
-            for block in blocks(document):
-                problems += run.block(block)
+    with _document_run(clone.path, tmp_path / "home", clone.uv_cache) as run:
+        for block in blocks(clone.path / name):
+            problems += run.block(block)
     assert not problems, "\n\n".join(problems)
