@@ -74,7 +74,7 @@ def test_api_matches_its_schema(live_schema_server: str) -> None:
             database=None,
             suppress_health_check=list(HealthCheck),
         )
-        def check(case) -> None:  # type: ignore[no-untyped-def]
+        def check(case) -> None:  # type: ignore[no-untyped-def]  # schemathesis' Case, given by its Hypothesis strategy
             if case.query and str(case.query.get("follow", "")).lower() in TRUE:
                 # A followed log of a job that never ends streams forever; the
                 # stream is covered by the lifecycle and end-to-end tests.
