@@ -34,12 +34,14 @@ import httpx
 import pytest
 from agent_support import AGENT_TOKEN, AdminApi, AgentProc, ServerProc, wait_until
 
+from dependencies import Dependency, missing, need_root
 from schedulearn.agent.executors.process import is_job_shim
 from schedulearn.agent.state import StateStore
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root: makes unix accounts and runs an agent as root"
-)
+
+@pytest.fixture(autouse=True)
+def _as_root() -> None:
+    need_root("makes unix accounts and runs an agent as root")
 
 
 class User:
@@ -337,8 +339,9 @@ def test_an_agent_started_as_an_ordinary_user_runs_every_job_as_itself(
     agent_account, bob_name = make_account(), make_account()
     python = _python_for(agent_account)
     if python is None:
-        pytest.skip(
-            f"no Python interpreter that account {agent_account} may run imports schedulearn"
+        missing(
+            Dependency.SHARED_PYTHON,
+            f"no Python interpreter that account {agent_account} may run imports schedulearn",
         )
     entry = pwd.getpwnam(agent_account)
     state = open_dir / "agent-state"
