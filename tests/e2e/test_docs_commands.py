@@ -17,6 +17,7 @@ runs on one machine do not collide.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -24,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 BLOCK_SECONDS = 600  # the slowest documented command that runs to the end
 LONG_SECONDS = 15  # a long-running command must still be up (or done, rc 0) after this
 UP = "schedulearn up"
+TRACE = "DOCS_TEST_TRACE"  # marks every process one command started
 
 
 def test_every_command_block_says_how_it_runs() -> None:
@@ -102,10 +105,13 @@ def _user(home: Path, clone: Path, uv_cache: str) -> dict[str, str]:
     return env
 
 
-def _shell(command: str, env: dict[str, str], cwd: Path, **popen: object) -> subprocess.Popen[str]:
+def _shell(
+    command: str, env: dict[str, str], cwd: Path, trace: str, **popen: object
+) -> subprocess.Popen[str]:
+    """`command` in a new session; all it starts inherits `TRACE=trace` (see `_reap`)."""
     return subprocess.Popen(  # type: ignore[call-overload, no-any-return]  # popen kwargs
         ["bash", "-e", "-o", "pipefail", "-c", command],
-        env=env,
+        env={**env, TRACE: trace},
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -127,8 +133,28 @@ def _stop(process: subprocess.Popen[str], sig: int = signal.SIGINT) -> str:
     return said
 
 
-def _run(command: str, env: dict[str, str], cwd: Path) -> tuple[int, str]:
-    process = _shell(command, env, cwd)
+def _reap(trace: str) -> list[str]:
+    """SIGKILL what a finished command left running; the command lines of those.
+
+    A command may start servers in sessions of their own (bench/api_load.py
+    does), which Ctrl-C to its process group does not reach: left alone they
+    went on using the CPU for the rest of the CI run. They inherited the
+    command's `TRACE` value, so they are found by their environment.
+    """
+    wanted = f"{TRACE}={trace}".encode()
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                left.append((entry / "cmdline").read_bytes().replace(b"\0", b" ")[:160].decode())
+                os.kill(int(entry.name), signal.SIGKILL)
+    return left
+
+
+def _run(command: str, env: dict[str, str], cwd: Path, trace: str) -> tuple[int, str]:
+    process = _shell(command, env, cwd, trace)
     try:
         said, _ = process.communicate(timeout=BLOCK_SECONDS)
     except subprocess.TimeoutExpired:
@@ -136,9 +162,9 @@ def _run(command: str, env: dict[str, str], cwd: Path) -> tuple[int, str]:
     return process.returncode, said
 
 
-def _long(command: str, env: dict[str, str], cwd: Path) -> tuple[int, str]:
+def _long(command: str, env: dict[str, str], cwd: Path, trace: str) -> tuple[int, str]:
     """Start, check it is up (or finished cleanly) after LONG_SECONDS, stop."""
-    process = _shell(command, env, cwd)
+    process = _shell(command, env, cwd, trace)
     try:
         said, _ = process.communicate(timeout=LONG_SECONDS)
         return process.returncode, said
@@ -162,6 +188,8 @@ def _document_run(clone: Path, home: Path, uv_cache: str) -> Iterator[_DocumentR
     finally:
         if run.up is not None:
             _stop(run.up)
+            for left in _reap(run.up_trace):
+                print(f"killed, left running after `{UP}` stopped: {left}")
 
 
 class _DocumentRun:
@@ -171,12 +199,20 @@ class _DocumentRun:
         self.clone = clone
         self.env = env
         self.up: subprocess.Popen[str] | None = None
+        self.up_trace = uuid.uuid4().hex
 
     def start(self, command: str) -> None:
         command = command.replace(UP, f"{UP} --port {free_port()}", 1)
-        self.up = _shell(command, self.env, self.clone)
+        self.up = _shell(command, self.env, self.clone, self.up_trace)
         up = self.up
-        wait_until(lambda: _system_ready(self.env, self.clone, up), 120, f"`{command}` to serve")
+        # Each look runs the CLI (a new process, a second of CPU on a busy
+        # machine): looking every 50 ms slowed the very start it waited for.
+        wait_until(
+            lambda: _system_ready(self.env, self.clone, up),
+            120,
+            f"`{command}` to serve",
+            every=1.0,
+        )
 
     def block(self, block: Block) -> list[str]:
         """Problems running `block` (none when every command succeeded)."""
@@ -195,8 +231,11 @@ class _DocumentRun:
     def _command(self, block: Block, command: str, mode: Mode) -> list[str]:
         runner = _long if mode is Mode.LONG else _run
         started = time.monotonic()
-        code, said = runner(command, self.env, self.clone)
+        trace = uuid.uuid4().hex
+        code, said = runner(command, self.env, self.clone, trace)
         print(f"{block.where} {mode.value} rc={code} {time.monotonic() - started:.0f}s")
+        for left in _reap(trace):
+            print(f"{block.where}: killed, left running after the command ended: {left}")
         if code == 0:
             return []
         return [f"{block.where} `{command}` exited {code}:\n{said[-2000:]}"]
