@@ -9,7 +9,16 @@ from core_scenario import Scenario, job, node, place, preempts, resizes, starts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedulearn.core import ClusterView, FreePool, GpuLedger, JobView, NodeView, Start, create
+from schedulearn.core import (
+    ClusterView,
+    Decision,
+    FreePool,
+    GpuLedger,
+    JobView,
+    NodeView,
+    Start,
+    create,
+)
 from schedulearn.core.goodput import BatchLimits, JobGoodput, StepSample, ThroughputParams
 
 LIMITS = BatchLimits(init_batch=128, max_batch=4096, min_local=32, max_local=512)
@@ -34,7 +43,7 @@ def report(remaining: float, *replicas: int, restarts: int = 0) -> JobGoodput:
 
 def decide(
     s: Scenario, now: float, pending: list[JobView], reports: dict[int, JobGoodput], **opts: float
-) -> list:  # type: ignore[type-arg]
+) -> list[Decision]:
     policy = create("goodput" + "".join(f":{k}={v}" for k, v in opts.items()))
     view = replace(s.view(now, pending), goodput=reports)
     decisions = policy.decide(view)
