@@ -72,6 +72,8 @@ def test_a_thousand_cpu_jobs_on_a_two_cpu_agent_all_succeed(
         assert r.status_code == 200, r.text
         jobs += [j for j in r.json()["items"] if j["id"] in wanted]
     assert len(jobs) == COUNT and all(j["state"] == "succeeded" for j in jobs)
+    unstamped = [j for j in jobs if j["started_at"] is None or j["ended_at"] is None]
+    assert not unstamped, f"{len(unstamped)} finished jobs lack a start or end, e.g. {unstamped[0]}"
     # Two CPU slots: never more than two of them ran at once, at any moment
     # (a job's run is [started_at, ended_at]; at a tie the end comes first).
     edges = sorted(
