@@ -12,6 +12,10 @@
   turns (a file lock: agents on one engine see each other's labelled
   containers), and gangs' MASTER_PORTs get a range per worker, so two
   workers' multi-node jobs never rendezvous on the same port.
+- Parallel runs start the long tests first (`_cost`): with scripts/test's
+  `--maxschedchunk 1` each worker takes the next test when it is free, so
+  the run does not end with one worker on a ten-minute test the other
+  could have started at the beginning.
 """
 
 from __future__ import annotations
@@ -51,6 +55,34 @@ def pytest_configure(config: pytest.Config) -> None:
         # below Linux's ephemeral ports, where free_port() picks servers' ports.
         base = 20000 + (index % 6) * GANG_PORTS_PER_WORKER
         os.environ["SCHEDULEARN_GANG_BASE_PORT"] = str(base)
+
+
+# Rough cost of a test by where it lives: a real cluster, browser or fresh
+# clone costs seconds to minutes; a unit test milliseconds.
+_COST_BY_DIRECTORY = (
+    ("tests/e2e/", 5),
+    ("tests/browser/", 4),
+    ("tests/integration/agent/", 3),
+    ("tests/packaging/", 2),
+    ("tests/integration/", 1),
+)
+_SLOW_COST = 10  # marked `slow`: minutes each (a fresh clone, a 1,000-job array)
+
+
+def _cost(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow") is not None:
+        return _SLOW_COST
+    where = item.nodeid
+    return next((cost for prefix, cost in _COST_BY_DIRECTORY if where.startswith(prefix)), 0)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, the costliest tests first (a stable sort: modules
+    keep their order otherwise). Every worker collects the same list, so the
+    controller hands tests out in this order; a serial run keeps file order."""
+    if _worker_index() is not None:
+        items.sort(key=_cost, reverse=True)
 
 
 def _uses_containers(item: pytest.Item) -> bool:

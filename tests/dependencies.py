@@ -33,6 +33,11 @@ class Dependency(enum.Enum):
     TRACES = "the public trace files (../shared/traces beside the checkout)"
     TORCH = "PyTorch (uv pip install /opt/wheels/torch-2.13.0+cpu-*.whl)"
     SKLEARN = "scikit-learn (the dev dependency group: uv sync)"
+    ROOT = "root (scripts/test runs as root: it installs packages, makes unix accounts)"
+    SHARED_PYTHON = (
+        "a Python that other unix accounts may run with schedulearn importable "
+        "(a checkout and uv-managed Python other accounts can read)"
+    )
 
 
 def require_all() -> bool:
@@ -50,6 +55,12 @@ def missing(dependency: Dependency, why: str) -> NoReturn:
             pytrace=False,
         )
     pytest.skip(message)
+
+
+def need_root(why: str) -> None:
+    """`missing(ROOT, why)` unless this process runs as root."""
+    if os.geteuid() != 0:
+        missing(Dependency.ROOT, why)
 
 
 def need_module(module: str, dependency: Dependency) -> None:

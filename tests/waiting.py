@@ -80,7 +80,7 @@ async def wait_until_async(
     last: Any = _NOTHING
     while True:
         got = read()
-        value: T = await got if asyncio.iscoroutine(got) else got  # type: ignore[assignment]
+        value: T = await got if asyncio.iscoroutine(got) else got  # type: ignore[assignment]  # `read` may be sync or async; mypy cannot narrow the union through iscoroutine
         last = value
         if until(value):
             return value

@@ -124,7 +124,7 @@ class Visitor:
 def open_visitor(
     browser: object, base_url: str, token: str | None, viewport: dict[str, int] | None = None
 ) -> Visitor:
-    context = browser.new_context(  # type: ignore[attr-defined]
+    context = browser.new_context(  # type: ignore[attr-defined]  # `browser` is typed `object` here; it is Playwright's Browser
         viewport=viewport or VIEWPORT, locale="en-GB", accept_downloads=True
     )
     context.set_default_timeout(15_000)
@@ -188,7 +188,7 @@ class Visits:
 
     def close_and_check(self) -> None:
         for visitor in self.opened:
-            visitor.page.context.close()  # type: ignore[attr-defined]
+            visitor.page.context.close()  # type: ignore[attr-defined]  # Visitor.page is typed `object`; it is Playwright's Page
         for visitor in self.opened:
             assert_only_server(visitor, self.base_url)
 
@@ -196,5 +196,5 @@ class Visits:
 def screenshot(page: object, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
+    page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]  # `page` is typed `object`; it is Playwright's Page
     return path

@@ -134,5 +134,5 @@ def test_with_no_queue_the_page_says_how_to_add_one(visit_empty: Visits) -> None
     headers = {"Authorization": f"Bearer {ADMIN}"}
     httpx.get(f"{base}/api/v1/queues", headers=headers, timeout=120).raise_for_status()
     visitor = visit_empty(ADMIN)
-    visitor.page.goto(f"{base}/ui/queues")  # type: ignore[attr-defined]
-    expect(visitor.page.get_by_test_id("queues-empty")).to_contain_text("schedulearn queue add")  # type: ignore[attr-defined]
+    visitor.page.goto(f"{base}/ui/queues")  # type: ignore[attr-defined]  # Visitor.page is typed `object`; it is Playwright's Page
+    expect(visitor.page.get_by_test_id("queues-empty")).to_contain_text("schedulearn queue add")  # type: ignore[attr-defined]  # Visitor.page is typed `object` (Playwright's Page), so expect() picks no locator overload

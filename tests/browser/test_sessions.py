@@ -28,7 +28,7 @@ def _token(server: ServerProcess, user: str) -> tuple[int, str]:
 
 
 def _session_cookie(page: object) -> dict[str, object]:
-    cookies = page.context.cookies()  # type: ignore[attr-defined]
+    cookies = page.context.cookies()  # type: ignore[attr-defined]  # `page` is typed `object`; it is Playwright's Page
     found = [c for c in cookies if c["name"] == "sl_session"]
     assert len(found) == 1, cookies
     cookie = found[0]

@@ -126,7 +126,7 @@ def database(tmp_path: Path) -> db.Database:
     return database
 
 
-def _job(session, job_id: int, gpus: int, submitted: float, steps: list[tuple[float, str]]):  # type: ignore[no-untyped-def]
+def _job(session, job_id: int, gpus: int, submitted: float, steps: list[tuple[float, str]]):  # type: ignore[no-untyped-def]  # `session` is SQLModel's Session, the return a Job row; left untyped (tests are outside mypy's packages)
     state = steps[-1][1] if steps else "pending"
     started = next((at for at, s in steps if s == "running"), None)
     ended = steps[-1][0] if JobState(state).is_final else None

@@ -164,7 +164,7 @@ def cluster(previous_src: Path, tmp_path: Path) -> Iterator[tuple[ServerProcess,
         server.kill()
 
 
-def _wait(server: ServerProcess, agent: AgentProcess, check, what: str):  # type: ignore[no-untyped-def]
+def _wait(server: ServerProcess, agent: AgentProcess, check, what: str):  # type: ignore[no-untyped-def]  # `check` left untyped (tests are outside mypy's packages)
     deadline = time.monotonic() + 90
     with Client(server.url, ADMIN) as client:
         while time.monotonic() < deadline:

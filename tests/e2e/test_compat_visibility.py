@@ -29,7 +29,9 @@ def _token(server: ServerProcess, user: str) -> str:
         f"{server.url}/api/v1/tokens",
         json={"user": user, "role": "user"},
         headers={"Authorization": f"Bearer {ADMIN}"},
-        timeout=10,
+        # The test's first API call: it waits for the server's app to load,
+        # which took over 10 s on a busy 2-core machine (a ReadTimeout in CI).
+        timeout=60,
     )
     assert reply.status_code == 201, reply.text
     return str(reply.json()["token"])

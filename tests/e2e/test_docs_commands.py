@@ -2,24 +2,33 @@
 
 The clone is a copy of the checkout's files (tracked and new, nothing
 ignored) in an empty directory, so there is no `../shared` beside it, set
-up with `uv sync` as a new user's would be. Each document gets a new home
-directory and, when it needs one, its own system started by its `up` block
-(or by the runner with the README's `uv run schedulearn up`), stopped with
-Ctrl-C at the end of the document. How each block runs is in `doc_blocks`.
+up with `uv sync` as a new user's would be (from this machine's uv cache:
+the same packages, without downloading them again). One clone serves the
+whole run: the first worker to need it makes it, under a file lock, and the
+others wait for it. Each document is its own test (so parallel workers
+share the documents out) with a new home directory and, when it needs one,
+its own system started by its `up` block (or by the runner with the
+README's `uv run schedulearn up`), stopped with Ctrl-C at the end of the
+document; documents share nothing but the clone (their state lives in their
+homes, their systems on free ports). How each block runs is in `doc_blocks`.
 The one substitution: `schedulearn up` is given a free `--port`, so two
 runs on one machine do not collide.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 BLOCK_SECONDS = 600  # the slowest documented command that runs to the end
 LONG_SECONDS = 15  # a long-running command must still be up (or done, rc 0) after this
 UP = "schedulearn up"
+TRACE = "DOCS_TEST_TRACE"  # marks every process one command started
 
 
 def test_every_command_block_says_how_it_runs() -> None:
@@ -70,13 +80,20 @@ def _clone(into: Path) -> Path:
     return clone
 
 
-def _user(home: Path, clone: Path) -> dict[str, str]:
+def _uv_cache() -> str:
+    """This machine's uv cache (a new HOME would otherwise mean an empty one)."""
+    found = subprocess.run(["uv", "cache", "dir"], capture_output=True, text=True, check=True)
+    return found.stdout.strip()
+
+
+def _user(home: Path, clone: Path, uv_cache: str) -> dict[str, str]:
     """A new user in `home`: no SCHEDULEARN_* or virtualenv settings, the clone's tools first."""
     drop = ("SCHEDULEARN_", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTEST_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     path = env.get("PATH", "")
     home.mkdir(parents=True, exist_ok=True)
     env.update(
+        UV_CACHE_DIR=uv_cache,
         HOME=str(home),
         XDG_CONFIG_HOME=str(home / ".config"),
         XDG_DATA_HOME=str(home / ".local" / "share"),
@@ -88,10 +105,13 @@ def _user(home: Path, clone: Path) -> dict[str, str]:
     return env
 
 
-def _shell(command: str, env: dict[str, str], cwd: Path, **popen: object) -> subprocess.Popen[str]:
+def _shell(
+    command: str, env: dict[str, str], cwd: Path, trace: str, **popen: object
+) -> subprocess.Popen[str]:
+    """`command` in a new session; all it starts inherits `TRACE=trace` (see `_reap`)."""
     return subprocess.Popen(  # type: ignore[call-overload, no-any-return]  # popen kwargs
         ["bash", "-e", "-o", "pipefail", "-c", command],
-        env=env,
+        env={**env, TRACE: trace},
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -113,8 +133,28 @@ def _stop(process: subprocess.Popen[str], sig: int = signal.SIGINT) -> str:
     return said
 
 
-def _run(command: str, env: dict[str, str], cwd: Path) -> tuple[int, str]:
-    process = _shell(command, env, cwd)
+def _reap(trace: str) -> list[str]:
+    """SIGKILL what a finished command left running; the command lines of those.
+
+    A command may start servers in sessions of their own (bench/api_load.py
+    does), which Ctrl-C to its process group does not reach: left alone they
+    went on using the CPU for the rest of the CI run. They inherited the
+    command's `TRACE` value, so they are found by their environment.
+    """
+    wanted = f"{TRACE}={trace}".encode()
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to read
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                left.append((entry / "cmdline").read_bytes().replace(b"\0", b" ")[:160].decode())
+                os.kill(int(entry.name), signal.SIGKILL)
+    return left
+
+
+def _run(command: str, env: dict[str, str], cwd: Path, trace: str) -> tuple[int, str]:
+    process = _shell(command, env, cwd, trace)
     try:
         said, _ = process.communicate(timeout=BLOCK_SECONDS)
     except subprocess.TimeoutExpired:
@@ -122,9 +162,9 @@ def _run(command: str, env: dict[str, str], cwd: Path) -> tuple[int, str]:
     return process.returncode, said
 
 
-def _long(command: str, env: dict[str, str], cwd: Path) -> tuple[int, str]:
+def _long(command: str, env: dict[str, str], cwd: Path, trace: str) -> tuple[int, str]:
     """Start, check it is up (or finished cleanly) after LONG_SECONDS, stop."""
-    process = _shell(command, env, cwd)
+    process = _shell(command, env, cwd, trace)
     try:
         said, _ = process.communicate(timeout=LONG_SECONDS)
         return process.returncode, said
@@ -141,13 +181,15 @@ def _system_ready(env: dict[str, str], cwd: Path, up: subprocess.Popen[str]) -> 
 
 
 @contextmanager
-def _document_run(clone: Path, home: Path) -> Iterator[_DocumentRun]:
-    run = _DocumentRun(clone, _user(home, clone))
+def _document_run(clone: Path, home: Path, uv_cache: str) -> Iterator[_DocumentRun]:
+    run = _DocumentRun(clone, _user(home, clone, uv_cache))
     try:
         yield run
     finally:
         if run.up is not None:
             _stop(run.up)
+            for left in _reap(run.up_trace):
+                print(f"killed, left running after `{UP}` stopped: {left}")
 
 
 class _DocumentRun:
@@ -157,12 +199,20 @@ class _DocumentRun:
         self.clone = clone
         self.env = env
         self.up: subprocess.Popen[str] | None = None
+        self.up_trace = uuid.uuid4().hex
 
     def start(self, command: str) -> None:
         command = command.replace(UP, f"{UP} --port {free_port()}", 1)
-        self.up = _shell(command, self.env, self.clone)
+        self.up = _shell(command, self.env, self.clone, self.up_trace)
         up = self.up
-        wait_until(lambda: _system_ready(self.env, self.clone, up), 120, f"`{command}` to serve")
+        # Each look runs the CLI (a new process, a second of CPU on a busy
+        # machine): looking every 50 ms slowed the very start it waited for.
+        wait_until(
+            lambda: _system_ready(self.env, self.clone, up),
+            120,
+            f"`{command}` to serve",
+            every=1.0,
+        )
 
     def block(self, block: Block) -> list[str]:
         """Problems running `block` (none when every command succeeded)."""
@@ -181,31 +231,60 @@ class _DocumentRun:
     def _command(self, block: Block, command: str, mode: Mode) -> list[str]:
         runner = _long if mode is Mode.LONG else _run
         started = time.monotonic()
-        code, said = runner(command, self.env, self.clone)
+        trace = uuid.uuid4().hex
+        code, said = runner(command, self.env, self.clone, trace)
         print(f"{block.where} {mode.value} rc={code} {time.monotonic() - started:.0f}s")
+        for left in _reap(trace):
+            print(f"{block.where}: killed, left running after the command ended: {left}")
         if code == 0:
             return []
         return [f"{block.where} `{command}` exited {code}:\n{said[-2000:]}"]
 
 
+@dataclass(frozen=True)
+class _Clone:
+    path: Path
+    uv_cache: str
+
+
+@pytest.fixture(scope="session")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> _Clone:
+    """The run's one synced clone, made by whichever worker asks first."""
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist each worker's base is popen-gwN inside the run's own directory.
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "docs-clone"
+    root.mkdir(exist_ok=True)
+    uv_cache = _uv_cache()
+    with (shared / "docs-clone.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = root / "schedulearn"
+        ready = root / "synced"
+        if not ready.exists():
+            shutil.rmtree(path, ignore_errors=True)  # a worker that failed half way
+            _clone(root)
+            synced = subprocess.run(
+                ["uv", "sync", "--frozen"],
+                cwd=path,
+                env=_user(root / "setup", path, uv_cache),
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert synced.returncode == 0, synced.stderr[-3000:]
+            ready.touch()
+    assert not (path.parent / "shared").exists()
+    return _Clone(path, uv_cache)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
-def test_every_documented_command_succeeds_in_a_fresh_clone(tmp_path: Path) -> None:
-    clone = _clone(tmp_path)
-    assert not (clone.parent / "shared").exists()
-    synced = subprocess.run(
-        ["uv", "sync", "--frozen"],
-        cwd=clone,
-        env=_user(tmp_path / "setup", clone),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert synced.returncode == 0, synced.stderr[-3000:]
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("name", [str(d.relative_to(REPO)) for d in documents(REPO)])
+def test_every_documented_command_succeeds_in_a_fresh_clone(
+    clone: _Clone, name: str, tmp_path: Path
+) -> None:
     problems: list[str] = []
-    for document in documents(clone):
-        home = tmp_path / "homes" / document.stem
-        with _document_run(clone, home) as run:
-            for block in blocks(document):
-                problems += run.block(block)
+    with _document_run(clone.path, tmp_path / "home", clone.uv_cache) as run:
+        for block in blocks(clone.path / name):
+            problems += run.block(block)
     assert not problems, "\n\n".join(problems)

@@ -34,7 +34,7 @@ import httpx
 import pytest
 from e2e_cluster import ADMIN, Cluster
 
-from dependencies import Dependency, missing
+from dependencies import Dependency, missing, need_root
 from schedulearn.cli.localcluster import AgentProcess
 from waiting import wait_until
 
@@ -42,9 +42,10 @@ REPO = Path(__file__).resolve().parents[2]
 ENGINE_SCRIPT = REPO / "tests" / "integration" / "agent" / "docker_engine.sh"
 TEST_IMAGE = "schedulearn-test-busybox:latest"  # what docker_engine.sh builds
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root: makes unix accounts and runs an agent as root"
-)
+
+@pytest.fixture(autouse=True)
+def _as_root() -> None:
+    need_root("makes unix accounts and runs an agent as root")
 
 
 class Tenant:

@@ -26,14 +26,16 @@ from pathlib import Path
 
 import pytest
 
+from dependencies import Dependency, missing, need_root
 from schedulearn.cli.localcluster import free_port
 from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root: makes a unix account to run `up` as"
-)
+
+@pytest.fixture(autouse=True)
+def _as_root() -> None:
+    need_root("makes a unix account to run `up` as")
 
 
 @pytest.fixture
@@ -73,7 +75,10 @@ def _as(entry: pwd.struct_passwd) -> tuple[list[str], dict[str, str]]:
         )
         if probe.returncode == 0:
             return [*prefix, python], env
-    pytest.skip(f"no Python interpreter account {entry.pw_name} may run imports schedulearn")
+    missing(
+        Dependency.SHARED_PYTHON,
+        f"no Python interpreter account {entry.pw_name} may run imports schedulearn",
+    )
 
 
 def test_up_as_an_ordinary_user_runs_jobs_as_that_user(account: pwd.struct_passwd) -> None:

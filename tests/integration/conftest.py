@@ -1,6 +1,7 @@
 """Fixtures for the server's integration tests: a database per test (SQLite,
-or PostgreSQL when SCHEDULEARN_TEST_POSTGRES=1), an app built by
-`create_app`, and an HTTP client speaking to it.
+or PostgreSQL when SCHEDULEARN_TEST_POSTGRES=1, or each test on both when it
+is `both`, as CI runs them), an app built by `create_app`, and an HTTP client
+speaking to it.
 
 PostgreSQL is a real server these fixtures start themselves: `initdb` and
 `pg_ctl` as the unprivileged `postgres` user (via `runuser`), in a temp
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from pg_server import PG_BIN, Postgres, use_postgres
+from pg_server import PG_BIN, POSTGRESQL, Postgres, backends
 from server_api import ADMIN, AGENT, Api
 
 from dependencies import Dependency, missing
@@ -37,10 +38,27 @@ def postgres_server() -> Iterator[Postgres]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def postgres(request: pytest.FixtureRequest) -> Postgres | None:
-    """The server the suite's databases live on with SCHEDULEARN_TEST_POSTGRES=1, else None."""
-    if not use_postgres():
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """With two backends, every test that uses a database runs once on each
+    (ids `[sqlite]`, `[postgresql]`); with one, ids stay as they are."""
+    if "backend" in metafunc.fixturenames and len(backends()) > 1:
+        metafunc.parametrize("backend", backends(), indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The database this test runs on: `sqlite` or `postgresql`."""
+    return str(getattr(request, "param", backends()[0]))
+
+
+@pytest.fixture
+def postgres(backend: str, request: pytest.FixtureRequest) -> Postgres | None:
+    """The server this test's databases live on when it runs on PostgreSQL, else None.
+
+    The server itself is the session's (`postgres_server`): started once per
+    worker, on the first test that needs it, whichever backend came first.
+    """
+    if backend != POSTGRESQL:
         return None
     server: Postgres = request.getfixturevalue("postgres_server")
     return server

@@ -20,8 +20,19 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 _db_numbers = itertools.count(1)
 
 
-def use_postgres() -> bool:
-    return os.environ.get("SCHEDULEARN_TEST_POSTGRES") == "1"
+SQLITE = "sqlite"
+POSTGRESQL = "postgresql"
+BOTH = "both"
+
+
+def backends() -> tuple[str, ...]:
+    """The databases the integration tests run on, from SCHEDULEARN_TEST_POSTGRES:
+    unset: SQLite; `1`: PostgreSQL; `both`: each test that uses a database runs
+    on each (one pytest run, so pytest-xdist balances the two as one suite)."""
+    chosen = os.environ.get("SCHEDULEARN_TEST_POSTGRES", "")
+    if chosen == BOTH:
+        return (SQLITE, POSTGRESQL)
+    return (POSTGRESQL,) if chosen == "1" else (SQLITE,)
 
 
 class Postgres:

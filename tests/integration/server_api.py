@@ -3,7 +3,10 @@ with those tokens at hand."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi.testclient import TestClient
+from httpx import Response
 
 from waiting import wait_until
 
@@ -21,14 +24,14 @@ class Api:
         self.agent = {"Authorization": f"Bearer {AGENT}"}
         self._nodes: dict[str, dict[str, str]] = {}
 
-    def get(self, path: str, headers: dict[str, str] | None = None, **kw: object):  # type: ignore[no-untyped-def]
-        return self.client.get(path, headers=headers or self.admin, **kw)  # type: ignore[arg-type]
+    def get(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> Response:
+        return self.client.get(path, headers=headers or self.admin, **kw)
 
-    def post(self, path: str, headers: dict[str, str] | None = None, **kw: object):  # type: ignore[no-untyped-def]
-        return self.client.post(path, headers=headers or self.admin, **kw)  # type: ignore[arg-type]
+    def post(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> Response:
+        return self.client.post(path, headers=headers or self.admin, **kw)
 
-    def put(self, path: str, headers: dict[str, str] | None = None, **kw: object):  # type: ignore[no-untyped-def]
-        return self.client.put(path, headers=headers or self.admin, **kw)  # type: ignore[arg-type]
+    def put(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> Response:
+        return self.client.put(path, headers=headers or self.admin, **kw)
 
     def settle(self) -> None:
         """Return once a whole scheduling round has run that began after this call.
@@ -38,9 +41,9 @@ class Api:
         the scheduler looked. Two completed rounds: the first may have begun
         before the call, the second began after the first ended.
         """
-        scheduler = self.client.app.state.sl.scheduler  # type: ignore[attr-defined]
+        scheduler = self.client.app.state.sl.scheduler  # type: ignore[attr-defined]  # app is an ASGI callable to TestClient; ours is FastAPI
         seen = scheduler.passes
-        self.client.portal.call(scheduler.wakeups.wake_scheduler)  # type: ignore[union-attr]
+        self.client.portal.call(scheduler.wakeups.wake_scheduler)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; the fixture is inside
         wait_until(
             lambda: scheduler.passes,
             10,

@@ -37,7 +37,7 @@ class Stepped:
 
     @property
     def scheduler(self) -> Scheduler:
-        scheduler: Scheduler = self.client.app.state.sl.scheduler  # type: ignore[attr-defined]
+        scheduler: Scheduler = self.client.app.state.sl.scheduler  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
         return scheduler
 
     def advance(self, seconds: float) -> float:
@@ -46,7 +46,7 @@ class Stepped:
 
     def schedule(self) -> Round:
         """One scheduling round (reap silent nodes, then a policy pass), now."""
-        round_: Round = self.client.portal.call(self.scheduler.run_once)  # type: ignore[union-attr]
+        round_: Round = self.client.portal.call(self.scheduler.run_once)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; this runs inside it
         return round_
 
     def job(self, job_id: int) -> JobPublic:
@@ -70,5 +70,5 @@ def stepped_app(settings: ServerSettings, start: float = T0) -> Iterator[Stepped
     with TestClient(create_app(settings, clock=clock)) as client:
         app = Stepped(client, clock)
         # The loop is the app's; the test drives the rounds instead.
-        client.portal.call(app.scheduler.stop)  # type: ignore[union-attr]
+        client.portal.call(app.scheduler.stop)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; this runs inside it
         yield app

@@ -7,6 +7,7 @@ one is answered as protocol 1, which had no constraints or capabilities.
 
 from __future__ import annotations
 
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.protocol import (
@@ -20,21 +21,21 @@ from schedulearn.protocol import (
 )
 
 
-def current(api) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def current(api: Api) -> dict[str, str]:
     return {**api.admin, PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
-def submit(api, body: dict) -> int:  # type: ignore[no-untyped-def]
+def submit(api: Api, body: dict) -> int:
     r = api.post("/api/v1/jobs", json=body)
     assert r.status_code == 201, r.text
     return SubmitReply.model_validate(r.json()).ids[0]
 
 
-def placement(api, job_id: int) -> dict[str, list[int]] | None:  # type: ignore[no-untyped-def]
+def placement(api: Api, job_id: int) -> dict[str, list[int]] | None:
     return JobPublic.model_validate(api.get(f"/api/v1/jobs/{job_id}").json()).placement
 
 
-def test_an_image_job_goes_to_the_node_with_a_container_runtime(api) -> None:  # type: ignore[no-untyped-def]
+def test_an_image_job_goes_to_the_node_with_a_container_runtime(api: Api) -> None:
     # The reproduced bug: the plain node is the best fit (1 GPU, nothing left
     # over), so without the rule the image job went there and failed.
     WireAgent(api, "plain", gpus=1).register()
@@ -57,7 +58,7 @@ def test_an_image_job_goes_to_the_node_with_a_container_runtime(api) -> None:  #
     assert placement(api, plain_job) == {"plain": [0]}
 
 
-def test_an_older_agent_offering_docker_by_name_runs_images(api) -> None:  # type: ignore[no-untyped-def]
+def test_an_older_agent_offering_docker_by_name_runs_images(api: Api) -> None:
     WireAgent(api, "plain", gpus=1).register()
     old = WireAgent(api, "old", gpus=2, executors=["subprocess", "docker"])
     old.register()  # no capabilities report: derived from the executors' names
@@ -66,7 +67,7 @@ def test_an_older_agent_offering_docker_by_name_runs_images(api) -> None:  # typ
     assert placement(api, job) == {"old": [0]}
 
 
-def test_constraints_pick_labelled_nodes_and_impossible_ones_are_refused(api) -> None:  # type: ignore[no-untyped-def]
+def test_constraints_pick_labelled_nodes_and_impossible_ones_are_refused(api: Api) -> None:
     WireAgent(api, "n1", gpus=1).register()
     ib = WireAgent(api, "n2", gpus=4, capabilities=CapabilitiesReport(labels=["ib", "rack=r1"]))
     ib.register()
@@ -88,7 +89,7 @@ def test_constraints_pick_labelled_nodes_and_impossible_ones_are_refused(api) ->
     assert caps["n1"] == CapabilitiesPublic(executors=["process"], container_runtime="", labels=[])
 
 
-def test_a_yaml_job_file_carries_constraints(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_yaml_job_file_carries_constraints(api: Api) -> None:
     WireAgent(api, "n1", gpus=2, capabilities=CapabilitiesReport(labels=["nvme"])).register()
     r = api.post(
         "/api/v1/jobs",

@@ -207,7 +207,7 @@ def test_unix_account_of_is_the_name_unless_set_and_none_for_no_record_or_disabl
     site.client.post(
         "/api/v1/users", headers=ADMIN_H, json={"name": "fay", "unix_account": "f_a-y"}
     )
-    database = site.client.app.state.sl.db  # type: ignore[attr-defined]
+    database = site.client.app.state.sl.db  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
     with database.session() as session:
         assert users.unix_account_of(session, "erin") == RunAs(account="erin", allow_root=False)
         assert users.unix_account_of(session, "fay") == RunAs(account="f_a-y", allow_root=False)

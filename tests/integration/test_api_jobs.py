@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.protocol import (
@@ -13,13 +14,13 @@ from schedulearn.protocol import (
 )
 
 
-def submit(api, body: dict, headers=None) -> SubmitReply:  # type: ignore[no-untyped-def]
+def submit(api, body: dict, headers=None) -> SubmitReply:  # type: ignore[no-untyped-def]  # `api`, `body`, `headers` left untyped (tests are outside mypy's packages)
     r = api.post("/api/v1/jobs", headers=headers, json=body)
     assert r.status_code == 201, r.text
     return SubmitReply.model_validate(r.json())
 
 
-def test_submit_json_and_yaml_are_committed_and_listed(api) -> None:  # type: ignore[no-untyped-def]
+def test_submit_json_and_yaml_are_committed_and_listed(api: Api) -> None:
     a = submit(api, {"name": "a", "command": ["python", "train.py"], "gpus": 2, "memory": "16G"})
     r = api.post(
         "/api/v1/jobs",
@@ -37,14 +38,14 @@ def test_submit_json_and_yaml_are_committed_and_listed(api) -> None:  # type: ig
     assert [j.id for j in listing.items] == [b.ids[0], a.ids[0]]  # newest first
 
 
-def test_job_array_gets_count_jobs_with_array_ids(api) -> None:  # type: ignore[no-untyped-def]
+def test_job_array_gets_count_jobs_with_array_ids(api: Api) -> None:
     reply = submit(api, {"command": "echo $SCHEDULEARN_JOB_ID", "count": 5})
     assert len(reply.ids) == 5
     assert {j.array_id for j in reply.jobs} == {reply.ids[0]}
     assert [j.array_index for j in reply.jobs] == [0, 1, 2, 3, 4]
 
 
-def test_submit_reply_shows_each_job_as_stored(api) -> None:  # type: ignore[no-untyped-def]
+def test_submit_reply_shows_each_job_as_stored(api: Api) -> None:
     # The reply is built from the rows as inserted, not read back: it must
     # say what a later read of the stored job says (but the queue position
     # and predictions, which only a read computes).
@@ -77,7 +78,7 @@ def test_submit_reply_shows_each_job_as_stored(api) -> None:  # type: ignore[no-
     assert reply.jobs[1].env == {"A": "1"}
 
 
-def test_list_filters_and_pagination(api) -> None:  # type: ignore[no-untyped-def]
+def test_list_filters_and_pagination(api: Api) -> None:
     alice = api.user_token("alice")
     for i in range(7):
         submit(api, {"name": f"j{i}", "command": "true"}, headers=alice if i % 2 else None)
@@ -97,7 +98,7 @@ def test_list_filters_and_pagination(api) -> None:  # type: ignore[no-untyped-de
     assert none.total == 0
 
 
-def test_unservable_job_is_refused_with_what_to_change(api) -> None:  # type: ignore[no-untyped-def]
+def test_unservable_job_is_refused_with_what_to_change(api: Api) -> None:
     WireAgent(api, "n1", gpus=8).register()
     WireAgent(api, "n2", gpus=4).register()
     r = api.post("/api/v1/jobs", json={"command": "x", "gpus": 16})
@@ -114,7 +115,7 @@ def test_unservable_job_is_refused_with_what_to_change(api) -> None:  # type: ig
     assert api.post("/api/v1/jobs", json={"command": "x", "gpus": 12}).status_code == 201
 
 
-def test_show_gives_queue_position_and_reason(api) -> None:  # type: ignore[no-untyped-def]
+def test_show_gives_queue_position_and_reason(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=4)
     node.register()
     first = submit(api, {"command": "a", "gpus": 3}).ids[0]
@@ -134,7 +135,7 @@ def test_show_gives_queue_position_and_reason(api) -> None:  # type: ignore[no-u
     assert running.queue_position is None and running.placement == {"n1": [0, 1, 2]}
 
 
-def test_errors_are_json(api) -> None:  # type: ignore[no-untyped-def]
+def test_errors_are_json(api: Api) -> None:
     r = api.get("/api/v1/jobs/999")
     assert r.status_code == 404 and "no job 999" in r.json()["error"]
     r = api.client.get("/api/v1/jobs")
@@ -155,7 +156,7 @@ def test_errors_are_json(api) -> None:  # type: ignore[no-untyped-def]
     assert r.status_code == 422 and "nope" in r.json()["error"]
 
 
-def test_oversized_body_gets_413(api, settings) -> None:  # type: ignore[no-untyped-def]
+def test_oversized_body_gets_413(api, settings) -> None:  # type: ignore[no-untyped-def]  # `api` and `settings` fixtures left untyped (tests are outside mypy's packages)
     big = {
         "command": "x",
         "env": {f"K{i}": "v" * 9000 for i in range(settings.max_body_bytes // 9000 + 2)},
@@ -164,7 +165,7 @@ def test_oversized_body_gets_413(api, settings) -> None:  # type: ignore[no-unty
     assert r.status_code == 413 and "limit" in r.json()["error"]
 
     # Without a Content-Length (chunked), the limit holds too.
-    def chunks():  # type: ignore[no-untyped-def]
+    def chunks():  # type: ignore[no-untyped-def]  # a generator body for the streamed request; left untyped
         for _ in range(settings.max_body_bytes // 65536 + 2):
             yield b" " * 65536
 
@@ -174,7 +175,7 @@ def test_oversized_body_gets_413(api, settings) -> None:  # type: ignore[no-unty
     assert r.status_code == 413
 
 
-def test_a_user_may_cancel_only_their_own_jobs(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_user_may_cancel_only_their_own_jobs(api: Api) -> None:
     alice, bob = api.user_token("alice"), api.user_token("bob")
     job = submit(api, {"command": "x"}, headers=alice).ids[0]
     r = api.post(f"/api/v1/jobs/{job}/cancel", headers=bob)
@@ -185,7 +186,7 @@ def test_a_user_may_cancel_only_their_own_jobs(api) -> None:  # type: ignore[no-
     assert api.post(f"/api/v1/jobs/{other}/cancel").json()["state"] == "cancelled"  # admin may
 
 
-def test_tokens_roles(api) -> None:  # type: ignore[no-untyped-def]
+def test_tokens_roles(api: Api) -> None:
     alice = api.user_token("alice")
     assert api.get("/api/v1/whoami", headers=alice).json() == {"user": "alice", "role": "user"}
     r = api.put("/api/v1/policy", headers=alice, json={"spec": "fifo"})
@@ -198,7 +199,7 @@ def test_tokens_roles(api) -> None:  # type: ignore[no-untyped-def]
     assert r.status_code == 403
 
 
-def test_policy_is_validated_stored_and_listed(api) -> None:  # type: ignore[no-untyped-def]
+def test_policy_is_validated_stored_and_listed(api: Api) -> None:
     assert api.get("/api/v1/policy").json()["spec"] == "fifo"
     r = api.put("/api/v1/policy", json={"spec": "nonesuch"})
     assert (
@@ -213,7 +214,7 @@ def test_policy_is_validated_stored_and_listed(api) -> None:  # type: ignore[no-
     assert api.get("/api/v1/policy").json()["spec"] == "fifo:backfill=true"
 
 
-def test_health_and_metrics(api) -> None:  # type: ignore[no-untyped-def]
+def test_health_and_metrics(api: Api) -> None:
     health = api.client.get("/healthz").json()
     assert health["status"] == "ok" and health["database"] in ("sqlite", "postgresql")
     submit(api, {"command": "x", "count": 3})

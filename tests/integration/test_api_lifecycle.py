@@ -7,17 +7,18 @@ from __future__ import annotations
 import threading
 import time
 
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.protocol import JobPublic
 from waiting import wait_until
 
 
-def job(api, job_id: int) -> JobPublic:  # type: ignore[no-untyped-def]
+def job(api: Api, job_id: int) -> JobPublic:
     return JobPublic.model_validate(api.get(f"/api/v1/jobs/{job_id}").json())
 
 
-def wait_state(api, job_id: int, *states: str, timeout: float = 10.0) -> JobPublic:  # type: ignore[no-untyped-def]
+def wait_state(api: Api, job_id: int, *states: str, timeout: float = 10.0) -> JobPublic:
     return wait_until(
         lambda: job(api, job_id),
         timeout,
@@ -26,13 +27,13 @@ def wait_state(api, job_id: int, *states: str, timeout: float = 10.0) -> JobPubl
     )
 
 
-def submit(api, **body) -> int:  # type: ignore[no-untyped-def]
+def submit(api, **body) -> int:  # type: ignore[no-untyped-def]  # `api` and `**body` left untyped (tests are outside mypy's packages)
     r = api.post("/api/v1/jobs", json={"command": "x", **body})
     assert r.status_code == 201, r.text
     return int(r.json()["ids"][0])
 
 
-def history(api, job_id: int) -> list[str]:  # type: ignore[no-untyped-def]
+def history(api: Api, job_id: int) -> list[str]:
     """The job's states as seen from outside, via its message trail in the DB."""
     from sqlmodel import Session, select
 
@@ -46,7 +47,7 @@ def history(api, job_id: int) -> list[str]:  # type: ignore[no-untyped-def]
     return [r.to_state for r in rows]
 
 
-def test_job_runs_through_its_states_and_logs_follow(api) -> None:  # type: ignore[no-untyped-def]
+def test_job_runs_through_its_states_and_logs_follow(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=2)
     node.register()
     job_id = submit(api, gpus=2, env={"A": "1"}, workdir="/tmp")
@@ -98,7 +99,7 @@ def test_job_runs_through_its_states_and_logs_follow(api) -> None:  # type: igno
     assert node.work_until(lambda b: b.starts).starts[0].job_id == nxt
 
 
-def test_failure_and_cancel(api) -> None:  # type: ignore[no-untyped-def]
+def test_failure_and_cancel(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=2)
     node.register()
     bad = submit(api, gpus=1)
@@ -126,7 +127,7 @@ def test_failure_and_cancel(api) -> None:  # type: ignore[no-untyped-def]
     assert node.work_until(lambda b: b.starts).starts[0].job_id == queued
 
 
-def test_cancel_before_delivery_frees_at_once(api) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_before_delivery_frees_at_once(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=1)
     node.register()
     first = submit(api)
@@ -137,7 +138,7 @@ def test_cancel_before_delivery_frees_at_once(api) -> None:  # type: ignore[no-u
     assert [s.job_id for s in batch.starts] == [second] and not batch.stops
 
 
-def test_gang_over_two_nodes_and_its_failure(api) -> None:  # type: ignore[no-untyped-def]
+def test_gang_over_two_nodes_and_its_failure(api: Api) -> None:
     n1, n2 = WireAgent(api, "n1", gpus=4), WireAgent(api, "n2", gpus=4)
     n1.register()
     n2.register()
@@ -168,7 +169,7 @@ def test_gang_over_two_nodes_and_its_failure(api) -> None:  # type: ignore[no-un
     assert [(s.job_id, s.reason) for s in stops] == [(job2, "gang_failed")]
 
 
-def test_silent_node_loses_its_jobs_which_are_requeued(api) -> None:  # type: ignore[no-untyped-def]
+def test_silent_node_loses_its_jobs_which_are_requeued(api: Api) -> None:
     dead, alive = WireAgent(api, "dead", gpus=2), WireAgent(api, "alive", gpus=2)
     dead.register()
     job_id = submit(api, gpus=2, max_restarts=1)
@@ -203,7 +204,7 @@ def test_silent_node_loses_its_jobs_which_are_requeued(api) -> None:  # type: ig
     assert "not counted against max_restarts" in again.message
 
 
-def test_reregistration_adopts_running_and_loses_vanished(api) -> None:  # type: ignore[no-untyped-def]
+def test_reregistration_adopts_running_and_loses_vanished(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=2)
     node.register()
     kept, vanished = submit(api), submit(api)
@@ -220,7 +221,7 @@ def test_reregistration_adopts_running_and_loses_vanished(api) -> None:  # type:
     assert v.state in ("pending", "assigned") and v.restarts == 0
 
 
-def test_preempt_returns_job_to_queue(api) -> None:  # type: ignore[no-untyped-def]
+def test_preempt_returns_job_to_queue(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=1)
     node.register()
     api.put("/api/v1/policy", json={"spec": "srtf"})
@@ -238,7 +239,7 @@ def test_preempt_returns_job_to_queue(api) -> None:  # type: ignore[no-untyped-d
     assert b.job_id == quick
 
 
-def test_policy_switch_takes_effect_on_the_next_pass(api) -> None:  # type: ignore[no-untyped-def]
+def test_policy_switch_takes_effect_on_the_next_pass(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=4)
     node.register()
     blocker = submit(api, gpus=3)
@@ -256,7 +257,7 @@ def test_policy_switch_takes_effect_on_the_next_pass(api) -> None:  # type: igno
     assert job(api, head).state == "pending"
 
 
-def test_concurrent_submissions_never_share_a_gpu(api) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_submissions_never_share_a_gpu(api: Api) -> None:
     nodes = [WireAgent(api, f"n{i}", gpus=4) for i in range(3)]
     for n in nodes:
         n.register()
@@ -284,7 +285,7 @@ def test_concurrent_submissions_never_share_a_gpu(api) -> None:  # type: ignore[
     assert len(held) <= 12 and len(held) >= 10  # the cluster is (nearly) full
 
 
-def test_a_batch_of_events_moves_each_job_on(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_of_events_moves_each_job_on(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=3)
     node.register()
     a, b, c = (submit(api, gpus=1) for _ in range(3))
@@ -307,7 +308,7 @@ def test_a_batch_of_events_moves_each_job_on(api) -> None:  # type: ignore[no-un
     assert {s.job_id for s in node.work_until(lambda w: len(w.starts) == 2).starts} == {d, e}
 
 
-def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(api, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(api, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # `api` and `monkeypatch` left untyped (tests are outside mypy's packages)
     from schedulearn.server.services import agents, event_batch
 
     node = WireAgent(api, "n1", gpus=3)
@@ -316,12 +317,12 @@ def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(api, monkeypatc
     node.work_until(lambda w: len(w.starts) == 3)
     real, real_batch = agents._apply_event, event_batch.record
 
-    def failing_for_b(session, job_id, event, now):  # type: ignore[no-untyped-def]
+    def failing_for_b(session, job_id, event, now):  # type: ignore[no-untyped-def]  # stands in for the service function it patches, whatever its signature
         if job_id == b:
             raise RuntimeError("the database failed on this one")
         return real(session, job_id, event, now)
 
-    def batch_failing_with_b(session, reports, now):  # type: ignore[no-untyped-def]
+    def batch_failing_with_b(session, reports, now):  # type: ignore[no-untyped-def]  # stands in for the service function it patches, whatever its signature
         plan = real_batch(session, reports, now)  # its statements run, then are rolled back
         if any(r.job_id == b for r in reports):
             raise RuntimeError("the database failed on the batch")
@@ -339,7 +340,7 @@ def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(api, monkeypatc
     assert job(api, b).state == "running"
 
 
-def test_a_bad_policy_option_is_a_400_naming_what_it_takes(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_policy_option_is_a_400_naming_what_it_takes(api: Api) -> None:
     before = api.get("/api/v1/policy").json()["spec"]
     for spec, takes in (
         ("fifo:backfill=maybe", "backfill takes true or false, not 'maybe'"),

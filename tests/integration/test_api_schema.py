@@ -11,6 +11,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from pg_server import Postgres
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -37,8 +38,11 @@ class _Http:
         return self.agent
 
 
-@pytest.fixture(scope="module")
-def live_schema_server(tmp_path_factory: pytest.TempPathFactory, postgres) -> Iterator[str]:  # type: ignore[no-untyped-def]
+@pytest.fixture
+def live_schema_server(
+    tmp_path_factory: pytest.TempPathFactory, postgres: Postgres | None
+) -> Iterator[str]:
+    # Function scope (the module's one test): it runs on each backend in turn.
     root: Path = tmp_path_factory.mktemp("schema")
     url = postgres.new_database() if postgres is not None else f"sqlite:///{root / 'db.sqlite'}"
     server = ServerProcess(
@@ -70,7 +74,7 @@ def test_api_matches_its_schema(live_schema_server: str) -> None:
             database=None,
             suppress_health_check=list(HealthCheck),
         )
-        def check(case) -> None:  # type: ignore[no-untyped-def]
+        def check(case) -> None:  # type: ignore[no-untyped-def]  # schemathesis' Case, given by its Hypothesis strategy
             if case.query and str(case.query.get("follow", "")).lower() in TRUE:
                 # A followed log of a job that never ends streams forever; the
                 # stream is covered by the lifecycle and end-to-end tests.

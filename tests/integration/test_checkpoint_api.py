@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.agent.checkpoints import CheckpointError, pack, safe_extract
@@ -48,7 +49,7 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return out.getvalue()
 
 
-def _put(api, job_id: int, attempt: int, body: bytes, sha: str | None = None):  # type: ignore[no-untyped-def]
+def _put(api, job_id: int, attempt: int, body: bytes, sha: str | None = None):  # type: ignore[no-untyped-def]  # `api` and the return (httpx.Response) left untyped (tests are outside mypy's packages)
     return api.client.put(
         f"/api/v1/agent/jobs/{job_id}/checkpoint",
         params={"attempt": attempt, "node": "n1"},
@@ -57,7 +58,7 @@ def _put(api, job_id: int, attempt: int, body: bytes, sha: str | None = None):  
     )
 
 
-def _running_job(api) -> tuple[WireAgent, int, int]:  # type: ignore[no-untyped-def]
+def _running_job(api: Api) -> tuple[WireAgent, int, int]:
     node = WireAgent(api, "n1", gpus=2)
     node.register()
     r = api.post("/api/v1/jobs", json={"command": "train", "gpus": 1, "preemptible": True})
@@ -67,7 +68,7 @@ def _running_job(api) -> tuple[WireAgent, int, int]:  # type: ignore[no-untyped-
     return node, job_id, start.attempt
 
 
-def test_upload_download_and_the_next_attempt_names_it(api, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_upload_download_and_the_next_attempt_names_it(api: Api, tmp_path: Path) -> None:
     node, job_id, attempt = _running_job(api)
     body = _tar({"checkpoint.pkl": b"weights" * 100})
     r = _put(api, job_id, attempt, body)
@@ -100,7 +101,7 @@ def test_upload_download_and_the_next_attempt_names_it(api, tmp_path: Path) -> N
     assert again.content == newer
 
 
-def test_oversized_and_damaged_uploads_are_refused(api, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_oversized_and_damaged_uploads_are_refused(api: Api, tmp_path: Path) -> None:
     _, job_id, attempt = _running_job(api)
     big = _tar({"big.bin": b"x" * (LIMIT + 1)})
     r = _put(api, job_id, attempt, big)
@@ -120,7 +121,9 @@ def test_oversized_and_damaged_uploads_are_refused(api, tmp_path: Path) -> None:
     )
 
 
-def test_checkpoints_of_finished_jobs_are_pruned(api, database_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_checkpoints_of_finished_jobs_are_pruned(
+    api: Api, database_url: str, tmp_path: Path
+) -> None:
     _, job_id, attempt = _running_job(api)
     assert _put(api, job_id, attempt, _tar({"w": b"1"})).status_code == 200
     store = tmp_path / "store"

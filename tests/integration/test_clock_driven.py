@@ -29,7 +29,7 @@ REPORT_GRACE = 5.0
 def app(settings: ServerSettings) -> Stepped:
     assert settings.node_timeout_seconds == NODE_TIMEOUT
     with stepped_app(settings) as stepped:
-        yield stepped  # type: ignore[misc]
+        yield stepped
 
 
 def running_on(app: Stepped, node: WireAgent, **job: object) -> tuple[int, int]:
@@ -160,7 +160,7 @@ def test_a_cached_forecast_is_served_until_its_time_to_live(app: Stepped) -> Non
     node.register()
     running_on(app, node, gpus=1, estimated_duration=100)
     queued = app.submit(gpus=1, estimated_duration=50)
-    predictor = app.client.app.state.sl.predictions  # type: ignore[attr-defined]
+    predictor = app.client.app.state.sl.predictions  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
     # A forecast's cost is measured in real time and a slow one is kept longer
     # (up to 20 times its cost); this test is about the clock's part only.
     predictor.slow_seconds = math.inf

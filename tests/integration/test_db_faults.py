@@ -8,7 +8,6 @@ cancel included."""
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import threading
 import time
@@ -21,7 +20,7 @@ from pg_server import PG_BIN, Postgres
 from served import Served
 from server_api import ADMIN
 
-from dependencies import Dependency, missing
+from dependencies import Dependency, missing, need_root
 from schedulearn.cli.client import Client
 from schedulearn.protocol import JobSpec
 from waiting import wait_until
@@ -131,8 +130,7 @@ def heartbeats(url: str, stop: threading.Event) -> None:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs, so the database's disk fills up for real."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
+    need_root("mounting a small tmpfs")
     mount = tmp_path / "small"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)

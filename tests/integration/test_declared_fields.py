@@ -76,7 +76,7 @@ def other_than(annotation: Any, default: Any, salt: int) -> Any:
         return origin([other_than(args[0], None, salt), other_than(args[0], None, salt + 1)])
     if dataclasses.is_dataclass(inner):
         hints = typing.get_type_hints(inner)
-        return inner(  # type: ignore[operator]
+        return inner(  # type: ignore[operator]  # `inner` is a dataclass type; mypy narrows is_dataclass() to an instance, not a class
             **{
                 f.name: other_than(hints[f.name], _default(f), salt + i)
                 for i, f in enumerate(dataclasses.fields(inner))
@@ -150,8 +150,8 @@ def test_every_view_field_declares_its_role() -> None:
 def test_the_tables_hold_every_stored_field_with_the_declared_type() -> None:
     stored = (Role.SUBMITTED, Role.KEPT, Role.INTERNAL)
     for view, hints, table in (
-        (JobView, JOB_HINTS, Job.__table__),  # type: ignore[attr-defined]
-        (NodeView, NODE_HINTS, Node.__table__),  # type: ignore[attr-defined]
+        (JobView, JOB_HINTS, Job.__table__),
+        (NodeView, NODE_HINTS, Node.__table__),
     ):
         for name in declared(view, *stored):
             assert name in table.c, f"{view.__name__}.{name} has no column in {table.name}"
@@ -189,7 +189,7 @@ def test_a_declared_field_a_model_does_not_spell_out_is_added() -> None:
 
     _declare(Model, View, Role.SUBMITTED)
     got = Model.model_validate({"queue": "gpu-a", "tags": ["x"]})
-    assert (got.queue, got.tags) == ("gpu-a", ("x",))  # type: ignore[attr-defined]
+    assert (got.queue, got.tags) == ("gpu-a", ("x",))  # type: ignore[attr-defined]  # Model gains `queue` and `tags` from _declare at run time; mypy sees only `name`
     assert "fraction" not in Model.model_fields
     with pytest.raises(ValueError, match="at most 1000"):
         Model.model_validate({"queue": "q" * 1001})
@@ -237,7 +237,7 @@ def test_a_job_keeps_every_field_the_server_keeps(session: Session) -> None:
     kept = values_for(JobView, JOB_HINTS, Role.KEPT, Role.INTERNAL)
     kept.pop("id")
     stored = {n: v.as_dict() if isinstance(v, Placement) else v for n, v in kept.items()}
-    session.execute(update(Job).where(Job.id == job_id).values(**stored))  # type: ignore[arg-type]
+    session.execute(update(Job).where(Job.id == job_id).values(**stored))  # type: ignore[arg-type]  # SQLModel types Job.id as int, so `==` is bool to mypy; at run time it is a SQL expression
     session.commit()
 
     [queued] = snapshot.pending_views(session)
@@ -252,7 +252,7 @@ def test_a_running_job_keeps_every_declared_field_in_the_pass(session: Session) 
     assert isinstance(result, jobs.Submitted)
     session.execute(
         update(Job)
-        .where(Job.id == result.jobs[0].id)  # type: ignore[arg-type]
+        .where(Job.id == result.jobs[0].id)  # type: ignore[arg-type]  # SQLModel types Job.id as int, so `==` is bool to mypy; at run time it is a SQL expression
         .values(state="running", placement={"n1": [0]}, started_at=101.0)
     )
     session.commit()
@@ -272,7 +272,7 @@ def test_a_node_keeps_every_declared_field_from_registration_to_public(session: 
     arrived({n: wire(v) for n, v in values.items()}, public, "NodePublic")
 
     kept = values_for(NodeView, NODE_HINTS, Role.KEPT, Role.INTERNAL)
-    session.execute(update(Node).where(Node.name == view.name).values(**kept))  # type: ignore[arg-type]
+    session.execute(update(Node).where(Node.name == view.name).values(**kept))  # type: ignore[arg-type]  # SQLModel types Node.name as str, so `==` is bool to mypy; at run time it is a SQL expression
     session.commit()
     [view], _, _ = snapshot.load_nodes(session)
     arrived(kept, view, "NodeView")

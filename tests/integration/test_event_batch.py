@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from server_api import Api
 from sqlalchemy import event, select
 from sqlmodel import Session
 from test_api_lifecycle import history, job, submit
@@ -19,13 +20,13 @@ from schedulearn.server.services import agents
 from schedulearn.server.states import IllegalTransition, StaleState, Step, transition_many
 
 
-def record_counting(api, reports: list[JobEventReport]):  # type: ignore[no-untyped-def]
+def record_counting(api, reports: list[JobEventReport]):  # type: ignore[no-untyped-def]  # `api` and the return left untyped (tests are outside mypy's packages)
     """Record `reports` as the events route does, in a session of our own; returns
     (the acks, the statements this session ran: an executemany is one)."""
     engine = api.client.app.state.sl.db.engine
     seen: list[str] = []
 
-    def count(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]
+    def count(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]  # SQLAlchemy's before_cursor_execute listener, called with its own types
         seen.append(statement)
 
     with Session(engine, expire_on_commit=False) as session:
@@ -35,7 +36,7 @@ def record_counting(api, reports: list[JobEventReport]):  # type: ignore[no-unty
     return done.acks, seen
 
 
-def run_batch_of(api, node: WireAgent, n: int) -> list[str]:  # type: ignore[no-untyped-def]
+def run_batch_of(api: Api, node: WireAgent, n: int) -> list[str]:
     ids = [submit(api, gpus=1) for _ in range(n)]
     node.work_until(lambda w: len(w.starts) == n)
     reports = [
@@ -50,7 +51,7 @@ def run_batch_of(api, node: WireAgent, n: int) -> list[str]:  # type: ignore[no-
     return seen
 
 
-def test_a_batch_costs_the_same_statements_whatever_its_size(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_costs_the_same_statements_whatever_its_size(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=24)
     node.register()
     two = run_batch_of(api, node, 2)
@@ -64,7 +65,7 @@ def test_a_batch_costs_the_same_statements_whatever_its_size(api) -> None:  # ty
         assert s.execute(select(Allocation)).all() == []
 
 
-def test_a_gang_in_a_batch_follows_lifecycle(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_gang_in_a_batch_follows_lifecycle(api: Api) -> None:
     n1, n2 = WireAgent(api, "n1", gpus=4), WireAgent(api, "n2", gpus=4)
     n1.register()
     n2.register()
@@ -90,7 +91,7 @@ def test_a_gang_in_a_batch_follows_lifecycle(api) -> None:  # type: ignore[no-un
     assert [(x.job_id, x.reason) for x in stops] == [(gang2, "gang_failed")]
 
 
-def test_a_preempted_jobs_exit_in_a_batch_requeues_it(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_preempted_jobs_exit_in_a_batch_requeues_it(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=2)
     node.register()
     api.put("/api/v1/policy", json={"spec": "srtf"})
@@ -111,7 +112,7 @@ def test_a_preempted_jobs_exit_in_a_batch_requeues_it(api) -> None:  # type: ign
     assert started == {quick, long}
 
 
-def test_an_old_attempts_events_move_nothing(api) -> None:  # type: ignore[no-untyped-def]
+def test_an_old_attempts_events_move_nothing(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=1)
     node.register()
     j = submit(api, gpus=1)
@@ -121,7 +122,7 @@ def test_an_old_attempts_events_move_nothing(api) -> None:  # type: ignore[no-un
     assert history(api, j) == ["assigned", "running"]
 
 
-def test_transition_many_is_fenced_on_the_state_it_was_read_in(api) -> None:  # type: ignore[no-untyped-def]
+def test_transition_many_is_fenced_on_the_state_it_was_read_in(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=2)
     node.register()
     a, b = submit(api, gpus=1), submit(api, gpus=1)

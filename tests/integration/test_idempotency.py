@@ -26,7 +26,7 @@ def total(api: Api) -> int:
     return int(api.get("/api/v1/jobs").json()["total"])
 
 
-def submit(api: Api, body: dict[str, object], key: str | None):  # type: ignore[no-untyped-def]
+def submit(api: Api, body: dict[str, object], key: str | None):  # type: ignore[no-untyped-def]  # the return (httpx.Response) left untyped (tests are outside mypy's packages)
     headers = {**api.admin, **({"Idempotency-Key": key} if key else {})}
     return api.post("/api/v1/jobs", headers=headers, json=body)
 

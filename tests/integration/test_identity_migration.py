@@ -20,7 +20,7 @@ def _upgrade_to(database: db.Database, target: str) -> None:
     cfg.set_main_option("script_location", str(db.MIGRATIONS))
     script = ScriptDirectory.from_config(cfg)
 
-    def revisions(rev, _context):  # type: ignore[no-untyped-def]
+    def revisions(rev, _context):  # type: ignore[no-untyped-def]  # Alembic's revision callback, called by Alembic with its own types
         return script._upgrade_revs(target, rev)
 
     with (

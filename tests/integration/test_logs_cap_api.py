@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
@@ -38,7 +39,7 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
     )
 
 
-def running_job(api) -> tuple[WireAgent, int, int]:  # type: ignore[no-untyped-def]
+def running_job(api: Api) -> tuple[WireAgent, int, int]:
     node = WireAgent(api, "n1", gpus=1)
     node.register()
     r = api.post("/api/v1/jobs", json={"command": "train", "gpus": 1})
@@ -48,7 +49,7 @@ def running_job(api) -> tuple[WireAgent, int, int]:  # type: ignore[no-untyped-d
     return node, job_id, start.attempt
 
 
-def send(api, node: WireAgent, job_id: int, attempt: int, texts: list[str], first: int):  # type: ignore[no-untyped-def]
+def send(api, node: WireAgent, job_id: int, attempt: int, texts: list[str], first: int):  # type: ignore[no-untyped-def]  # `api` and the return left untyped (tests are outside mypy's packages)
     body = {
         "attempt": attempt,
         "node": node.name,
@@ -61,13 +62,13 @@ def send(api, node: WireAgent, job_id: int, attempt: int, texts: list[str], firs
     return r.json()
 
 
-def stored_lines(api, job_id: int) -> list[str]:  # type: ignore[no-untyped-def]
+def stored_lines(api: Api, job_id: int) -> list[str]:
     r = api.get(f"/api/v1/jobs/{job_id}/logs", params={"limit": 10000})
     assert r.status_code == 200, r.text
     return [line["text"] for line in r.json()["lines"]]
 
 
-def test_a_job_over_the_cap_keeps_head_and_tail_and_names_the_cut_exactly(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_job_over_the_cap_keeps_head_and_tail_and_names_the_cut_exactly(api: Api) -> None:
     node, job_id, attempt = running_job(api)
     printed = [f"{i:06d} " + "y" * 92 for i in range(3000)]  # 100 bytes a line with its newline
     acks = [send(api, node, job_id, attempt, printed[i : i + 200], i) for i in range(0, 3000, 200)]
@@ -104,7 +105,7 @@ def test_a_job_over_the_cap_keeps_head_and_tail_and_names_the_cut_exactly(api) -
     assert api.get(f"/api/v1/jobs/{job_id}/logs/full", headers=other).status_code == 403
 
 
-def test_a_batch_sent_again_after_a_lost_reply_is_stored_once(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_sent_again_after_a_lost_reply_is_stored_once(api: Api) -> None:
     node, job_id, attempt = running_job(api)
     send(api, node, job_id, attempt, ["up", "down"], 0)
     # The reply was lost (the server was killed after its commit): the agent sends
@@ -114,7 +115,7 @@ def test_a_batch_sent_again_after_a_lost_reply_is_stored_once(api) -> None:  # t
     assert stored_lines(api, job_id) == ["up", "down", "again"]
 
 
-def test_a_damaged_full_log_is_refused(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_full_log_is_refused(api: Api) -> None:
     node, job_id, attempt = running_job(api)
     r = api.client.put(
         f"/api/v1/agent/jobs/{job_id}/full-log",
@@ -125,7 +126,7 @@ def test_a_damaged_full_log_is_refused(api) -> None:  # type: ignore[no-untyped-
     assert r.status_code == 400 and "damaged" in r.json()["error"]
 
 
-def test_retention_deletes_the_logs_of_old_jobs_only(  # type: ignore[no-untyped-def]
+def test_retention_deletes_the_logs_of_old_jobs_only(  # type: ignore[no-untyped-def]  # fixtures left untyped (tests are outside mypy's packages)
     api, database_url: str, tmp_path: Path
 ) -> None:
     node, job_id, attempt = running_job(api)

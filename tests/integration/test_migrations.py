@@ -27,7 +27,7 @@ def test_migrations_match_the_models(database_url: str) -> None:
         database.close()
 
 
-def test_sqlite_runs_in_wal_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sqlite_runs_in_wal_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]  # `tmp_path` left untyped (tests are outside mypy's packages)
     database = db.Database(f"sqlite:///{tmp_path / 'x.db'}")
     try:
         with database.engine.connect() as conn:

@@ -35,7 +35,7 @@ def _add(api: Api, name: str, **body: object) -> str:
     return str(r.json()["join_token"])
 
 
-def _join(api: Api, token: str):  # type: ignore[no-untyped-def]
+def _join(api: Api, token: str):  # type: ignore[no-untyped-def]  # the return (httpx.Response) left untyped (tests are outside mypy's packages)
     return api.client.post("/api/v1/agent/join", json={"join_token": token})
 
 

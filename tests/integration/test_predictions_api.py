@@ -7,7 +7,7 @@ import math
 import time
 
 import pytest
-from server_api import ADMIN
+from server_api import ADMIN, Api
 from stepped import stepped_app
 from wire_agent import WireAgent
 
@@ -15,19 +15,19 @@ from schedulearn.protocol import JobList, JobPublic, PolicyPreview
 from waiting import wait_until
 
 
-def submit(api, **body) -> int:  # type: ignore[no-untyped-def]
+def submit(api, **body) -> int:  # type: ignore[no-untyped-def]  # `api` and `**body` left untyped (tests are outside mypy's packages)
     r = api.post("/api/v1/jobs", json={"command": ["sleep", "1"], **body})
     assert r.status_code == 201, r.text
     return int(r.json()["ids"][0])
 
 
-def job(api, job_id: int) -> JobPublic:  # type: ignore[no-untyped-def]
+def job(api: Api, job_id: int) -> JobPublic:
     r = api.get(f"/api/v1/jobs/{job_id}")
     assert r.status_code == 200, r.text
     return JobPublic.model_validate(r.json())
 
 
-def busy_gpu(api, seconds: float = 100) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+def busy_gpu(api: Api, seconds: float = 100) -> tuple[int, float]:
     """Node n1 with one GPU, held by a non-preemptible job reported started."""
     node = WireAgent(api, "n1", gpus=1)
     node.register()
@@ -39,13 +39,13 @@ def busy_gpu(api, seconds: float = 100) -> tuple[int, float]:  # type: ignore[no
     return blocker, began
 
 
-def preview(api, headers=None, **params) -> PolicyPreview:  # type: ignore[no-untyped-def]
+def preview(api, headers=None, **params) -> PolicyPreview:  # type: ignore[no-untyped-def]  # `api`, `headers`, `**params` left untyped (tests are outside mypy's packages)
     r = api.get("/api/v1/policy/preview", headers=headers, params=params)
     assert r.status_code == 200, r.text
     return PolicyPreview.model_validate(r.json())
 
 
-def test_pending_jobs_get_start_and_end_from_the_policy_in_force(api) -> None:  # type: ignore[no-untyped-def]
+def test_pending_jobs_get_start_and_end_from_the_policy_in_force(api: Api) -> None:
     blocker, began = busy_gpu(api)
     first = submit(api, name="a", estimated_duration=50)
     second = submit(api, name="b", estimated_duration="2m")
@@ -67,7 +67,7 @@ def test_pending_jobs_get_start_and_end_from_the_policy_in_force(api) -> None:  
     assert by_id[second].predicted_end_at == pytest.approx(c.predicted_end_at, abs=0.5)
 
 
-def test_a_job_of_unknown_duration_is_said_to_be_unknown(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_job_of_unknown_duration_is_said_to_be_unknown(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=1)
     node.register()
     mystery = submit(api, name="mystery", command=["python", "never-seen.py"])
@@ -81,7 +81,7 @@ def test_a_job_of_unknown_duration_is_said_to_be_unknown(api) -> None:  # type: 
     assert waiting.predicted_start_at is None and waiting.predicted_end_at is None
 
 
-def test_history_of_the_same_name_gives_an_estimate(settings) -> None:  # type: ignore[no-untyped-def]
+def test_history_of_the_same_name_gives_an_estimate(settings) -> None:  # type: ignore[no-untyped-def]  # `settings` fixture left untyped (tests are outside mypy's packages)
     # On a manual clock: the run lasts exactly 0.3 s, whatever the machine's speed.
     with stepped_app(settings) as app:
         node = WireAgent(app.api, "n1", gpus=1)
@@ -101,7 +101,7 @@ def test_history_of_the_same_name_gives_an_estimate(settings) -> None:  # type: 
         assert app.job(done).duration_estimate is None
 
 
-def test_preview_shows_srtf_below_fifo_for_short_jobs_behind_a_long_one(api) -> None:  # type: ignore[no-untyped-def]
+def test_preview_shows_srtf_below_fifo_for_short_jobs_behind_a_long_one(api: Api) -> None:
     busy_gpu(api)
     for seconds in (1000, 10, 10):
         submit(api, estimated_duration=seconds, preemptible=True)
@@ -120,7 +120,7 @@ def test_preview_shows_srtf_below_fifo_for_short_jobs_behind_a_long_one(api) -> 
     # Both drain the same work on one GPU: ~100 s left + 1020 s.
     assert fifo.makespan == pytest.approx(1120, abs=3)
     assert srtf.makespan == pytest.approx(1120, abs=3)
-    assert srtf.mean_jct < fifo.mean_jct - 400  # type: ignore[operator]
+    assert srtf.mean_jct < fifo.mean_jct - 400  # type: ignore[operator]  # mean_jct is None only with no predicted job; this queue has some
     assert fifo.utilisation == pytest.approx(1.0, abs=0.01)
 
     # The default preview lists every registered policy, the one in force marked.
@@ -131,15 +131,15 @@ def test_preview_shows_srtf_below_fifo_for_short_jobs_behind_a_long_one(api) -> 
     assert all(p.error is None for p in everything.policies), everything.policies
 
 
-def test_preview_follows_the_queue(api) -> None:  # type: ignore[no-untyped-def]
+def test_preview_follows_the_queue(api: Api) -> None:
     busy_gpu(api)
     before = preview(api, policies="fifo").policies[0]
     submit(api, estimated_duration=500)
     after = preview(api, policies="fifo").policies[0]
-    assert after.makespan == pytest.approx(before.makespan + 500, abs=3)  # type: ignore[operator]
+    assert after.makespan == pytest.approx(before.makespan + 500, abs=3)  # type: ignore[operator]  # makespan is None only with no predicted job; this queue has some
 
 
-def test_preview_is_open_to_users_and_refuses_unknown_policies(api) -> None:  # type: ignore[no-untyped-def]
+def test_preview_is_open_to_users_and_refuses_unknown_policies(api: Api) -> None:
     WireAgent(api, "n1", gpus=1).register()
     user = api.user_token("alice")
     assert preview(api, headers=user, policies="fifo").policies[0].spec == "fifo"
@@ -148,7 +148,7 @@ def test_preview_is_open_to_users_and_refuses_unknown_policies(api) -> None:  # 
     assert "nope" in r.text and "srtf" in r.text  # names the valid policies
 
 
-def test_forecasts_are_reused_until_the_state_changes(api) -> None:  # type: ignore[no-untyped-def]
+def test_forecasts_are_reused_until_the_state_changes(api: Api) -> None:
     busy_gpu(api)
     submit(api, estimated_duration=5)
     predictor = api.client.app.state.sl.predictions
@@ -163,7 +163,7 @@ def test_forecasts_are_reused_until_the_state_changes(api) -> None:  # type: ign
     assert predictor.computed == runs + 1
 
 
-def test_preview_reads_the_queue_as_it_is_even_after_a_slow_forecast(api) -> None:  # type: ignore[no-untyped-def]
+def test_preview_reads_the_queue_as_it_is_even_after_a_slow_forecast(api: Api) -> None:
     busy_gpu(api)
     submit(api, estimated_duration=5)
     predictor = api.client.app.state.sl.predictions
@@ -174,7 +174,7 @@ def test_preview_reads_the_queue_as_it_is_even_after_a_slow_forecast(api) -> Non
     assert (result.pending, result.running, result.policies[0].predicted) == (2, 1, 3)
 
 
-def test_preview_compares_policies_over_the_jobs_all_of_them_predict(api) -> None:  # type: ignore[no-untyped-def]
+def test_preview_compares_policies_over_the_jobs_all_of_them_predict(api: Api) -> None:
     busy_gpu(api)
     submit(api, name="mystery", command=["python", "explore.py"])  # no estimate, no history
     short = submit(api, estimated_duration=10)
@@ -184,11 +184,11 @@ def test_preview_compares_policies_over_the_jobs_all_of_them_predict(api) -> Non
     # srtf runs the short job first. Only the blocker ends under both.
     assert (fifo.predicted, srtf.predicted) == (1, 2)
     assert result.compared == 1 and result.without_estimate == 1
-    assert fifo.mean_jct == pytest.approx(srtf.mean_jct, abs=0.5)  # type: ignore[arg-type]
+    assert fifo.mean_jct == pytest.approx(srtf.mean_jct, abs=0.5)
     assert job(api, short).predicted_start_at is None  # under fifo, in force
 
 
-def sign_in(api) -> None:  # type: ignore[no-untyped-def]
+def sign_in(api: Api) -> None:
     import re
 
     form = api.client.get("/ui/login")
@@ -200,7 +200,7 @@ def sign_in(api) -> None:  # type: ignore[no-untyped-def]
     assert r.status_code in (200, 303), r.text
 
 
-def test_the_web_pages_show_the_predictions(api) -> None:  # type: ignore[no-untyped-def]
+def test_the_web_pages_show_the_predictions(api: Api) -> None:
     import re
 
     busy_gpu(api)
@@ -226,7 +226,7 @@ def test_the_web_pages_show_the_predictions(api) -> None:  # type: ignore[no-unt
     assert row and f"~{clock}" in row.group(0)
 
 
-def test_reported_progress_extrapolates_a_running_jobs_end(settings) -> None:  # type: ignore[no-untyped-def]
+def test_reported_progress_extrapolates_a_running_jobs_end(settings) -> None:  # type: ignore[no-untyped-def]  # `settings` fixture left untyped (tests are outside mypy's packages)
     from schedulearn.protocol import ProgressBatch, ProgressReport
 
     with stepped_app(settings) as app:

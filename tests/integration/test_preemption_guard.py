@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.core import ClusterView, Decision, Placement, Preempt, Resize
@@ -27,7 +28,7 @@ class Rogue:
         return out
 
 
-def test_a_rogue_policy_cannot_touch_a_job_not_preemptible(api, database_url: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_rogue_policy_cannot_touch_a_job_not_preemptible(api: Api, database_url: str) -> None:
     node = WireAgent(api, "n1", gpus=2)
     node.register()
     r = api.post("/api/v1/jobs", json={"command": "train", "gpus": 1})

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.core.throughput import ProfileTable
@@ -15,13 +16,13 @@ from schedulearn.protocol import ProfileList, ProgressBatch, ProgressReport
 from schedulearn.server.services import profiles
 
 
-def listed(api, headers=None) -> ProfileList:  # type: ignore[no-untyped-def]
+def listed(api, headers=None) -> ProfileList:  # type: ignore[no-untyped-def]  # `api` and `headers` left untyped (tests are outside mypy's packages)
     r = api.get("/api/v1/profiles", headers=headers)
     assert r.status_code == 200, r.text
     return ProfileList.model_validate(r.json())
 
 
-def report(api, job_id: int, attempt: int, samples: float, expect: int = 200) -> None:  # type: ignore[no-untyped-def]
+def report(api: Api, job_id: int, attempt: int, samples: float, expect: int = 200) -> None:
     body = ProgressBatch(
         attempt=attempt,
         node="n1",
@@ -35,7 +36,7 @@ def report(api, job_id: int, attempt: int, samples: float, expect: int = 200) ->
     assert r.status_code == expect, r.text
 
 
-def running_job(api, node: WireAgent, **spec) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+def running_job(api, node: WireAgent, **spec) -> tuple[int, int]:  # type: ignore[no-untyped-def]  # `api` and `**spec` left untyped (tests are outside mypy's packages)
     r = api.post("/api/v1/jobs", json={"command": ["python", "train.py"], **spec})
     assert r.status_code == 201, r.text
     job_id = r.json()["ids"][0]
@@ -44,7 +45,7 @@ def running_job(api, node: WireAgent, **spec) -> tuple[int, int]:  # type: ignor
     return job_id, start.attempt
 
 
-def test_reported_samples_per_second_become_a_profile(api) -> None:  # type: ignore[no-untyped-def]
+def test_reported_samples_per_second_become_a_profile(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=2, gpu_type="v100")
     node.register()
     job_id, attempt = running_job(api, node, gpus=2, model="ResNet-50 (batch size 64)")
@@ -73,7 +74,7 @@ def test_reported_samples_per_second_become_a_profile(api) -> None:  # type: ign
     assert table.lookup("ResNet-50", "v100", gpu_count=2, batch_size=64) == pytest.approx(670 / 64)
 
 
-def test_reports_that_cannot_be_attributed_make_no_profile(api) -> None:  # type: ignore[no-untyped-def]
+def test_reports_that_cannot_be_attributed_make_no_profile(api: Api) -> None:
     typed = WireAgent(api, "n1", gpus=1, gpu_type="v100")
     typed.register()
     no_model, attempt = running_job(api, typed)
@@ -83,7 +84,7 @@ def test_reports_that_cannot_be_attributed_make_no_profile(api) -> None:  # type
     assert listed(api).items == []
 
 
-def test_admin_imports_gavel_profiles_and_users_may_only_read(api, traces: Path) -> None:  # type: ignore[no-untyped-def]
+def test_admin_imports_gavel_profiles_and_users_may_only_read(api: Api, traces: Path) -> None:
     path = traces / "gavel" / "simulation_throughputs.json"
     table = ProfileTable.from_gavel(json.loads(path.read_text()))
     body = {
@@ -110,15 +111,13 @@ def test_admin_imports_gavel_profiles_and_users_may_only_read(api, traces: Path)
     stored = {(p.model, p.batch_size, p.gpu_type, p.gpu_count, p.spread): p for p in items}
     resnet = stored[("ResNet-50", 64, "v100", 1, False)]
     assert resnet.source == "gavel" and resnet.samples_per_sec is None
-    assert resnet.steps_per_sec == pytest.approx(
-        table.lookup("ResNet-50", "v100", batch_size=64)  # type: ignore[arg-type]
-    )
+    assert resnet.steps_per_sec == pytest.approx(table.lookup("ResNet-50", "v100", batch_size=64))
     # Importing again replaces, never duplicates.
     assert api.post("/api/v1/profiles", json=body).status_code == 200
     assert len(listed(api).items) == len(table)
 
 
-def test_a_bad_profile_is_refused_with_what_to_change(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_profile_is_refused_with_what_to_change(api: Api) -> None:
     r = api.post(
         "/api/v1/profiles",
         json={"profiles": [{"model": "x", "gpu_type": "v100", "steps_per_sec": 0}]},
@@ -134,7 +133,7 @@ def test_a_bad_profile_is_refused_with_what_to_change(api) -> None:  # type: ign
     assert listed(api).items == []
 
 
-def test_the_live_similarity_policy_places_by_the_stored_profiles(api) -> None:  # type: ignore[no-untyped-def]
+def test_the_live_similarity_policy_places_by_the_stored_profiles(api: Api) -> None:
     # MyNet is known only from the profiles stored here: 10x faster on the
     # v100. Without them similarity sees an unknown model (the same speed
     # everywhere) and its tie-break picks the k80 node; with them, the v100.

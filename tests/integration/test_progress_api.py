@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.agent.progress import parse_line
@@ -14,7 +15,7 @@ from schedulearn.protocol import ProgressBatch, ProgressReport
 from schedulearn.server.services.progress import KEEP
 
 
-def _send(api, job_id: int, attempt: int, *reports: ProgressReport) -> None:  # type: ignore[no-untyped-def]
+def _send(api: Api, job_id: int, attempt: int, *reports: ProgressReport) -> None:
     body = ProgressBatch(attempt=attempt, node="n1", reports=list(reports))
     r = api.post(
         f"/api/v1/agent/jobs/{job_id}/progress",
@@ -24,7 +25,7 @@ def _send(api, job_id: int, attempt: int, *reports: ProgressReport) -> None:  # 
     assert r.status_code == 200, r.text
 
 
-def test_latest_progress_and_history(api) -> None:  # type: ignore[no-untyped-def]
+def test_latest_progress_and_history(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=1)
     node.register()
     job_id = api.post("/api/v1/jobs", json={"command": "train", "gpus": 1}).json()["ids"][0]
@@ -85,7 +86,7 @@ def test_the_job_page_shows_named_figures_and_extra_metrics() -> None:
     assert shown.figures == {"epoch": "2", "loss": "0.5", "total_epochs": "4", "lr": "0.01"}
 
 
-def test_the_job_page_shows_progress_and_moves(api) -> None:  # type: ignore[no-untyped-def]
+def test_the_job_page_shows_progress_and_moves(api: Api) -> None:
     import re
 
     from server_api import ADMIN

@@ -28,10 +28,10 @@ def test_one_replica_holds_the_scheduler_lock(
         replicas = (first, second)
 
         def leaders() -> list[bool]:
-            return sorted(c.app.state.sl.scheduler._leader_conn is not None for c in replicas)  # type: ignore[attr-defined]
+            return sorted(c.app.state.sl.scheduler._leader_conn is not None for c in replicas)  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
 
         def both_tried() -> bool:
-            return all(c.app.state.sl.scheduler.passes >= 1 for c in replicas)  # type: ignore[attr-defined]
+            return all(c.app.state.sl.scheduler.passes >= 1 for c in replicas)  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
 
         # Both have run a scheduling round (each asked for the lock), so the
         # split below is final, not a moment before the second one asks.

@@ -16,6 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.protocol import (
@@ -62,7 +63,7 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
 CURRENT = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
-def _tokens(api):  # type: ignore[no-untyped-def]
+def _tokens(api):  # type: ignore[no-untyped-def]  # `api` and the return left untyped (tests are outside mypy's packages)
     """Alice's, Bob's and the admin's headers, speaking this release's protocol."""
     return (
         {**api.user_token("alice"), **CURRENT},
@@ -80,7 +81,7 @@ def _tar(data: bytes) -> bytes:
     return out.getvalue()
 
 
-def _alices_running_job(api):  # type: ignore[no-untyped-def]
+def _alices_running_job(api):  # type: ignore[no-untyped-def]  # `api` and the return left untyped (tests are outside mypy's packages)
     """Alice's job, running on n1, with a log line, progress and a checkpoint."""
     alice, bob, _ = _tokens(api)
     node = WireAgent(api, "n1", gpus=2)
@@ -119,7 +120,7 @@ def _alices_running_job(api):  # type: ignore[no-untyped-def]
     return alice, bob, job_id, start, submitted
 
 
-def test_another_user_sees_the_queue_but_not_the_details(api) -> None:  # type: ignore[no-untyped-def]
+def test_another_user_sees_the_queue_but_not_the_details(api: Api) -> None:
     alice, bob, job_id, _, _ = _alices_running_job(api)
     admin = {**api.admin, **CURRENT}
 
@@ -170,7 +171,7 @@ def test_another_user_sees_the_queue_but_not_the_details(api) -> None:  # type: 
     assert not own["details_hidden"] and own["command"] == "echo bob"
 
 
-def test_the_history_hides_its_messages_from_another_user(api) -> None:  # type: ignore[no-untyped-def]
+def test_the_history_hides_its_messages_from_another_user(api: Api) -> None:
     alice, bob, admin = _tokens(api)
     node = WireAgent(api, "n1", gpus=1)
     node.register()
@@ -191,7 +192,7 @@ def test_the_history_hides_its_messages_from_another_user(api) -> None:  # type:
     assert api.get(f"/api/v1/jobs/{job_id}", headers=bob).json()["message"] is None
 
 
-def test_a_secret_value_is_in_no_reply_but_reaches_the_agent(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_secret_value_is_in_no_reply_but_reaches_the_agent(api: Api) -> None:
     alice, bob, job_id, start, submitted = _alices_running_job(api)
     admin = {**api.admin, **CURRENT}
     # The agent's assignment is the one place the value goes.
@@ -224,7 +225,7 @@ def test_a_secret_value_is_in_no_reply_but_reaches_the_agent(api) -> None:  # ty
     assert any("wandb-key-1234" in r.text for r in replies)
 
 
-def test_a_spec_giving_a_key_twice_or_a_bad_key_is_refused_without_echoing_values(api) -> None:  # type: ignore[no-untyped-def]
+def test_a_spec_giving_a_key_twice_or_a_bad_key_is_refused_without_echoing_values(api: Api) -> None:
     twice = {**SPEC, "env": {"TOKEN": "plain"}}
     r = api.post("/api/v1/jobs", json=twice)
     assert r.status_code == 422 and "TOKEN is in both env and secret_env" in r.text

@@ -39,7 +39,7 @@ class WireAgent:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def register(self, running: list[tuple[int, int]] = ()) -> RegistrationReply:  # type: ignore[assignment]
+    def register(self, running: list[tuple[int, int]] = ()) -> RegistrationReply:  # type: ignore[assignment]  # () as an immutable default for a list parameter the method only reads
         body = NodeRegistration(
             name=self.name,
             gpus=[
@@ -98,7 +98,7 @@ class WireAgent:
             exit_code=exit_code,
             message=message,
             at=time.time(),
-        )  # type: ignore[arg-type]
+        )
         r = self.api.post(
             f"/api/v1/agent/jobs/{job_id}/events",
             headers=self.headers,
@@ -117,7 +117,7 @@ class WireAgent:
             "events": [
                 JobEventReport(
                     job_id=j, attempt=a, node=self.name, kind=k, exit_code=c, at=time.time()
-                ).model_dump(mode="json")  # type: ignore[arg-type]
+                ).model_dump(mode="json")
                 for j, a, k, c in events
             ]
         }

@@ -69,12 +69,10 @@ def podman_url(docker_image: str, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @pytest.fixture
-def agent_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The integration suite's database (PostgreSQL on its second run), else SQLite."""
-    try:
-        return str(request.getfixturevalue("database_url"))
-    except pytest.FixtureLookupError:
-        return f"sqlite:///{tmp_path / 'schedulearn.db'}"
+def agent_database_url(database_url: str) -> str:
+    """The integration suite's database: SQLite, PostgreSQL, or each in turn
+    (a static dependency, so `SCHEDULEARN_TEST_POSTGRES=both` runs these on both)."""
+    return database_url
 
 
 @pytest.fixture

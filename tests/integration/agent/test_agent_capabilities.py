@@ -14,13 +14,14 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from agent_support import ADMIN_TOKEN, AdminApi, ServerProc, StartAgent, wait_until
 
 
-def registered(api: AdminApi, name: str) -> dict:  # type: ignore[type-arg]
-    node: dict = wait_until(lambda: api.node(name), 20, f"node {name} to register")  # type: ignore[type-arg]
+def registered(api: AdminApi, name: str) -> dict[str, Any]:
+    node: dict[str, Any] = wait_until(lambda: api.node(name), 20, f"node {name} to register")
     return node
 
 

@@ -119,14 +119,14 @@ def test_elastic_fifo_grows_and_shrinks_a_job_through_checkpoints(
     assert shrunk["resizes"] == 2, messages(api, job)
     wait_until(lambda: any("gpus=1" in s for s in _starts(api, job)[1:]), 60, "restart at 1")
     starts = _starts(api, job)
-    sizes = [int(re.search(r"gpus=(\d+)", s).group(1)) for s in starts]  # type: ignore[union-attr]
+    sizes = [int(re.search(r"gpus=(\d+)", s).group(1)) for s in starts]  # type: ignore[union-attr]  # every start line carries gpus= (the job prints it); no match fails the test anyway
     assert sizes[:3] == [1, 3, 1], starts
     for s in starts:
-        n = int(re.search(r"gpus=(\d+)", s).group(1))  # type: ignore[union-attr]
-        cuda = re.search(r"cuda=(\S*)", s).group(1)  # type: ignore[union-attr]
+        n = int(re.search(r"gpus=(\d+)", s).group(1))  # type: ignore[union-attr]  # every start line carries gpus= (the job prints it); no match fails the test anyway
+        cuda = re.search(r"cuda=(\S*)", s).group(1)  # type: ignore[union-attr]  # every start line carries cuda= (the job prints it); no match fails the test anyway
         assert len(cuda.split(",")) == n and f"world={n}" in s, s
     # Each restart resumed where the last one stopped.
-    steps = [int(re.search(r"step=(\d+)", s).group(1)) for s in starts]  # type: ignore[union-attr]
+    steps = [int(re.search(r"step=(\d+)", s).group(1)) for s in starts]  # type: ignore[union-attr]  # every start line carries step= (the job prints it); no match fails the test anyway
     assert steps == sorted(steps) and steps[-1] > 0, starts
     history = messages(api, job)
     assert "resizing from 1 to 3 GPUs" in history and "resizing from 3 to 1 GPUs" in history

@@ -95,7 +95,7 @@ def _tar(data: bytes) -> bytes:
     return out.getvalue()
 
 
-def _put_checkpoint(who: Node, job_id: int, attempt: int, body: bytes, node: str = ""):  # type: ignore[no-untyped-def]
+def _put_checkpoint(who: Node, job_id: int, attempt: int, body: bytes, node: str = ""):  # type: ignore[no-untyped-def]  # the return (httpx.Response) left untyped (tests are outside mypy's packages)
     return who.http.put(
         f"/jobs/{job_id}/checkpoint",
         params={"attempt": str(attempt), "node": node},

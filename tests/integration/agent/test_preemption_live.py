@@ -28,14 +28,14 @@ def live_server(agent_database_url: str, tmp_path: Path) -> ServerProc:
         SCHEDULEARN_STOP_GRACE_SECONDS="10",
         SCHEDULEARN_CHECKPOINT_STORE_DIR=str(tmp_path / "server-checkpoints"),
     )
-    yield proc  # type: ignore[misc]
+    yield proc
     proc.kill()
 
 
 @pytest.fixture
 def live_api(live_server: ServerProc) -> AdminApi:
     client = AdminApi(live_server.url)
-    yield client  # type: ignore[misc]
+    yield client
     client.close()
 
 

@@ -34,12 +34,14 @@ import httpx
 import pytest
 from agent_support import AGENT_TOKEN, AdminApi, AgentProc, ServerProc, wait_until
 
+from dependencies import Dependency, missing, need_root
 from schedulearn.agent.executors.process import is_job_shim
 from schedulearn.agent.state import StateStore
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root: makes unix accounts and runs an agent as root"
-)
+
+@pytest.fixture(autouse=True)
+def _as_root() -> None:
+    need_root("makes unix accounts and runs an agent as root")
 
 
 class User:
@@ -185,7 +187,7 @@ def test_jobs_run_as_their_owners_and_cannot_reach_each_other(
     alice_name, bob_name = make_account(), make_account()
     agent = root_agent()
     node = _registered(api, "n1", bob_name)
-    accounts = node["capabilities"]["accounts"]  # type: ignore[index]
+    accounts = node["capabilities"]["accounts"]  # type: ignore[index]  # parsed JSON typed as object; capabilities is a JSON object
     assert alice_name in accounts and bob_name in accounts and "root" in accounts
     alice = User(alice_name, server.url, _token(api, alice_name))
     bob = User(bob_name, server.url, _token(api, bob_name))
@@ -361,8 +363,9 @@ def test_an_agent_started_as_an_ordinary_user_runs_every_job_as_itself(
     agent_account, bob_name = make_account(), make_account()
     python = _python_for(agent_account)
     if python is None:
-        pytest.skip(
-            f"no Python interpreter that account {agent_account} may run imports schedulearn"
+        missing(
+            Dependency.SHARED_PYTHON,
+            f"no Python interpreter that account {agent_account} may run imports schedulearn",
         )
     entry = pwd.getpwnam(agent_account)
     state = open_dir / "agent-state"
@@ -380,7 +383,7 @@ def test_an_agent_started_as_an_ordinary_user_runs_every_job_as_itself(
     agent = subprocess.Popen(base, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         node = _registered(api, "plain")
-        assert node["capabilities"]["accounts"] is None  # type: ignore[index]
+        assert node["capabilities"]["accounts"] is None  # type: ignore[index]  # parsed JSON typed as object; capabilities is a JSON object
         bob = User(bob_name, server.url, _token(api, bob_name))
         job = bob.submit(command='echo "uid=$(id -u)"')
         api.wait_state(job, ["succeeded"])

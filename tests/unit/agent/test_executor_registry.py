@@ -25,7 +25,7 @@ def config(tmp_path: Path, **fields: object) -> AgentConfig:
         name="n1",
         state_dir=tmp_path,
         address="127.0.0.1",
-        **fields,  # type: ignore[arg-type]
+        **fields,  # type: ignore[arg-type]  # test-given keyword fields of mixed types for AgentConfig
     )
 
 

@@ -39,7 +39,7 @@ def node(
 def job(job_id: int, gpus: int = 1, submitted_at: float | None = None, **fields: object) -> JobView:
     """A pending job; it arrives at `submitted_at` (default: its id, in seconds)."""
     at = float(job_id) if submitted_at is None else submitted_at
-    return JobView(id=job_id, submitted_at=at, gpus=gpus, **fields)  # type: ignore[arg-type]
+    return JobView(id=job_id, submitted_at=at, gpus=gpus, **fields)  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
 
 
 def place(parts: Mapping[str, Iterable[int]] | Placement) -> Placement:
@@ -63,7 +63,7 @@ class Scenario:
     ) -> JobView:
         """Put `j` on `parts` as if it had started at `started_at`."""
         placement = place(parts)
-        running = replace(j, placement=placement, started_at=started_at, **fields)  # type: ignore[arg-type]
+        running = replace(j, placement=placement, started_at=started_at, **fields)  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
         self.ledger.apply([Start(j.id, placement)], {j.id: running})
         self.running.append(running)
         return running

@@ -53,7 +53,7 @@ DOCKER = NodeCapabilities(executors=BOTH, container_runtime="docker 27.1")
 
 
 def job(job_id: int = 1, gpus: int = 1, **fields: object) -> JobView:
-    return JobView(id=job_id, submitted_at=float(job_id), gpus=gpus, **fields)  # type: ignore[arg-type]
+    return JobView(id=job_id, submitted_at=float(job_id), gpus=gpus, **fields)  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
 
 
 def node(name: str, gpus: int = 4, caps: NodeCapabilities = PLAIN, gpu_type: str = "") -> NodeView:

@@ -111,7 +111,7 @@ def test_no_queue_is_left_below_its_guarantee_across_passes(
 
 
 def _preemptible(job_id: int, gpus: int, queue: str, **fields: object) -> JobView:
-    return JobView(id=job_id, submitted_at=0.0, gpus=gpus, queue=queue, preemptible=True, **fields)  # type: ignore[arg-type]
+    return JobView(id=job_id, submitted_at=0.0, gpus=gpus, queue=queue, preemptible=True, **fields)  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
 
 
 def test_srtf_inside_a_queue_does_not_strand_the_job_it_suspends() -> None:

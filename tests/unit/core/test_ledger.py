@@ -44,7 +44,7 @@ def test_a_held_gpu_cannot_be_given_in_a_later_pass() -> None:
 def test_a_pass_is_atomic_preemptions_included() -> None:
     ledger = GpuLedger([node("a", 2)])
     victim = running(job(1, preemptible=True), {"a": [0]})
-    ledger.apply([Start(1, victim.placement)], {1: victim})  # type: ignore[arg-type]
+    ledger.apply([Start(1, victim.placement)], {1: victim})  # type: ignore[arg-type]  # Start wants a Placement; running() set one, but JobView types it Placement | None
     before = holders(ledger)
     bad = [Preempt(1), Start(2, place({"a": [0]})), Start(3, place({"a": [0]}))]
     with pytest.raises(InvalidDecision):
@@ -55,7 +55,7 @@ def test_a_pass_is_atomic_preemptions_included() -> None:
 def test_a_preempted_jobs_gpus_may_go_to_another_job_in_the_same_pass() -> None:
     ledger = GpuLedger([node("a", 1)])
     victim = running(job(1, preemptible=True), {"a": [0]})
-    ledger.apply([Start(1, victim.placement)], {1: victim})  # type: ignore[arg-type]
+    ledger.apply([Start(1, victim.placement)], {1: victim})  # type: ignore[arg-type]  # Start wants a Placement; running() set one, but JobView types it Placement | None
     ledger.apply([Preempt(1), Start(2, place({"a": [0]}))], {1: victim, 2: job(2)})
     assert ledger.holder("a", 0) == 2
     assert ledger.placement_of(1) is None
@@ -64,7 +64,7 @@ def test_a_preempted_jobs_gpus_may_go_to_another_job_in_the_same_pass() -> None:
 def test_non_preemptible_jobs_cannot_be_preempted_or_resized() -> None:
     ledger = GpuLedger([node("a", 2)])
     fixed = running(job(1, min_gpus=1, max_gpus=2), {"a": [0]})
-    ledger.apply([Start(1, fixed.placement)], {1: fixed})  # type: ignore[arg-type]
+    ledger.apply([Start(1, fixed.placement)], {1: fixed})  # type: ignore[arg-type]  # Start wants a Placement; running() set one, but JobView types it Placement | None
     with pytest.raises(InvalidDecision, match="not preemptible"):
         ledger.apply([Preempt(1)], {1: fixed})
     with pytest.raises(InvalidDecision, match="not preemptible"):

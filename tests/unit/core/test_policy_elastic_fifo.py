@@ -10,7 +10,7 @@ from core_scenario import Scenario, job, node, place, resizes, starts
 from schedulearn.core import create
 
 
-def elastic(job_id: int, least: int, most: int, **fields: object):  # type: ignore[no-untyped-def]
+def elastic(job_id: int, least: int, most: int, **fields: object):  # type: ignore[no-untyped-def]  # the return (JobView) left untyped (tests are outside mypy's packages)
     return job(job_id, gpus=least, min_gpus=least, max_gpus=most, preemptible=True, **fields)
 
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from snapshots import elastic_job, fill, replay
 
-from schedulearn.core import ClusterView, JobView, NodeView, create
+from schedulearn.core import ClusterView, Decision, JobView, NodeView, create
 from schedulearn.core.goodput import BatchLimits, JobGoodput, StepSample, ThroughputParams
 
 LIMITS = BatchLimits(init_batch=128, max_batch=4096, min_local=32, max_local=512)
@@ -35,7 +35,7 @@ def report(remaining: float, *replicas: int, restarts: int = 0) -> JobGoodput:
 
 def decide(
     s: Scenario, now: float, pending: list[JobView], reports: dict[int, JobGoodput], **opts: float
-) -> list:  # type: ignore[type-arg]
+) -> list[Decision]:
     policy = create("goodput" + "".join(f":{k}={v}" for k, v in opts.items()))
     view = replace(s.view(now, pending), goodput=reports)
     decisions = policy.decide(view)

@@ -69,8 +69,8 @@ def test_a_malformed_option_says_how_to_write_it() -> None:
 
 def test_options_reach_the_policy() -> None:
     policy = create("srtf:margin=0.5:min_gain=10:preempt=false")
-    assert (policy.margin, policy.min_gain, policy.preempt) == (0.5, 10.0, False)  # type: ignore[attr-defined]
-    assert create("fifo", backfill=True).backfill is True  # type: ignore[attr-defined]
+    assert (policy.margin, policy.min_gain, policy.preempt) == (0.5, 10.0, False)  # type: ignore[attr-defined]  # create() returns the Policy protocol; this policy has these options
+    assert create("fifo", backfill=True).backfill is True  # type: ignore[attr-defined]  # create() returns the Policy protocol; fifo has backfill
 
 
 def test_options_of_lists_defaults() -> None:

@@ -24,7 +24,7 @@ def facts(**kw: object) -> JobFacts:
         "estimated_duration": None,
         "service_seconds": 0.0,
     }
-    return JobFacts(**{**base, **kw})  # type: ignore[arg-type]
+    return JobFacts(**{**base, **kw})  # type: ignore[arg-type]  # test-built keyword arguments of mixed types for a frozen dataclass
 
 
 @pytest.mark.parametrize(
@@ -57,8 +57,8 @@ def test_progress_beats_the_estimate_which_beats_history() -> None:
         estimated_duration=600.0, service_seconds=100.0, progress={"epoch": 1, "total_epochs": 2}
     )
     assert estimate(running, history) is not None
-    assert estimate(running, history).source is DurationSource.PROGRESS  # type: ignore[union-attr]
-    assert estimate(running, history).seconds == 200.0  # type: ignore[union-attr]
+    assert estimate(running, history).source is DurationSource.PROGRESS  # type: ignore[union-attr]  # estimate() is None only without history; this test gives some
+    assert estimate(running, history).seconds == 200.0  # type: ignore[union-attr]  # estimate() is None only without history; this test gives some
     given = estimate(facts(estimated_duration=600.0), history)
     assert given is not None and (given.seconds, given.source) == (600.0, DurationSource.ESTIMATE)
     learned = estimate(facts(), history)

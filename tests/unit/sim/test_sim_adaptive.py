@@ -79,7 +79,7 @@ def test_an_adaptive_job_is_never_slower_than_at_its_initial_batch(apps: Path) -
     four = Placement.single("n0", [0, 1, 2, 3])
     assert speed.curve(free, four, shape).seconds_to(0.0, work) < t_free / 2
     # The batch grows as training goes on (the gradient noise rises).
-    choices = speed.curve(free, four, shape).choices  # type: ignore[attr-defined]
+    choices = speed.curve(free, four, shape).choices  # type: ignore[attr-defined]  # the Curve protocol has no .choices; this speed model's curve does
     assert choices[-1][0] > choices[0][0]
 
 

@@ -16,7 +16,7 @@ def jobs(*specs: tuple[float, int, float]) -> Workload:
 
 
 def ends(result: object) -> dict[int, float | None]:
-    return {r.id: r.end for r in result.records}  # type: ignore[attr-defined]
+    return {r.id: r.end for r in result.records}  # type: ignore[attr-defined]  # `result` is typed `object` here; it is the simulator's result, with .records
 
 
 def test_fifo_queues_the_second_job_until_the_first_ends() -> None:
