@@ -105,3 +105,23 @@ def test_the_quick_commands_answer(cluster: Cluster) -> None:
     ]
     _, me = imported_by(cluster, "whoami")
     assert me.strip() == "admin (admin)"
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        ("schedulearn jo", "jobs"),
+        ("schedulearn jobs --li", "--limit"),
+        ("schedulearn nodes dr", "drain"),
+    ],
+)
+def test_shell_completion_still_completes(words: str, expected: str) -> None:
+    # Completion parses the command line the same way (resiliently), through
+    # the group that converts plain parameters without pydantic.
+    script = shutil.which("schedulearn", path=str(Path(sys.executable).parent))
+    assert script
+    env = {**os.environ, "_SCHEDULEARN_COMPLETE": "complete_bash", "COMP_WORDS": words}
+    env["COMP_CWORD"] = str(len(words.split()) - 1)
+    done = subprocess.run([script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout.split(), done.stdout
