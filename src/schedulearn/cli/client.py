@@ -1,6 +1,9 @@
 """A typed HTTP client for the user API, shared by the CLI commands and the tests.
 
-Each method returns a `schedulearn.protocol` model. Every call carries the
+Each method returns a `schedulearn.protocol` model, imported when the
+method first runs; `whoami` and `job_rows` (what `schedulearn whoami` and
+`jobs` read) return `cli.replies` dataclasses instead, so those commands
+never load pydantic (issue 15: CLI start-up). Every call carries the
 protocol version (`PROTOCOL_HEADER`); a server that does not speak it
 answers 400 with both versions named. Errors become `ApiError` with the
 server's own message (which says what to change).
@@ -20,45 +23,50 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from schedulearn.cli.http import Http, Response, TransportError
-from schedulearn.protocol import (
-    API_PREFIX,
-    PROTOCOL_HEADER,
-    PROTOCOL_VERSION,
-    JobHistory,
-    JobList,
-    JobPublic,
-    JobSpec,
-    JobUpdate,
-    JoinTokenPublic,
-    LogLinePublic,
-    LogPage,
-    NodeAdd,
-    NodeList,
-    NodePublic,
-    NodeRemoved,
-    PolicyPreview,
-    PolicyPublic,
-    ProfileImport,
-    ProfileImportReply,
-    ProfileList,
-    SubmitReply,
-    TokenCreate,
-    TokenInfo,
-    TokenList,
-    TokenPublic,
-    UserCreate,
-    UserList,
-    UserPublic,
-    UserUpdate,
-    WhoAmI,
-)
+from schedulearn.cli.replies import Identity, JobRows
+
+if TYPE_CHECKING:
+    from schedulearn.protocol import (
+        JobHistory,
+        JobList,
+        JobPublic,
+        JobSpec,
+        JobUpdate,
+        JoinTokenPublic,
+        LogLinePublic,
+        LogPage,
+        NodeList,
+        NodePublic,
+        NodeRemoved,
+        PolicyPreview,
+        PolicyPublic,
+        ProfileImport,
+        ProfileImportReply,
+        ProfileList,
+        SubmitReply,
+        TokenInfo,
+        TokenList,
+        TokenPublic,
+        UserCreate,
+        UserList,
+        UserPublic,
+        UserUpdate,
+    )
+
+# The same as `schedulearn.protocol`'s (tests/unit/cli/test_replies.py checks):
+# the wire models are imported by the methods that read them, not here, so
+# that a command which reads none (`jobs`, `whoami`) never loads pydantic.
+API_PREFIX = "/api/v1"
+PROTOCOL_HEADER = "Schedulearn-Protocol"
+PROTOCOL_VERSION = 2
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+T = TypeVar("T")
 _SAFE_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 
 
@@ -151,14 +159,30 @@ class Client:
                 raise ApiError(response.status_code, _message(response))
             return response
 
+    def _reply(self, read: Callable[[object], T], method: str, path: str, **kwargs: Any) -> T:
+        """One call's reply read by `read` (a `cli.replies` parser)."""
+        response = self._call(method, path, **kwargs)
+        try:
+            return read(response.json())
+        except ValueError as exc:  # not JSON, or not the reply expected (ReplyError)
+            raise ApiError(
+                response.status_code,
+                f"the reply of {self.server} to {method} {path} is not what this "
+                f"client understands ({exc}); are client and server the same release?",
+            ) from None
+
     def submit(self, spec: JobSpec, key: str | None = None) -> SubmitReply:
         """Submit once: tries after a lost reply return the jobs of the first (`key`)."""
+        from schedulearn.protocol import SubmitReply
+
         body = spec.model_dump(mode="json", exclude_defaults=True)
         headers = {IDEMPOTENCY_HEADER: key or new_key()}
         response = self._call("POST", "/jobs", json=body, headers=headers, idempotent=True)
         return SubmitReply.model_validate(response.json())
 
     def submit_yaml(self, text: str, key: str | None = None) -> SubmitReply:
+        from schedulearn.protocol import SubmitReply
+
         headers = {"content-type": "application/yaml", IDEMPOTENCY_HEADER: key or new_key()}
         response = self._call(
             "POST", "/jobs", content=text.encode(), headers=headers, idempotent=True
@@ -175,37 +199,58 @@ class Client:
         order: str = "desc",
         array: int | None = None,
     ) -> JobList:
-        params: dict[str, Any] = {"offset": offset, "limit": limit, "order": order}
-        if array is not None:
-            params["array"] = array
-        if states:
-            params["state"] = states
-        if user:
-            params["user"] = user
-        if name:
-            params["name"] = name
+        from schedulearn.protocol import JobList
+
+        params = _job_filter(states, user, name, offset, limit, order, array)
         return JobList.model_validate(self._call("GET", "/jobs", params=params).json())
 
+    def job_rows(
+        self,
+        states: list[str] | None = None,
+        user: str | None = None,
+        name: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> JobRows:
+        """`jobs()` as `schedulearn jobs` lists it: the fields of a row, read
+        without the wire models (`cli.replies`)."""
+        params = _job_filter(states, user, name, offset, limit, "desc", None)
+        return self._reply(JobRows.from_json, "GET", "/jobs", params=params)
+
     def job(self, job_id: int) -> JobPublic:
+        from schedulearn.protocol import JobPublic
+
         return JobPublic.model_validate(self._call("GET", f"/jobs/{job_id}").json())
 
     def history(self, job_id: int) -> JobHistory:
+        from schedulearn.protocol import JobHistory
+
         return JobHistory.model_validate(self._call("GET", f"/jobs/{job_id}/history").json())
 
     def cancel(self, job_id: int) -> JobPublic:
+        from schedulearn.protocol import JobPublic
+
         return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/cancel").json())
 
     def hold(self, job_id: int) -> JobPublic:
+        from schedulearn.protocol import JobPublic
+
         return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/hold").json())
 
     def release(self, job_id: int) -> JobPublic:
+        from schedulearn.protocol import JobPublic
+
         return JobPublic.model_validate(self._call("POST", f"/jobs/{job_id}/release").json())
 
     def update(self, job_id: int, changes: JobUpdate) -> JobPublic:
+        from schedulearn.protocol import JobPublic
+
         body = changes.model_dump(mode="json", exclude_none=True)
         return JobPublic.model_validate(self._call("PATCH", f"/jobs/{job_id}", json=body).json())
 
     def logs(self, job_id: int, after: int = 0, limit: int = 1000) -> LogPage:
+        from schedulearn.protocol import LogPage
+
         params = {"after": after, "limit": limit}
         return LogPage.model_validate(
             self._call("GET", f"/jobs/{job_id}/logs", params=params).json()
@@ -223,6 +268,8 @@ class Client:
 
     def follow(self, job_id: int, after: int = 0) -> Iterator[LogLinePublic | JobPublic]:
         """Lines as they come (server-sent events), then the job as it ended."""
+        from schedulearn.protocol import JobPublic, LogLinePublic
+
         params: dict[str, int | str] = {"after": after, "follow": "true"}
         try:
             with self._http.stream(
@@ -244,23 +291,35 @@ class Client:
             raise ApiError(0, f"lost the connection to {self.server} ({exc})") from None
 
     def nodes(self) -> NodeList:
+        from schedulearn.protocol import NodeList
+
         return NodeList.model_validate(self._call("GET", "/nodes").json())
 
     def policy(self) -> PolicyPublic:
+        from schedulearn.protocol import PolicyPublic
+
         return PolicyPublic.model_validate(self._call("GET", "/policy").json())
 
     def set_policy(self, spec: str) -> PolicyPublic:
+        from schedulearn.protocol import PolicyPublic
+
         return PolicyPublic.model_validate(self._call("PUT", "/policy", json={"spec": spec}).json())
 
     def policy_preview(self, policies: str | None = None) -> PolicyPreview:
+        from schedulearn.protocol import PolicyPreview
+
         params = {"policies": policies} if policies else {}
         response = self._call("GET", "/policy/preview", params=params)
         return PolicyPreview.model_validate(response.json())
 
     def profiles(self) -> ProfileList:
+        from schedulearn.protocol import ProfileList
+
         return ProfileList.model_validate(self._call("GET", "/profiles").json())
 
     def import_profiles(self, body: ProfileImport) -> ProfileImportReply:
+        from schedulearn.protocol import ProfileImportReply
+
         response = self._call("POST", "/profiles", json=body.model_dump(mode="json"))
         return ProfileImportReply.model_validate(response.json())
 
@@ -271,6 +330,8 @@ class Client:
         name: str = "",
         expires: str | None = None,
     ) -> TokenPublic:
+        from schedulearn.protocol import TokenCreate, TokenPublic
+
         # Validated like any body: a role outside the Literal is refused here.
         body = TokenCreate.model_validate(
             {"user": user, "role": role, "name": name, "expires": expires}
@@ -279,45 +340,85 @@ class Client:
         return TokenPublic.model_validate(response.json())
 
     def tokens(self, user: str | None = None, include_ended: bool = False) -> TokenList:
+        from schedulearn.protocol import TokenList
+
         params: dict[str, Any] = {"all": include_ended}
         if user:
             params["user"] = user
         return TokenList.model_validate(self._call("GET", "/tokens", params=params).json())
 
     def revoke_token(self, token_id: int) -> TokenInfo:
+        from schedulearn.protocol import TokenInfo
+
         return TokenInfo.model_validate(self._call("DELETE", f"/tokens/{token_id}").json())
 
     def users(self) -> UserList:
+        from schedulearn.protocol import UserList
+
         return UserList.model_validate(self._call("GET", "/users").json())
 
     def add_user(self, body: UserCreate) -> UserPublic:
+        from schedulearn.protocol import UserPublic
+
         response = self._call("POST", "/users", json=body.model_dump(exclude_defaults=True))
         return UserPublic.model_validate(response.json())
 
     def update_user(self, name: str, body: UserUpdate) -> UserPublic:
+        from schedulearn.protocol import UserPublic
+
         response = self._call(
             "PATCH", f"/users/{name}", json=body.model_dump(exclude_defaults=True)
         )
         return UserPublic.model_validate(response.json())
 
     def add_node(self, name: str, expires_seconds: float) -> JoinTokenPublic:
+        from schedulearn.protocol import JoinTokenPublic, NodeAdd
+
         body = NodeAdd(name=name, expires_seconds=expires_seconds).model_dump(mode="json")
         return JoinTokenPublic.model_validate(self._call("POST", "/nodes", json=body).json())
 
     def remove_node(self, name: str) -> NodeRemoved:
+        from schedulearn.protocol import NodeRemoved
+
         path = f"/nodes/{quote(name, safe='')}"
         return NodeRemoved.model_validate(self._call("DELETE", path).json())
 
     def drain_node(self, name: str) -> NodePublic:
+        from schedulearn.protocol import NodePublic
+
         path = f"/nodes/{quote(name, safe='')}/drain"
         return NodePublic.model_validate(self._call("POST", path).json())
 
     def resume_node(self, name: str) -> NodePublic:
+        from schedulearn.protocol import NodePublic
+
         path = f"/nodes/{quote(name, safe='')}/resume"
         return NodePublic.model_validate(self._call("POST", path).json())
 
-    def whoami(self) -> WhoAmI:
-        return WhoAmI.model_validate(self._call("GET", "/whoami").json())
+    def whoami(self) -> Identity:
+        return self._reply(Identity.from_json, "GET", "/whoami")
+
+
+def _job_filter(
+    states: list[str] | None,
+    user: str | None,
+    name: str | None,
+    offset: int,
+    limit: int,
+    order: str,
+    array: int | None,
+) -> dict[str, Any]:
+    """The query of `GET /jobs`."""
+    params: dict[str, Any] = {"offset": offset, "limit": limit, "order": order}
+    if array is not None:
+        params["array"] = array
+    if states:
+        params["state"] = states
+    if user:
+        params["user"] = user
+    if name:
+        params["name"] = name
+    return params
 
 
 def _message(response: Response) -> str:

@@ -10,6 +10,7 @@ when a command connects; Rich when something is printed through `out` or
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -89,9 +90,11 @@ def connect(server: str | None, token: str | None) -> Iterator[Client]:
 
 
 def dump(obj: Any) -> None:
-    """JSON on stdout: a wire model, or plain data."""
+    """JSON on stdout: a wire model, a `cli.replies` dataclass, or plain data."""
     if hasattr(obj, "model_dump"):
         obj = obj.model_dump(mode="json")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = dataclasses.asdict(obj)
     sys.stdout.write(json.dumps(obj, indent=2) + "\n")
 
 

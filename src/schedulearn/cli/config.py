@@ -8,21 +8,43 @@ default address.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
-from pydantic import BaseModel
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
 
 
-class CliConfig(BaseModel):
+# A dataclass, not a pydantic model: every command against a server reads
+# this file, and pydantic alone takes longer to import than a command may
+# take to start (issue 15).
+@dataclass(frozen=True)
+class CliConfig:
     server: str = DEFAULT_SERVER
     token: str | None = None
     # The agent token `schedulearn up` made for its local agent (reused next time).
     agent_token: str | None = None
+
+    @classmethod
+    def from_json(cls, text: str) -> CliConfig:
+        """The file's content; ValueError says what is wrong (unknown keys are ignored)."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object")
+        for key in ("server", "token", "agent_token"):
+            value = data.get(key)
+            if (
+                key in data
+                and not isinstance(value, str)
+                and (key == "server" or value is not None)
+            ):
+                raise ValueError(f"{key!r} should be text, got {value!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def config_dir() -> Path:
@@ -39,7 +61,7 @@ def config_path() -> Path:
 def load_file(path: Path | None = None) -> CliConfig:
     path = path or config_path()
     try:
-        return CliConfig.model_validate_json(path.read_text())
+        return CliConfig.from_json(path.read_text())
     except FileNotFoundError:
         return CliConfig()
     except ValueError as exc:
@@ -54,7 +76,7 @@ def save(config: CliConfig, path: Path | None = None) -> Path:
     # It holds tokens: created 0600, so it is never readable by others, not even briefly.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:
-        out.write(json.dumps(config.model_dump(), indent=2) + "\n")
+        out.write(json.dumps(dataclasses.asdict(config), indent=2) + "\n")
     tmp.chmod(0o600)
     tmp.replace(path)
     return path

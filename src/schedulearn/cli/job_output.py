@@ -29,30 +29,31 @@ from schedulearn.cli.common import (
 
 if TYPE_CHECKING:
     from schedulearn.cli.client import Client
+    from schedulearn.cli.replies import JobFacts
     from schedulearn.protocol import JobPublic, ProgressReport
 
 FINAL = ("succeeded", "failed", "cancelled", "lost")
 
 
-def placement_text(job: JobPublic) -> str:
+def placement_text(job: JobFacts) -> str:
     if not job.placement:
         return "-"
     return " ".join(f"{n}:{','.join(map(str, g)) or '-'}" for n, g in job.placement.items())
 
 
-def hidden_note(job: JobPublic) -> str:
+def hidden_note(job: JobFacts) -> str:
     """Why a job's details are not shown (the server sent them as null)."""
     return f"job {job.id} belongs to {job.user}; only its owner and admins see its details"
 
 
-def command_text(job: JobPublic) -> str:
+def command_text(job: JobFacts) -> str:
     """The whole command as one line ('(hidden)' when the caller may not see it)."""
     if job.command is None:
         return "(hidden)" if job.details_hidden else "-"
     return job.command if isinstance(job.command, str) else " ".join(job.command)
 
 
-def array_text(job: JobPublic) -> str:
+def array_text(job: JobFacts) -> str:
     """`ARRAYID_INDEX` for a task of a job array (Slurm's form), else '-'."""
     if job.array_id is None:
         return "-"

@@ -47,7 +47,7 @@ from schedulearn.cli.table import Column, FormatError, parse_format, print_table
 
 if TYPE_CHECKING:
     from schedulearn.cli.client import Client
-    from schedulearn.protocol import JobPublic
+    from schedulearn.cli.replies import JobRow
 
 __all__ = [
     "JsonOpt",
@@ -78,20 +78,20 @@ _STATE_COLOUR = {
 }
 
 
-def _ran(job: JobPublic) -> str:
+def _ran(job: JobRow) -> str:
     if job.started_at is None:
         return "-"
     return span((job.ended_at or time.time()) - job.started_at)
 
 
-def _gpus(job: JobPublic) -> str:
+def _gpus(job: JobRow) -> str:
     return str(job.gpus) if job.min_gpus is None else f"{job.min_gpus}-{job.max_gpus}"
 
 
 # The columns of `jobs`, in their default order. On a narrow terminal the
 # command is shortened first, then columns go highest `drop` first; the id
 # and the state always stay whole.
-JOB_COLUMNS: list[Column[JobPublic]] = [
+JOB_COLUMNS: list[Column[JobRow]] = [
     Column("id", "ID", lambda j: str(j.id), keep=True),
     Column("array", "ARRAY", array_text, drop=3),
     Column("name", "NAME", lambda j: j.name or "-", drop=4),
@@ -99,9 +99,9 @@ JOB_COLUMNS: list[Column[JobPublic]] = [
     Column(
         "state",
         "STATE",
-        lambda j: j.state.value,
+        lambda j: j.state,
         keep=True,
-        colour=lambda j: _STATE_COLOUR.get(j.state.value),
+        colour=lambda j: _STATE_COLOUR.get(j.state),
     ),
     Column("gpus", "GPUS", _gpus, drop=2),
     Column("where", "WHERE", placement_text, drop=7),
@@ -110,12 +110,10 @@ JOB_COLUMNS: list[Column[JobPublic]] = [
     Column(
         "starts",
         "STARTS ~",
-        lambda j: until(j.predicted_start_at, j.state.value == "pending"),
+        lambda j: until(j.predicted_start_at, j.state == "pending"),
         drop=9,
     ),
-    Column(
-        "ends", "ENDS ~", lambda j: until(j.predicted_end_at, j.state.value not in FINAL), drop=10
-    ),
+    Column("ends", "ENDS ~", lambda j: until(j.predicted_end_at, j.state not in FINAL), drop=10),
     Column("priority", "PRIO", lambda j: str(j.priority), drop=11),
     Column("exit", "EXIT", lambda j: "-" if j.exit_code is None else str(j.exit_code), drop=11),
     Column("command", "COMMAND", command_text, shrink=True, min_width=12, drop=1),
@@ -124,7 +122,7 @@ JOB_COLUMNS: list[Column[JobPublic]] = [
 _EXTRA_COLUMNS = ("priority", "exit")
 
 
-def job_columns(fmt: str | None) -> list[Column[JobPublic]]:
+def job_columns(fmt: str | None) -> list[Column[JobRow]]:
     """The columns `--format` names, or the default ones."""
     if fmt is None:
         return [c for c in JOB_COLUMNS if c.key not in _EXTRA_COLUMNS]
@@ -361,10 +359,13 @@ def jobs(
     """List jobs, newest first."""
     columns = job_columns(fmt)
     with connect(server, token) as client:
-        page = client.jobs(state, who_is(client, mine, user), name, offset, limit)
-    if as_json:
-        dump(page)
-        return
+        who = who_is(client, mine, user)
+        if as_json:
+            # The whole wire model, validated (for scripts); the table reads
+            # rows without pydantic (`cli.replies`: start-up, issue 15).
+            dump(client.jobs(state, who, name, offset, limit))
+            return
+        page = client.job_rows(state, who, name, offset, limit)
     print_table(page.items, columns)
     if page.total > offset + len(page.items):
         note(f"{len(page.items)} of {page.total}; more with --offset {offset + limit}")

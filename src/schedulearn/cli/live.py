@@ -16,6 +16,7 @@ agent and user commands must run without them.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import socket
@@ -198,7 +199,7 @@ def up(
     admin, _credential = local_tokens(settings, name)
     url = f"http://{settings.host}:{settings.port}"
     # The agent's credential lives in its own state directory, not in the CLI config.
-    path = save(load_file().model_copy(update={"server": url, "token": admin, "agent_token": None}))
+    path = save(dataclasses.replace(load_file(), server=url, token=admin, agent_token=None))
     log_path = config_path().parent / "agent.log"
     cmd = agent_command(url, gpus, name)
     err.print(f"Schedulearn is up at [bold]{url}[/bold] (database: {settings.database_url})")

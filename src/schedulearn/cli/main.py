@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
+from schedulearn.cli import params
+
 if TYPE_CHECKING:
     # The click that Typer carries (its own copy, not the `click` package).
     from typer._click.core import Command, Context
@@ -58,7 +60,20 @@ def load_command(name: str) -> Command | None:
 
 
 class LazyGroup(TyperGroup):
-    """A group whose commands are imported when first looked up."""
+    """A group whose commands are imported when first looked up, and whose
+    plain parameters are converted without pydantic (`cli.params`)."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        params.install(self.get_params(ctx))
+        return super().parse_args(ctx, args)
+
+    def resolve_command(
+        self, ctx: Context, args: list[str]
+    ) -> tuple[str | None, Command | None, list[str]]:
+        name, found, rest = super().resolve_command(ctx, args)
+        if found is not None:
+            params.install_tree(found, ctx)
+        return name, found, rest
 
     def list_commands(self, ctx: Context) -> list[str]:
         return sorted({*COMMANDS, *super().list_commands(ctx)})
