@@ -12,7 +12,8 @@ carries an Idempotency-Key, the same on every retry of it).
 While the clients submit, a chaos thread kill -9s at random the leader
 replica (the one holding the scheduler lock), a follower replica (with
 SQLite: the one server) and agents, restarting each a few seconds later
-(a replica is killed only once it is ready again after its last start),
+(a replica is killed only once it is ready again after its last start,
+and never the last ready one of two),
 and restarts PostgreSQL once (an immediate stop, as a crash would, then a
 start). Then it restarts whatever is down and waits for every job to end.
 
@@ -32,7 +33,7 @@ benches print. Goal (issue 14): 10,000 accepted, 0 lost, 0 duplicates, 0
 overlapping copies, longest outage <= 10 s. Asserts nothing.
 
     nice uv run python bench/chaos.py [--backend postgres|sqlite] [--submissions 10000]
-    nice uv run python bench/chaos.py --quick      # 300 submissions, a few kills
+    nice uv run python bench/chaos.py --quick      # 600 submissions, a few kills
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from pathlib import Path
 import httpx
 from machine import describe, speed_line
 
+from schedulearn.agent import credential
 from schedulearn.cli.client import ApiError, Client, new_key
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess, free_port
 from schedulearn.protocol import JobSpec, JobState
@@ -245,13 +247,13 @@ class Chaos:
 
     def kill_one(self) -> None:
         choices: list[str] = ["agent"]
-        # A replica still starting is left alone: killing it again adds no new
-        # kind of failure, only a longer outage than any single crash causes.
+        # A replica still starting is left alone, and so is the last ready one of
+        # several: that would be every replica down at once, not a failover.
         live = [r for r in self.replicas if r.process.alive and r.ready.is_set()]
         if len(self.replicas) == 1:
             if live:
                 choices.append("server")
-        else:
+        elif len(live) >= 2:
             leader = self.pg.leader(self.database) if self.pg else None
             if any(r.name == leader for r in live):
                 choices.append("leader")
@@ -280,7 +282,10 @@ class Chaos:
         self._later(lambda: timed_start(target))
 
     def _restart_agent(self, agent: AgentProcess) -> None:
-        agent.env.pop("SCHEDULEARN_JOIN_TOKEN", None)  # the stored credential now
+        state_dir = Path(agent.args[agent.args.index("--state-dir") + 1])
+        if credential.load(state_dir) is not None:
+            # It exchanged its one-time join token: the stored credential now.
+            agent.env.pop("SCHEDULEARN_JOIN_TOKEN", None)
         agent.start()
 
     def _later(self, restart: object) -> None:
@@ -370,12 +375,12 @@ def main() -> None:
     p.add_argument("--kill-every", type=float, nargs=2, default=(4.0, 10.0), metavar=("MIN", "MAX"))
     p.add_argument("--drain-timeout", type=float, default=3600.0)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--quick", action="store_true", help="300 submissions, kills every 2-5 s")
+    p.add_argument("--quick", action="store_true", help="600 submissions, kills every 2-4 s")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, stamps)")
     args = p.parse_args()
     if args.quick:
-        args.submissions = min(args.submissions, 300)
-        args.kill_every = (2.0, 5.0)
+        args.submissions = min(args.submissions, 600)
+        args.kill_every = (2.0, 4.0)
 
     root = Path(tempfile.mkdtemp(prefix="sl-chaos-"))
     stamps = root / "stamps"

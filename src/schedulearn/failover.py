@@ -20,6 +20,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+# Sent with every request when there are other replicas to try: a replica still
+# loading its app answers 503 after this long instead of holding the request
+# until it is ready (`server.startup`, RFC 7240's `wait` preference).
+PREFER_HEADER = ("Prefer", "wait=2")
+
 
 class ServerListError(ValueError):
     """The server addresses given cannot be used (the message says what to change)."""

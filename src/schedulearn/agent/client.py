@@ -41,7 +41,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from schedulearn.agent.retry import Retry, Temporary
-from schedulearn.failover import Rotation, parse_servers
+from schedulearn.failover import PREFER_HEADER, Rotation, parse_servers
 from schedulearn.protocol import (
     AGENT_PREFIX,
     PROTOCOL_HEADER,
@@ -106,8 +106,11 @@ class AgentClient:
         # of another release.
         self.rotation = Rotation(parse_servers(server))
         self.server = ",".join(self.rotation.addresses)
+        headers = {"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(protocol)}
+        if len(self.rotation.addresses) > 1:
+            headers.update([PREFER_HEADER])  # a replica still starting answers 503 soon
         self._http = httpx.AsyncClient(
-            headers={"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(protocol)},
+            headers=headers,
             timeout=httpx.Timeout(timeout),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
         )

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from schedulearn.failover import Rotation, ServerListError, parse_servers
+from schedulearn.failover import PREFER_HEADER, Rotation, ServerListError, parse_servers
 
 
 class TransportError(Exception):
@@ -111,6 +111,8 @@ class Http:
         self._addresses = {url: _Address(url) for url in urls}
         self.rotation = Rotation(urls)
         self.headers = dict(headers)
+        if len(urls) > 1:
+            self.headers.setdefault(*PREFER_HEADER)
         self.timeout = timeout
         self._conn: http.client.HTTPConnection | None = None
 
