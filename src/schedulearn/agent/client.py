@@ -126,11 +126,13 @@ class AgentClient:
                 self.rotation.failed(base)
                 if tried == len(self.rotation.addresses):
                     raise
-                log.info("server %s unavailable (%s); trying %s", base, exc, self.rotation.current)
+                log.debug("server %s unavailable (%s); trying %s", base, exc, self.rotation.current)
                 continue
             except Rejected:
                 self.rotation.succeeded()  # it answered, if only to refuse
                 raise
+            if tried > 1:
+                log.info("server unavailable; went on to %s", base)
             self.rotation.succeeded()
             return result
         raise AssertionError("unreachable: the loop returns or raises")
