@@ -223,6 +223,7 @@ class Chaos:
         self.pg_restarted = False
         self.began = time.monotonic()
         self._restarts: list[threading.Thread] = []
+        self._pending: set[str] = set()  # agents killed, to be started again
 
     def note(self, what: str) -> None:
         self.done.append(f"{time.monotonic() - self.began:7.1f}s {what}")
@@ -246,6 +247,12 @@ class Chaos:
         self.pg_restarted = True
 
     def kill_one(self) -> None:
+        for agent in self.agents:
+            if not agent.alive and agent.name not in self._pending:
+                # Not killed by us: it crashed or gave up. Say so, and start it again.
+                code = agent.popen.returncode if agent.popen else None
+                self.note(f"agent {agent.name} had exited by itself (status {code}); restarted")
+                self._restart_agent(agent)
         choices: list[str] = ["agent"]
         # A replica still starting is left alone, and so is the last ready one of
         # several: that would be every replica down at once, not a failover.
@@ -267,6 +274,7 @@ class Chaos:
             agent = self.random.choice(live_agents)
             agent.kill()
             self.note(f"kill -9 agent {agent.name}")
+            self._pending.add(agent.name)
             self._later(lambda: self._restart_agent(agent))
             return
         if kind == "server":
@@ -287,6 +295,7 @@ class Chaos:
             # It exchanged its one-time join token: the stored credential now.
             agent.env.pop("SCHEDULEARN_JOIN_TOKEN", None)
         agent.start()
+        self._pending.discard(agent.name)
 
     def _later(self, restart: object) -> None:
         delay = self.random.uniform(1.0, 4.0)
