@@ -46,7 +46,6 @@ import random
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -528,4 +527,4 @@ def report(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

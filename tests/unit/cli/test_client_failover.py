@@ -13,6 +13,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
 
 from schedulearn.cli.client import IDEMPOTENCY_HEADER, Client
 from schedulearn.cli.config import resolve
@@ -87,7 +90,7 @@ def test_a_503_goes_to_the_next_replica_with_the_same_key_without_waiting() -> N
     assert busy.seen[0][IDEMPOTENCY_HEADER] == fine.seen[0][IDEMPOTENCY_HEADER]
 
 
-def test_the_config_file_may_list_replicas(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # pytest fixtures
+def test_the_config_file_may_list_replicas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "cli.json"
     path.write_text(json.dumps({"server": ["http://a:1/", "http://b:2"]}))
     monkeypatch.setenv("SCHEDULEARN_CONFIG", str(path))

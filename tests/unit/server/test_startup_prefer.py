@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import MutableMapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -32,8 +33,8 @@ async def _request(app: Starting, path: str, headers: list[tuple[bytes, bytes]])
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
 
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
@@ -55,7 +56,7 @@ def test_prefer_wait_gets_a_503_while_loading_and_no_preference_waits() -> None:
         await lifespan.put({"type": "lifespan.startup"})
         started = asyncio.Event()
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "lifespan.startup.complete":
                 started.set()
 
