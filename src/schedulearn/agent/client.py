@@ -17,6 +17,16 @@ job's report is one of these: that report is dropped, the agent goes on).
 
 `join` exchanges a one-time join token for the node's credential, which
 `set_token` then puts on every later call.
+
+The server may be several replicas on one database (`server` is then a
+comma-separated list of addresses): each call goes to the address that
+last answered (`failover.Rotation`) and, when that one is unreachable or
+answers 5xx, to the next one at once; only when every address has failed
+does the call raise `ServerUnavailable`, so the caller's `Retry` backs off
+once per round, not once per address. Every agent call may be repeated
+(the server deduplicates reports), so moving to another replica is as
+safe as the retry that was already there. The node's credential is in the
+shared database, so every replica accepts it.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from schedulearn.agent.retry import Retry, Temporary
+from schedulearn.failover import PREFER_HEADER, Rotation, parse_servers
 from schedulearn.protocol import (
     AGENT_PREFIX,
     PROTOCOL_HEADER,
@@ -86,20 +97,45 @@ class ProtocolRefused(Rejected):
 
 
 class AgentClient:
-    """Typed calls to one server with one agent token."""
+    """Typed calls to a server (one address, or several replicas) with one agent token."""
 
     def __init__(
         self, server: str, token: str, timeout: float = 15.0, protocol: int = PROTOCOL_VERSION
     ) -> None:
         # `protocol` is this release's version; tests pass another to play an agent
         # of another release.
-        self.server = server.rstrip("/")
+        self.rotation = Rotation(parse_servers(server))
+        self.server = ",".join(self.rotation.addresses)
+        headers = {"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(protocol)}
+        if len(self.rotation.addresses) > 1:
+            headers.update([PREFER_HEADER])  # a replica still starting answers 503 soon
         self._http = httpx.AsyncClient(
-            base_url=self.server + AGENT_PREFIX,
-            headers={"Authorization": f"Bearer {token}", PROTOCOL_HEADER: str(protocol)},
+            headers=headers,
             timeout=httpx.Timeout(timeout),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
         )
+
+    async def _failover(self, attempt: Callable[[str], Awaitable[T]]) -> T:
+        """`attempt(base_url)` on the current address, then on each next one while
+        they are unavailable; `ServerUnavailable` once every address has failed."""
+        for tried in range(1, len(self.rotation.addresses) + 1):
+            base = self.rotation.current
+            try:
+                result = await attempt(base + AGENT_PREFIX)
+            except ServerUnavailable as exc:
+                self.rotation.failed(base)
+                if tried == len(self.rotation.addresses):
+                    raise
+                log.debug("server %s unavailable (%s); trying %s", base, exc, self.rotation.current)
+                continue
+            except Rejected:
+                self.rotation.succeeded()  # it answered, if only to refuse
+                raise
+            if tried > 1:
+                log.info("server unavailable; went on to %s", base)
+            self.rotation.succeeded()
+            return result
+        raise AssertionError("unreachable: the loop returns or raises")
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -173,36 +209,43 @@ class AgentClient:
                 while chunk := src.read(1024 * 1024):
                     yield chunk
 
-        try:
-            response = await self._http.put(
-                url,
-                content=chunks(),
-                params={"attempt": str(attempt), "node": node},
-                headers={**headers, "Content-Length": str(size)},
-                timeout=httpx.Timeout(600.0, connect=15.0),
-            )
-        except httpx.HTTPError as exc:
-            raise ServerUnavailable(f"PUT {url}: {exc!r}") from exc
-        return self._reply(response, "PUT", url, reply)
+        async def put(base: str) -> M:
+            try:
+                response = await self._http.put(
+                    base + url,
+                    content=chunks(),  # a fresh read of the file on each address
+                    params={"attempt": str(attempt), "node": node},
+                    headers={**headers, "Content-Length": str(size)},
+                    timeout=httpx.Timeout(600.0, connect=15.0),
+                )
+            except httpx.HTTPError as exc:
+                raise ServerUnavailable(f"PUT {url}: {exc!r}") from exc
+            return self._reply(response, "PUT", url, reply)
+
+        return await self._failover(put)
 
     async def get_checkpoint(self, job_id: int, dest: Path) -> str:
         """Download the job's checkpoint to `dest`; returns the sha256 of what arrived."""
         url = f"/jobs/{job_id}/checkpoint"
-        digest = hashlib.sha256()
-        try:
-            async with self._http.stream(
-                "GET", url, timeout=httpx.Timeout(600.0, connect=15.0)
-            ) as response:
-                if response.status_code != 200:
-                    await response.aread()
-                    self._reply(response, "GET", url, Ack)
-                with dest.open("wb") as out:
-                    async for chunk in response.aiter_bytes(1024 * 1024):
-                        digest.update(chunk)
-                        out.write(chunk)
-        except httpx.HTTPError as exc:
-            raise ServerUnavailable(f"GET {url}: {exc!r}") from exc
-        return digest.hexdigest()
+
+        async def get(base: str) -> str:
+            digest = hashlib.sha256()
+            try:
+                async with self._http.stream(
+                    "GET", base + url, timeout=httpx.Timeout(600.0, connect=15.0)
+                ) as response:
+                    if response.status_code != 200:
+                        await response.aread()
+                        self._reply(response, "GET", url, Ack)
+                    with dest.open("wb") as out:  # from the start on each address
+                        async for chunk in response.aiter_bytes(1024 * 1024):
+                            digest.update(chunk)
+                            out.write(chunk)
+            except httpx.HTTPError as exc:
+                raise ServerUnavailable(f"GET {url}: {exc!r}") from exc
+            return digest.hexdigest()
+
+        return await self._failover(get)
 
     def _reply(self, response: httpx.Response, method: str, path: str, reply: type[M]) -> M:
         status = response.status_code
@@ -230,18 +273,23 @@ class AgentClient:
         params: dict[str, str] | None = None,
         timeout: float | None = None,
     ) -> M:
-        try:
-            response = await self._http.request(
-                method,
-                path,
-                content=None if body is None else body.model_dump_json(),
-                headers=None if body is None else {"Content-Type": "application/json"},
-                params=params,
-                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
-            )
-        except httpx.HTTPError as exc:
-            raise ServerUnavailable(f"{method} {path}: {exc!r}") from exc
-        return self._reply(response, method, path, reply)
+        content = None if body is None else body.model_dump_json()
+
+        async def send(base: str) -> M:
+            try:
+                response = await self._http.request(
+                    method,
+                    base + path,
+                    content=content,
+                    headers=None if body is None else {"Content-Type": "application/json"},
+                    params=params,
+                    timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+                )
+            except httpx.HTTPError as exc:
+                raise ServerUnavailable(f"{method} {path}: {exc!r}") from exc
+            return self._reply(response, method, path, reply)
+
+        return await self._failover(send)
 
 
 def _error_message(response: httpx.Response) -> str:

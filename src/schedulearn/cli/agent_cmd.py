@@ -2,7 +2,9 @@
 
 Thin over `schedulearn.agent.service`: parse the flags into an
 `AgentConfig`, run the agent until Ctrl-C or SIGTERM. The server address
-comes from `--server`, else `SCHEDULEARN_SERVER`, else the CLI's config file.
+comes from `--server`, else `SCHEDULEARN_SERVER`, else the CLI's config file;
+several (replicas on one database) may be given, comma-separated or by
+repeating `--server`, and the agent fails over between them.
 
 The node's credential, first found of:
 1. a join token from `schedulearn node add NAME`: `--join-token-file`,
@@ -57,8 +59,12 @@ def _from_config_file() -> tuple[str | None, str | None]:
 def agent(
     ctx: typer.Context,
     server: Annotated[
-        str | None,
-        typer.Option(envvar="SCHEDULEARN_SERVER", help="Server URL, e.g. http://gpu-head:8642"),
+        list[str] | None,
+        typer.Option(
+            envvar="SCHEDULEARN_SERVER",
+            help="Server URL, e.g. http://gpu-head:8642; for replicas, repeat it or "
+            "separate them with commas (the agent fails over between them)",
+        ),
     ] = None,
     join_token_file: Annotated[
         Path | None,
@@ -249,12 +255,18 @@ def agent(
                 token = stored.credential
     except credential.CredentialError as exc:
         raise typer.BadParameter(str(exc)) from None
-    if server is None or (token is None and not join_token):
+    if not server or (token is None and not join_token):
         saved_server, saved_token = _from_config_file()
-        server = server or saved_server
+        server = server or ([saved_server] if saved_server else None)
         token = token or (None if join_token else saved_token)
     if not server:
         raise typer.BadParameter("give the server's URL with --server or SCHEDULEARN_SERVER")
+    from schedulearn.failover import ServerListError, parse_servers
+
+    try:
+        servers = parse_servers(server)
+    except ServerListError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--server") from None
     if not token and not join_token:
         raise typer.BadParameter(
             f"this node has no credential (none stored in {where}); an admin runs "
@@ -272,12 +284,12 @@ def agent(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--label") from None
     config = AgentConfig(
-        server=server.rstrip("/"),
+        server=",".join(servers),  # the agent's client fails over along the list
         token=token or "",
         join_token=join_token or None,
         name=node,
         state_dir=where,
-        address=address or address_towards(server),
+        address=address or address_towards(servers[0]),
         gpus=gpus,
         gpu_type=gpu_type,
         cpus=host_cpus() if cpus is None else cpus,

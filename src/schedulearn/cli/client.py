@@ -11,8 +11,10 @@ server's own message (which says what to change).
 A call the server could not take (503 with Retry-After: its database is
 down or full, nothing was changed) or could not be reached for (connection
 refused: nothing was sent) is tried again with backoff for up to
-`retry_seconds`. A call that may have reached the server before the
-connection broke is tried again only when repeating it is harmless: reads,
+`retry_seconds`; given several server addresses (replicas), it goes to the
+next one at once and backs off only once every one has failed in a row.
+A call that may have reached the server before the connection broke is
+tried again only when repeating it is harmless: reads,
 and submissions, which carry an `Idempotency-Key` (one per `submit`, the
 same on every try) so the server returns the jobs of the first try.
 """
@@ -117,9 +119,10 @@ class Client:
         headers = {PROTOCOL_HEADER: str(protocol)}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self.server = server
         self.retry_seconds = retry_seconds
+        # `server` may list several replicas (comma-separated): see `cli.http`.
         self._http = Http(server, headers, timeout)
+        self.server = ",".join(self._http.rotation.addresses)
 
     def close(self) -> None:
         self._http.close()
@@ -141,9 +144,14 @@ class Client:
                 response = self._http.request(method, API_PREFIX + path, **kwargs)
             except TransportError as exc:
                 # Refused or timed out connecting: the request never left.
-                if (exc.unsent or repeatable) and left > 0:
-                    time.sleep(min(backoff.next_delay(), left))
-                    continue
+                if exc.unsent or repeatable:
+                    # The next address at once (each is tried even with no time
+                    # left); a pause only after all of them failed in a row.
+                    if not self._http.failed():
+                        continue
+                    if left > 0:
+                        time.sleep(min(backoff.next_delay(), left))
+                        continue
                 raise ApiError(
                     0,
                     f"cannot reach the server at {self.server} ({exc}); start it with "
@@ -152,9 +160,13 @@ class Client:
             unavailable = response.status_code == 503 or (
                 response.status_code in (502, 504) and repeatable
             )
-            if unavailable and left > 0:
-                time.sleep(min(_retry_after(response) or backoff.next_delay(), left))
-                continue
+            if unavailable:
+                if not self._http.failed():
+                    continue
+                if left > 0:
+                    time.sleep(min(_retry_after(response) or backoff.next_delay(), left))
+                    continue
+            self._http.succeeded()
             if response.status_code >= 400:
                 raise ApiError(response.status_code, _message(response))
             return response

@@ -1,9 +1,15 @@
-"""The CLI's connection settings: server address and token.
+"""The CLI's connection settings: server address(es) and token.
 
 Owns the file `<user config dir>/schedulearn/cli.json` (written by
 `schedulearn up`). Precedence, highest first: command-line flags, the
 environment (`SCHEDULEARN_SERVER`, `SCHEDULEARN_TOKEN`), the file, the
 default address.
+
+The server may be several replicas of one server: a comma-separated list
+in the flag or the environment (`http://a:8642,http://b:8642`), or a JSON
+list in the file (`"server": ["http://a:8642", "http://b:8642"]`). The
+resolved `server` is the comma-separated list; the client fails over
+along it (`cli.http`, `schedulearn.failover`).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
+
+from schedulearn.failover import ServerListError, parse_servers
 
 DEFAULT_SERVER = "http://127.0.0.1:8642"
 
@@ -35,6 +43,10 @@ class CliConfig:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("expected a JSON object")
+        # The file may list replicas as a JSON list; kept as one comma-separated string.
+        server = data.get("server")
+        if isinstance(server, list) and all(isinstance(v, str) for v in server):
+            data["server"] = ",".join(server)
         for key in ("server", "token", "agent_token"):
             value = data.get(key)
             if (
@@ -85,8 +97,13 @@ def save(config: CliConfig, path: Path | None = None) -> Path:
 def resolve(server: str | None = None, token: str | None = None) -> CliConfig:
     """The settings in force: flags over environment over the file."""
     base = load_file()
+    given = server or os.environ.get("SCHEDULEARN_SERVER") or base.server
+    try:
+        servers = ",".join(parse_servers(given))
+    except ServerListError as exc:
+        raise SystemExit(f"error: {exc}") from None
     return CliConfig(
-        server=(server or os.environ.get("SCHEDULEARN_SERVER") or base.server).rstrip("/"),
+        server=servers,
         token=token or os.environ.get("SCHEDULEARN_TOKEN") or base.token,
         agent_token=base.agent_token,
     )

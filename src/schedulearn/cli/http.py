@@ -6,16 +6,23 @@ tool pulls in pygments and rich), more than the rest of a `schedulearn jobs`
 call. The CLI needs little: JSON requests with query parameters, a
 streamed reply read line by line (server-sent events), and telling a
 request that never left (connection refused) from one that may have.
+
+An `Http` may be given several addresses (server replicas on one
+database): requests go to the one that last worked (`failover.Rotation`);
+the caller, which knows whether a request may be repeated, calls `failed`
+to move to the next one, and backs off once all have failed in a row.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode, urlsplit
+
+from schedulearn.failover import PREFER_HEADER, Rotation, ServerListError, parse_servers
 
 
 class TransportError(Exception):
@@ -77,29 +84,61 @@ class StreamedResponse:
             yield line.decode("utf-8", "replace").rstrip("\r\n")
 
 
-class Http:
-    """Requests to one server (`base_url`) with the same headers on each."""
+class _Address:
+    """One server address, split for `http.client`."""
 
-    def __init__(self, base_url: str, headers: Mapping[str, str], timeout: float) -> None:
+    def __init__(self, base_url: str) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"server URL {base_url!r} must look like http://host:port")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port
-        self._prefix = parts.path.rstrip("/")
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port
+        self.prefix = parts.path.rstrip("/")
+
+
+class Http:
+    """Requests to a server (`base_url`: one address, a comma-separated list, or
+    a sequence of them) with the same headers on each."""
+
+    def __init__(
+        self, base_url: str | Sequence[str], headers: Mapping[str, str], timeout: float
+    ) -> None:
+        try:
+            urls = parse_servers(base_url)
+        except ServerListError as exc:
+            raise ValueError(str(exc)) from None
+        self._addresses = {url: _Address(url) for url in urls}
+        self.rotation = Rotation(urls)
         self.headers = dict(headers)
+        if len(urls) > 1:
+            self.headers.setdefault(*PREFER_HEADER)
         self.timeout = timeout
         self._conn: http.client.HTTPConnection | None = None
+
+    @property
+    def _address(self) -> _Address:
+        return self._addresses[self.rotation.current]
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
+    def failed(self) -> bool:
+        """The current address failed: use the next one from now on. True when
+        every address has failed in a row (the caller backs off before the next)."""
+        self.close()
+        return self.rotation.failed()
+
+    def succeeded(self) -> None:
+        """The current address answered: keep using it."""
+        self.rotation.succeeded()
+
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=timeout)
+        address = self._address
+        cls = http.client.HTTPSConnection if address.https else http.client.HTTPConnection
+        conn = cls(address.host, address.port, timeout=timeout)
         try:
             conn.connect()
         except OSError as exc:
@@ -108,7 +147,7 @@ class Http:
         return conn
 
     def _url(self, path: str, params: Mapping[str, Any] | None) -> str:
-        url = self._prefix + path
+        url = self._address.prefix + path
         if params:
             query = {
                 k: ("true" if v is True else "false" if v is False else v)
@@ -186,8 +225,9 @@ class Http:
     def stream(
         self, method: str, path: str, *, params: Mapping[str, Any] | None = None
     ) -> Iterator[StreamedResponse]:
-        """A reply read as it comes, on its own connection, with no read timeout."""
-        conn = self._connect(None)
+        """A reply read as it comes, on its own connection, with no read timeout.
+        An address that refuses the connection is passed over for the next one."""
+        conn = self._connect_any()
         try:
             _, merged = self._prepare(None, None, None)
             try:
@@ -197,3 +237,15 @@ class Http:
             yield StreamedResponse(raw)
         finally:
             conn.close()
+
+    def _connect_any(self) -> http.client.HTTPConnection:
+        """A connection to the first address, from the current one on, that takes one."""
+        while True:
+            try:
+                conn = self._connect(None)
+            except TransportError:
+                if self.failed():
+                    raise
+                continue
+            self.succeeded()
+            return conn

@@ -8,7 +8,10 @@ the real app (`build`, in a worker thread) and runs its lifespan (migrations,
 the scheduler) in the background. Meanwhile `/healthz` (liveness) answers
 200, `/readyz` answers 503 with Retry-After, and every other request waits
 until the app is ready and is then served by it, so a client that polled
-/healthz and calls the API next simply waits a little. If the app cannot
+/healthz and calls the API next simply waits a little. A client that would
+rather go elsewhere (the agent and the CLI given several replicas) sends
+`Prefer: wait=N` (RFC 7240): after N seconds it gets 503 with Retry-After
+instead, and tries the next replica. If the app cannot
 start, the process logs why and exits with status 3 (uvicorn's code for a
 failed start-up).
 
@@ -63,11 +66,23 @@ class Starting:
                 await _json(send, 503, {"error": "the server is starting; try again shortly"}, 1)
                 return
             assert self._ready is not None
-            await self._ready.wait()
+            if not await self._wait_ready(_preferred_wait(scope)):
+                await _json(send, 503, {"error": "the server is starting; try again shortly"}, 1)
+                return
             if self._app is None:  # it failed; the process is exiting
                 await _json(send, 503, {"error": "the server failed to start"}, 5)
                 return
         await self._app(scope, receive, send)
+
+    async def _wait_ready(self, limit: float | None) -> bool:
+        """Wait for the app (at most `limit` seconds, if given); False if it is still loading."""
+        assert self._ready is not None
+        if limit is None:
+            await self._ready.wait()
+            return True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), limit)
+        return self._ready.is_set()
 
     async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
@@ -101,6 +116,19 @@ class Starting:
             os._exit(FAILED_START_STATUS)  # like uvicorn when a lifespan fails
         finally:
             self._ready.set()
+
+
+def _preferred_wait(scope: Scope) -> float | None:
+    """Seconds from a `Prefer: wait=N` request header (RFC 7240), if one was sent."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() != b"prefer":
+            continue
+        for preference in value.decode("latin-1").split(","):
+            key, _, number = preference.strip().partition("=")
+            if key.strip().lower() == "wait":
+                with contextlib.suppress(ValueError):
+                    return max(0.0, float(number.strip().strip('"')))
+    return None
 
 
 async def _json(send: Send, status: int, body: dict[str, str], retry_after: int = 0) -> None:
