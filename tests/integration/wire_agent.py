@@ -30,6 +30,9 @@ class WireAgent:
         self.gpus = gpus
         self.gpu_type = gpu_type
         self.node = node
+        # Each run's next log line number, as a real agent keeps it (the server
+        # skips lines at or below a run's highest stored number: re-sends).
+        self.next_seq: dict[tuple[int, int], int] = {}
         self.running: dict[int, int] = {}
         # Its own credential, as a real agent has (`Api.node` enrolls it).
         self.headers: dict[str, str] = api.node(name)
@@ -133,10 +136,12 @@ class WireAgent:
 
     def log(self, job_id: int, attempt: int, *texts: str) -> None:
         now = time.time()
+        first = self.next_seq.get((job_id, attempt), 0)
+        self.next_seq[(job_id, attempt)] = first + len(texts)
         body = LogBatch(
             attempt=attempt,
             node=self.name,
-            lines=[LogLine(seq=i, text=t, at=now) for i, t in enumerate(texts)],
+            lines=[LogLine(seq=first + i, text=t, at=now) for i, t in enumerate(texts)],
         )
         r = self.api.post(
             f"/api/v1/agent/jobs/{job_id}/logs",

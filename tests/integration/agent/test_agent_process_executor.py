@@ -151,7 +151,8 @@ def test_an_unknown_program_is_refused_with_what_to_change(store: StateStore) ->
             await executor().start(job, new_record(store, 10))
         torch = Assignment(job_id=11, attempt=1, command=["train.py"], launcher="torchrun")
         with pytest.raises(StartError, match="'torchrun' was not found"):
-            await executor(base_env={"PATH": "/usr/bin:/bin"}).start(torch, new_record(store, 11))
+            # A job PATH without this environment's bin (where CI's torch wheel puts torchrun).
+            await executor(path="/usr/bin:/bin").start(torch, new_record(store, 11))
 
     run(go())
 
