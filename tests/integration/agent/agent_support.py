@@ -37,6 +37,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` is a running process (a zombie, ended but not reaped, is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 class Proc:
     """A child process in its own session, its output in a log file."""
 

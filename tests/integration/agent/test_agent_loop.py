@@ -6,13 +6,12 @@ is down. Every process is real, on 127.0.0.1."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sqlite3
 from pathlib import Path
 
 import pytest
-from agent_support import AdminApi, AgentProc, ServerProc, StartAgent
+from agent_support import AdminApi, AgentProc, ServerProc, StartAgent, pid_alive
 
 from schedulearn.agent.state import JobRecord
 from waiting import wait_until
@@ -37,15 +36,6 @@ def settle(agent: AgentProc, api: AdminApi, job_id: int) -> None:
     wait_until(
         acked, 10, f"agent {agent.name} to record {lines} lines acked", until=lambda n: n >= lines
     )
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def line_starting(api: AdminApi, job_id: int, prefix: str) -> str | None:

@@ -10,7 +10,6 @@ lease under it), so losses come quickly.
 from __future__ import annotations
 
 import itertools
-import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from agent_support import AdminApi, AgentProc, ServerProc, StartAgent
+from agent_support import AdminApi, AgentProc, ServerProc, StartAgent, pid_alive
 from live_support import messages
 
 from schedulearn.agent import credential
@@ -76,15 +75,6 @@ def overlapping(spans: dict[int, tuple[float, float]]) -> list[tuple[int, int]]:
         if end_a >= start_b:
             found.append((pid_a, pid_b))
     return found
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def registered(api: AdminApi, name: str) -> None:
