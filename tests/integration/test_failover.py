@@ -46,7 +46,7 @@ def replicas(postgres_server: Postgres, tmp_path: Path) -> Iterator[list[ServerP
             server = ServerProcess(url, tmp_path / f"server-{name}.log", ADMIN, AGENT)
             server.start()
             started.append(server)
-            server.wait_ready()
+            server.wait_serving()  # the client below does not wait for a loading app
         yield started
     finally:
         for server in started:

@@ -13,6 +13,7 @@ from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.server import create_app
+from schedulearn.server.scheduler import LEADER_LOCK
 from schedulearn.settings import ServerSettings
 from waiting import wait_until
 
@@ -45,3 +46,25 @@ def test_one_replica_holds_the_scheduler_lock(
         poller = WireAgent(b, "n1", gpus=2)
         start = poller.work_until(lambda w: w.starts).starts[0]
         assert start.job_id == job
+
+
+def test_a_stopped_scheduler_gives_up_the_lock(
+    settings: ServerSettings, postgres_server: Postgres
+) -> None:
+    """Stopping the leader frees the lock at once, while its process (and its
+    connection pool) live on: a pooled connection merely "closed" would keep
+    the session and the lock, and no replica could lead again."""
+    if not settings.database_url.startswith("postgresql"):
+        settings = settings.model_copy(update={"database_url": postgres_server.new_database()})
+    with TestClient(create_app(settings)) as client:
+        scheduler = client.app.state.sl.scheduler  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
+        wait_until(lambda: scheduler._leader_conn is not None, 10, "the replica to lead")
+        assert client.portal is not None
+        client.portal.call(scheduler.stop)
+        other = scheduler.db.engine.raw_connection()
+        try:
+            cur = other.cursor()
+            cur.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
+            assert cur.fetchone() == (True,)
+        finally:
+            other.invalidate()

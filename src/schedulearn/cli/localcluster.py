@@ -118,15 +118,25 @@ class ServerProcess(Proc):
         return str(r.json()["join_token"])
 
     def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until the server listens (`/healthz`): its app may still be loading."""
+        self._wait_for("/healthz", timeout)
+
+    def wait_serving(self, timeout: float = 120.0) -> None:
+        """Until the app has loaded and serves (`/readyz`): while it loads, a
+        request asking not to wait (`Prefer: wait=...` past its patience) gets
+        503. Loading takes seconds on a busy machine, hence the long default."""
+        self._wait_for("/readyz", timeout)
+
+    def _wait_for(self, path: str, timeout: float) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if not self.alive:
                 raise RuntimeError(f"server exited early:\n{self.log()[-3000:]}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}{path}", timeout=1).status_code == 200:
                     return
             time.sleep(0.05)
-        raise TimeoutError(f"server not ready in {timeout}s:\n{self.log()[-3000:]}")
+        raise TimeoutError(f"server not {path[1:]} in {timeout}s:\n{self.log()[-3000:]}")
 
 
 class AgentProcess(Proc):

@@ -100,9 +100,7 @@ class Scheduler:
                 return True
             except Exception:
                 log.warning("lost the leader connection; taking the scheduler lock again")
-                with contextlib.suppress(Exception):
-                    self._leader_conn.close()
-                self._leader_conn = None
+                self._let_go()
         conn = self.db.engine.raw_connection()
         cur = conn.cursor()
         cur.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,))
@@ -113,6 +111,19 @@ class Scheduler:
         else:
             conn.close()
         return got
+
+    def _let_go(self) -> None:
+        """Drop the leader connection and with it the advisory lock.
+
+        `close()` on a pooled connection only returns it to the pool, where
+        the session, and so the lock, lives on: the next round, on another
+        pooled connection, could then never lead again. `invalidate()` closes
+        the session itself."""
+        if self._leader_conn is None:
+            return
+        with contextlib.suppress(Exception):
+            self._leader_conn.invalidate()
+        self._leader_conn = None
 
     # --- one round ----------------------------------------------------------
 
@@ -256,7 +267,4 @@ class Scheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._leader_conn is not None:
-            with contextlib.suppress(Exception):
-                self._leader_conn.close()
-            self._leader_conn = None
+        self._let_go()
