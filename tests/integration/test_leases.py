@@ -131,3 +131,120 @@ def test_a_part_of_the_current_attempt_is_not_refused(app: Stepped) -> None:
     node.exit(job_id, start.attempt, 3)
     job = app.job(job_id)
     assert (job.state, job.exit_code) == ("failed", 3)
+
+
+def lost_and_requeued(app: Stepped) -> tuple[WireAgent, int]:
+    """A job whose only node went silent past the node timeout: its part
+    written off, the job requeued, and no other node to run it again."""
+    node = WireAgent(app.api, "n1", gpus=1)
+    node.register()
+    job_id = app.submit(gpus=1)
+    app.schedule()
+    (start,) = node.work(wait=0).starts
+    node.start(job_id, start.attempt)
+    app.advance(NODE_TIMEOUT + 0.1)
+    app.schedule()  # reaps the silent node
+    job = app.job(job_id)
+    assert (job.state, job.attempt) == ("pending", 1)
+    return node, job_id
+
+
+def test_an_exit_reported_late_stands_when_the_job_has_not_run_again(app: Stepped) -> None:
+    """The copy ended on its own while its agent was down; the agent, back,
+    reports it: the job succeeds and is not run a second time."""
+    node, job_id = lost_and_requeued(app)
+    node.register(running=[(job_id, 1)])
+    node.exit(job_id, 1, 0)  # 200, not a 409 refusal
+    job = app.job(job_id)
+    assert (job.state, job.exit_code, job.attempt) == ("succeeded", 0, 1)
+    history = app.api.get(f"/api/v1/jobs/{job_id}/history").json()["transitions"]
+    assert [t["to_state"] for t in history][-3:] == ["lost", "pending", "succeeded"]
+    assert "the exit stands" in history[-1]["message"], history[-1]
+    node.heartbeat()
+    app.schedule()
+    assert node.work(wait=0).starts == []  # nothing runs again
+
+
+def test_a_late_exit_drops_a_next_attempt_not_yet_sent_to_any_agent(app: Stepped) -> None:
+    """Back, the agent registers, and the server places the job on it again
+    before its late exit arrives (it reports before asking for work): that
+    unsent assignment is dropped, and the exit stands."""
+    node, job_id = lost_and_requeued(app)
+    node.register()
+    app.schedule()
+    job = app.job(job_id)
+    assert (job.state, job.attempt) == ("assigned", 2)
+    node.exit(job_id, 1, 0)
+    job = app.job(job_id)
+    assert (job.state, job.attempt, job.placement) == ("succeeded", 1, {"n1": [0]})
+    assert node.work(wait=0).starts == []
+    # Its GPU is free again: the next job is placed.
+    other = app.submit(gpus=1)
+    app.schedule()
+    assert [s.job_id for s in node.work(wait=0).starts] == [other]
+
+
+def test_a_late_exit_is_refused_once_the_next_attempt_was_sent(app: Stepped) -> None:
+    node, job_id = lost_and_requeued(app)
+    node.register()
+    app.schedule()
+    (start,) = node.work(wait=0).starts  # sent: it may be running by now
+    assert start.attempt == 2
+    late = JobEvent(attempt=1, node="n1", kind=EventKind.EXITED, exit_code=0, at=time.time())
+    r = app.api.post(
+        f"/api/v1/agent/jobs/{job_id}/events",
+        headers=node.headers,
+        json=late.model_dump(mode="json"),
+    )
+    assert r.status_code == 409, r.text
+    assert app.job(job_id).state == "assigned"
+
+
+def test_a_failing_exit_reported_late_in_a_batch_fails_the_job(app: Stepped) -> None:
+    node, job_id = lost_and_requeued(app)
+    node.register(running=[(job_id, 1)])
+    acks = node.events((job_id, 1, "exited", 3))
+    assert acks.acks[0].ok and not acks.acks[0].ignored
+    job = app.job(job_id)
+    assert (job.state, job.exit_code) == ("failed", 3)
+
+
+def test_a_gang_runs_again_only_once_its_other_parts_have_stopped(app: Stepped) -> None:
+    """One part's node is lost: the others get a stop order, and the job waits
+    in `lost`, its new attempt unplaced though a node has room, until the
+    last of them has exited. A late exit of the lost part says nothing of the
+    whole run: it is refused."""
+    a, b = WireAgent(app.api, "a", gpus=1), WireAgent(app.api, "b", gpus=1)
+    a.register()
+    b.register()
+    job_id = app.submit(gpus=2)
+    app.schedule()
+    for node in (a, b):
+        (start,) = node.work(wait=0).starts
+        node.start(job_id, start.attempt)
+    spare = WireAgent(app.api, "spare", gpus=2)
+    spare.register()
+    for _ in range(2):  # `a` falls silent past the node timeout; the others beat
+        app.advance(NODE_TIMEOUT / 2 + 0.1)
+        b.heartbeat()
+        spare.heartbeat()
+    app.schedule()  # reaps `a`
+    job = app.job(job_id)
+    assert job.state == "lost" and "once its other 1 part(s) have stopped" in job.message
+    (order,) = b.work(wait=0).stops
+    assert (order.job_id, order.attempt, order.reason) == (job_id, 1, "lost")
+    app.schedule()
+    assert spare.work(wait=0).starts == []  # not beside b's part of attempt 1
+    a.register(running=[(job_id, 1)])
+    late = JobEvent(attempt=1, node="a", kind=EventKind.EXITED, exit_code=0, at=time.time())
+    r = app.api.post(
+        f"/api/v1/agent/jobs/{job_id}/events",
+        headers=a.headers,
+        json=late.model_dump(mode="json"),
+    )
+    assert r.status_code == 409, r.text
+    b.exit(job_id, 1, -15)  # b's part obeyed the stop order
+    assert app.job(job_id).state == "pending"
+    app.schedule()
+    (again,) = spare.work(wait=0).starts
+    assert (again.job_id, again.attempt) == (job_id, 2)

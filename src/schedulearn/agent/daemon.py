@@ -398,7 +398,11 @@ class Agent:
                 runner.job_id,
                 runner.attempt,
             )
-        await asyncio.gather(*(r.discard() for r in written_off))
+        # A run that ended on its own meanwhile (while this agent was down) is
+        # reported: if the job has not run again, the server lets that exit stand.
+        await asyncio.gather(
+            *(r.report_late_exit() if r.ended_on_its_own() else r.discard() for r in written_off)
+        )
 
     # --- work ------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ says whether it was saved. Progress reports are tailed from the run's
 progress file (`agent.progress`) while it runs.
 
 Stop orders (cancel, preempt, lost, gang_failed) go through `stop`;
-`discard` stops a run the server no longer wants without reporting it;
+`discard` stops a run the server no longer wants without reporting it
+(`report_late_exit` reports one that had ended on its own meanwhile);
 `abandon` lets go of a run that keeps going when the agent exits.
 
 A run stopped because the node's lease lapsed (`agent.lease`: its
@@ -159,6 +160,27 @@ class JobRunner:
         if self.handle is not None:
             await self.handle.cleanup()
         self.ctx.store.remove(self.record)
+
+    async def report_late_exit(self) -> None:
+        """The server wrote this run off, but it had ended on its own (while
+        this agent was down, say): report that exit once, since the server
+        lets it stand if the job has not run again (otherwise it is refused,
+        which is final), then forget the run as `discard` does."""
+        assert self.handle is not None and self.ended_on_its_own()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()  # it may be reporting too: this takes over
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        record = self.record
+        if not record.ended:
+            status = await self.handle.wait()
+            record.exit_code = status.exit_code
+            record.exit_message = self._exit_message(status)
+            record.ended_at = time.time()
+            self.ctx.store.save(record)
+        await self._send_event(EventKind.EXITED, record.exit_code, record.exit_message)
+        await self.handle.cleanup()
+        self.ctx.store.remove(record)
 
     async def abandon(self) -> None:
         """The agent is exiting: stop following the run, leave it running."""

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from schedulearn.cli.replies import JobFacts
     from schedulearn.protocol import JobPublic, ProgressReport
 
-FINAL = ("succeeded", "failed", "cancelled", "lost")
+# Not "lost": a lost job is on its way back to the queue (or to failed).
+FINAL = ("succeeded", "failed", "cancelled")
 
 
 def placement_text(job: JobFacts) -> str:

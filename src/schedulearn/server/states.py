@@ -3,6 +3,7 @@
     pending -> assigned -> running -> succeeded | failed | cancelled
     running | assigned -> preempting -> pending   (suspended; resumes later)
     assigned | running | preempting -> lost -> pending | failed   (node died)
+    pending -> succeeded | failed   (an exit reported late, before a new attempt)
 
 Every change is a conditional UPDATE (`... WHERE id = ? AND state = ?`),
 so two writers that race on the same job cannot both win: the loser gets
@@ -26,7 +27,9 @@ P, A, R, X = JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PRE
 S, F, C, L = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    P: frozenset({A, C, F}),
+    # A requeued job whose lost copy turns out to have ended on its own,
+    # reported once its agent is back (`lifecycle.late_exit`).
+    P: frozenset({A, C, S, F}),
     # A fast job may report its exit before its start reaches us.
     A: frozenset({R, S, F, C, L, X}),
     R: frozenset({S, F, C, L, X}),

@@ -277,3 +277,47 @@ def test_an_agent_cut_off_from_the_server_stops_its_job_as_a_node_loss(
     # its first line yet on a busy machine.
     spans = wait_until(lambda: copies(out), 20, "the second copy", until=lambda s: len(s) == 2)
     assert overlapping(spans) == [], spans
+
+
+def test_an_exit_while_the_agent_was_down_past_the_node_timeout_stands(
+    agent_database_url: str, tmp_path: Path
+) -> None:
+    """The same, but the agent comes back after the server wrote the job off and
+    requeued it (no other node has run it yet): the agent reports the exit, and
+    the job ends with it instead of running a second time."""
+    server = ServerProc(agent_database_url, tmp_path / "server.log", node_timeout=NODE_TIMEOUT)
+    server.start_ready()
+    api = AdminApi(server.url)
+    gate = tmp_path / "gate"
+    agents: list[AgentProc] = []
+
+    def agent() -> AgentProc:
+        proc = AgentProc(server.url, "n1", tmp_path / "state-n1", tmp_path / "agent-n1.log", gpus=1)
+        proc.start()
+        agents.append(proc)
+        return proc
+
+    try:
+        first = agent()
+        registered(api, "n1")
+        job_id = api.submit(
+            command=f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo done; exit 7",
+            gpus=1,
+        )
+        api.wait_state(job_id, {"running"})
+        wait_until(lambda: "up" in api.texts(job_id), 20, "the first line")
+        first.kill()
+        gate.touch()  # the job ends while no agent watches it
+        told = wait_until(
+            lambda: messages(api, job_id), 60, "the requeue", until=lambda m: "requeued" in m
+        )
+        assert api.job(job_id)["state"] == "pending", told
+        agent()
+        job = api.wait_state(job_id, {"succeeded", "failed"}, timeout=60)
+        assert (job["exit_code"], job["attempt"]) == (7, 1), job
+        assert "the exit stands" in messages(api, job_id)
+    finally:
+        api.close()
+        for proc in agents:
+            proc.kill()
+        server.kill()

@@ -55,8 +55,15 @@ def lapsed(seconds_ago: float, grace: float) -> Lease:
 
 
 def test_a_lapsed_lease_stops_every_run_sigterm_first(store: StateStore) -> None:
-    polite, _ = start_run(store, 1, "trap 'exit 0' TERM; while :; do sleep 0.05; done")
-    stubborn, _ = start_run(store, 2, "trap '' TERM; while :; do sleep 0.05; done")
+    ready = store.root / "ready"
+    polite, _ = start_run(
+        store, 1, f"trap 'exit 0' TERM; touch {ready}-1; while :; do sleep 0.05; done"
+    )
+    stubborn, _ = start_run(
+        store, 2, f"trap '' TERM; touch {ready}-2; while :; do sleep 0.05; done"
+    )
+    # Each shell has set its trap (a SIGTERM before that would kill it outright).
+    wait_until(lambda: all(Path(f"{ready}-{n}").exists() for n in (1, 2)), 30, "the traps")
     leases.write(store.root, lapsed(1.0, grace=0.5))
 
     assert leaseguard.guard(store.root) == 0  # stops both, then nothing is left: it exits

@@ -27,7 +27,9 @@ lapsed) is superseded: its job runs again as a newer attempt. Events,
 log batches, progress and uploads (checkpoint, full log) about it are
 refused (409 naming both attempts; in an event batch, that event is
 acknowledged as ignored and the rest recorded) and change nothing, so a
-copy that outlived its lease cannot touch the job. The agent takes a
+copy that outlived its lease cannot touch the job. One exception: the
+exit of a copy that ended on its own while its node was out of touch is
+honoured if the job has not run again yet (`lifecycle.late_exit`). The agent takes a
 refusal as final (`agent.client.until_acked`).
 """
 
@@ -169,8 +171,12 @@ def record_event(
         session, job_id, event.attempt
     ):
         _refuse(node, job_id, event.attempt)
+    event = event.model_copy(update={"node": node})
+    honoured = agents.record_late_exit(session, job_id, event, now)
+    if honoured is not None:
+        return honoured
     require_live(session, node, job_id, event.attempt)
-    return agents.record_event(session, job_id, event.model_copy(update={"node": node}), now)
+    return agents.record_event(session, job_id, event, now)
 
 
 # Built once (every batch of events runs it): see `agents._NEW_PARTS`.
@@ -216,21 +222,26 @@ def record_events(
                 f"attempt {attempt} of job {job_id} was not placed on node {node!r}; a node "
                 "reports only on its own jobs (nothing in this batch was recorded)"
             )
-    mine = [
-        r.model_copy(update={"node": node})
-        for r in reports
-        if (r.job_id, r.attempt) not in written_off
-    ]
+    reports = [r.model_copy(update={"node": node}) for r in reports]
+    mine = [r for r in reports if (r.job_id, r.attempt) not in written_off]
     if len(mine) == len(reports):
         return agents.record_events(session, mine, now)
-    # Events of written-off parts: acknowledged as ignored (sending them again
-    # cannot help), the others recorded.
+    # Events of written-off parts: an exit the job has not outrun is honoured
+    # (each in its own transaction, first); the rest are acknowledged as
+    # ignored (sending them again cannot help). Then the others are recorded.
+    changes = Changes()
+    late: dict[int, Ack] = {}
+    for i, r in enumerate(reports):
+        if (r.job_id, r.attempt) in written_off:
+            honoured = agents.record_late_exit(session, r.job_id, r, now)
+            if honoured is not None:
+                changes.merge(honoured)
+            late[i] = Ack(ignored=honoured is None)
     recorded = agents.record_events(session, mine, now) if mine else None
+    if recorded is not None:
+        changes.merge(recorded.changes)
     given = iter(recorded.acks if recorded is not None else [])
-    acks = [
-        Ack(ignored=True) if (r.job_id, r.attempt) in written_off else next(given) for r in reports
-    ]
-    changes = recorded.changes if recorded is not None else Changes()
+    acks = [late[i] if i in late else next(given) for i in range(len(reports))]
     return EventsRecorded(acks, changes)
 
 

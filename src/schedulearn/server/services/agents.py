@@ -479,6 +479,28 @@ def _apply_event(session: Session, job_id: int, event: JobEvent, now: float) -> 
     )
 
 
+def record_late_exit(session: Session, job_id: int, event: JobEvent, now: float) -> Changes | None:
+    """The exit of a written-off part on `event.node`, honoured and committed
+    when the job has not run again (`lifecycle.late_exit`); None otherwise."""
+    if event.kind is not EventKind.EXITED:
+        return None
+    part = session.execute(
+        select(JobPart).where(
+            col(JobPart.job_id) == job_id,
+            col(JobPart.attempt) == event.attempt,
+            col(JobPart.node) == event.node,
+            col(JobPart.status) == PartStatus.LOST,
+        )
+    ).scalar_one_or_none()
+    job = session.get(Job, job_id) if part is not None else None
+    if part is None or job is None:
+        return None
+    changes = lifecycle.late_exit(session, job, part, event.exit_code, event.at, now)
+    if changes is not None:
+        session.commit()
+    return changes
+
+
 def _record_start(session: Session, job_id: int, event: JobEvent, now: float) -> Changes:
     """A part started: the hot path of every job, in three small statements."""
     conn = session.connection()

@@ -11,13 +11,17 @@ to the job's state, through `server.states.transition`:
   placement, and the GPUs of the target that were free are reserved for
   the next attempt (`Allocation` rows of attempt + 1) until it resumes;
 - a part whose node died is lost: its GPUs are freed, the job becomes
-  `lost` and is requeued (up to `max_restarts`, then failed);
+  `lost` and is requeued (up to `max_restarts`, then failed) once the
+  gang's other parts, sent a stop order, have exited; should the
+  lost copy turn out to have exited on its own before the job runs again,
+  that exit stands (`late_exit`);
 - GPUs are released part by part, only when that part's process is gone
   (or its node is), so a GPU is never handed on while something runs on it.
 """
 
 from __future__ import annotations
 
+import time
 from enum import StrEnum
 
 from sqlalchemy import delete, select
@@ -168,6 +172,8 @@ def part_exited(
             stop_parts(others, StopReason.GANG_FAILED, changes, session)
         elif not others:
             transition(session, job, JobState.SUCCEEDED, now, "", exit_code=0, **_accrue(job, now))
+    elif state is JobState.LOST and not others:  # a gang's last part after a loss
+        _requeue_lost(session, job, now)
     elif state is JobState.PREEMPTING and not others:
         transition(
             session,
@@ -208,76 +214,132 @@ def part_lost(
 
     A node going down is told apart from the job failing: it counts in
     `node_losses` (up to `MAX_NODE_LOSSES`), not against `max_restarts`,
-    so a flaky or overloaded node does not fail the jobs it held."""
+    so a flaky or overloaded node does not fail the jobs it held.
+
+    A gang's other parts get a stop order, and the job waits in `lost`
+    until the last of them has exited (or been lost too) before it is
+    requeued: a new attempt never runs beside a part of the old one."""
     changes = Changes(scheduler=True, jobs={job.id or 0})
     if part.status not in LIVE:
         return changes
     part.status = PartStatus.LOST
     session.add(part)
     free_part(session, part)
-    if part.attempt != job.attempt or JobState(job.state) not in (
-        JobState.ASSIGNED,
-        JobState.RUNNING,
-        JobState.PREEMPTING,
-    ):
+    if part.attempt != job.attempt:
         return changes
     others = [p for p in live_parts(session, part.job_id, part.attempt) if p.id != part.id]
+    state = JobState(job.state)
+    if state is JobState.LOST:  # a gang waiting for its other parts to stop
+        if not others:
+            _requeue_lost(session, job, now)
+        return changes
+    if state not in (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING):
+        return changes
     stop_parts(others, StopReason.LOST, changes, session)
     release_reservation(session, job)
+    if cause is LossCause.NODE_DOWN:
+        losses = (job.node_losses or 0) + 1
+        counters, again = {"node_losses": losses}, losses <= MAX_NODE_LOSSES
+        requeued = (
+            f"requeued (its node went down: loss {losses} of at most {MAX_NODE_LOSSES}, "
+            "not counted against max_restarts)"
+        )
+        refused = (
+            f"not requeued: its node went down under it {losses} times; check what the job "
+            "does to its host (memory, disk) before resubmitting"
+        )
+    else:
+        again = job.restarts < job.max_restarts
+        counters = {"restarts": job.restarts + 1} if again else {}
+        requeued = f"requeued (restart {job.restarts + 1} of {job.max_restarts})"
+        refused = (
+            f"not requeued: it was lost {job.restarts + 1} times (max_restarts={job.max_restarts})"
+        )
+    waiting = f" once its other {len(others)} part(s) have stopped" if again and others else ""
     transition(
         session,
         job,
         JobState.LOST,
         now,
-        why,
+        f"{why}; {requeued}{waiting}" if waiting else why,
         resume_placement=None,
         resume_kind=None,
+        **counters,
         **_accrue(job, now),
     )
-    if cause is LossCause.NODE_DOWN:
-        losses = (job.node_losses or 0) + 1
-        if losses <= MAX_NODE_LOSSES:
-            transition(
-                session,
-                job,
-                JobState.PENDING,
-                now,
-                f"{why}; requeued (its node went down: loss {losses} of at most "
-                f"{MAX_NODE_LOSSES}, not counted against max_restarts)",
-                node_losses=losses,
-                placement=None,
-                started_at=None,
-            )
-        else:
-            transition(
-                session,
-                job,
-                JobState.FAILED,
-                now,
-                f"{why}; not requeued: its node went down under it {losses} times; "
-                "check what the job does to its host (memory, disk) before resubmitting",
-                node_losses=losses,
-            )
-    elif job.restarts < job.max_restarts:
-        transition(
-            session,
-            job,
-            JobState.PENDING,
-            now,
-            f"{why}; requeued (restart {job.restarts + 1} of {job.max_restarts})",
-            restarts=job.restarts + 1,
-            placement=None,
-            started_at=None,
-        )
+    if not again:
+        transition(session, job, JobState.FAILED, now, f"{why}; {refused}")
+    elif not others:
+        _requeue_lost(session, job, now, f"{why}; {requeued}")
+    return changes
+
+
+def _requeue_lost(session: Session, job: Job, now: float, message: str = "") -> None:
+    transition(
+        session,
+        job,
+        JobState.PENDING,
+        now,
+        message or f"the other parts of attempt {job.attempt} have stopped; requeued",
+        placement=None,
+        started_at=None,
+    )
+
+
+def late_exit(
+    session: Session, job: Job, part: JobPart, exit_code: int | None, at: float, now: float
+) -> Changes | None:
+    """A written-off (`lost`) part's exit, reported once its agent is back.
+
+    The copy ended on its own while its node was out of touch (the agent
+    does not report a run its lease stopped). If the job has not run again
+    yet (pending at that attempt, or assigned its next one but not yet sent
+    it to any agent: a returning agent reports before it asks for work),
+    the exit stands: the job succeeds or fails as it would have, the unsent
+    assignment is dropped, and it does not run a second time. Not for a
+    gang (its other parts were stopped under it). None when it is too
+    late or not that case; the caller then refuses the report."""
+    if part.status != PartStatus.LOST:
+        return None
+    state = JobState(job.state)
+    if state is JobState.PENDING and job.attempt == part.attempt:
+        unsent: list[JobPart] = []
+    elif state is JobState.ASSIGNED and job.attempt == part.attempt + 1:
+        unsent = live_parts(session, job.id or 0, job.attempt)
+        if any(p.delivered or p.status != PartStatus.ASSIGNED for p in unsent):
+            return None
     else:
-        transition(
-            session,
-            job,
-            JobState.FAILED,
-            now,
-            f"{why}; not requeued: it was lost {job.restarts + 1} times "
-            f"(max_restarts={job.max_restarts})",
+        return None
+    gang = session.execute(
+        select(col(JobPart.id)).where(
+            col(JobPart.job_id) == part.job_id,
+            col(JobPart.attempt) == part.attempt,
+            col(JobPart.id) != part.id,
         )
+    ).first()
+    if gang is not None:
+        return None
+    changes = Changes(scheduler=True, jobs={job.id or 0})
+    stop_parts(unsent, StopReason.CANCEL, changes, session)  # never sent: they just end
+    part.status = PartStatus.EXITED
+    part.exit_code = exit_code
+    session.add(part)
+    ended = time.strftime("%H:%M:%S", time.localtime(at))
+    why = (
+        f"exited with code {exit_code} on {part.node} at {ended}, while the node was out of "
+        "touch; reported when its agent came back, before the job ran again: the exit "
+        "stands, the requeued job does not run a second time"
+    )
+    transition(
+        session,
+        job,
+        JobState.SUCCEEDED if exit_code == 0 else JobState.FAILED,
+        now,
+        why,
+        exit_code=exit_code,
+        attempt=part.attempt,
+        placement={part.node: part.gpus},
+    )
     return changes
 
 
