@@ -45,7 +45,6 @@ import itertools
 import random
 import shutil
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -57,75 +56,16 @@ from machine import describe, speed_line
 
 from schedulearn.agent import credential
 from schedulearn.cli.client import ApiError, Client, new_key
-from schedulearn.cli.localcluster import AgentProcess, ServerProcess, free_port
+from schedulearn.cli.localcluster import AgentProcess, ServerProcess
+from schedulearn.cli.localpostgres import LocalPostgres
 from schedulearn.protocol import JobSpec, JobState
+from schedulearn.server.scheduler import LEADER_LOCK
 
 ADMIN = "chaos-admin"
 AGENT = "chaos-agent"
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-LEADER_LOCK = 0x5C4ED  # schedulearn.server.scheduler.LEADER_LOCK (not imported: server code)
 # Statuses a submission is tried again after (with the same key): the server
 # or its database was unavailable. Any other 4xx is a rejection.
 TRY_AGAIN = {0, 408, 429, 500, 502, 503, 504}
-
-
-class Postgres:
-    """A throwaway PostgreSQL 15 that can be crashed and started again."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="sl-chaos-pg-"))
-        self.data = self.dir / "data"
-        self.port = free_port()
-        shutil.chown(self.dir, "postgres", "postgres")
-        self._pg("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
-        self.start()
-
-    def _pg(self, tool: str, *args: str) -> None:
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", str(PG_BIN / tool), *args],
-            check=True, capture_output=True, cwd=self.dir,
-        )  # fmt: skip
-
-    def start(self) -> None:
-        self._pg(
-            "pg_ctl", "-D", str(self.data), "-w", "-l", str(self.dir / "log"),
-            "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c max_connections=300",
-            "start",
-        )  # fmt: skip
-
-    def crash(self) -> None:
-        self._pg("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
-
-    def url(self, database: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
-
-    def create(self, name: str) -> str:
-        import psycopg
-
-        with psycopg.connect(self.url(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return self.url(name)
-
-    def leader(self, database: str) -> str | None:
-        """The application_name of the replica holding the scheduler lock, if any."""
-        import psycopg
-
-        query = (
-            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-            "WHERE l.locktype = 'advisory' AND l.objid = %s AND l.granted AND a.datname = %s"
-        )
-        try:
-            with psycopg.connect(self.url(), autocommit=True, connect_timeout=3) as conn:
-                row = conn.execute(query, (LEADER_LOCK, database)).fetchone()
-        except psycopg.Error:
-            return None
-        return None if row is None else str(row[0])
-
-    def remove(self) -> None:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            self.crash()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @dataclass
@@ -205,7 +145,7 @@ class Chaos:
         self,
         replicas: list[Replica],
         agents: list[AgentProcess],
-        pg: Postgres | None,
+        pg: LocalPostgres | None,
         database: str,
         every: tuple[float, float],
         seed: int,
@@ -260,7 +200,7 @@ class Chaos:
             if live:
                 choices.append("server")
         elif len(live) >= 2:
-            leader = self.pg.leader(self.database) if self.pg else None
+            leader = self.pg.advisory_holder(LEADER_LOCK, self.database) if self.pg else None
             if any(r.name == leader for r in live):
                 choices.append("leader")
             if any(r.name != leader for r in live):
@@ -279,7 +219,7 @@ class Chaos:
         if kind == "server":
             target = live[0]
         else:
-            leader = self.pg.leader(self.database) if self.pg else None
+            leader = self.pg.advisory_holder(LEADER_LOCK, self.database) if self.pg else None
             pick = [r for r in live if (r.name == leader) == (kind == "leader")]
             if not pick:
                 return
@@ -392,16 +332,16 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="sl-chaos-"))
     stamps = root / "stamps"
-    pg: Postgres | None = None
+    pg: LocalPostgres | None = None
     replicas: list[Replica] = []
     agents: list[AgentProcess] = []
     print(f"machine: {describe()}")
     print(speed_line())
     try:
         if args.backend == "postgres":
-            pg = Postgres()
+            pg = LocalPostgres(prefix="sl-chaos-pg-")
             database = "chaos"
-            url = pg.create(database)
+            url = pg.new_database(database)
             names = ["a", "b"]
         else:
             database = str(root / "chaos.db")

@@ -32,13 +32,6 @@ class RestartablePostgres(Postgres):
     def halt(self) -> None:
         self._pg("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
 
-    def resume(self) -> None:
-        self._pg(
-            "pg_ctl", "-D", str(self.data), "-w", "-l", str(self.dir / "log"),
-            "-o", f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off",
-            "start",
-        )  # fmt: skip
-
 
 def register(http: httpx.Client) -> None:
     reply = http.post(
@@ -93,7 +86,7 @@ def test_postgres_stopped_and_restarted_503_then_recovery_with_nothing_lost(
                 wait_until(lambda: "answered 503" in server.log.read_text(), 30,
                            "the client's first try to be refused")  # fmt: skip
                 time.sleep(max(0.0, 5 - (time.monotonic() - halted)))  # past the node timeout
-                pg.resume()
+                pg.start()
                 thread.join(timeout=120)
             assert len(submitted) == 1, server.log.read_text()[-3000:]
             wait_until(lambda: http.get("/readyz").status_code == 200, 30, "/readyz to say ready")

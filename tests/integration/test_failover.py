@@ -8,7 +8,7 @@ on to the other one:
 
 - the CLI's client submits through the list, and after the kill its next
   submission lands on the survivor; the `schedulearn` command itself takes
-  the list in `--server`;
+  the list in SCHEDULEARN_SERVER and in repeated `--server` options;
 - the agent enrolls through the first live replica (its credential is kept
   in the shared database, so the other accepts it), runs a job, and after
   its replica is killed runs the next job too: it heartbeats, polls for work
@@ -33,6 +33,7 @@ from waiting import wait_until
 
 pytestmark = pytest.mark.postgres
 
+CLI = (sys.executable, "-m", "schedulearn.cli.main")
 ADMIN = "failover-admin-token"
 AGENT = "failover-agent-token"
 
@@ -71,8 +72,19 @@ def test_the_cli_fails_over_from_a_closed_port_and_then_from_a_killed_replica(
     # The command itself, given the list with its dead entries first.
     dead = f"{_closed()},{a.url}"
     out = subprocess.run(
-        [sys.executable, "-m", "schedulearn.cli.main", "jobs", "--json"],
+        [*CLI, "jobs", "--json"],
         env={"SCHEDULEARN_SERVER": f"{dead},{b.url}", "SCHEDULEARN_TOKEN": ADMIN, "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert {job["id"] for job in json.loads(out.stdout)["items"]} >= set(first) | set(second)
+    # The same list as repeated --server options (each may hold commas too).
+    out = subprocess.run(
+        [*CLI, "jobs", "--json", "--server", _closed(), "--server", f"{a.url},{b.url}"],
+        env={"SCHEDULEARN_TOKEN": ADMIN, "PATH": ""},
         capture_output=True,
         text=True,
         timeout=120,

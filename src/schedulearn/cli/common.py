@@ -25,8 +25,15 @@ if TYPE_CHECKING:
 
     from schedulearn.cli.client import Client
 
+# Several replicas: repeat --server or separate the URLs with commas (failover).
+Servers = list[str] | None
 ServerOpt = Annotated[
-    str | None, typer.Option("--server", help="Server URL [env SCHEDULEARN_SERVER, config file]")
+    Servers,
+    typer.Option(
+        "--server",
+        help="Server URL; repeat it (or separate URLs with commas) for replicas to fail "
+        "over between [env SCHEDULEARN_SERVER, config file]",
+    ),
 ]
 TokenOpt = Annotated[
     str | None, typer.Option("--token", help="API token [env SCHEDULEARN_TOKEN, config file]")
@@ -75,7 +82,7 @@ def note(message: str) -> None:
 
 
 @contextmanager
-def connect(server: str | None, token: str | None) -> Iterator[Client]:
+def connect(server: Servers, token: str | None) -> Iterator[Client]:
     """A client for the server in force; an API error ends the command with its message."""
     from schedulearn.cli.client import ApiError, Client
     from schedulearn.cli.config import resolve

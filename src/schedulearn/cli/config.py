@@ -94,7 +94,7 @@ def save(config: CliConfig, path: Path | None = None) -> Path:
     return path
 
 
-def resolve(server: str | None = None, token: str | None = None) -> CliConfig:
+def resolve(server: str | list[str] | None = None, token: str | None = None) -> CliConfig:
     """The settings in force: flags over environment over the file."""
     base = load_file()
     given = server or os.environ.get("SCHEDULEARN_SERVER") or base.server

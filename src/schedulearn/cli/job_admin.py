@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from schedulearn.cli.common import JsonOpt, ServerOpt, TokenOpt, connect, dump, error, note
+from schedulearn.cli.common import JsonOpt, ServerOpt, Servers, TokenOpt, connect, dump, error, note
 from schedulearn.cli.jobs import MineOpt, NameOpt, StateOpt, UserOpt, who_is
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ IdsArg = Annotated[list[int], typer.Argument(help="Job ids")]
 
 def _each(
     ids: list[int],
-    server: str | None,
+    server: Servers,
     token: str | None,
     as_json: bool,
     act: Callable[[Client, int], JobPublic],
