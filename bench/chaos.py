@@ -18,9 +18,11 @@ and restarts PostgreSQL once (an immediate stop, as a crash would, then a
 start). Then it restarts whatever is down and waits for every job to end.
 
 Each job is trivial: it appends "JOB_ID COPY start T" and, after
-`--job-seconds`, "JOB_ID COPY end T" to a shared file (COPY: the shell's
-pid, one per copy of the job; the job cannot see its attempt number), so
-two copies of one job that ran at the same time can be counted.
+`--job-seconds` or when it is stopped (SIGTERM), "JOB_ID COPY end T" to a
+shared file (COPY: the shell's pid, one per copy of the job; the job
+cannot see its attempt number), so two copies of one job that ran at the
+same time can be counted. A copy with no end line (killed outright) counts
+as running until the end, so it overlaps any later copy.
 
 It prints: accepted (submissions that got their job ids back), lost
 (accepted jobs that did not end `succeeded` with a complete run in the
@@ -110,7 +112,14 @@ def timed_start(replica: Replica, timeout: float = 120.0) -> None:
 
 def job_command(stamps: Path, seconds: float) -> str:
     line = f'"$SCHEDULEARN_JOB_ID $$ %s $(date +%%s.%%N)" >> {stamps}'
-    return f"echo {line % 'start'}; sleep {seconds:g}; echo {line % 'end'}"
+    # A copy that is stopped (SIGTERM: a lease lapse, a lost node) still writes
+    # its end, so a stopped copy and the next one can be told apart from two
+    # copies at once; `wait` lets the trap run as soon as the signal comes.
+    end = f"echo {line % 'end'}"
+    return (
+        f"trap '{end}; exit 143' TERM; echo {line % 'start'}; "
+        f"sleep {seconds:g} & wait $!; {end}"
+    )
 
 
 def submitter(
