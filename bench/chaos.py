@@ -116,10 +116,7 @@ def job_command(stamps: Path, seconds: float) -> str:
     # its end, so a stopped copy and the next one can be told apart from two
     # copies at once; `wait` lets the trap run as soon as the signal comes.
     end = f"echo {line % 'end'}"
-    return (
-        f"trap '{end}; exit 143' TERM; echo {line % 'start'}; "
-        f"sleep {seconds:g} & wait $!; {end}"
-    )
+    return f"trap '{end}; exit 143' TERM; echo {line % 'start'}; sleep {seconds:g} & wait $!; {end}"
 
 
 def submitter(
