@@ -13,6 +13,7 @@ import io
 import tarfile
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from stepped import Stepped, stepped_app
@@ -149,6 +150,17 @@ def lost_and_requeued(app: Stepped) -> tuple[WireAgent, int]:
     return node, job_id
 
 
+def late_exit(app: Stepped, node: WireAgent, job_id: int) -> Any:
+    """`node` reports that attempt 1 of the job exited 0: the raw reply (a
+    refusal is what some tests expect; `WireAgent.exit` asserts a 200)."""
+    event = JobEvent(attempt=1, node=node.name, kind=EventKind.EXITED, exit_code=0, at=time.time())
+    return app.api.post(
+        f"/api/v1/agent/jobs/{job_id}/events",
+        headers=node.headers,
+        json=event.model_dump(mode="json"),
+    )
+
+
 def test_an_exit_reported_late_stands_when_the_job_has_not_run_again(app: Stepped) -> None:
     """The copy ended on its own while its agent was down; the agent, back,
     reports it: the job succeeds and is not run a second time."""
@@ -190,12 +202,7 @@ def test_a_late_exit_is_refused_once_the_next_attempt_was_sent(app: Stepped) -> 
     app.schedule()
     (start,) = node.work(wait=0).starts  # sent: it may be running by now
     assert start.attempt == 2
-    late = JobEvent(attempt=1, node="n1", kind=EventKind.EXITED, exit_code=0, at=time.time())
-    r = app.api.post(
-        f"/api/v1/agent/jobs/{job_id}/events",
-        headers=node.headers,
-        json=late.model_dump(mode="json"),
-    )
+    r = late_exit(app, node, job_id)
     assert r.status_code == 409, r.text
     assert app.job(job_id).state == "assigned"
 
@@ -236,12 +243,7 @@ def test_a_gang_runs_again_only_once_its_other_parts_have_stopped(app: Stepped) 
     app.schedule()
     assert spare.work(wait=0).starts == []  # not beside b's part of attempt 1
     a.register(running=[(job_id, 1)])
-    late = JobEvent(attempt=1, node="a", kind=EventKind.EXITED, exit_code=0, at=time.time())
-    r = app.api.post(
-        f"/api/v1/agent/jobs/{job_id}/events",
-        headers=a.headers,
-        json=late.model_dump(mode="json"),
-    )
+    r = late_exit(app, a, job_id)
     assert r.status_code == 409, r.text
     b.exit(job_id, 1, -15)  # b's part obeyed the stop order
     assert app.job(job_id).state == "pending"

@@ -153,10 +153,7 @@ class JobRunner:
         await self._started.wait()
         if self.handle is not None:
             await self.handle.stop(grace_seconds)
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await self._cancel_task()
         if self.handle is not None:
             await self.handle.cleanup()
         self.ctx.store.remove(self.record)
@@ -167,27 +164,31 @@ class JobRunner:
         lets it stand if the job has not run again (otherwise it is refused,
         which is final), then forget the run as `discard` does."""
         assert self.handle is not None and self.ended_on_its_own()
-        if self.task is not None and not self.task.done():
-            self.task.cancel()  # it may be reporting too: this takes over
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        await self._cancel_task()  # it may be reporting too: this takes over
         record = self.record
         if not record.ended:
-            status = await self.handle.wait()
-            record.exit_code = status.exit_code
-            record.exit_message = self._exit_message(status)
-            record.ended_at = time.time()
-            self.ctx.store.save(record)
+            self._record_end(await self.handle.wait())
         await self._send_event(EventKind.EXITED, record.exit_code, record.exit_message)
         await self.handle.cleanup()
         self.ctx.store.remove(record)
 
     async def abandon(self) -> None:
         """The agent is exiting: stop following the run, leave it running."""
+        await self._cancel_task()
+
+    async def _cancel_task(self) -> None:
         if self.task is not None and not self.task.done():
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
+
+    def _record_end(self, status: ExitStatus) -> None:
+        """Write the run's end into its record (kept until the server has it)."""
+        record = self.record
+        record.exit_code = status.exit_code
+        record.exit_message = self._exit_message(status)
+        record.ended_at = time.time()
+        self.ctx.store.save(record)
 
     # --- the run ---------------------------------------------------------------
 
@@ -297,10 +298,7 @@ class JobRunner:
                 self._report = False
                 record.stop_reason = StopReason.LOST.value
             if not record.ended:
-                record.exit_code = status.exit_code
-                record.exit_message = self._exit_message(status)
-                record.ended_at = time.time()
-                ctx.store.save(record)
+                self._record_end(status)
             if self._report:
                 await shipper.close()
                 await shipping

@@ -9,10 +9,12 @@ lease under it), so losses come quickly.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -192,14 +194,23 @@ def test_a_job_whose_agent_was_killed_is_stopped_when_the_lease_lapses(
     assert api.job(job_id)["restarts"] == 0
 
 
-def test_an_exit_while_the_agent_was_down_past_its_lease_is_honoured(
-    agent_database_url: str, tmp_path: Path, job_script: Path
-) -> None:
-    """Killed agent, the job ends on its own, the lease lapses, the agent comes back
-    within the node timeout: the exit is the job's, recorded, and it is not run again."""
-    server = ServerProc(agent_database_url, tmp_path / "server.log", node_timeout=30.0)
-    server.env["SCHEDULEARN_LEASE_SECONDS"] = "2"
-    server.env["SCHEDULEARN_LEASE_GRACE_SECONDS"] = "1"
+@dataclass
+class EndedUnwatched:
+    """A job that ended (exit 7) while its node's agent was killed."""
+
+    api: AdminApi
+    job_id: int
+    killed: AgentProc
+    start_agent: Callable[[], AgentProc]  # node n1's agent again, on the same state
+
+
+@contextlib.contextmanager
+def ended_while_the_agent_was_killed(
+    server: ServerProc, tmp_path: Path
+) -> Iterator[EndedUnwatched]:
+    """Starts `server` and node n1's agent, runs a job that waits for a gate,
+    kills the agent, then opens the gate: the job ends while no agent watches
+    it. Everything started is killed at the end."""
     server.start_ready()
     api = AdminApi(server.url)
     gate = tmp_path / "gate"
@@ -221,23 +232,36 @@ def test_an_exit_while_the_agent_was_down_past_its_lease_is_honoured(
         api.wait_state(job_id, {"running"})
         wait_until(lambda: "up" in api.texts(job_id), 20, "the first line")
         first.kill()
-        gate.touch()  # the job ends while no agent watches it
-        wait_until(
-            lambda: "lease lapsed with no run left to stop" in guard_log(first),
-            30,
-            "the lease to lapse with nothing left to stop",
-        )
-        again = agent()
-        job = api.wait_state(job_id, {"succeeded", "failed", "pending", "lost"}, timeout=40)
-        assert (job["state"], job["exit_code"], job["attempt"]) == ("failed", 7, 1)
-        assert "requeued" not in messages(api, job_id)
-        assert "SIGTERM" not in guard_log(first)
-        assert "re-adopted job" in again.log()
+        gate.touch()
+        yield EndedUnwatched(api, job_id, first, agent)
     finally:
         api.close()
         for proc in agents:
             proc.kill()
         server.kill()
+
+
+def test_an_exit_while_the_agent_was_down_past_its_lease_is_honoured(
+    agent_database_url: str, tmp_path: Path
+) -> None:
+    """Killed agent, the job ends on its own, the lease lapses, the agent comes back
+    within the node timeout: the exit is the job's, recorded, and it is not run again."""
+    server = ServerProc(agent_database_url, tmp_path / "server.log", node_timeout=30.0)
+    server.env["SCHEDULEARN_LEASE_SECONDS"] = "2"
+    server.env["SCHEDULEARN_LEASE_GRACE_SECONDS"] = "1"
+    with ended_while_the_agent_was_killed(server, tmp_path) as run:
+        api, job_id = run.api, run.job_id
+        wait_until(
+            lambda: "lease lapsed with no run left to stop" in guard_log(run.killed),
+            30,
+            "the lease to lapse with nothing left to stop",
+        )
+        again = run.start_agent()
+        job = api.wait_state(job_id, {"succeeded", "failed", "pending", "lost"}, timeout=40)
+        assert (job["state"], job["exit_code"], job["attempt"]) == ("failed", 7, 1)
+        assert "requeued" not in messages(api, job_id)
+        assert "SIGTERM" not in guard_log(run.killed)
+        assert "re-adopted job" in again.log()
 
 
 @pytest.mark.parametrize("server", [{"node_timeout": NODE_TIMEOUT}], indirect=True)
@@ -286,38 +310,13 @@ def test_an_exit_while_the_agent_was_down_past_the_node_timeout_stands(
     requeued it (no other node has run it yet): the agent reports the exit, and
     the job ends with it instead of running a second time."""
     server = ServerProc(agent_database_url, tmp_path / "server.log", node_timeout=NODE_TIMEOUT)
-    server.start_ready()
-    api = AdminApi(server.url)
-    gate = tmp_path / "gate"
-    agents: list[AgentProc] = []
-
-    def agent() -> AgentProc:
-        proc = AgentProc(server.url, "n1", tmp_path / "state-n1", tmp_path / "agent-n1.log", gpus=1)
-        proc.start()
-        agents.append(proc)
-        return proc
-
-    try:
-        first = agent()
-        registered(api, "n1")
-        job_id = api.submit(
-            command=f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done; echo done; exit 7",
-            gpus=1,
-        )
-        api.wait_state(job_id, {"running"})
-        wait_until(lambda: "up" in api.texts(job_id), 20, "the first line")
-        first.kill()
-        gate.touch()  # the job ends while no agent watches it
+    with ended_while_the_agent_was_killed(server, tmp_path) as run:
+        api, job_id = run.api, run.job_id
         told = wait_until(
             lambda: messages(api, job_id), 60, "the requeue", until=lambda m: "requeued" in m
         )
         assert api.job(job_id)["state"] == "pending", told
-        agent()
+        run.start_agent()
         job = api.wait_state(job_id, {"succeeded", "failed"}, timeout=60)
         assert (job["exit_code"], job["attempt"]) == (7, 1), job
         assert "the exit stands" in messages(api, job_id)
-    finally:
-        api.close()
-        for proc in agents:
-            proc.kill()
-        server.kill()

@@ -29,8 +29,8 @@ refused (409 naming both attempts; in an event batch, that event is
 acknowledged as ignored and the rest recorded) and change nothing, so a
 copy that outlived its lease cannot touch the job. One exception: the
 exit of a copy that ended on its own while its node was out of touch is
-honoured if the job has not run again yet (`lifecycle.late_exit`). The agent takes a
-refusal as final (`agent.client.until_acked`).
+honoured if the job has not run again yet (`lifecycle.late_exit`). The
+agent takes a refusal as final (`agent.client.until_acked`).
 """
 
 from __future__ import annotations
@@ -172,10 +172,13 @@ def record_event(
     ):
         _refuse(node, job_id, event.attempt)
     event = event.model_copy(update={"node": node})
-    honoured = agents.record_late_exit(session, job_id, event, now)
-    if honoured is not None:
+    try:
+        require_live(session, node, job_id, event.attempt)
+    except Conflict:
+        honoured = agents.record_late_exit(session, job_id, event, now)
+        if honoured is None:
+            raise
         return honoured
-    require_live(session, node, job_id, event.attempt)
     return agents.record_event(session, job_id, event, now)
 
 
