@@ -418,7 +418,8 @@ class Agent:
                 raise
             except Rejected as exc:
                 if exc.status == 404:
-                    await self._register()
+                    if not self.lease.check():
+                        await self._register()
                 else:
                     log.warning("the server refused a work request: %s", exc)
                     await retry.pause(exc)
@@ -532,11 +533,20 @@ class Agent:
         self.heartbeat_seconds = max(0.2, reply.heartbeat_seconds)
         if reply.reregister:
             log.info("the server asked this node to register again")
-            self._background(self._guard(self._register()))
+            self._register_unless_lapsed()
         else:
             self._background(self._guard(self._report_new_accounts()))
 
     # --- the lease -------------------------------------------------------------
+
+    def _register_unless_lapsed(self) -> None:
+        """Register again (the server no longer knows this node), unless the
+        lease has lapsed: then the lapse goes first, since it stops the runs
+        the guard stops and registers without them. An agent that hung (stopped,
+        swapped out) learns both at once, and a plain registration would give
+        it a fresh lease and hide the lapse."""
+        if not self.lease.check():
+            self._background(self._guard(self._register()))
 
     def _lapse_from_thread(self) -> None:
         if self._loop is not None:
@@ -566,7 +576,7 @@ class Agent:
         elif isinstance(exc, ProtocolRefused):
             self._fail(AgentError(_protocol_refused(self.config.server, exc)))
         elif isinstance(exc, Rejected) and exc.status == 404:
-            self._background(self._guard(self._register()))
+            self._register_unless_lapsed()
         else:
             log.warning("the server refused a heartbeat: %s", exc)
 
