@@ -38,7 +38,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import update
+from sqlalchemy import bindparam, update
 from sqlmodel import Session, col, select
 
 from schedulearn.protocol import JoinTokenPublic, NodeJoined, NodeRemoved
@@ -90,9 +90,17 @@ def new_secret(prefix: str) -> str:
 # --- identify ------------------------------------------------------------------
 
 
+# Built once, a plain read: every pass of every agent's long poll checks its
+# credential (an ORM `session.get` was 40% of the work handout in
+# `bench/api_load.py`'s latency phase).
+_CREDENTIAL = select(NodeCredential.node, NodeCredential.revoked_at).where(
+    NodeCredential.hash == bindparam("digest")
+)
+
+
 def identify(session: Session, digest: str, now: float) -> AgentIdentity:
     """The identity of a credential's hash; 401/403 with what to do otherwise."""
-    cred = session.get(NodeCredential, digest)
+    cred = session.connection().execute(_CREDENTIAL, {"digest": digest}).first()
     if cred is not None:
         if cred.revoked_at is not None:
             raise Unauthorized(

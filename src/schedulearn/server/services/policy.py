@@ -21,14 +21,13 @@ from schedulearn.server.models import Setting
 KEY = "policy"
 
 
+# A plain read built once, not `session.get`: every scheduling pass asks, and
+# the ORM's identity lookup (with its autoflush) cost more than the pass.
+_CURRENT = select(col(Setting.value)).where(col(Setting.key) == KEY)
+
+
 def current_spec(session: Session, default: str) -> str:
-    # A plain read, not `session.get`: every scheduling pass asks, and the
-    # ORM's identity lookup (with its autoflush) cost more than the pass.
-    value = (
-        session.connection()
-        .execute(select(col(Setting.value)).where(col(Setting.key) == KEY))
-        .scalar()
-    )
+    value = session.connection().execute(_CURRENT).scalar()
     return value if value is not None else default
 
 
