@@ -192,6 +192,15 @@ def heartbeat(session: Session, beat: Heartbeat, now: float, timing: AgentTiming
     return Beat(known=True, changes=changes, orphans=orphans)
 
 
+_NODES = Node.__table__
+# Built once: every pass asks.
+_ANY_SILENT = (
+    select(_NODES.c.name)
+    .where(_NODES.c.healthy == True, _NODES.c.last_seen < bindparam("cutoff"))  # noqa: E712
+    .limit(1)
+)
+
+
 def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
     """Mark nodes silent for `timeout` seconds down and lose their parts.
 
@@ -203,17 +212,7 @@ def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
     if since > cutoff:
         return changes
     # Runs every pass: a plain read first, the ORM only when a node is silent.
-    nodes_t = Node.__table__
-    if (
-        session.connection()
-        .execute(
-            select(nodes_t.c.name)
-            .where(nodes_t.c.healthy == True, nodes_t.c.last_seen < cutoff)  # noqa: E712
-            .limit(1)
-        )
-        .first()
-        is None
-    ):
+    if session.connection().execute(_ANY_SILENT, {"cutoff": cutoff}).first() is None:
         return changes
     silent = (
         session.execute(

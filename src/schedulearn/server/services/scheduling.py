@@ -391,9 +391,20 @@ def resize(
     result.resized.append(job.id or 0)
 
 
+# Built once; the state is a bound parameter from the enum, not a literal.
+_ANY_RESUMING = (
+    select(col(Job.id))
+    .where(col(Job.state) == JobState.PENDING, col(Job.resume_kind) != None)  # noqa: E711
+    .limit(1)
+)
+
+
 def resume(session: Session, now: float) -> PassResult:
     """Start the jobs whose resize or migration has drained, on their target placement."""
     result = PassResult()
+    # Every pass asks, and hardly ever is one waiting: a plain read first.
+    if session.connection().execute(_ANY_RESUMING).first() is None:
+        return result
     waiting = (
         session.execute(
             select(Job)
