@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from pg_server import Postgres
 from sqlalchemy import inspect
 from sqlmodel import SQLModel
 
 from schedulearn.server import db, models  # noqa: F401  (registers the tables)
 from schedulearn.server.declared import add_missing_columns
+from waiting import wait_until
 
 
 def test_migrations_match_the_models(database_url: str) -> None:
@@ -85,3 +89,57 @@ def test_a_missing_column_without_a_default_is_refused_with_what_to_do(
             add_missing_columns(conn, later)
     finally:
         database.close()
+
+
+def _tables(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return set(inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_a_migration_waits_for_another_replicas(postgres_server: Postgres) -> None:
+    url = postgres_server.new_database()
+    database = db.Database(url)
+    other = sa.create_engine(url)
+    try:
+        with other.connect() as held:  # another replica migrating
+            held.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": db.MIGRATION_LOCK})
+            migrating = threading.Thread(target=db.migrate, args=(database.engine,))
+            migrating.start()
+            migrating.join(1.0)
+            assert migrating.is_alive() and "job" not in _tables(url)
+            held.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": db.MIGRATION_LOCK})
+            migrating.join(60)
+        assert not migrating.is_alive()
+        assert {"job", "alembic_version"} <= _tables(url)
+    finally:
+        other.dispose()
+        database.close()
+
+
+def test_replicas_started_together_on_a_new_database_all_come_up(postgres_server: Postgres) -> None:
+    url = postgres_server.new_database()
+    databases = [db.Database(url) for _ in range(4)]
+    together = threading.Barrier(len(databases))
+    failed: list[BaseException] = []
+
+    def start(database: db.Database) -> None:
+        together.wait()
+        try:
+            db.migrate(database.engine)
+        except BaseException as exc:  # reported below, with the others'
+            failed.append(exc)
+
+    threads = [threading.Thread(target=start, args=(d,)) for d in databases]
+    try:
+        for t in threads:
+            t.start()
+        wait_until(lambda: not any(t.is_alive() for t in threads), 120, "every migration")
+        assert failed == []
+        assert "job" in _tables(url)
+    finally:
+        for d in databases:
+            d.close()

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
@@ -150,6 +150,21 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
 
 
+# PostgreSQL advisory lock held while a server migrates (any constant
+# shared by all replicas, other than the scheduler's LEADER_LOCK).
+MIGRATION_LOCK = 0x5C4EE
+
+
+def _one_at_a_time(conn: Connection) -> None:
+    """With PostgreSQL, wait for any other replica's migration to end first
+    (the lock ends with this transaction). Replicas started together on a
+    new database otherwise both created Alembic's table, and the loser
+    exited ("Application startup failed"). The one that waited then finds
+    the schema at head and changes nothing. SQLite has one server per file."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+
+
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest revision (idempotent; run at start).
 
@@ -164,6 +179,7 @@ def migrate(engine: Engine) -> None:
         from schedulearn.server.declared import add_missing_columns
 
         with engine.begin() as conn:
+            _one_at_a_time(conn)
             for added in add_missing_columns(conn, SQLModel.metadata):
                 log.info("added the declared column %s", added)
         return
@@ -174,6 +190,7 @@ def migrate(engine: Engine) -> None:
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
     with engine.begin() as conn:
+        _one_at_a_time(conn)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
