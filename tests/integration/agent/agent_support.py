@@ -41,9 +41,9 @@ def pid_alive(pid: int) -> bool:
     """Whether `pid` is a running process (a zombie, ended but not reaped, is not)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):  # gone, or reaped between the two
         return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rindex(")") + 2] != "Z"
 
 
