@@ -13,10 +13,11 @@ row, the job's history.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, update
+from sqlalchemy import Update, bindparam, update
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session, col
 
@@ -183,11 +184,7 @@ def transition_many(session: Session, steps: list[Step]) -> None:
     conn = session.connection()
     per_row = not conn.dialect.supports_sane_multi_rowcount
     for keys, rows in groups.items():
-        stmt = (
-            update(_JOBS)
-            .where(_JOBS.c.id == bindparam("w_id"), _JOBS.c.state == bindparam("w_state"))
-            .values({k: bindparam(f"v_{k}", type_=_JOBS.c[k].type) for k in keys})
-        )
+        stmt = _update_of(keys)
         # Where the driver cannot count the rows of an executemany, one row at a time.
         batches = [[r] for r in rows] if per_row else [rows]
         for batch in batches:
@@ -196,6 +193,17 @@ def transition_many(session: Session, steps: list[Step]) -> None:
                 raise StaleState(f"{len(batch) - result.rowcount} of jobs {_ids(batch)} moved on")
     if history:
         conn.execute(_HISTORY.insert(), history)
+
+
+@functools.cache
+def _update_of(keys: tuple[str, ...]) -> Update:
+    """The UPDATE of one job row that sets `keys`, guarded by its first state; built
+    once per set of keys (a few kinds of step; building one cost more than running it)."""
+    return (
+        update(_JOBS)
+        .where(_JOBS.c.id == bindparam("w_id"), _JOBS.c.state == bindparam("w_state"))
+        .values({k: bindparam(f"v_{k}", type_=_JOBS.c[k].type) for k in keys})
+    )
 
 
 def _ids(rows: list[dict[str, Any]]) -> str:

@@ -274,6 +274,12 @@ _STOPS = (
     .order_by(_PARTS.c.id)
 )
 _JOBS_OF = select(*_JOB_COLUMNS).where(_JOBS.c.id.in_(bindparam("ids", expanding=True)))
+_CHECKPOINTS_OF = select(
+    col(JobCheckpoint.job_id),
+    col(JobCheckpoint.attempt),
+    col(JobCheckpoint.sha256),
+    col(JobCheckpoint.size_bytes),
+).where(col(JobCheckpoint.job_id).in_(bindparam("ids", expanding=True)))
 # In id order (the caller's), the lock order of every bulk update of parts.
 _DELIVERED = (
     update(_PARTS)
@@ -303,8 +309,8 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
         carried: dict[int, CheckpointRef] = {}
         if timing.checkpoint_dir is None:
             # Every job's checkpoint in one query.
-            rows = session.execute(select(JobCheckpoint).where(JobCheckpoint.job_id.in_(ids)))  # type: ignore[attr-defined]
-            carried = {row.job_id: checkpoints.ref_of(row) for row in rows.scalars()}
+            rows = conn.execute(_CHECKPOINTS_OF, {"ids": list(ids)})
+            carried = {row.job_id: checkpoints.ref_of(row) for row in rows}
         # Every owner's account in one query (a lookup per job cost a query each).
         accounts = users.unix_accounts(session, {job.user for job in jobs.values()})
         for part in new:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Protocol
 
 from sqlalchemy import delete, select
 from sqlmodel import Session, col
@@ -109,7 +110,15 @@ def commit(session: Session, store: Path, upload: Upload, now: float) -> Checkpo
     return ref_of(row)
 
 
-def ref_of(row: JobCheckpoint) -> CheckpointRef:
+class _Stored(Protocol):
+    """A stored checkpoint's columns: the ORM row, or a plain one (a work handout's)."""
+
+    attempt: int
+    sha256: str
+    size_bytes: int
+
+
+def ref_of(row: _Stored) -> CheckpointRef:
     return CheckpointRef(attempt=row.attempt, sha256=row.sha256, size_bytes=row.size_bytes)
 
 

@@ -229,13 +229,19 @@ class Membership:
         return spec if name == asked else spec.model_copy(update={"queue": name})
 
 
+_QUEUE_NAMES = select(col(TenantQueue.name))
+_MEMBERS = select(col(QueueMember.queue), col(QueueMember.user), col(QueueMember.is_default))
+
+
 def membership(session: Session) -> Membership:
-    declared = frozenset(session.execute(select(col(TenantQueue.name))).scalars())
+    # Plain rows from statements built once: every submission batch reads them.
+    conn = session.connection()
+    declared = frozenset(conn.execute(_QUEUE_NAMES).scalars())
     members: dict[str, set[str]] = defaultdict(set)
     defaults: dict[str, str] = {}
     if declared:
-        for m in session.execute(select(QueueMember)).scalars():
-            members[m.queue].add(m.user)
-            if m.is_default:
-                defaults[m.user] = m.queue
+        for queue, user, is_default in conn.execute(_MEMBERS):
+            members[queue].add(user)
+            if is_default:
+                defaults[user] = queue
     return Membership(declared, {q: frozenset(u) for q, u in members.items()}, defaults)

@@ -12,7 +12,7 @@ may override; admins have no bound.
 
 from __future__ import annotations
 
-from sqlalchemy import delete
+from sqlalchemy import bindparam, delete
 from sqlmodel import Session, col, select
 
 from schedulearn.protocol import RunAs, UserCreate, UserList, UserPublic, UserUpdate
@@ -132,13 +132,19 @@ def unix_accounts(session: Session, names: set[str] | None = None) -> dict[str, 
     """`unix_account_of` for every user at once, or for those in `names` (one
     query; the scheduler's pass needs every job owner's, a work handout its
     batch's): users absent here get None."""
-    query = select(User.name, User.unix_account, User.allow_root).where(
-        col(User.disabled_at).is_(None)
-    )
-    if names is not None:
-        query = query.where(col(User.name).in_(names))
-    rows = session.execute(query)
+    conn = session.connection()  # plain rows: every pass and every handout reads them
+    if names is None:
+        rows = conn.execute(_ACCOUNTS)
+    else:
+        rows = conn.execute(_ACCOUNTS_OF, {"names": list(names)})
     return {name: _run_as(name, account, allow_root) for name, account, allow_root in rows}
+
+
+# Built once: see `unix_accounts`.
+_ACCOUNTS = select(col(User.name), col(User.unix_account), col(User.allow_root)).where(
+    col(User.disabled_at).is_(None)
+)
+_ACCOUNTS_OF = _ACCOUNTS.where(col(User.name).in_(bindparam("names", expanding=True)))
 
 
 def _run_as(name: str, unix_account: str | None, allow_root: bool) -> RunAs:
