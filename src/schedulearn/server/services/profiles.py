@@ -25,6 +25,7 @@ what placement uses, do not depend on the unit).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from sqlalchemy import func, select
@@ -194,8 +195,12 @@ def mark(session: Session) -> tuple[int, float]:
     return int(count), float(latest or 0.0) // REFRESH_SECONDS
 
 
+@functools.lru_cache(maxsize=64)
 def takes_profiles(spec: str) -> bool:
-    """True when the policy of `spec` has a `profiles` option the spec leaves unset."""
+    """True when the policy of `spec` has a `profiles` option the spec leaves unset.
+
+    Remembered per spec: every scheduling round asks, and parsing a spec reads
+    the policy's signature."""
     try:
         name, options = parse_spec(spec)
         return OPTION in options_of(name) and OPTION not in options

@@ -28,9 +28,10 @@ writers below check the row again).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session, col
@@ -55,6 +56,10 @@ from schedulearn.server.states import StaleState, Step, transition, transition_m
 from schedulearn.server.wakeups import Changes
 
 log = logging.getLogger(__name__)
+
+
+# A job a pass starts: its id, the attempt it is on and its state.
+_Decided = tuple[int, int, JobState]
 
 
 @dataclass(slots=True)
@@ -166,16 +171,24 @@ def run_pass(
     if not decisions:
         return result
     decisions = check(ledger_for(snap, view), as_moves(decisions), snap.jobs, result)
-    # One query loads every decided job; `session.get` then finds each in the
-    # session (held here: the session keeps its objects only weakly).
-    decided = {d.job_id for d in decisions}
-    held = session.execute(select(Job).where(col(Job.id).in_(decided))).scalars().all()
-    starts: list[tuple[Job, Placement]] = []
+    # A start needs only the job's attempt and state: one plain read for all of
+    # them. Preemptions and resizes work on ORM jobs, loaded in one query;
+    # `session.get` then finds each in the session (held here: the session
+    # keeps its objects only weakly).
+    ids = [d.job_id for d in decisions]
+    decided = {
+        job_id: (attempt, JobState(state))
+        for job_id, attempt, state in session.connection().execute(_DECIDED, {"ids": ids})
+    }
+    others = [d.job_id for d in decisions if not isinstance(d, Start) and d.job_id in decided]
+    held: Sequence[Job] = ()
+    if others:
+        held = session.execute(select(Job).where(col(Job.id).in_(others))).scalars().all()
+    starts: list[tuple[_Decided, Placement]] = []
     try:
         for d in decisions:
-            job = session.get(Job, d.job_id)
-            if job is None:
-                continue
+            if d.job_id not in decided:
+                continue  # gone since the snapshot
             if isinstance(d, Start):
                 busy = [
                     f"{n}:{g}" for n, gpus in d.placement for g in gpus if (n, g) in snap.holders
@@ -185,8 +198,12 @@ def run_pass(
                     # until the victim's process exits: start on a later pass.
                     result.deferred.append(d.job_id)
                     continue
-                starts.append((job, d.placement))
-            elif isinstance(d, Preempt):
+                starts.append(((d.job_id, *decided[d.job_id]), d.placement))
+                continue
+            job = session.get(Job, d.job_id)
+            if job is None:
+                continue
+            if isinstance(d, Preempt):
                 _preempt(session, job, now, result)
             elif isinstance(d, Resize):
                 resize(session, job, d.placement, now, result, snap.holders)
@@ -250,7 +267,7 @@ def _parts_of(placement: Placement) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def _start_many(
-    session: Session, starts: list[tuple[Job, Placement]], now: float, result: PassResult
+    session: Session, starts: list[tuple[_Decided, Placement]], now: float, result: PassResult
 ) -> None:
     """`_start` for every job a pass starts, set-based: the jobs' moves in one
     UPDATE (`transition_many`), their GPUs in one INSERT, their parts in one."""
@@ -259,15 +276,15 @@ def _start_many(
     steps: list[Step] = []
     allocations: list[dict[str, object]] = []
     parts: list[dict[str, object]] = []
-    for job, placement in starts:
-        job_id, attempt = job.id or 0, job.attempt + 1
+    for (job_id, last_attempt, state), placement in starts:
+        attempt = last_attempt + 1
         fields = {
             "attempt": attempt,
             "placement": placement.as_dict(),
             "resume_placement": None,
             "resume_kind": None,
         }
-        steps.append(Step(job_id, attempt, JobState(job.state), JobState.ASSIGNED, now, "", fields))
+        steps.append(Step(job_id, attempt, state, JobState.ASSIGNED, now, "", fields))
         for rank, (node, gpus) in enumerate(_parts_of(placement)):
             allocations += [
                 {"node": node, "gpu_index": g, "job_id": job_id, "attempt": attempt} for g in gpus
@@ -294,10 +311,14 @@ def _start_many(
     if allocations:  # none when every start is a job without GPUs
         conn.execute(Allocation.__table__.insert(), allocations)
     conn.execute(JobPart.__table__.insert(), parts)
-    for (job, _), step in zip(starts, steps, strict=True):
-        # Keep the session's copies true to the rows (nothing is left to flush).
+    for step in steps:
+        # A copy of the job the session holds (a resume may have loaded it) is
+        # kept true to the row: nothing is left to flush.
+        held = session.identity_map.get(Session.identity_key(Job, step.job_id))
+        if held is None:
+            continue
         for key, value in {**step.fields, "state": JobState.ASSIGNED.value}.items():
-            set_committed_value(job, key, value)
+            set_committed_value(held, key, value)
 
 
 def _refuse_unpreemptible(job: Job, verb: str, result: PassResult) -> bool:
@@ -390,6 +411,11 @@ def resize(
         )
     result.resized.append(job.id or 0)
 
+
+# Built once: every pass that starts a job reads them.
+_DECIDED = select(col(Job.id), col(Job.attempt), col(Job.state)).where(
+    col(Job.id).in_(bindparam("ids", expanding=True))
+)
 
 # Built once; the state is a bound parameter from the enum, not a literal.
 _ANY_RESUMING = (
