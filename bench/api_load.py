@@ -39,7 +39,7 @@ from pathlib import Path
 from machine import CpuMeter, describe, speed_line
 from rawhttp import Connection, HttpError
 
-from schedulearn.cli.localcluster import AgentProcess, ServerProcess
+from schedulearn.cli.localcluster import AgentProcess, ServerProcess, ctrl_c_held
 
 ADMIN = "bench-admin"
 AGENT = "bench-agent"
@@ -238,9 +238,10 @@ async def main() -> None:
             f"of which submitted -> assigned p50 {pct(to_assigned, 0.5) * 1000:.1f} ms"
         )
     finally:
-        for a in agents:
-            a.stop(timeout=10)
-        server.stop()
+        with ctrl_c_held():
+            for a in agents:
+                a.stop(timeout=10)
+            server.stop()
         if args.keep:
             print(f"logs in {root}")
 

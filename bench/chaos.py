@@ -58,7 +58,7 @@ from machine import describe, speed_line
 
 from schedulearn.agent import credential
 from schedulearn.cli.client import ApiError, Client, new_key
-from schedulearn.cli.localcluster import AgentProcess, ServerProcess
+from schedulearn.cli.localcluster import AgentProcess, ServerProcess, ctrl_c_held
 from schedulearn.cli.localpostgres import LocalPostgres
 from schedulearn.protocol import JobSpec, JobState
 from schedulearn.server.scheduler import LEADER_LOCK
@@ -411,12 +411,13 @@ def main() -> None:
             jobs = all_jobs(client)
         report(args, tally, jobs, runs_from(stamps), chaos, replicas, began, submitted, drained)
     finally:
-        for agent in agents:
-            agent.kill()
-        for replica in replicas:
-            replica.process.kill()
-        if pg is not None:
-            pg.remove()
+        with ctrl_c_held():
+            for agent in agents:
+                agent.kill()
+            for replica in replicas:
+                replica.process.kill()
+            if pg is not None:
+                pg.remove()
         if args.keep:
             print(f"kept {root}")
         else:

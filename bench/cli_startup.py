@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from schedulearn.cli.localcluster import ServerProcess
+from schedulearn.cli.localcluster import ServerProcess, ctrl_c_held
 
 GOAL_SECONDS = 0.3
 GOAL_OVER_PYTHON = 0.2
@@ -103,7 +103,8 @@ def main() -> None:
                     )
                 )
         finally:
-            server.stop()
+            with ctrl_c_held():
+                server.stop()
 
     cpu = platform.processor() or platform.machine()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schedulearn.cli.client import Client
-from schedulearn.cli.localcluster import AgentProcess, ServerProcess
+from schedulearn.cli.localcluster import AgentProcess, ServerProcess, ctrl_c_held
 from schedulearn.protocol import JobSpec
 
 ADMIN = "bench-admin"
@@ -106,9 +106,10 @@ def run_policy(policy: str, args: argparse.Namespace, root: Path) -> Outcome:
                 time.sleep(0.1)
             return _drive(client, policy, rng, args, started)
     finally:
-        for agent in agents:
-            agent.stop(timeout=15)
-        server.kill()
+        with ctrl_c_held():
+            for agent in agents:
+                agent.stop(timeout=15)
+            server.kill()
 
 
 def _drive(

@@ -14,7 +14,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +27,25 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C ignored inside (from the main thread): wrap a cluster's clean-up in it.
+
+    `uv run` passes the terminal's Ctrl-C on to the script it runs, so a
+    script gets it twice: the second interrupted the clean-up the first
+    began, and left servers and agents running (in sessions of their own,
+    which no Ctrl-C reaches).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _cli(*args: str) -> list[str]:
