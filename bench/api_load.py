@@ -117,29 +117,29 @@ async def wait_all_final(url: str, ids: list[int], before: int, timeout: float) 
 
 
 async def latency(url: str, n: int) -> tuple[list[float], list[float]]:
-    """Each job's `started_at - submitted_at`, both from the server's clock, so
-    how often this polls does not enter the figure; it polls the count of
-    ended jobs (no forecast: see `count_final`) and reads the job once it has
-    ended, so the polling barely competes with the start it measures. Also
-    each job's part of that spent before it was assigned (submission and
+    """Each job's `started_at - submitted_at`, both from the server's clock, and
+    the part of it spent before the job was assigned (submission and
     scheduling pass; the rest is the handout, the agent's start and its
-    `started` report), from the job's history."""
+    `started` report), from the job's history.
+
+    Jobs go one at a time to an idle cluster. The client stays off the path
+    it measures: after each submission it waits `QUIET` (longer than the
+    whole path takes), and only then reads the job, every `QUIET` again until
+    it has ended. Polling while the job starts (the last pass listed the
+    ended jobs every 10 ms) put each request's few milliseconds of the
+    server's event loop and database thread in the way of the start."""
     conn = Connection(url, ADMIN)
     out: list[float] = []
     to_assigned: list[float] = []
     try:
-        ended = (await conn.json("GET", FINAL))["total"]
         for _ in range(n):
             reply = await conn.json("POST", "/api/v1/jobs", {"command": ["true"], "gpus": 1})
             job_id = reply["ids"][0]
-            # Let the cluster go idle again, so each job meets an empty queue.
-            # Every 10 ms, not faster: each poll takes the server's database
-            # thread for milliseconds (6 ms with 5,000 ended jobs), time the
-            # start being measured would otherwise wait for.
-            while (await conn.json("GET", FINAL))["total"] <= ended:
-                await asyncio.sleep(0.01)
-            ended += 1
-            j = await conn.json("GET", f"/api/v1/jobs/{job_id}")
+            while True:
+                await asyncio.sleep(QUIET)
+                j = await conn.json("GET", f"/api/v1/jobs/{job_id}")
+                if j["state"] in ENDED:
+                    break
             out.append(j["started_at"] - j["submitted_at"])
             history = await conn.json("GET", f"/api/v1/jobs/{job_id}/history")
             assigned = next(t["at"] for t in history["transitions"] if t["to_state"] == "assigned")
@@ -147,6 +147,10 @@ async def latency(url: str, n: int) -> tuple[list[float], list[float]]:
     finally:
         conn.close()
     return out, to_assigned
+
+
+QUIET = 0.1  # seconds the latency phase leaves the server alone after each submission
+ENDED = ("succeeded", "failed", "cancelled")
 
 
 def cpu_per(spent: dict[str, float], n: int) -> str:

@@ -61,6 +61,8 @@ class PartStatus(StrEnum):
 class Job(_JobColumns, table=True):
     __table_args__ = (
         Index("ix_job_state_queue", "state", "queued_at", "id"),
+        # A listing filtered by state pages by id (migration 0010).
+        Index("ix_job_state_id", "state", "id"),
         Index("ix_job_user_id", "user", "id"),
         Index("ix_job_array", "array_id"),
     )
