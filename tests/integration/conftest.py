@@ -13,6 +13,7 @@ and fail in CI.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from server_api import ADMIN, AGENT, Api
 
 from dependencies import Dependency, missing
 from schedulearn.server import create_app
+from schedulearn.server.db import Database, migrate
 from schedulearn.settings import ServerSettings
 
 
@@ -65,10 +67,66 @@ def postgres(backend: str, request: pytest.FixtureRequest) -> Postgres | None:
 
 
 @pytest.fixture
-def database_url(postgres: Postgres | None, tmp_path: Path) -> str:
+def empty_database_url(postgres: Postgres | None, tmp_path: Path) -> str:
+    """A new, empty database: for the tests of migrations and of a first start."""
     if postgres is not None:
         return postgres.new_database()
     return f"sqlite:///{tmp_path / 'schedulearn.db'}"
+
+
+class SchemaTemplates:
+    """Databases migrated once per worker, copied for each test (`database_url`)."""
+
+    NAME = "schema_template"  # the PostgreSQL template database
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._sqlite: Path | None = None
+        self._postgres: set[Path] = set()  # the servers (their directories) that have one
+
+    def sqlite_copy(self, to: Path) -> str:
+        if self._sqlite is None:
+            self._sqlite = self.root / "schedulearn.db"
+            _migrate(f"sqlite:///{self._sqlite}")
+        shutil.copyfile(self._sqlite, to)
+        return f"sqlite:///{to}"
+
+    def postgres_copy(self, server: Postgres) -> str:
+        if server.dir not in self._postgres:
+            _migrate(server.new_database(self.NAME))
+            self._postgres.add(server.dir)
+        return server.new_database(template=self.NAME)
+
+
+@pytest.fixture(scope="session")
+def schema_templates(tmp_path_factory: pytest.TempPathFactory) -> SchemaTemplates:
+    return SchemaTemplates(tmp_path_factory.mktemp("schema-template"))
+
+
+@pytest.fixture
+def database_url(
+    postgres: Postgres | None, tmp_path: Path, schema_templates: SchemaTemplates
+) -> str:
+    """A new database with the schema at the newest revision: a copy of a template
+    migrated once per worker and backend. Migrating every test's database from
+    scratch cost about 0.7 s of CPU a test, on each backend; the migrations
+    themselves are tested from an empty database (`empty_database_url`)."""
+    if postgres is not None:
+        return schema_templates.postgres_copy(postgres)
+    return schema_templates.sqlite_copy(tmp_path / "schedulearn.db")
+
+
+def _migrate(url: str) -> None:
+    """Migrate `url` to the newest revision and let go of every connection (a
+    PostgreSQL template must have none; an SQLite file is copied whole)."""
+    database = Database(url)
+    try:
+        migrate(database.engine)
+        if database.is_sqlite:
+            with database.engine.connect() as conn:  # the whole schema in the main file
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        database.close()
 
 
 @pytest.fixture

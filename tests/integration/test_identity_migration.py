@@ -32,8 +32,8 @@ def _upgrade_to(database: db.Database, target: str) -> None:
             env.run_migrations()
 
 
-def test_tokens_and_owners_survive_the_identity_migration(database_url: str) -> None:
-    database = db.Database(database_url)
+def test_tokens_and_owners_survive_the_identity_migration(empty_database_url: str) -> None:
+    database = db.Database(empty_database_url)
     try:
         _upgrade_to(database, "0003")
         with database.engine.begin() as conn:

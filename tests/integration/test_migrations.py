@@ -17,8 +17,8 @@ from schedulearn.server.declared import add_missing_columns
 from waiting import wait_until
 
 
-def test_migrations_match_the_models(database_url: str) -> None:
-    database = db.Database(database_url)
+def test_migrations_match_the_models(empty_database_url: str) -> None:
+    database = db.Database(empty_database_url)
     try:
         db.migrate(database.engine)
         db.migrate(database.engine)  # idempotent: a second start changes nothing
@@ -40,10 +40,10 @@ def test_sqlite_runs_in_wal_mode(tmp_path) -> None:  # type: ignore[no-untyped-d
         database.close()
 
 
-def test_a_declared_column_the_database_lacks_is_added_at_start(database_url: str) -> None:
+def test_a_declared_column_the_database_lacks_is_added_at_start(empty_database_url: str) -> None:
     """A field declared after the database was made becomes a column at the
     next start, keeping the rows it had (no migration file)."""
-    database = db.Database(database_url)
+    database = db.Database(empty_database_url)
     try:
         db.migrate(database.engine)
         with database.engine.begin() as conn:

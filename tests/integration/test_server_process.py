@@ -38,12 +38,12 @@ def start(database_url: str, port: int, log: Path, token_file: Path) -> subproce
 
 
 def test_first_start_writes_tokens_to_a_private_file_never_the_log(
-    database_url: str, tmp_path: Path
+    empty_database_url: str, tmp_path: Path
 ) -> None:
     port = free_port()
     log = tmp_path / "server.log"
     token_file = tmp_path / "secrets" / "first-tokens"
-    proc = start(database_url, port, log, token_file)
+    proc = start(empty_database_url, port, log, token_file)
     try:
         text = log.read_text()
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
@@ -74,7 +74,7 @@ def test_first_start_writes_tokens_to_a_private_file_never_the_log(
         proc.wait()
     log.write_text("")
     token_file.unlink()
-    proc = start(database_url, port, log, token_file)
+    proc = start(empty_database_url, port, log, token_file)
     try:
         # Made once, at the first start only.
         assert "token" not in log.read_text() and not token_file.exists()

@@ -15,9 +15,9 @@ from schedulearn.cli.localcluster import free_port
 
 
 def test_an_api_call_right_after_healthz_is_served_not_refused(
-    database_url: str, tmp_path: Path
+    empty_database_url: str, tmp_path: Path
 ) -> None:
-    server = Served(database_url, tmp_path / "server.log").start()  # returns at /healthz
+    server = Served(empty_database_url, tmp_path / "server.log").start()  # returns at /healthz
     try:
         with server.client() as http:
             reply = http.get("/api/v1/jobs")

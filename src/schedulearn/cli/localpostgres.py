@@ -58,13 +58,16 @@ class LocalPostgres:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
-    def new_database(self, name: str | None = None) -> str:
-        """A new empty database (named after this process when no name is given): its URL."""
+    def new_database(self, name: str | None = None, template: str | None = None) -> str:
+        """A new database (named after this process when no name is given): its URL.
+
+        Empty, or a copy of database `template` (which nothing may be connected to)."""
         import psycopg
 
         name = name or f"t{os.getpid()}_{next(_db_numbers)}"
+        copy = f' TEMPLATE "{template}"' if template else ""
         with psycopg.connect(self.url(), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{copy}')
         return self.url(name)
 
     def advisory_holder(self, lock: int, database: str) -> str | None:
