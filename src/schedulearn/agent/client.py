@@ -37,9 +37,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 from pydantic import BaseModel, ValidationError
 
+from schedulearn.agent.http import httpx
 from schedulearn.agent.retry import Retry, Temporary
 from schedulearn.failover import PREFER_HEADER, Rotation, parse_servers
 from schedulearn.protocol import (
