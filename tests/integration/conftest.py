@@ -6,7 +6,9 @@ speaking to it.
 PostgreSQL is a real server these fixtures start themselves: `initdb` and
 `pg_ctl` as the unprivileged `postgres` user (via `runuser`), in a temp
 directory, on a free port, once per session (so once per xdist worker).
-Each test gets its own database in it. Tests marked `postgres` need it even
+Each test gets its own database in it, a copy of a template migrated once
+(`database_url`; `empty_database_url` for the tests of migrations and of a
+first start). Tests marked `postgres` need it even
 on the SQLite run (`postgres_server`); without PostgreSQL they skip locally
 and fail in CI.
 """
