@@ -40,6 +40,7 @@ from machine import CpuMeter, describe, speed_line
 from rawhttp import Connection, HttpError
 
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess, ctrl_c_held
+from schedulearn.protocol import JobState
 
 ADMIN = "bench-admin"
 AGENT = "bench-agent"
@@ -87,7 +88,8 @@ async def wait_ready(url: str, timeout: float = 120.0) -> None:
     raise TimeoutError(f"the server was not ready in {timeout}s")
 
 
-FINAL = "/api/v1/jobs?state=succeeded&state=failed&state=cancelled&limit=1"
+ENDED = tuple(s.value for s in JobState if s.is_final)
+FINAL = "/api/v1/jobs?" + "&".join(f"state={s}" for s in ENDED) + "&limit=1"
 
 
 async def count_final(url: str) -> int:
@@ -150,7 +152,6 @@ async def latency(url: str, n: int) -> tuple[list[float], list[float]]:
 
 
 QUIET = 0.1  # seconds the latency phase leaves the server alone after each submission
-ENDED = ("succeeded", "failed", "cancelled")
 
 
 def cpu_per(spent: dict[str, float], n: int) -> str:
