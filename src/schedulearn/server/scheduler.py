@@ -81,6 +81,7 @@ class Scheduler:
         self._leader_conn: PoolProxiedConnection | None = None
         self._pruned_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._round_running: asyncio.Future[Round] | None = None  # the loop's, on a database thread
         self._turned_at = time.monotonic()  # the loop's last turn, for `alive`
         self._outage = False  # the last round found the database unavailable
 
@@ -113,14 +114,19 @@ class Scheduler:
         return got
 
     def _let_go(self) -> None:
-        """Drop the leader connection and with it the advisory lock.
+        """Give up the advisory lock and drop the leader connection.
 
-        `close()` on a pooled connection only returns it to the pool, where
-        the session, and so the lock, lives on: the next round, on another
-        pooled connection, could then never lead again. `invalidate()` closes
-        the session itself."""
+        The explicit unlock frees the lock before this returns: a closed
+        socket alone leaves it to the database's backend process, which lets
+        go of its locks only as it exits, a moment later. `close()` on a
+        pooled connection would only return it to the pool, where the
+        session lives on; `invalidate()` ends the session itself."""
         if self._leader_conn is None:
             return
+        with contextlib.suppress(Exception):  # a broken connection holds no lock
+            cur = self._leader_conn.cursor()
+            cur.execute("SELECT pg_advisory_unlock(%s)", (LEADER_LOCK,))
+            self._leader_conn.commit()
         with contextlib.suppress(Exception):
             self._leader_conn.invalidate()
         self._leader_conn = None
@@ -200,7 +206,10 @@ class Scheduler:
         return self.db.call(self._round)
 
     async def run_once(self) -> Round:
-        round_ = await self.db.run(self._round)
+        # Shielded: cancelling the loop cannot stop a round already on a
+        # database thread, so `stop` waits for this future instead.
+        self._round_running = asyncio.ensure_future(self.db.run(self._round))
+        round_ = await asyncio.shield(self._round_running)
         self.passes += 1
         if round_.changes.nodes:
             self.shape.invalidate()  # a node went down
@@ -267,4 +276,9 @@ class Scheduler:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._round_running is not None:
+            # A round still on its thread could otherwise take the lock
+            # again after it was let go, or race `_let_go` on its connection.
+            with contextlib.suppress(Exception):  # the loop would have logged it
+                await self._round_running
         self._let_go()
