@@ -54,11 +54,19 @@ import dataclasses
 import re
 import types
 import typing
+from contextvars import ContextVar
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from schedulearn.core.goodput import GoodputReport
@@ -94,6 +102,11 @@ def _no_nul(value: object) -> None:
             _no_nul(v)
 
 
+# True while a model's validation runs on data its outermost model has
+# checked for NUL (a context variable: validation may run on any thread).
+_NUL_CHECKED: ContextVar[bool] = ContextVar("_NUL_CHECKED", default=False)
+
+
 class _Wire(BaseModel):
     """Base of every wire model: numbers are finite and text has no NUL (neither
     survives JSON or PostgreSQL). Every model derives from `_Request` or `_Reply`."""
@@ -102,11 +115,19 @@ class _Wire(BaseModel):
     # so a CLI command pays only for the models it reads.
     model_config = ConfigDict(allow_inf_nan=False, defer_build=True)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _reject_nul(cls, data: object) -> object:
+    def _reject_nul(cls, data: object, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        # The outermost model walks all its data once; the models inside it
+        # (a log batch's ten thousand lines) skip their part.
+        if _NUL_CHECKED.get():
+            return handler(data)
         _no_nul(data)
-        return data
+        checked = _NUL_CHECKED.set(True)
+        try:
+            return handler(data)
+        finally:
+            _NUL_CHECKED.reset(checked)
 
 
 class _Request(_Wire):

@@ -87,6 +87,36 @@ def test_a_request_with_a_field_it_does_not_have_is_refused() -> None:
     assert "gpus.0.vram" in str(nested.value)
 
 
+@pytest.mark.parametrize(
+    "batch",
+    [
+        {
+            "attempt": 1,
+            "lines": [{"seq": 1, "text": "ok", "at": 1.0}, {"seq": 2, "text": "a\x00", "at": 1.0}],
+        },
+        {"attempt": 1, "node": "n\x00", "lines": []},
+    ],
+)
+def test_nul_anywhere_in_a_request_is_refused(batch: dict[str, object]) -> None:
+    """The outermost model checks all its data once (the lines inside skip it),
+    so a NUL deep inside is refused as surely as one at the top."""
+    with pytest.raises(ValidationError, match="NUL"):
+        protocol.LogBatch.model_validate(batch)
+    with pytest.raises(ValidationError, match="NUL"):
+        protocol.JobSpec.model_validate({"command": ["true"], "env": {"K\x00": "v"}})
+    # A refusal from inside (a bad field, after the walk) leaves nothing
+    # behind: the next model is checked in full again.
+    with pytest.raises(ValidationError, match="seq"):
+        protocol.LogBatch.model_validate(
+            {"attempt": 1, "lines": [{"seq": "x", "text": "", "at": 1}]}
+        )
+    with pytest.raises(ValidationError, match="NUL"):
+        protocol.LogLine.model_validate({"seq": 1, "text": "\x00", "at": 1.0})
+    assert protocol.LogBatch.model_validate(
+        {"attempt": 1, "lines": [{"seq": 1, "text": "x", "at": 1}]}
+    )
+
+
 def test_the_progress_a_job_reports_is_strict_and_the_progress_shown_is_not() -> None:
     with pytest.raises(ValidationError):
         protocol.ProgressReport.model_validate({"at": 1.0, "phase": "warmup"})
