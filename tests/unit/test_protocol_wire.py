@@ -102,10 +102,16 @@ def test_nul_anywhere_in_a_request_is_refused(batch: dict[str, object]) -> None:
     so a NUL deep inside is refused as surely as one at the top."""
     with pytest.raises(ValidationError, match="NUL"):
         protocol.LogBatch.model_validate(batch)
+
+
+def test_nul_in_a_dict_key_is_refused() -> None:
     with pytest.raises(ValidationError, match="NUL"):
         protocol.JobSpec.model_validate({"command": ["true"], "env": {"K\x00": "v"}})
-    # A refusal from inside (a bad field, after the walk) leaves nothing
-    # behind: the next model is checked in full again.
+
+
+def test_a_refusal_from_inside_leaves_the_next_model_fully_checked() -> None:
+    """A field refused after the outermost model's walk (inside `handler`)
+    must not leave the models validated next marked as checked."""
     with pytest.raises(ValidationError, match="seq"):
         protocol.LogBatch.model_validate(
             {"attempt": 1, "lines": [{"seq": "x", "text": "", "at": 1}]}
