@@ -1,16 +1,19 @@
 """Issue 5, done-when 1: under `timeslice` on one GPU, two preemptible digits jobs
 take turns (each is preempted at least once) and both finish with the final
 weights of an uninterrupted run. Real server and agent processes; checkpoints
-travel through the server."""
+travel through the server.
+
+A turn can end anywhere in a run, and each place leaves its own trace in the
+log; `check_turns` knows them all (the test once failed on the third)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from live_examples import (
+    DIGEST,
     RESUMED,
-    STOPPED,
-    digest_of,
     digits_command,
     history,
     live_cluster,
@@ -19,7 +22,32 @@ from live_examples import (
 
 from schedulearn.protocol import JobSpec
 
-ARGS = ("--epochs", "8", "--seed", "3")
+EPOCHS = 8
+ARGS = ("--epochs", str(EPOCHS), "--seed", "3")
+# Mid-epoch: "saved epoch 2 step 241"; between epochs: "saved epoch 3; exiting".
+STOPPED_ANYWHERE = re.compile(r"stop requested: saved epoch (\d+)(?: step (\d+))?")
+
+
+def check_turns(log: str, preemptions: int) -> int:
+    """Every preemption of a run left a resume, and each stop the script saw
+    was resumed at exactly the epoch (and step) it saved. Returns the stops.
+
+    The one turn that leaves a resume without a stop is one that ended
+    after the last epoch, while the script printed its result: it exits 0,
+    finished, but an exit while preempting is taken as saved-and-stopped
+    (a script may well exit 0 after saving), so the job runs once more,
+    resumes at the end and is done at once, with the same weights."""
+    stops = STOPPED_ANYWHERE.findall(log)
+    resumes = RESUMED.findall(log)
+    assert len(resumes) == preemptions, log
+    for (epoch, step), (resumed_epoch, resumed_step, _) in zip(stops, resumes, strict=False):
+        assert epoch == resumed_epoch and step in ("", resumed_step), log
+    after_the_end = resumes[len(stops) :]
+    assert len(after_the_end) <= 1, log
+    for epoch, _, offset in after_the_end:
+        assert (int(epoch), int(offset)) == (EPOCHS, 0), log
+        assert DIGEST.search(log, 0, log.rindex("resumed from")), log  # it had finished
+    return len(stops)
 
 
 def test_two_jobs_take_turns_on_one_gpu_and_end_as_if_never_interrupted(tmp_path: Path) -> None:
@@ -39,17 +67,13 @@ def test_two_jobs_take_turns_on_one_gpu_and_end_as_if_never_interrupted(tmp_path
                 for n in (1, 2)
             ]
         jobs = cluster.wait_final(ids, timeout=240)
+        stops: dict[int, int] = {}
         for job_id, job in jobs.items():
             steps = history(cluster, job_id)
             assert job.state == "succeeded", f"job {job_id}: {job.message}\n{steps}"
             assert job.preemptions >= 1, f"job {job_id} never gave up the GPU:\n{steps}"
             log = cluster.log_text(job_id)
-            stops = STOPPED.findall(log)
-            resumes = RESUMED.findall(log)
-            # Every stop was followed by a resume at exactly the saved epoch and step.
-            assert len(stops) == job.preemptions == len(resumes), log
-            assert [(e, s) for e, s in stops] == [(e, s) for e, s, _ in resumes], log
-            assert digest_of(log) == expected, f"job {job_id} ended with other weights"
+            stops[job_id] = check_turns(log, job.preemptions)
+            assert set(DIGEST.findall(log)) == {expected}, f"job {job_id} ended with other weights"
         # They took turns: each ran while the other waited, more than once.
-        one, two = (cluster.log_text(i) for i in ids)
-        assert len(STOPPED.findall(one)) + len(STOPPED.findall(two)) >= 2
+        assert sum(stops.values()) >= 2, stops
