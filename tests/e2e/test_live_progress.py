@@ -30,11 +30,21 @@ def _show(cluster: Cluster, job_id: int) -> tuple[str, tuple[str, ...]]:
 
 
 def _matches_the_log(cluster: Cluster, job_id: int, shown: tuple[str, ...]) -> None:
-    """What `show` printed is what the script printed for that epoch."""
+    """What `show` printed is what the script printed for that epoch.
+
+    Progress and output reach the server by separate ways (the agent tails
+    the progress file and ships the log in batches), and the script reports
+    an epoch just before printing it: the epoch's line may come a moment
+    after `show` had the epoch, so it is waited for."""
     epoch, _total, step, loss, accuracy, _rate = shown
-    logged = {e: (lo, acc, st) for e, lo, acc, st in LOGGED.findall(cluster.log_text(job_id))}
-    assert epoch in logged, f"epoch {epoch} shown but not in the job's log"
-    log_loss, log_accuracy, log_step = logged[epoch]
+
+    def logged_epoch() -> tuple[str, str, str] | None:
+        logged = LOGGED.findall(cluster.log_text(job_id))
+        return next(((lo, acc, st) for e, lo, acc, st in logged if e == epoch), None)
+
+    log_loss, log_accuracy, log_step = wait_for(
+        f"epoch {epoch}, shown by `show`, in the job's log", logged_epoch, cluster, timeout=30
+    )
     assert step == log_step
     assert float(loss) == pytest.approx(float(log_loss), abs=6e-4)  # 4 digits vs 4 decimals
     assert float(accuracy) == pytest.approx(float(log_accuracy), abs=6e-4)
