@@ -88,7 +88,7 @@ def _uv_cache() -> str:
 
 def _user(home: Path, clone: Path, uv_cache: str) -> dict[str, str]:
     """A new user in `home`: no SCHEDULEARN_* or virtualenv settings, the clone's tools first."""
-    drop = ("SCHEDULEARN_", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTEST_")
+    drop = ("SCHEDULEARN_", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "UV_PYTHON", "PYTEST_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     path = env.get("PATH", "")
     home.mkdir(parents=True, exist_ok=True)
@@ -263,8 +263,11 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> _Clone:
         if not ready.exists():
             shutil.rmtree(path, ignore_errors=True)  # a worker that failed half way
             _clone(root)
+            # On the interpreter the suite runs on (scripts/test may pick one
+            # with UV_PYTHON); later commands find it in the clone's .venv.
+            python = os.environ.get("UV_PYTHON")
             synced = subprocess.run(
-                ["uv", "sync", "--frozen"],
+                ["uv", "sync", "--frozen", *(["--python", python] if python else [])],
                 cwd=path,
                 env=_user(root / "setup", path, uv_cache),
                 capture_output=True,
