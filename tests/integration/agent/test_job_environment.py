@@ -26,9 +26,11 @@ from waiting import wait_until
 
 VENV_BIN = Path(sys.executable).parent
 SCRIPT = VENV_BIN / "schedulearn"
-# The interpreter the virtual environment was made from: a `python` without
+# The interpreter the virtual environment was made from: a Python without
 # Schedulearn installed, what a job found on a plain PATH before the contract.
-BASE_BIN = Path(os.path.realpath(sys.executable)).parent
+# Called by its own file name (`python3.11`): Debian's /usr/bin has no `python`.
+BASE_PYTHON = Path(os.path.realpath(sys.executable))
+BASE_BIN = BASE_PYTHON.parent
 PLAIN_PATH = os.pathsep.join([str(BASE_BIN), "/usr/local/bin", "/usr/bin", "/bin"])
 SHOW = "import sys, schedulearn.runtime; print('python', sys.executable)"
 
@@ -104,12 +106,14 @@ def test_a_job_of_an_agent_started_by_its_venv_path_imports_schedulearn(
 def test_path_chooses_the_python_a_job_gets(api: AdminApi, script_agent: StartScriptAgent) -> None:
     agent = script_agent("plain-node", "--path", PLAIN_PATH)
     wait_until(lambda: api.node("plain-node"), 60, "the agent to register", until=bool)
-    state, lines = _run(api, "python -c 'import sys; print(sys.executable)'; echo $PATH")
+    state, lines = _run(
+        api, f"{BASE_PYTHON.name} -c 'import sys; print(sys.executable)'; echo $PATH"
+    )
     assert state == "succeeded", lines
     # The PATH given, as given; its python is the base interpreter, not the agent's.
     assert lines[1] == PLAIN_PATH, lines
     assert Path(lines[0]).parent == BASE_BIN, lines
-    state, lines = _run(api, f'python -c "{SHOW}"')
+    state, lines = _run(api, f'{BASE_PYTHON.name} -c "{SHOW}"')
     assert state == "failed" and "No module named 'schedulearn'" in lines[-1], lines
     log = agent.log()
     assert f"PATH={PLAIN_PATH} (from --path)" in log, log
