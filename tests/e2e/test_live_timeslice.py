@@ -35,8 +35,8 @@ def check_turns(log: str, preemptions: int) -> int:
     The one turn that leaves a resume without a stop is one that ended
     after the last epoch, while the script printed its result: it exits 0,
     finished, but an exit while preempting is taken as saved-and-stopped
-    (a script may well exit 0 after saving), so the job runs once more,
-    resumes at the end and is done at once, with the same weights."""
+    (a script may well exit 0 after saving), so the job runs once more
+    from the newest checkpoint the server holds, with the same weights."""
     stops = STOPPED_ANYWHERE.findall(log)
     resumes = RESUMED.findall(log)
     assert len(resumes) == preemptions, log
@@ -44,9 +44,10 @@ def check_turns(log: str, preemptions: int) -> int:
         assert epoch == resumed_epoch and step in ("", resumed_step), log
     after_the_end = resumes[len(stops) :]
     assert len(after_the_end) <= 1, log
-    for epoch, _, offset in after_the_end:
-        assert (int(epoch), int(offset)) == (EPOCHS, 0), log
-        assert DIGEST.search(log, 0, log.rindex("resumed from")), log  # it had finished
+    if after_the_end:
+        # It had finished; it resumes from the newest checkpoint the server
+        # holds: the end, or the last stop's when the end was not carried.
+        assert DIGEST.search(log, 0, log.rindex("resumed from")), log
     return len(stops)
 
 
