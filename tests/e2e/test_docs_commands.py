@@ -263,8 +263,8 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> _Clone:
         if not ready.exists():
             shutil.rmtree(path, ignore_errors=True)  # a worker that failed half way
             _clone(root)
-            # On the interpreter the suite runs on (scripts/test may pick one
-            # with UV_PYTHON); later commands find it in the clone's .venv.
+            # On the interpreter the caller chose with UV_PYTHON, if any (the
+            # fresh user has no UV_PYTHON); later commands find it in .venv.
             python = os.environ.get("UV_PYTHON")
             synced = subprocess.run(
                 ["uv", "sync", "--frozen", *(["--python", python] if python else [])],

@@ -22,8 +22,7 @@ from live_examples import (
 
 from schedulearn.protocol import JobSpec
 
-EPOCHS = 8
-ARGS = ("--epochs", str(EPOCHS), "--seed", "3")
+ARGS = ("--epochs", "8", "--seed", "3")
 # Mid-epoch: "saved epoch 2 step 241"; between epochs: "saved epoch 3; exiting".
 STOPPED_ANYWHERE = re.compile(r"stop requested: saved epoch (\d+)(?: step (\d+))?")
 
