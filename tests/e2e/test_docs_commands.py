@@ -88,7 +88,14 @@ def _uv_cache() -> str:
 
 def _user(home: Path, clone: Path, uv_cache: str) -> dict[str, str]:
     """A new user in `home`: no SCHEDULEARN_* or virtualenv settings, the clone's tools first."""
-    drop = ("SCHEDULEARN_", "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "UV_PYTHON", "PYTEST_")
+    drop = (
+        "SCHEDULEARN_",
+        "VIRTUAL_ENV",
+        "UV_PROJECT_ENVIRONMENT",
+        "UV_PYTHON",
+        "PYTEST_",
+        "PYTHONDONTWRITEBYTECODE",  # a new user's Python keeps its bytecode
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     path = env.get("PATH", "")
     home.mkdir(parents=True, exist_ok=True)
@@ -187,7 +194,9 @@ def _document_run(clone: Path, home: Path, uv_cache: str) -> Iterator[_DocumentR
         yield run
     finally:
         if run.up is not None:
+            started = time.monotonic()
             _stop(run.up)
+            print(f"`{UP}` stopped in {time.monotonic() - started:.0f}s")
             for left in _reap(run.up_trace):
                 print(f"killed, left running after `{UP}` stopped: {left}")
 
@@ -203,6 +212,7 @@ class _DocumentRun:
 
     def start(self, command: str) -> None:
         command = command.replace(UP, f"{UP} --port {free_port()}", 1)
+        started = time.monotonic()
         self.up = _shell(command, self.env, self.clone, self.up_trace)
         up = self.up
         # Each look runs the CLI (a new process, a second of CPU on a busy
@@ -213,6 +223,7 @@ class _DocumentRun:
             f"`{command}` to serve",
             every=1.0,
         )
+        print(f"`{UP}` ready in {time.monotonic() - started:.0f}s")
 
     def block(self, block: Block) -> list[str]:
         """Problems running `block` (none when every command succeeded)."""
