@@ -4,8 +4,10 @@ as plain text, and retention deleting old logs."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from wire_agent import WireAgent
 
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from schedulearn.server import db
-from schedulearn.server.services import logs
+from schedulearn.server.services import full_logs, logs
 from schedulearn.settings import ServerSettings
 
 CAP = 64 * 1024
@@ -124,6 +126,57 @@ def test_a_damaged_full_log_is_refused(api: Api) -> None:
         content=b"o1.0 hello\n",
     )
     assert r.status_code == 400 and "damaged" in r.json()["error"]
+
+
+def test_an_upload_sent_again_while_the_first_still_arrives_keeps_every_line(
+    api: Api, database_url: str, tmp_path: Path
+) -> None:
+    """An agent whose upload timed out sends the file again while the first
+    request may still be arriving. Both once wrote one temporary file: the
+    second's truncation left a run of zeros in the first's, which
+    `logs --full` read as lines missing (seen on a loaded machine)."""
+    node, job_id, attempt = running_job(api)
+    store = tmp_path / "logs"
+    printed = [f"{i:06d} " + "z" * 40 for i in range(20_000)]
+    spool = b"".join(f"o1.000000 {t}\n".encode() for t in printed)
+    sha256 = hashlib.sha256(spool).hexdigest()
+
+    async def both() -> list[full_logs.Upload]:
+        first_half_written, go_on = asyncio.Event(), asyncio.Event()
+
+        async def slow() -> AsyncIterator[bytes]:
+            yield spool[: len(spool) // 2]
+            first_half_written.set()  # asked for more: the first half is on disk
+            await go_on.wait()
+            yield spool[len(spool) // 2 :]
+
+        async def whole() -> AsyncIterator[bytes]:
+            yield spool
+
+        def receive(body: AsyncIterator[bytes]) -> asyncio.Task[full_logs.Upload]:
+            return asyncio.create_task(
+                full_logs.receive(body, store, job_id, attempt, node.name, sha256, 1 << 30, None)
+            )
+
+        first = receive(slow())
+        await first_half_written.wait()
+        again = await receive(whole())
+        go_on.set()
+        return [again, await first]
+
+    uploads = asyncio.run(both())
+    database = db.Database(database_url)
+    try:
+        for upload in uploads:  # each is kept in turn, as its request ends
+            with database.session() as session:
+                full_logs.commit(session, store, upload, time.time())
+            full = api.get(f"/api/v1/jobs/{job_id}/logs/full")
+            assert full.status_code == 200
+            assert full.content == "".join(t + "\n" for t in printed).encode()
+    finally:
+        database.close()
+    # Nothing left behind but the attempt's log.
+    assert [p.name for p in (store / f"job-{job_id}").iterdir()] == [f"attempt-{attempt}.log"]
 
 
 def test_retention_deletes_the_logs_of_old_jobs_only(  # type: ignore[no-untyped-def]  # fixtures left untyped (tests are outside mypy's packages)

@@ -77,8 +77,8 @@ async def receive(
         too_large=too_large_message(job_id, limit),
         durable=True,
     )
-    tmp = store / f".job-{job_id}.{attempt}.{os.getpid()}.upload"
-    return await uploads.receive(body, tmp, expected, declared_length)
+    prefix = f".job-{job_id}.{attempt}."
+    return await uploads.receive(body, store, prefix, expected, declared_length)
 
 
 def commit(session: Session, store: Path, upload: Upload, now: float) -> CheckpointRef:

@@ -79,8 +79,8 @@ async def receive(
             "agent's log_disk_max_bytes"
         ),
     )
-    tmp = file_of(store, job_id, attempt).parent / f".attempt-{attempt}.{os.getpid()}.upload"
-    return await uploads.receive(body, tmp, expected, declared_length)
+    folder = file_of(store, job_id, attempt).parent
+    return await uploads.receive(body, folder, f".attempt-{attempt}.", expected, declared_length)
 
 
 def commit(session: Session, store: Path, upload: Upload, now: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,19 +64,32 @@ class Expected:
 
 
 async def receive(
-    body: AsyncIterator[bytes], tmp: Path, expected: Expected, declared_length: int | None
+    body: AsyncIterator[bytes],
+    folder: Path,
+    prefix: str,
+    expected: Expected,
+    declared_length: int | None,
 ) -> Upload:
-    """Stream `body` to `tmp`; refuse it if too big or damaged (and remove `tmp`)."""
+    """Stream `body` to a new temporary file in `folder` (its name starts with
+    `prefix`); refuse it if too big or damaged (and remove the file).
+
+    Each upload gets a file of its own: an agent whose request timed out
+    sends the same attempt's file again while the first request may still
+    be arriving, and two uploads writing one file left a run of zeros in
+    it, which a reader saw as lines missing (seen with `logs --full`).
+    """
     if declared_length is not None and declared_length > expected.limit:
         raise TooLarge(expected.too_large)
     sha256 = expected.sha256.lower()
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
         raise BadRequest(f"send the {expected.kind}'s sha256 (64 hex digits) in {expected.header}")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=".upload", dir=folder)
+    tmp = Path(name)
     digest = hashlib.sha256()
     size = 0
     try:
-        with tmp.open("wb") as out:
+        with open(fd, "wb") as out:
             async for chunk in body:
                 size += len(chunk)
                 if size > expected.limit:
