@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -87,3 +88,23 @@ async def wait_until_async(
         if time.monotonic() >= deadline:
             raise Timeout(_message(what, timeout, last, None))
         await asyncio.sleep(every)
+
+
+def wait_until_serving(
+    url: str, timeout: float, still_starting: Callable[[], object] = lambda: None
+) -> None:
+    """Wait until the server at `url` answers `/readyz`, calling
+    `still_starting()` (which may assert that the process starting it is
+    alive) before each look.
+
+    Look this way before a CLI call: the CLI tries an unreachable server
+    again for 20 s before it fails, so one call made before the server
+    listened kept a test waiting those 20 s after the server was up.
+    """
+
+    def ready() -> bool:
+        still_starting()
+        with urllib.request.urlopen(f"{url}/readyz", timeout=5) as reply:
+            return bool(reply.status == 200)
+
+    wait_until(ready, timeout, f"{url} to serve", ignore=(OSError,), every=0.2)

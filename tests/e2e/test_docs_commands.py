@@ -35,7 +35,7 @@ import pytest
 from doc_blocks import Block, Mode, blocks, documents
 
 from schedulearn.cli.localcluster import free_port
-from waiting import wait_until
+from waiting import wait_until, wait_until_serving
 
 REPO = Path(__file__).resolve().parents[2]
 BLOCK_SECONDS = 600  # the slowest documented command that runs to the end
@@ -179,8 +179,7 @@ def _long(command: str, env: dict[str, str], cwd: Path, trace: str) -> tuple[int
         return 0, _stop(process)
 
 
-def _system_ready(env: dict[str, str], cwd: Path, up: subprocess.Popen[str]) -> bool:
-    assert up.poll() is None, f"`{UP}` ended:\n{up.communicate()[0][-3000:]}"
+def _lists_a_node(env: dict[str, str], cwd: Path) -> bool:
     listed = subprocess.run(
         ["schedulearn", "nodes", "--json"], env=env, cwd=cwd, capture_output=True, text=True
     )
@@ -211,16 +210,26 @@ class _DocumentRun:
         self.up_trace = uuid.uuid4().hex
 
     def start(self, command: str) -> None:
-        command = command.replace(UP, f"{UP} --port {free_port()}", 1)
+        port = free_port()
+        command = command.replace(UP, f"{UP} --port {port}", 1)
         started = time.monotonic()
         self.up = _shell(command, self.env, self.clone, self.up_trace)
         up = self.up
+
+        def running() -> None:
+            assert up.poll() is None, f"`{UP}` ended:\n{up.communicate()[0][-3000:]}"
+
+        def lists_a_node() -> bool:
+            running()
+            return _lists_a_node(self.env, self.clone)
+
+        wait_until_serving(f"http://127.0.0.1:{port}", 120, running)
         # Each look runs the CLI (a new process, a second of CPU on a busy
         # machine): looking every 50 ms slowed the very start it waited for.
         wait_until(
-            lambda: _system_ready(self.env, self.clone, up),
+            lists_a_node,
             120,
-            f"`{command}` to serve",
+            f"`{command}` to list its node",
             every=1.0,
         )
         print(f"`{UP}` ready in {time.monotonic() - started:.0f}s")

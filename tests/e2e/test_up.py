@@ -17,7 +17,7 @@ from pathlib import Path
 
 from schedulearn.cli.live import has_nvidia_gpus
 from schedulearn.cli.localcluster import free_port
-from waiting import wait_until
+from waiting import wait_until, wait_until_serving
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,10 +70,14 @@ def test_up_then_submit_the_readme_example_then_ctrl_c(tmp_path: Path) -> None:
     )
     try:
 
-        def joined() -> list[tuple[str, int]]:
+        def running() -> None:
             assert up.poll() is None, up.communicate()[0]
+
+        def joined() -> list[tuple[str, int]]:
+            running()
             return _nodes(env)
 
+        wait_until_serving(f"http://127.0.0.1:{port}", 60, running)
         nodes = wait_until(joined, 60, "the local agent to join")
         # 4 virtual GPUs where there are no NVIDIA GPUs, else the real ones.
         assert nodes == [("local", 4)] or (has_nvidia_gpus() and nodes[0][0] == "local"), nodes

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from schedulearn.cli.localcluster import free_port
-from waiting import wait_until
+from waiting import wait_until, wait_until_serving
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -66,11 +66,15 @@ def test_ups_agent_gives_jobs_the_projects_python(tmp_path: Path) -> None:
     )
     try:
 
-        def joined() -> bool:
+        def running() -> None:
             assert up.poll() is None, up.communicate()[0]
+
+        def joined() -> bool:
+            running()
             listed = _cli(env, "nodes", "--json")
             return listed.returncode == 0 and bool(json.loads(listed.stdout)["items"])
 
+        wait_until_serving(f"http://127.0.0.1:{port}", 60, running)
         wait_until(joined, 60, "the local agent to join")
         probe = "import sys, schedulearn.runtime; print(sys.executable)"
         submitted = _cli(env, "submit", "--json", "--", "python", "-c", probe)

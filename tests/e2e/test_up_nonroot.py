@@ -28,7 +28,7 @@ import pytest
 
 from dependencies import Dependency, missing, need_root
 from schedulearn.cli.localcluster import free_port
-from waiting import wait_until
+from waiting import wait_until, wait_until_serving
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -105,13 +105,17 @@ def test_up_as_an_ordinary_user_runs_jobs_as_that_user(account: pwd.struct_passw
     )
     try:
 
-        def joined() -> list[str]:
+        def running() -> None:
             assert up.poll() is None, up.communicate()[0]
+
+        def joined() -> list[str]:
+            running()
             listed = cli("nodes", "--json")
             if listed.returncode != 0:
                 return []
             return [n["name"] for n in json.loads(listed.stdout)["items"]]
 
+        wait_until_serving(f"http://127.0.0.1:{port}", 90, running)
         assert wait_until(joined, 90, "the local agent to join") == ["local"]
         submitted = cli("submit", "--gpus", "1", "--", "sh", "-c", 'echo "uid=$(id -u) $HOME"')
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
