@@ -100,6 +100,11 @@ def main() -> None:
     # The slowest runs first, so the pool's processes end together.
     tasks = [(args.traces, n, spec, args.round) for spec in specs for n in ws]
     tasks.sort(key=lambda t: t[2].split(":")[0] not in ADAPTIVE)
+    # The heading first: the table's rows follow when every run has ended.
+    width = max(len(s) for s in [*specs, *PUBLISHED]) + 2
+    when = f"decisions every {args.round:g} s" if args.round else "decisions at every event"
+    print(f"mean JCT (s) on 16 x 4 GPUs, workloads {args.workloads}, {when}", flush=True)
+    print(f"{'policy':<{width}}" + "".join(f"{n:>8}" for n in ws) + f"{'mean':>9}", flush=True)
     started = time.perf_counter()
     with multiprocessing.Pool(max(1, args.processes)) as pool:
         results = pool.map(one_run, tasks, chunksize=1)
@@ -110,10 +115,6 @@ def main() -> None:
     for spec, _, _, wall, _ in results:
         sim_wall[spec] += wall
 
-    width = max(len(s) for s in [*specs, *PUBLISHED]) + 2
-    when = f"decisions every {args.round:g} s" if args.round else "decisions at every event"
-    print(f"mean JCT (s) on 16 x 4 GPUs, workloads {args.workloads}, {when}")
-    print(f"{'policy':<{width}}" + "".join(f"{n:>8}" for n in ws) + f"{'mean':>9}")
     rows: dict[str, list[float]] = {}
     for name, figures in PUBLISHED.items():
         rows[name] = [float(figures[n - 1]) for n in ws]
