@@ -40,6 +40,7 @@ from schedulearn.server.wakeups import Changes, wait_for
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+JSON = "application/json"  # a body's type when its request does not say
 _SPEC_REF = {"$ref": "#/components/schemas/JobSpec"}
 
 
@@ -98,8 +99,18 @@ async def submit(
     ] = None,
 ) -> Any:
     body = await request.body()
+    return await accept(state, who, key, body, request.headers.get("content-type", JSON))
+
+
+async def accept(
+    state: AppState, who: Caller, key: str | None, body: bytes, content_type: str
+) -> Response:
+    """A submission's reply: 201 with its jobs, 422 for an invalid spec; a
+    refusal by the service is raised (the app's error handlers render it).
+
+    The route above and `fast_submit.FastSubmit` both answer with this."""
     try:
-        spec = await parse_spec(body, request.headers.get("content-type", "application/json"))
+        spec = await parse_spec(body, content_type)
     except _Invalid as exc:
         state.metrics.refused.inc()
         return validation_error(exc.errors)
