@@ -536,6 +536,11 @@ class JobEvent(_Request):
     exit_code: Small | None = None
     message: str = Field(default="", max_length=10_000)
     at: float
+    on_its_own: bool = Field(
+        default=False,
+        description="An exit: the run ended before any stop order reached it, so its exit "
+        "code is its own even if the server has begun preempting the job meanwhile",
+    )
 
 
 class JobEventReport(JobEvent):

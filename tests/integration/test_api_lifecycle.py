@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from server_api import Api
 from wire_agent import WireAgent
 
@@ -237,6 +238,42 @@ def test_preempt_returns_job_to_queue(api: Api) -> None:
     assert back.message.startswith("preempted")
     b = node.work_until(lambda b: b.starts).starts[0]
     assert b.job_id == quick
+
+
+def _preempting(api: Api, node: WireAgent) -> tuple[int, int]:
+    """A running preemptible job that SRTF has begun preempting: (job, attempt)."""
+    api.put("/api/v1/policy", json={"spec": "srtf"})
+    slow = submit(api, gpus=1, estimated_duration=3600, preemptible=True)
+    a = node.work_until(lambda b: b.starts).starts[0]
+    node.start(slow, a.attempt)
+    submit(api, gpus=1, estimated_duration=10)
+    assert [s.job_id for s in node.work_until(lambda b: b.stops).stops] == [slow]
+    assert job(api, slow).state == "preempting"
+    return slow, a.attempt
+
+
+@pytest.mark.parametrize(("code", "final"), [(0, "succeeded"), (3, "failed")])
+def test_a_run_that_ended_before_its_stop_order_is_judged_on_its_exit(
+    api: Api, code: int, final: str
+) -> None:
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    ended, attempt = _preempting(api, node)
+    node.exit(ended, attempt, code, on_its_own=True)
+    judged = wait_state(api, ended, final, "pending")
+    assert judged.state == final, judged.message
+    assert history(api, ended)[-2:] == ["preempting", final]
+    if code == 0:
+        assert judged.message == "ended on its own before its preemption took effect"
+
+
+def test_an_exit_0_after_the_stop_order_reached_the_run_is_a_preemption(api: Api) -> None:
+    # It may have saved and stopped on SIGTERM: the job goes back to the queue.
+    node = WireAgent(api, "n1", gpus=1)
+    node.register()
+    stopped, attempt = _preempting(api, node)
+    node.exit(stopped, attempt, 0)
+    assert wait_state(api, stopped, "pending", "succeeded").state == "pending"
 
 
 def test_policy_switch_takes_effect_on_the_next_pass(api: Api) -> None:

@@ -92,7 +92,13 @@ class WireAgent:
         raise AssertionError(f"{self.name}: no matching work within {timeout}s; got {merged}")
 
     def event(
-        self, job_id: int, attempt: int, kind: str, exit_code: int | None = None, message: str = ""
+        self,
+        job_id: int,
+        attempt: int,
+        kind: str,
+        exit_code: int | None = None,
+        message: str = "",
+        on_its_own: bool = False,
     ) -> dict[str, Any]:
         body = JobEvent(
             attempt=attempt,
@@ -101,6 +107,7 @@ class WireAgent:
             exit_code=exit_code,
             message=message,
             at=time.time(),
+            on_its_own=on_its_own,
         )
         r = self.api.post(
             f"/api/v1/agent/jobs/{job_id}/events",
@@ -131,8 +138,8 @@ class WireAgent:
     def start(self, job_id: int, attempt: int) -> None:
         self.event(job_id, attempt, "started")
 
-    def exit(self, job_id: int, attempt: int, code: int = 0) -> None:
-        self.event(job_id, attempt, "exited", exit_code=code)
+    def exit(self, job_id: int, attempt: int, code: int = 0, on_its_own: bool = False) -> None:
+        self.event(job_id, attempt, "exited", exit_code=code, on_its_own=on_its_own)
 
     def log(self, job_id: int, attempt: int, *texts: str) -> None:
         now = time.time()

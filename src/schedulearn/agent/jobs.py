@@ -136,6 +136,10 @@ class JobRunner:
             self._stop_grace = grace_seconds
             self._stop_why = why or f"stopped by the server ({reason.value})"
             self.record.stop_reason = reason.value
+            if self.handle is not None and not self.record.ended:
+                # Kept before the signal: a restarted agent that finds the run
+                # ended must not take a stopped run's exit for its own.
+                self.ctx.store.save(self.record)
         await self._started.wait()
         if self.handle is not None:
             await self.handle.stop(grace_seconds)
@@ -182,9 +186,10 @@ class JobRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
 
-    def _record_end(self, status: ExitStatus) -> None:
+    def _record_end(self, status: ExitStatus, on_its_own: bool = False) -> None:
         """Write the run's end into its record (kept until the server has it)."""
         record = self.record
+        record.ended_on_its_own = on_its_own
         record.exit_code = status.exit_code
         record.exit_message = self._exit_message(status)
         record.ended_at = time.time()
@@ -292,13 +297,16 @@ class JobRunner:
             if self._report:
                 tailing = asyncio.create_task(tail.run())
             status = await handle.wait()
+            # Judged as the exit is seen: a stop order that comes later found
+            # the run ended already.
+            on_its_own = self._stop_reason is None and record.stop_reason is None
             await pump
             if leases.stopped_by_lease(record.job_dir):
                 # Not the job's exit: the server learns of it as a lost node.
                 self._report = False
                 record.stop_reason = StopReason.LOST.value
             if not record.ended:
-                self._record_end(status)
+                self._record_end(status, on_its_own)
             if self._report:
                 await shipper.close()
                 await shipping
@@ -309,7 +317,12 @@ class JobRunner:
                     await self._upload_full_log()
                 if self._carries_checkpoint():
                     await self._carry_checkpoint()
-                await self._send_event(EventKind.EXITED, record.exit_code, record.exit_message)
+                await self._send_event(
+                    EventKind.EXITED,
+                    record.exit_code,
+                    record.exit_message,
+                    on_its_own=record.ended_on_its_own,
+                )
         finally:
             for task in (pump, shipping, tailing):
                 if task is not None and not task.done():
@@ -318,8 +331,12 @@ class JobRunner:
         # A job that succeeded or was cancelled will not resume; a failed or
         # preempted one may, from its checkpoints. A preempted script exits 0
         # after saving: that is no success, and its next attempt (maybe on
-        # this node, maybe starting already) needs the directory.
-        preempted = record.stop_reason in (StopReason.PREEMPT.value, StopReason.LOST.value)
+        # this node, maybe starting already) needs the directory. A run that
+        # ended before its stop order came was not preempted.
+        preempted = not record.ended_on_its_own and record.stop_reason in (
+            StopReason.PREEMPT.value,
+            StopReason.LOST.value,
+        )
         if (record.exit_code == 0 and not preempted) or self._stop_reason is StopReason.CANCEL:
             ctx.store.remove_checkpoints(record)
         ctx.store.remove(record)
@@ -338,6 +355,7 @@ class JobRunner:
         return (
             record.upload_checkpoint
             and record.stop_reason == StopReason.PREEMPT.value
+            and not record.ended_on_its_own  # ended before the order: it stands
             and "checkpoint" not in record.exit_message  # not carried already
         )
 
@@ -376,7 +394,9 @@ class JobRunner:
             return f"{why}; {status.message}" if status.message else why
         return status.message
 
-    async def _send_event(self, kind: EventKind, exit_code: int | None, message: str) -> None:
+    async def _send_event(
+        self, kind: EventKind, exit_code: int | None, message: str, on_its_own: bool = False
+    ) -> None:
         if not self._report:
             return
         record = self.record
@@ -391,5 +411,6 @@ class JobRunner:
                 at=record.ended_at
                 if kind is not EventKind.STARTED and record.ended_at
                 else time.time(),
+                on_its_own=on_its_own,
             )
         )

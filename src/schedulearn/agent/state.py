@@ -95,6 +95,10 @@ class JobRecord:
     progress_position: int = 0
     # The stop order this run got (kept so a restarted agent still uploads).
     stop_reason: str | None = None
+    # The run ended before any stop order reached it: its exit is its own
+    # (reported as `on_its_own`, so a preemption begun meanwhile does not
+    # requeue a job that has finished).
+    ended_on_its_own: bool = False
 
     @property
     def ended(self) -> bool:

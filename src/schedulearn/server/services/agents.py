@@ -481,6 +481,7 @@ def _apply_event(session: Session, job_id: int, event: JobEvent, now: float) -> 
         failed_to_start=event.kind is EventKind.FAILED_TO_START,
         message=event.message,
         siblings=siblings,
+        on_its_own=event.on_its_own,
     )
 
 

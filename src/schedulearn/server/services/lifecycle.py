@@ -6,10 +6,13 @@ to the job's state, through `server.states.transition`:
 - a job runs once a part has started; it succeeds when every part of the
   current attempt has exited 0; one failing part fails the job and the
   other parts get a `gang_failed` stop order;
-- a job being preempted returns to the queue when its last part exits;
-  a resize or migration in flight (`Job.resume_kind`) keeps its target
-  placement, and the GPUs of the target that were free are reserved for
-  the next attempt (`Allocation` rows of attempt + 1) until it resumes;
+- a job being preempted returns to the queue when its last part exits,
+  unless the agent saw its run end before the stop order reached it
+  (`on_its_own`, a job of one part): then its exit stands, as if no
+  preemption had begun; a resize or migration in flight
+  (`Job.resume_kind`) keeps its target placement, and the GPUs of the
+  target that were free are reserved for the next attempt (`Allocation`
+  rows of attempt + 1) until it resumes;
 - a part whose node died is lost: its GPUs are freed, the job becomes
   `lost` and is requeued (up to `max_restarts`, then failed) once the
   gang's other parts, sent a stop order, have exited; should the
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlmodel import Session, col
@@ -141,8 +145,10 @@ def part_exited(
     failed_to_start: bool = False,
     message: str = "",
     siblings: list[JobPart] | None = None,
+    on_its_own: bool = False,
 ) -> Changes:
-    """`siblings`: the attempt's parts, when the caller has them loaded already."""
+    """`siblings`: the attempt's parts, when the caller has them loaded already;
+    `on_its_own`: the agent saw the run end before any stop order reached it."""
     changes = Changes(scheduler=True, jobs={job.id or 0})
     if part.status not in LIVE:
         return changes
@@ -157,7 +163,15 @@ def part_exited(
     others = [p for p in siblings if p.id != part.id and p.status in LIVE]
     state = JobState(job.state)
     gang = " (one part of a gang)" if others or part.rank > 0 else ""
-    if state in (JobState.ASSIGNED, JobState.RUNNING):
+    # A run that ended before its stop order reached it: the preemption came
+    # too late, and the exit is judged as any other (a run that got the order
+    # and exited 0 may have saved and stopped, and is requeued below). Only a
+    # job of one part: a gang's parts may each have got the order or not.
+    too_late = state is JobState.PREEMPTING and on_its_own and len(job.placement or {}) <= 1
+    if state in (JobState.ASSIGNED, JobState.RUNNING) or too_late:
+        # Moot once the job has ended: a resize or migration it was draining for.
+        done: dict[str, Any] = {"resume_placement": None, "resume_kind": None} if too_late else {}
+        done.update(_accrue(job, now))
         if failed_to_start or exit_code != 0:
             why = (
                 f"failed to start on {part.node}: {message}"
@@ -166,12 +180,11 @@ def part_exited(
             )
             if others:
                 why += "; stopping the other parts"
-            transition(
-                session, job, JobState.FAILED, now, why, exit_code=exit_code, **_accrue(job, now)
-            )
+            transition(session, job, JobState.FAILED, now, why, exit_code=exit_code, **done)
             stop_parts(others, StopReason.GANG_FAILED, changes, session)
         elif not others:
-            transition(session, job, JobState.SUCCEEDED, now, "", exit_code=0, **_accrue(job, now))
+            why = "ended on its own before its preemption took effect" if too_late else ""
+            transition(session, job, JobState.SUCCEEDED, now, why, exit_code=0, **done)
     elif state is JobState.LOST and not others:  # a gang's last part after a loss
         _requeue_lost(session, job, now)
     elif state is JobState.PREEMPTING and not others:
