@@ -267,6 +267,23 @@ def test_a_run_that_ended_before_its_stop_order_is_judged_on_its_exit(
         assert judged.message == "ended on its own before its preemption took effect"
 
 
+def test_a_move_that_came_too_late_gives_back_the_gpus_it_reserved(api: Api) -> None:
+    node = WireAgent(api, "n1", gpus=2)
+    node.register()
+    job_id = submit(api, gpus=1, preemptible=True)
+    a = node.work_until(lambda b: b.starts).starts[0]
+    node.start(job_id, a.attempt)
+    # To the other GPU, free now: it is held for the next attempt meanwhile.
+    target = {"n1": [1 - a.gpus[0]]}
+    assert api.post(f"/api/v1/jobs/{job_id}/move", json={"placement": target}).status_code == 200
+    node.work_until(lambda b: b.stops)
+    node.exit(job_id, a.attempt, 0, on_its_own=True)
+    assert wait_state(api, job_id, "succeeded", "pending").state == "succeeded"
+    # Nothing holds either GPU any more: a job that needs both starts.
+    both = submit(api, gpus=2)
+    assert [s.job_id for s in node.work_until(lambda b: b.starts).starts] == [both]
+
+
 def test_an_exit_0_after_the_stop_order_reached_the_run_is_a_preemption(api: Api) -> None:
     # It may have saved and stopped on SIGTERM: the job goes back to the queue.
     node = WireAgent(api, "n1", gpus=1)

@@ -169,9 +169,11 @@ def part_exited(
     # job of one part: a gang's parts may each have got the order or not.
     too_late = state is JobState.PREEMPTING and on_its_own and len(job.placement or {}) <= 1
     if state in (JobState.ASSIGNED, JobState.RUNNING) or too_late:
-        # Moot once the job has ended: a resize or migration it was draining for.
-        done: dict[str, Any] = {"resume_placement": None, "resume_kind": None} if too_late else {}
-        done.update(_accrue(job, now))
+        done: dict[str, Any] = _accrue(job, now)
+        if too_late:
+            # Moot once the job has ended: a resize or migration it was draining for.
+            release_reservation(session, job)
+            done.update(resume_placement=None, resume_kind=None)
         if failed_to_start or exit_code != 0:
             why = (
                 f"failed to start on {part.node}: {message}"
