@@ -317,12 +317,7 @@ class JobRunner:
                     await self._upload_full_log()
                 if self._carries_checkpoint():
                     await self._carry_checkpoint()
-                await self._send_event(
-                    EventKind.EXITED,
-                    record.exit_code,
-                    record.exit_message,
-                    on_its_own=record.ended_on_its_own,
-                )
+                await self._send_event(EventKind.EXITED, record.exit_code, record.exit_message)
         finally:
             for task in (pump, shipping, tailing):
                 if task is not None and not task.done():
@@ -394,9 +389,7 @@ class JobRunner:
             return f"{why}; {status.message}" if status.message else why
         return status.message
 
-    async def _send_event(
-        self, kind: EventKind, exit_code: int | None, message: str, on_its_own: bool = False
-    ) -> None:
+    async def _send_event(self, kind: EventKind, exit_code: int | None, message: str) -> None:
         if not self._report:
             return
         record = self.record
@@ -411,6 +404,6 @@ class JobRunner:
                 at=record.ended_at
                 if kind is not EventKind.STARTED and record.ended_at
                 else time.time(),
-                on_its_own=on_its_own,
+                on_its_own=kind is EventKind.EXITED and record.ended_on_its_own,
             )
         )

@@ -26,15 +26,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from schedulearn.server.api import jobs
 from schedulearn.server.auth import Caller, Role
 from schedulearn.server.services.idempotency import MAX_KEY_LENGTH
 from schedulearn.server.state import AppState
-
-PATH = "/api/v1/jobs"
-_KEY = jobs.IDEMPOTENCY_HEADER.lower().encode()
 
 
 class FastSubmit:
@@ -42,31 +40,31 @@ class FastSubmit:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        # The route's model: routing would have put it in the scope, where
-        # the protocol check reads it (to leave out of the reply the fields
-        # an older client does not know).
+        # The route itself: its path is the one served here, and routing
+        # would have put it in the scope, where the protocol check reads its
+        # model (to leave out of the reply the fields an older client does
+        # not know).
         self.route = next(
-            r
-            for r in jobs.router.routes
-            if isinstance(r, APIRoute) and r.path == PATH and r.methods == {"POST"}
+            r for r in jobs.router.routes if isinstance(r, APIRoute) and r.endpoint is jobs.submit
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != PATH:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.route.path:
             await self.app(scope, receive, send)
             return
         app: FastAPI = scope["app"]
         state: AppState = app.state.sl
-        headers = _first_values(scope["headers"])
-        who = _known_caller(state, headers.get(b"authorization"))
-        key = headers.get(_KEY)
+        request = Request(scope, receive)  # the headers and body as the route reads them
+        who = _known_caller(state, request.headers.get("authorization"))
+        key = request.headers.get(jobs.IDEMPOTENCY_HEADER)
         if who is None or (key is not None and not 1 <= len(key) <= MAX_KEY_LENGTH):
             await self.app(scope, receive, send)  # the route answers (and refuses)
             return
-        body = await _read_body(receive)
-        if body is None:
+        try:
+            body = await request.body()
+        except ClientDisconnect:
             return  # the client went away
-        content_type = headers.get(b"content-type", jobs.JSON)
+        content_type = request.headers.get("content-type", jobs.JSON)
         scope["route"] = self.route
         try:
             response = await jobs.accept(state, who, key, body, content_type)
@@ -74,18 +72,10 @@ class FastSubmit:
             handler = _handler_for(app, exc)
             if handler is None:
                 raise  # a crash: ServerErrorMiddleware answers 500, as for the route
-            response = handler(Request(scope), exc)
+            response = handler(request, exc)
             if inspect.isawaitable(response):
                 response = await response
         await response(scope, receive, send)
-
-
-def _first_values(raw: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
-    """Each header's first value (what Starlette's `headers.get` gives the route)."""
-    out: dict[bytes, str] = {}
-    for name, value in raw:
-        out.setdefault(name, value.decode("latin-1"))
-    return out
 
 
 def _known_caller(state: AppState, authorization: str | None) -> Caller | None:
@@ -100,17 +90,6 @@ def _known_caller(state: AppState, authorization: str | None) -> Caller | None:
     if who is None or who.role is Role.AGENT:
         return None
     return who
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    chunks = []
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _handler_for(app: FastAPI, exc: Exception) -> Any:
