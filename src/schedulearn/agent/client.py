@@ -40,6 +40,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from schedulearn.agent.http import httpx
+from schedulearn.agent.keepalive import HttpFailure, KeepAliveClient, Reply, lean_for
 from schedulearn.agent.retry import Retry, Temporary
 from schedulearn.failover import PREFER_HEADER, Rotation, parse_servers
 from schedulearn.protocol import (
@@ -114,6 +115,8 @@ class AgentClient:
             timeout=httpx.Timeout(timeout),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
         )
+        # The JSON calls, where no proxy or TLS asks for httpx (`keepalive`).
+        self._lean = KeepAliveClient(headers, timeout)
 
     async def _failover(self, attempt: Callable[[str], Awaitable[T]]) -> T:
         """`attempt(base_url)` on the current address, then on each next one while
@@ -138,14 +141,17 @@ class AgentClient:
         raise AssertionError("unreachable: the loop returns or raises")
 
     async def close(self) -> None:
+        await self._lean.aclose()
         await self._http.aclose()
 
     def set_token(self, token: str) -> None:
-        self._http.headers["Authorization"] = f"Bearer {token}"
+        for headers in (self._http.headers, self._lean.headers):
+            headers["Authorization"] = f"Bearer {token}"
 
     async def join(self, join_token: str) -> NodeJoined:
         """Exchange a join token for the node's credential (the token is the only proof)."""
-        self._http.headers.pop("Authorization", None)
+        for headers in (self._http.headers, self._lean.headers):
+            headers.pop("Authorization", None)
         return await self._call("POST", "/join", NodeJoined, NodeJoin(join_token=join_token))
 
     async def register(self, body: NodeRegistration) -> RegistrationReply:
@@ -247,7 +253,7 @@ class AgentClient:
 
         return await self._failover(get)
 
-    def _reply(self, response: httpx.Response, method: str, path: str, reply: type[M]) -> M:
+    def _reply(self, response: httpx.Response | Reply, method: str, path: str, reply: type[M]) -> M:
         status = response.status_code
         if status >= 500 or status in _RETRYABLE_STATUS:
             raise ServerUnavailable(f"{method} {path}: HTTP {status}")
@@ -255,7 +261,8 @@ class AgentClient:
             message = _error_message(response)
             if status == 401 or (status == 403 and path in _NODE_PATHS):
                 raise AuthRejected(status, message)
-            if SERVER_PROTOCOL_HEADER in response.headers:
+            # Names in lower case: httpx's headers and `Reply`'s both match that.
+            if SERVER_PROTOCOL_HEADER.lower() in response.headers:
                 raise ProtocolRefused(status, message)
             raise Rejected(status, message)
         try:
@@ -275,24 +282,32 @@ class AgentClient:
     ) -> M:
         content = None if body is None else body.model_dump_json()
 
+        headers = None if body is None else {"Content-Type": "application/json"}
+
         async def send(base: str) -> M:
+            response: httpx.Response | Reply
             try:
-                response = await self._http.request(
-                    method,
-                    base + path,
-                    content=content,
-                    headers=None if body is None else {"Content-Type": "application/json"},
-                    params=params,
-                    timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
-                )
-            except httpx.HTTPError as exc:
+                if lean_for(base):
+                    response = await self._lean.request(
+                        method, base + path, content, headers, params, timeout
+                    )
+                else:
+                    response = await self._http.request(
+                        method,
+                        base + path,
+                        content=content,
+                        headers=headers,
+                        params=params,
+                        timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+                    )
+            except (httpx.HTTPError, HttpFailure) as exc:
                 raise ServerUnavailable(f"{method} {path}: {exc!r}") from exc
             return self._reply(response, method, path, reply)
 
         return await self._failover(send)
 
 
-def _error_message(response: httpx.Response) -> str:
+def _error_message(response: httpx.Response | Reply) -> str:
     try:
         body = ErrorBody.model_validate_json(response.content)
     except ValidationError:
