@@ -115,8 +115,10 @@ class AgentClient:
             timeout=httpx.Timeout(timeout),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
         )
-        # The JSON calls, where no proxy or TLS asks for httpx (`keepalive`).
+        # The JSON calls, where no proxy or TLS asks for httpx (`keepalive`);
+        # judged once, as httpx reads the proxy settings once.
         self._lean = KeepAliveClient(headers, timeout)
+        self._lean_bases = {a + AGENT_PREFIX for a in self.rotation.addresses if lean_for(a)}
 
     async def _failover(self, attempt: Callable[[str], Awaitable[T]]) -> T:
         """`attempt(base_url)` on the current address, then on each next one while
@@ -287,7 +289,7 @@ class AgentClient:
         async def send(base: str) -> M:
             response: httpx.Response | Reply
             try:
-                if lean_for(base):
+                if base in self._lean_bases:
                     response = await self._lean.request(
                         method, base + path, content, headers, params, timeout
                     )

@@ -222,3 +222,39 @@ def test_lean_only_for_plain_http_without_a_proxy(monkeypatch: pytest.MonkeyPatc
     assert not lean_for("https://server.example:8443")
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     assert not lean_for("http://10.0.0.5:8000")
+
+
+def test_the_agent_client_sends_over_it_unless_a_proxy_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a proxy the agent's calls reach the server in origin form over
+    this client; with HTTP_PROXY set they go through the proxy (httpx), as
+    before this client existed."""
+    from schedulearn.agent.client import AgentClient, ServerUnavailable
+
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    busy = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
+
+    async def call(server: str) -> None:
+        client = AgentClient(server, "agent-token")
+        try:
+            with pytest.raises(ServerUnavailable, match="HTTP 503"):
+                await client.work("n1", wait=0)
+        finally:
+            await client.close()
+
+    async def go() -> None:
+        async with serving(lambda head, body: busy) as (seen, url):
+            await call(url)
+            direct = seen.requests[0][0]
+            assert direct.startswith(b"GET /api/v1/agent/work?node=n1&wait=0 HTTP/1.1\r\n")
+            assert b"\r\nAuthorization: Bearer agent-token\r\n" in direct
+            assert b"python-httpx" not in direct  # httpx names itself; this client does not
+            monkeypatch.setenv("HTTP_PROXY", url)  # the scripted server plays the proxy
+            await call("http://127.0.0.1:9")  # nothing listens there: the proxy answers
+            proxied = seen.requests[1][0]
+            assert proxied.startswith(b"GET http://127.0.0.1:9/api/v1/agent/work?")
+            assert b"python-httpx" in proxied
+
+    asyncio.run(go())
