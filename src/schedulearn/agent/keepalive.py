@@ -70,15 +70,18 @@ class _Connection:
 
 class KeepAliveClient:
     """Requests over kept-alive connections; `headers` go with every request
-    (a caller may change them between calls)."""
+    (a caller may change them between calls). `timeout` bounds a whole
+    request, from waiting for a connection to the last byte of the reply."""
 
     def __init__(self, headers: Mapping[str, str], timeout: float) -> None:
         self.headers = dict(headers)
         self.timeout = timeout
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._closed = False
 
     async def aclose(self) -> None:
+        self._closed = True  # a request still on the way closes its connection after
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()
@@ -133,7 +136,7 @@ class KeepAliveClient:
             finally:
                 if not done:
                     conn.close()  # mid-exchange (an error or a cancel): unusable
-            if keep and len(idle := self._idle.setdefault(key, [])) < MAX_IDLE:
+            if keep and not self._closed and len(idle := self._idle.setdefault(key, [])) < MAX_IDLE:
                 idle.append(conn)
             else:
                 conn.close()
