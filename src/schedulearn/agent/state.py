@@ -109,7 +109,7 @@ class JobRecord:
         # and a record is saved several times in each run's life.
         data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["executor"] = self.executor.value
-        return json.dumps(data, sort_keys=True)
+        return _ENCODER.encode(data)
 
     @classmethod
     def from_json(cls, text: str) -> JobRecord:
@@ -121,6 +121,8 @@ class JobRecord:
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))
+# One encoder for every save: `json.dumps` with options builds a new one each call.
+_ENCODER = json.JSONEncoder(sort_keys=True)
 _LEGACY_RECORD = "record.json"
 # The files an agent makes in a job directory; one holding only these can be reused.
 EXIT_FILE = "exit_code"
