@@ -65,9 +65,11 @@ class AgentConfig:
     # Each run's output is spooled on this node's disk (`agent.logspool`) up to
     # this many bytes; past it, lines are counted (and the count said), not kept.
     log_disk_max_bytes: int = 1024**3
-    # Start rate (`agent.starts`): runs being started at once, and starts a second.
+    # Start rate (`agent.starts`): runs being started at once, starts a second,
+    # and how many of those may begin at once after a quiet spell.
     max_concurrent_starts: int = 4
     max_starts_per_second: float = 500.0
+    start_burst: int = 32
     # A one-time join token from `schedulearn node add`, exchanged at start.
     join_token: str | None = field(default=None, repr=False)
 

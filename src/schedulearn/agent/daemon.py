@@ -108,7 +108,9 @@ class Agent:
             self.store,
             config.name,
             jobs_as=config.jobs_as,
-            starts=StartGate(config.max_concurrent_starts, config.max_starts_per_second),
+            starts=StartGate(
+                config.max_concurrent_starts, config.max_starts_per_second, config.start_burst
+            ),
             log_disk_cap_bytes=config.log_disk_max_bytes,
         )
         self.runners: dict[int, JobRunner] = {}
