@@ -283,7 +283,6 @@ class AgentClient:
         timeout: float | None = None,
     ) -> M:
         content = None if body is None else body.model_dump_json()
-
         headers = None if body is None else {"Content-Type": "application/json"}
 
         async def send(base: str) -> M:

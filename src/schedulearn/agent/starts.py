@@ -12,10 +12,10 @@ order: asyncio's semaphore and sleep are FIFO). It is a token bucket
 Why the burst: a work poll hands an agent the few starts one scheduling
 pass gave it, and pacing even those (2 ms apart at 500 a second) spread
 them, and so their "started" and exit reports, over many small event
-batches and scheduling passes. Under `bench/api_load.py` a burst of 32
-gave 20-30% more finished jobs a second at 15-20% less CPU a job
-(docs/results.md 6.8); a 1,000-run array still starts at `per_second`
-after its first 32.
+batches and scheduling passes. With a burst of 32, 2,000 trivial jobs on
+two agents finished at 303-376 a second against 263-298, at 15-27% less
+CPU a job (docs/results.md 6.8); a 1,000-run array still starts at
+`per_second` after its first 32.
 
 The default rate, 500 a second, leaves the loop most of its time: a
 start of a process costs it about 1 ms of CPU, so even at the full rate
