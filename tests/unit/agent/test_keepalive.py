@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from schedulearn.agent.keepalive import HttpFailure, KeepAliveClient, lean_for
+from schedulearn.cli.localcluster import free_port
 
 # A reply script: (the request's head and body) -> the raw bytes to answer, or
 # None to close the connection without answering. Bytes that end in CLOSE are
@@ -205,12 +206,8 @@ def test_failures_are_http_failures_and_leave_the_client_usable() -> None:
                 await client.request("GET", url + "/slow", timeout=0.2)
             assert (await client.request("GET", url + "/x")).content == b"fine"
             await client.aclose()
-        listener = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-        port = listener.sockets[0].getsockname()[1]
-        listener.close()
-        await listener.wait_closed()
         with pytest.raises(HttpFailure, match="cannot connect"):
-            await KeepAliveClient({}, timeout=5).request("GET", f"http://127.0.0.1:{port}/x")
+            await KeepAliveClient({}, timeout=5).request("GET", f"http://127.0.0.1:{free_port()}/x")
 
     asyncio.run(go())
 
@@ -252,9 +249,10 @@ def test_the_agent_client_sends_over_it_unless_a_proxy_is_set(
             assert b"\r\nAuthorization: Bearer agent-token\r\n" in direct
             assert b"python-httpx" not in direct  # httpx names itself; this client does not
             monkeypatch.setenv("HTTP_PROXY", url)  # the scripted server plays the proxy
-            await call("http://127.0.0.1:9")  # nothing listens there: the proxy answers
+            nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens: the proxy answers
+            await call(nowhere)
             proxied = seen.requests[1][0]
-            assert proxied.startswith(b"GET http://127.0.0.1:9/api/v1/agent/work?")
+            assert proxied.startswith(f"GET {nowhere}/api/v1/agent/work?".encode())
             assert b"python-httpx" in proxied
 
     asyncio.run(go())
