@@ -139,7 +139,7 @@ def node_accounts() -> frozenset[str]:
     return frozenset(names)
 
 
-def give(path: Path, account: Account | None, mode: int = 0o700) -> None:
+def give(path: str | Path, account: Account | None, mode: int = 0o700) -> None:
     """Make `path` (a file or directory the job writes) its account's, `mode`.
 
     Never follows a link: a job's own directory may hold links it made.
@@ -149,7 +149,7 @@ def give(path: Path, account: Account | None, mode: int = 0o700) -> None:
     os.chmod(path, mode)
 
 
-def job_file(path: Path, account: Account | None) -> None:
+def job_file(path: str | Path, account: Account | None) -> None:
     """Create file `path` for the job to write (or take the one a reused
     directory has): its account's, 0600.
 

@@ -40,8 +40,8 @@ _CODE = {LogStream.STDOUT: b"o", LogStream.STDERR: b"e"}
 _STREAM = {ord("o"): LogStream.STDOUT, ord("e"): LogStream.STDERR}
 
 
-def spool_path(job_dir: str | Path) -> Path:
-    return Path(job_dir) / SPOOL_FILE
+def spool_path(job_dir: str) -> str:
+    return os.path.join(job_dir, SPOOL_FILE)
 
 
 def encode(stream: LogStream, at: float, text: str) -> bytes:
@@ -75,7 +75,7 @@ class LogSpool:
 
     def __init__(
         self,
-        path: Path,
+        path: str | Path,
         cap_bytes: int,
         mark: SpoolMark | None = None,
         node: str = "",
@@ -91,7 +91,7 @@ class LogSpool:
         self._out: BinaryIO | None = None
         self._in: BinaryIO | None = None
         self._dirty = False
-        if path.exists():
+        if os.path.exists(path):
             # Whatever was written after the last checkpoint is read again
             # from the sources; a fresh run starts empty.
             with open(path, "r+b") as f:

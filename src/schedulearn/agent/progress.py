@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import math
-from pathlib import Path
+import os
 
 from schedulearn.agent.client import AgentClient, until_acked
 from schedulearn.agent.state import PROGRESS_FILE, JobRecord, StateStore
@@ -40,7 +40,7 @@ _MAX_BATCH = 500
 _MAX_READ = 4 * 1024 * 1024
 
 
-def progress_file(record: JobRecord) -> Path:
+def progress_file(record: JobRecord) -> str:
     """Where on this host the run's reports land.
 
     A container gets the `progress` folder mounted (so it is created here);
@@ -49,10 +49,10 @@ def progress_file(record: JobRecord) -> Path:
     cannot create files in the agent's directory).
     """
     if record.executor is Executor.DOCKER:
-        folder = Path(record.job_dir) / "progress"
-        folder.mkdir(exist_ok=True)
-        return folder / PROGRESS_FILE
-    return Path(record.job_dir) / PROGRESS_FILE
+        folder = os.path.join(record.job_dir, "progress")
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, PROGRESS_FILE)
+    return os.path.join(record.job_dir, PROGRESS_FILE)
 
 
 def parse_line(line: str) -> ProgressReport | None:
@@ -127,7 +127,7 @@ class ProgressTail:
     def _read_new(self) -> tuple[list[ProgressReport], int]:
         start = self.record.progress_position
         try:
-            with self.path.open("rb") as src:
+            with open(self.path, "rb") as src:
                 src.seek(start)
                 chunk = src.read(_MAX_READ)
         except FileNotFoundError:

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import time
+from pathlib import Path
 
 from schedulearn.agent.client import AgentClient, until_acked
 from schedulearn.agent.executors.base import OutputLine
@@ -161,17 +163,17 @@ async def upload_full(client: AgentClient, record: JobRecord, node: str) -> str:
     """Upload the run's whole spool (the server asked for it); a note for the exit message
     when it could not be kept ("" when it was)."""
     path = spool_path(record.job_dir)
-    if record.full_log_sent or not path.exists():
+    if record.full_log_sent or not os.path.exists(path):
         return ""
     digest = hashlib.sha256()
     size = 0
-    with path.open("rb") as f:
+    with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
             size += len(chunk)
     sha256 = digest.hexdigest()
     kept = await until_acked(
-        lambda: client.put_full_log(record.job_id, record.attempt, node, path, sha256, size),
+        lambda: client.put_full_log(record.job_id, record.attempt, node, Path(path), sha256, size),
         f"the full log of job {record.job_id}",
     )
     record.full_log_sent = True

@@ -45,14 +45,14 @@ class SparePool:
         self.blank = blank
         self.limit = limit
         root.mkdir(parents=True, exist_ok=True)
-        self._free = [p for p in root.iterdir() if p.is_dir()]
-        numbers = [int(p.name) for p in self._free if p.name.isdigit()]
+        self._free = [str(p) for p in root.iterdir() if p.is_dir()]
+        numbers = [int(os.path.basename(p)) for p in self._free if os.path.basename(p).isdigit()]
         self._names = itertools.count(max(numbers, default=0) + 1)
 
     def __len__(self) -> int:
         return len(self._free)
 
-    def make(self, path: Path) -> None:
+    def make(self, path: str | Path) -> None:
         """Create directory `path` (which must not exist), from a spare when there is one."""
         while self._free:
             try:
@@ -60,14 +60,14 @@ class SparePool:
                 return
             except FileNotFoundError:
                 continue  # someone removed that spare; try the next
-        path.mkdir()
+        os.mkdir(path)
 
-    def remove(self, path: Path) -> None:
+    def remove(self, path: str | Path) -> None:
         """Delete directory `path`, or keep it as a spare when it qualifies."""
         if not self._keep(path):
             shutil.rmtree(path, ignore_errors=True)
 
-    def _keep(self, path: Path) -> bool:
+    def _keep(self, path: str | Path) -> bool:
         if len(self._free) >= self.limit:
             return False
         try:
@@ -78,7 +78,7 @@ class SparePool:
                     return False
             if not all(_empty_if_unshared(e.path, e.name in self.blank) for e in entries):
                 return False
-            spare = self.root / str(next(self._names))
+            spare = os.path.join(self.root, str(next(self._names)))
             os.rename(path, spare)
         except OSError:
             return False

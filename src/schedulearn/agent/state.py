@@ -41,8 +41,10 @@ imported on start.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
 import sqlite3
 from dataclasses import dataclass, field, fields
@@ -189,12 +191,12 @@ class StateStore:
     def create_checkpoint_dir(self, record: JobRecord, account: Account | None = None) -> None:
         """The run's checkpoint directory, made (or kept) and given to `account`
         (None: the agent's own user), mode 0700."""
-        path = Path(record.checkpoint_dir)
-        if not path.is_dir():  # else an earlier attempt's, or one just downloaded
-            if record.own_checkpoint_dir and path.parent == self.checkpoints_dir:
+        path = record.checkpoint_dir
+        if not os.path.isdir(path):  # else an earlier attempt's, or one just downloaded
+            if record.own_checkpoint_dir and os.path.dirname(path) == str(self.checkpoints_dir):
                 self._spare_empty_dirs.make(path)
             else:
-                path.mkdir(parents=True, exist_ok=True)
+                os.makedirs(path, exist_ok=True)
         try:
             give(path, account)
         except OSError as exc:
@@ -231,15 +233,16 @@ class StateStore:
         self._db.execute(
             "DELETE FROM runs WHERE job_id = ? AND attempt = ?", (record.job_id, record.attempt)
         )
-        self._spare_job_dirs.remove(Path(record.job_dir))
+        self._spare_job_dirs.remove(record.job_dir)
 
     def remove_checkpoints(self, record: JobRecord) -> None:
         if not record.own_checkpoint_dir:
             return
-        path = Path(record.checkpoint_dir)
-        if path.is_dir():
+        path = record.checkpoint_dir
+        if os.path.isdir(path):
             self._spare_empty_dirs.remove(path)  # kept only if the job saved nothing
-        path.with_name(path.name + ".attempt").unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path.rstrip("/") + ".attempt")
 
     def _import_legacy_records(self) -> None:
         for legacy in self.jobs_dir.glob(f"*/{_LEGACY_RECORD}"):

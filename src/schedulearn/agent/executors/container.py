@@ -188,7 +188,7 @@ class DockerExecutor:
         except LaunchError as exc:
             raise StartError(str(exc)) from exc
         Path(record.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        progress_dir = progress_file(record).parent
+        progress_dir = Path(progress_file(record)).parent
         accounts.give(progress_dir, account)
         labels = {
             LABEL_JOB: str(assignment.job_id),

@@ -57,7 +57,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import BinaryIO
 
 from schedulearn.agent import accounts, jobenv
@@ -89,10 +88,16 @@ POLL_SECONDS = 0.1
 READ_CHUNK = 1 << 20
 # A raw output file's read part is freed once this much more of it is kept.
 FREE_STEP = 64 << 10
+# How long a program found on the job PATH is taken as there, and how many
+# (program, PATH) pairs are remembered.
+FOUND_SECONDS = 30.0
+FOUND_MEMORY = 1024
 
 
-def log_file(job_dir: str | Path, stream: LogStream) -> Path:
-    return Path(job_dir) / f"{stream.value}.log"
+# Paths on the start and exit of every job are plain strings: pathlib cost
+# about 15% of an agent's CPU under `bench/api_load.py`.
+def log_file(job_dir: str, stream: LogStream) -> str:
+    return os.path.join(job_dir, f"{stream.value}.log")
 
 
 def is_job_shim(pid: int, record: JobRecord) -> bool:
@@ -101,14 +106,15 @@ def is_job_shim(pid: int, record: JobRecord) -> bool:
     The shim's argv names the run's exit file, which no other process's does.
     """
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
     except OSError:
         return False
     return os.fsencode(exit_file(record)) in argv
 
 
-def exit_file(record: JobRecord) -> Path:
-    return Path(record.job_dir) / EXIT_FILE
+def exit_file(record: JobRecord) -> str:
+    return os.path.join(record.job_dir, EXIT_FILE)
 
 
 class SubprocessExecutor:
@@ -137,15 +143,18 @@ class SubprocessExecutor:
         self._node_env = dict(node_env or {})
         self._workdir_option = default_workdir
         self._default_workdir = default_workdir or os.getcwd()
+        # (program, PATH) -> until when it counts as found (`_on_path`).
+        self._found: dict[tuple[str, str], float] = {}
 
     async def start(
         self, assignment: Assignment, record: JobRecord, account: Account | None = None
     ) -> RunHandle:
+        progress = progress_file(record)
         try:
             plan = plan_launch(
                 assignment,
                 record.checkpoint_dir,
-                progress_file=str(progress_file(record)),
+                progress_file=progress,
                 node_env=self._node_env,
             )
         except LaunchError as exc:
@@ -156,30 +165,31 @@ class SubprocessExecutor:
         else:
             # The agent's own directory is no place for someone else's job: it
             # starts in its account's home, or in / as login does without one.
-            home = account.home if Path(account.home).is_dir() else "/"
+            home = account.home if os.path.isdir(account.home) else "/"
             workdir = assignment.workdir or self._workdir_option or home
-        if not Path(workdir).is_dir():
+        if not os.path.isdir(workdir):
             raise StartError(
                 f"workdir {workdir!r} does not exist on node {self.node_name!r}; "
                 "create it there or change the job's workdir"
             )
         program = plan.argv[0]
-        if shutil.which(program, path=env.get("PATH", os.defpath)) is None and not (
-            "/" in program and os.access(Path(workdir) / program, os.X_OK)
+        if not self._on_path(program, env.get("PATH", os.defpath)) and not (
+            "/" in program and os.access(os.path.join(workdir, program), os.X_OK)
         ):
             raise StartError(
                 f"program {program!r} was not found on node {self.node_name!r} (not on its "
                 "PATH); install it there, give its full path, or run the job in a container "
                 "image that has it"
             )
-        Path(record.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        os.makedirs(record.checkpoint_dir, exist_ok=True)
         # The files the job itself writes, given to its account (it cannot make
         # files in the agent's directory); a spare directory's are given again,
         # so nothing passes between accounts.
-        for path in (exit_file(record), progress_file(record)):
-            if account is not None or path.exists():
+        exit_path = exit_file(record)
+        for path in (exit_path, progress):
+            if account is not None or os.path.exists(path):
                 accounts.job_file(path, account)
-        argv = ["/bin/sh", "-c", SHIM, str(exit_file(record)), *plan.argv]
+        argv = ["/bin/sh", "-c", SHIM, exit_path, *plan.argv]
         out = _open_log(log_file(record.job_dir, LogStream.STDOUT))
         err = _open_log(log_file(record.job_dir, LogStream.STDERR))
         try:
@@ -205,6 +215,23 @@ class SubprocessExecutor:
             os.close(err)
         record.pid = proc.pid
         return ProcessHandle(record, proc)
+
+    def _on_path(self, program: str, path: str) -> bool:
+        """Whether `program` is on `path` (or, with a slash, executable as
+        given). A program found is not looked up again for `FOUND_SECONDS`:
+        the lookup is a stat per PATH entry, about 5% of an agent's CPU when
+        it starts hundreds of jobs a second. Should it vanish meanwhile, the
+        shim's `sh` says so in the job's stderr and the job fails with 127."""
+        key = (program, path)
+        now = time.monotonic()
+        if self._found.get(key, 0.0) > now:
+            return True
+        if shutil.which(program, path=path) is None:
+            return False
+        if len(self._found) >= FOUND_MEMORY:
+            self._found.clear()
+        self._found[key] = now + FOUND_SECONDS
+        return True
 
     async def recover(
         self, records: list[JobRecord], new_record: NewRecord | None = None
@@ -306,7 +333,7 @@ class ProcessHandle:
         pgid = self.record.pid
         # Once the shim is gone its pid may belong to a new process; then the
         # number names someone else's group and is left alone.
-        if pgid is None or Path(f"/proc/{pgid}").exists():
+        if pgid is None or os.path.exists(f"/proc/{pgid}"):
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
@@ -370,7 +397,7 @@ class _FileTail:
     """Reads one output file from a byte offset, a line at a time, and frees
     its blocks up to where `kept()` says it is kept elsewhere."""
 
-    def __init__(self, path: Path, stream: LogStream, offset: int, kept: Callable[[], int]) -> None:
+    def __init__(self, path: str, stream: LogStream, offset: int, kept: Callable[[], int]) -> None:
         self.path = path
         self.stream = stream
         self.offset = offset
@@ -429,16 +456,17 @@ class _FileTail:
             self._writer = None
 
 
-def _open_log(path: Path) -> int:
+def _open_log(path: str) -> int:
     """An output file for appending, the agent's and 0600 (the job gets the descriptor)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     os.fchmod(fd, 0o600)
     return fd
 
 
-def _read_exit_file(path: Path) -> int | None:
+def _read_exit_file(path: str) -> int | None:
     try:
-        text = path.read_text().strip()
+        with open(path, "rb") as f:
+            text = f.read().strip()
     except OSError:
         return None
     try:
