@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from schedulearn.agent.executors import process
 from schedulearn.agent.executors.base import MAX_LINE_CHARS, OutputLine, RunHandle, StartError
 from schedulearn.agent.executors.process import SubprocessExecutor
 from schedulearn.agent.state import JobRecord, StateStore
@@ -153,6 +154,38 @@ def test_an_unknown_program_is_refused_with_what_to_change(store: StateStore) ->
         with pytest.raises(StartError, match="'torchrun' was not found"):
             # A job PATH without this environment's bin (where CI's torch wheel puts torchrun).
             await executor(path="/usr/bin:/bin").start(torch, new_record(store, 11))
+
+    run(go())
+
+
+def test_a_program_is_looked_up_again_unless_found_within_the_memo(
+    store: StateStore, tmp_path: Path
+) -> None:
+    """Only a program found is remembered, and only for FOUND_SECONDS: one
+    installed after a refusal is found at once, and one removed is refused
+    again once the memo lapses (the clock is moved on, not waited for)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "made-later"
+    ex = executor(path=f"{bin_dir}:/usr/bin:/bin")
+    now = [1000.0]
+    ex.programs = process.ProgramMemo(clock=lambda: now[0])
+    job = Assignment(job_id=40, attempt=1, command=["made-later"])
+
+    async def go() -> None:
+        with pytest.raises(StartError, match="'made-later' was not found"):
+            await ex.start(job, new_record(store, 40))
+        tool.write_text("#!/bin/sh\necho made\n")
+        tool.chmod(0o755)
+        code, lines = await run_to_end(await ex.start(job, new_record(store, 41)))
+        assert (code, [ln.text for ln in lines]) == (0, ["made"])
+        tool.unlink()
+        now[0] += process.FOUND_SECONDS - 1  # still remembered: the shim's sh says it
+        code, _ = await run_to_end(await ex.start(job, new_record(store, 42)))
+        assert code == 127
+        now[0] += 2
+        with pytest.raises(StartError, match="'made-later' was not found"):
+            await ex.start(job, new_record(store, 43))
 
     run(go())
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -143,8 +144,7 @@ class SubprocessExecutor:
         self._node_env = dict(node_env or {})
         self._workdir_option = default_workdir
         self._default_workdir = default_workdir or os.getcwd()
-        # (program, PATH) -> until when it counts as found (`_on_path`).
-        self._found: dict[tuple[str, str], float] = {}
+        self.programs = ProgramMemo()
 
     async def start(
         self, assignment: Assignment, record: JobRecord, account: Account | None = None
@@ -173,7 +173,7 @@ class SubprocessExecutor:
                 "create it there or change the job's workdir"
             )
         program = plan.argv[0]
-        if not self._on_path(program, env.get("PATH", os.defpath)) and not (
+        if not self.programs.found(program, env.get("PATH", os.defpath)) and not (
             "/" in program and os.access(os.path.join(workdir, program), os.X_OK)
         ):
             raise StartError(
@@ -216,23 +216,6 @@ class SubprocessExecutor:
         record.pid = proc.pid
         return ProcessHandle(record, proc)
 
-    def _on_path(self, program: str, path: str) -> bool:
-        """Whether `program` is on `path` (or, with a slash, executable as
-        given). A program found is not looked up again for `FOUND_SECONDS`:
-        the lookup is a stat per PATH entry, about 5% of an agent's CPU when
-        it starts hundreds of jobs a second. Should it vanish meanwhile, the
-        shim's `sh` says so in the job's stderr and the job fails with 127."""
-        key = (program, path)
-        now = time.monotonic()
-        if self._found.get(key, 0.0) > now:
-            return True
-        if shutil.which(program, path=path) is None:
-            return False
-        if len(self._found) >= FOUND_MEMORY:
-            self._found.clear()
-        self._found[key] = now + FOUND_SECONDS
-        return True
-
     async def recover(
         self, records: list[JobRecord], new_record: NewRecord | None = None
     ) -> list[RunHandle]:
@@ -245,6 +228,37 @@ class SubprocessExecutor:
 
     async def close(self) -> None:
         return None
+
+
+class ProgramMemo:
+    """Whether a program is on a PATH, with the programs found remembered.
+
+    A program found is not looked up again for `seconds`: the lookup is a
+    stat per PATH entry, about 5% of an agent's CPU when it starts hundreds
+    of jobs a second. One not found is looked up each time, so a program
+    installed after a refusal is found at once. Should a remembered one
+    vanish, the shim's `sh` says so in the job's stderr and the job fails
+    with 127.
+    """
+
+    def __init__(
+        self, seconds: float = FOUND_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._until: dict[tuple[str, str], float] = {}  # (program, PATH) -> until when
+
+    def found(self, program: str, path: str) -> bool:
+        key = (program, path)
+        now = self._clock()
+        if self._until.get(key, -math.inf) > now:
+            return True
+        if shutil.which(program, path=path) is None:
+            return False
+        if len(self._until) >= FOUND_MEMORY:
+            self._until.clear()
+        self._until[key] = now + self.seconds
+        return True
 
 
 class ProcessHandle:
