@@ -14,7 +14,6 @@ not a JSON object is skipped: progress is advisory, never fatal.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -22,6 +21,7 @@ import os
 
 from schedulearn.agent.client import AgentClient, until_acked
 from schedulearn.agent.state import PROGRESS_FILE, JobRecord, StateStore
+from schedulearn.agent.waits import wait_set
 from schedulearn.protocol import Executor, ProgressBatch, ProgressReport
 
 log = logging.getLogger(__name__)
@@ -113,9 +113,7 @@ class ProgressTail:
 
     async def run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), timeout=self.interval)
-            closing = self._closing.is_set()
+            closing = await wait_set(self._closing, self.interval)
             while await self._send_new():
                 pass  # more than one batch was waiting
             if closing:

@@ -38,6 +38,7 @@ from schedulearn.agent.client import AgentClient, until_acked
 from schedulearn.agent.executors.base import OutputLine
 from schedulearn.agent.logspool import LogSpool, SpoolMark, spool_path
 from schedulearn.agent.state import JobRecord, StateStore
+from schedulearn.agent.waits import wait_set
 from schedulearn.protocol import LogBatch
 
 # One agent's default disk cap for one run's output.
@@ -126,9 +127,7 @@ class LogShipper:
                         left = deadline - time.monotonic()
                         if left <= 0:
                             break
-                        try:
-                            await asyncio.wait_for(self._wake.wait(), timeout=left)
-                        except TimeoutError:
+                        if not await wait_set(self._wake, left):
                             break
                         self._wake.clear()
                 await self._send_one_batch()

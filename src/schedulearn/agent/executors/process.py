@@ -78,6 +78,7 @@ from schedulearn.agent.executors.base import (
 from schedulearn.agent.launchers import LaunchError, plan_launch
 from schedulearn.agent.progress import progress_file
 from schedulearn.agent.state import EXIT_FILE, JobRecord
+from schedulearn.agent.waits import wait_set
 from schedulearn.core.capabilities import ExecutorKind
 from schedulearn.protocol import Assignment, Executor, LogStream
 
@@ -400,8 +401,7 @@ class ProcessHandle:
                     tail.read(sink, final=ended)
                 if ended:
                     return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._exited.wait(), timeout=POLL_SECONDS)
+                await wait_set(self._exited, POLL_SECONDS)
         finally:
             for tail in tails:
                 tail.close()
