@@ -28,6 +28,7 @@ from schedulearn.server.api import agent, cluster, enroll, jobs, ops, profiles
 from schedulearn.server.api import queues as queue_routes
 from schedulearn.server.api import tokens as token_routes
 from schedulearn.server.api import users as user_routes
+from schedulearn.server.api.fast_agent import FastAgent
 from schedulearn.server.api.fast_submit import FastSubmit
 from schedulearn.server.batching import Batcher
 from schedulearn.server.metrics import Metrics
@@ -134,6 +135,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     errors.install(app)
     # Innermost: the body limit and the protocol check judge its requests too.
     app.add_middleware(FastSubmit)
+    app.add_middleware(FastAgent)
     app.add_middleware(errors.BodyLimit, limit=settings.max_body_bytes)
     # Added last, so it runs first: a refused client gets the version message
     # before anything else judges its request.

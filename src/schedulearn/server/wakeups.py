@@ -79,8 +79,11 @@ class Wakeups:
 async def wait_for(event: asyncio.Event, timeout: float) -> bool:
     """Wait until `event` is set or `timeout` passes; clear it; True if it was set."""
     if not event.is_set():
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for starts a task
+        # for each wait (every work poll and every scheduler loop turn).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()
     was_set = event.is_set()
     event.clear()
     return was_set

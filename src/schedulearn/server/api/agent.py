@@ -43,6 +43,10 @@ from schedulearn.server.wakeups import wait_for
 
 router = APIRouter(prefix="/api/v1/agent", tags=["agent"], responses=ERROR_RESPONSES)
 
+# The work poll's query bounds, for the route and `fast_agent.FastAgent`.
+MIN_WAIT, MAX_WAIT = 0.0, 3600.0  # seconds
+NODE_NAME_MAX = 200
+
 
 @router.post(
     "/join",
@@ -83,9 +87,22 @@ async def work(
     request: Request,
     state: State,
     who: Agent,
-    node: Annotated[str, Query(min_length=1, max_length=200)],
-    wait: Annotated[float, Query(ge=0, le=3600)] = 0.0,
+    node: Annotated[str, Query(min_length=1, max_length=NODE_NAME_MAX)],
+    wait: Annotated[float, Query(ge=MIN_WAIT, le=MAX_WAIT)] = 0.0,
 ) -> Response:
+    return await take_work(state, who, node, wait, request.is_disconnected)
+
+
+async def take_work(
+    state: AppState,
+    who: AgentIdentity,
+    node: str,
+    wait: float,
+    disconnected: Callable[[], Awaitable[bool]],
+) -> Response:
+    """The work poll's reply: starts and stops for `node`, waiting up to
+    `wait` seconds for some (the route and `fast_agent.FastAgent` both
+    answer with this)."""
     wait = min(wait, state.settings.max_wait_seconds)
     node = agent_access.own_node(who, node)
     event = state.wakeups.node(node)
@@ -105,7 +122,7 @@ async def work(
         # Wake at least every second: to notice an agent that went away (so a
         # shutdown does not wait on its poll), and to re-read work another
         # replica may have written.
-        if not await wait_for(event, min(left, 1.0)) and await request.is_disconnected():
+        if not await wait_for(event, min(left, 1.0)) and await disconnected():
             return _json(WorkBatch())
 
 
@@ -118,6 +135,12 @@ async def event(job_id: JobId, body: JobEvent, state: State, who: Agent) -> Ack:
 
 @router.post("/events", response_model=EventAcks, summary="Events of many jobs at once")
 async def events(body: EventBatch, state: State, who: Agent) -> Response:
+    return await record_events(state, who, body)
+
+
+async def record_events(state: AppState, who: AgentIdentity, body: EventBatch) -> Response:
+    """A batch of job events recorded, and its acknowledgements (the route and
+    `fast_agent.FastAgent` both answer with this)."""
     done = await state.db.run(agent_access.record_events, who, body.events, state.clock.now())
     state.wakeups.notify(done.changes)
     return _json(EventAcks(acks=done.acks))

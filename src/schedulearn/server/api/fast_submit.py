@@ -21,15 +21,13 @@ an agent's token, a malformed key. The route stays the documented one
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
-
 from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from schedulearn.server.api import jobs
+from schedulearn.server.api.below import answer, bearer_token
 from schedulearn.server.auth import Caller, Role
 from schedulearn.server.services.idempotency import MAX_KEY_LENGTH
 from schedulearn.server.state import AppState
@@ -66,39 +64,18 @@ class FastSubmit:
             return  # the client went away
         content_type = request.headers.get("content-type", jobs.JSON)
         scope["route"] = self.route
-        try:
-            response = await jobs.accept(state, who, key, body, content_type)
-        except Exception as exc:
-            handler = _handler_for(app, exc)
-            if handler is None:
-                raise  # a crash: ServerErrorMiddleware answers 500, as for the route
-            response = handler(request, exc)
-            if inspect.isawaitable(response):
-                response = await response
-        await response(scope, receive, send)
+        await answer(
+            scope, receive, send, request, lambda: jobs.accept(state, who, key, body, content_type)
+        )
 
 
 def _known_caller(state: AppState, authorization: str | None) -> Caller | None:
     """The user or admin a bearer token stands for, if this replica's cache
     holds it; None sends the request on to the route, which checks it."""
-    if authorization is None:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token:
+    token = bearer_token(authorization)
+    if token is None:
         return None
     _, who = state.tokens.cached(token, state.clock.now())
     if who is None or who.role is Role.AGENT:
         return None
     return who
-
-
-def _handler_for(app: FastAPI, exc: Exception) -> Any:
-    """The app's handler for `exc`, found as Starlette's ExceptionMiddleware
-    finds it (the nearest class up `exc`'s MRO); the catch-all `Exception`
-    handler is left to ServerErrorMiddleware, as it is for a route."""
-    for cls in type(exc).__mro__:
-        if cls is Exception:
-            return None
-        if cls in app.exception_handlers:
-            return app.exception_handlers[cls]
-    return None
