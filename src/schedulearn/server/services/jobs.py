@@ -108,10 +108,11 @@ _COLUMNS = [c.name for c in Job.__table__.columns if c.name != "id"]
 _DEFAULTS = {n: f for n, f in Job.model_fields.items() if n in _COLUMNS and not f.is_required()}
 
 
-def _row(spec: JobSpec, user: str, now: float) -> dict[str, Any]:
+def _row(spec: JobSpec, user: str, now: float, stored: dict[str, Any]) -> dict[str, Any]:
     """A new job's row, every column by name: what `Job(...)` would hold, without
-    building the ORM object (a third of a submission's cost)."""
-    given = _normalised(spec)
+    building the ORM object (a third of a submission's cost). `stored` is
+    `_normalised(spec)`, taken over."""
+    given = stored
     given.update(
         user=user,
         state=JobState.PENDING,
@@ -144,17 +145,18 @@ class Submitted:
     changes: Changes
 
 
-def _probe(spec: JobSpec) -> JobView:
-    """The job as the scheduler will see it once queued (every submitted field)."""
-    stored = _normalised(spec)
+def _probe(stored: dict[str, Any]) -> JobView:
+    """The job as the scheduler will see it once queued (every submitted field),
+    from its `_normalised` spec."""
     values = {n: stored[n] for n in _VIEW_SUBMITTED}
     for name in _CODEC.json_fields:
         values[name] = _CODEC.loader(name)(values[name])
     return JobView(id=0, submitted_at=0.0, **values)
 
 
-def check_servable(spec: JobSpec, nodes: tuple[NodeView, ...]) -> None:
-    why = never_servable(_probe(spec), nodes)
+def check_servable(stored: dict[str, Any], nodes: tuple[NodeView, ...]) -> None:
+    """Refuse a job (its `_normalised` spec) that no node could ever run."""
+    why = never_servable(_probe(stored), nodes)
     if why:
         raise Unservable(f"this job can never run here: {why}")
 
@@ -181,13 +183,14 @@ def submit(
         try:
             users.check_priority(spec.priority, caller)
             spec = members.admit(spec, caller)  # its queue: named, the owner's default
-            check_servable(spec, nodes)
+            stored = _normalised(spec)  # once, for the check and the row
+            check_servable(stored, nodes)
         except (BadRequest, Forbidden, Unservable) as exc:
             results.append(exc)
             batches.append([])
             starts.append(0)
             continue
-        row = _row(spec, caller.user, now)
+        row = _row(spec, caller.user, now, stored)
         # The copies of an array share no mutable value (env, command lists).
         batches.append([row, *(copy.deepcopy(row) for _ in range(spec.count - 1))])
         starts.append(spec.array_start)
