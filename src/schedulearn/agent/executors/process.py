@@ -396,12 +396,13 @@ class ProcessHandle:
         ]
         try:
             while True:
-                ended = self._exited.is_set()
+                # Wait first: a run just started has written nothing yet, and
+                # one that ends within the poll is read once, at its end.
+                ended = await wait_set(self._exited, POLL_SECONDS)
                 for tail in tails:
                     tail.read(sink, final=ended)
                 if ended:
                     return
-                await wait_set(self._exited, POLL_SECONDS)
         finally:
             for tail in tails:
                 tail.close()
