@@ -4,8 +4,8 @@ per-request machinery.
 An agent sends these two for every few jobs it runs: `POST
 /api/v1/agent/events` (its jobs' starts and exits) and `GET
 /api/v1/agent/work` (the long poll for starts and stops). FastAPI's
-routing, dependency solving and body validation cost about 6% of the
-server's CPU under `bench/api_load.py`, as much as recording the events.
+routing, dependency solving and body validation were about 8% of the
+server's samples under `bench/api_load.py` (py-spy).
 `FastAgent` sits in the app's middleware stack beside `fast_submit`
 (below the protocol check and the body limit, which still judge every
 request) and answers a request whose credential this replica's cache
