@@ -8,6 +8,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from httpx import Response
 
+from schedulearn.server.state import AppState
 from waiting import wait_until
 
 ADMIN = "admin-token-for-tests"
@@ -32,6 +33,49 @@ class Api:
 
     def put(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> Response:
         return self.client.put(path, headers=headers or self.admin, **kw)
+
+    @property
+    def state(self) -> AppState:
+        """The app's state (`server.state.AppState`)."""
+        state: AppState = self.client.app.state.sl  # type: ignore[attr-defined]  # app is an ASGI callable to TestClient; ours is FastAPI
+        return state
+
+    def call_asgi(
+        self, asgi: Any, method: str, path: str, headers: dict[str, str], body: bytes = b""
+    ) -> tuple[int, bytes]:
+        """Send one request straight to `asgi` (a middleware under test, with
+        this app in its scope) on the app's event loop; its status and body."""
+        target, _, query = path.partition("?")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": target,
+            "raw_path": target.encode(),
+            "root_path": "",
+            "query_string": query.encode(),
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+            "app": self.client.app,
+        }
+        sent: list[dict[str, Any]] = []
+
+        async def run() -> None:
+            messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def receive() -> dict[str, Any]:
+                return messages.pop() if messages else {"type": "http.disconnect"}
+
+            async def send(message: dict[str, Any]) -> None:
+                sent.append(message)
+
+            await asgi(scope, receive, send)
+
+        self.client.portal.call(run)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; the fixture is inside
+        return int(sent[0]["status"]), b"".join(m.get("body", b"") for m in sent[1:])
 
     def settle(self) -> None:
         """Return once a whole scheduling round has run that began after this call.

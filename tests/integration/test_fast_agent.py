@@ -16,17 +16,11 @@ from server_api import Api
 from schedulearn.protocol import PROTOCOL_HEADER
 from schedulearn.server.api.fast_agent import FastAgent
 from schedulearn.server.auth import hash_token
-from schedulearn.server.state import AppState
 
 NODE = "n1"
 EVENTS = "/api/v1/agent/events"
 WORK = "/api/v1/agent/work"
 SPEC = {"command": ["true"], "gpus": 1}
-
-
-def _state(api: Api) -> AppState:
-    state: AppState = api.client.app.state.sl  # type: ignore[attr-defined]  # app is an ASGI callable to TestClient; ours is FastAPI
-    return state
 
 
 def _register(api: Api) -> dict[str, str]:
@@ -47,43 +41,6 @@ def _placed(api: Api) -> int:
     api.settle()
     assert api.get(f"/api/v1/jobs/{job}").json()["state"] == "assigned"
     return int(job)
-
-
-def _call(
-    api: Api, asgi: Any, method: str, path: str, headers: dict[str, str], body: bytes = b""
-) -> tuple[int, bytes]:
-    """Send one request straight to `asgi` on the app's event loop; its status and body."""
-    target, _, query = path.partition("?")
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": target,
-        "raw_path": target.encode(),
-        "root_path": "",
-        "query_string": query.encode(),
-        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-        "app": api.client.app,
-    }
-    sent: list[dict[str, Any]] = []
-
-    async def run() -> None:
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def receive() -> dict[str, Any]:
-            return messages.pop() if messages else {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        await asgi(scope, receive, send)
-
-    api.client.portal.call(run)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; the fixture is inside
-    return int(sent[0]["status"]), b"".join(m.get("body", b"") for m in sent[1:])
 
 
 def _event(job: int, kind: str = "started", **changes: Any) -> dict[str, Any]:
@@ -119,9 +76,9 @@ def test_a_known_agent_is_served_by_the_fast_path_and_every_other_goes_to_the_ro
     fast = FastAgent(route)
     as_json = {**headers, "Content-Type": "application/json"}
 
-    status, body = _call(api, fast, "GET", f"{WORK}?node={NODE}&wait=0", headers)
+    status, body = api.call_asgi(fast, "GET", f"{WORK}?node={NODE}&wait=0", headers)
     assert status == 200 and [s["job_id"] for s in json.loads(body)["starts"]] == [job]
-    status, body = _call(api, fast, "POST", EVENTS, as_json, _started(job))
+    status, body = api.call_asgi(fast, "POST", EVENTS, as_json, _started(job))
     assert status == 200 and json.loads(body)["acks"][0]["ok"] is True
     assert routed == []  # answered without the routes, and recorded
     assert api.get(f"/api/v1/jobs/{job}").json()["state"] == "running"
@@ -149,13 +106,13 @@ def test_a_known_agent_is_served_by_the_fast_path_and_every_other_goes_to_the_ro
         ("POST", EVENTS, {}, _started(job)),
     ]
     for method, path, case_headers, body in cases:
-        assert _call(api, fast, method, path, case_headers, body)[0] == 299, (method, path)
+        assert api.call_asgi(fast, method, path, case_headers, body)[0] == 299, (method, path)
         # A body read here reaches the route as it came.
         assert routed[-1] == (f"{method} {path.partition('?')[0]}?{path.partition('?')[2]}", body)
     assert len(routed) == len(cases)
 
-    _state(api).credentials.forget_node(NODE)  # as `node rm` does: the next check is the database's
-    assert _call(api, fast, "GET", f"{WORK}?node={NODE}&wait=0", headers)[0] == 299
+    api.state.credentials.forget_node(NODE)  # as `node rm` does: the next check is the database's
+    assert api.call_asgi(fast, "GET", f"{WORK}?node={NODE}&wait=0", headers)[0] == 299
 
 
 def _normal(value: Any, jobs: tuple[int, ...], key: str = "") -> Any:
@@ -211,7 +168,7 @@ CASES: dict[str, Any] = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_fast_path_replies_as_the_route_does(api: Api, case: str) -> None:
     headers = {**_register(api), "Content-Type": "application/json"}
-    state = _state(api)
+    state = api.state
     replies = []
     jobs = []
     for way in ("route", "fast"):

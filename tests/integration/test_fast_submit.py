@@ -15,14 +15,9 @@ from server_api import ADMIN, AGENT, Api
 from schedulearn.protocol import PROTOCOL_HEADER
 from schedulearn.server.api.fast_submit import FastSubmit
 from schedulearn.server.services.idempotency import MAX_KEY_LENGTH
-from schedulearn.server.state import AppState
 
 SPEC = {"command": ["true"], "gpus": 1}
-
-
-def _state(api: Api) -> AppState:
-    state: AppState = api.client.app.state.sl  # type: ignore[attr-defined]  # app is an ASGI callable to TestClient; ours is FastAPI
-    return state
+JOBS = "/api/v1/jobs"
 
 
 def _register(api: Api) -> None:
@@ -30,40 +25,6 @@ def _register(api: Api) -> None:
         "/api/v1/agent/register", headers=api.agent, json={"name": "n1", "gpus": [{"index": 0}]}
     )
     assert reply.status_code == 200, reply.text
-
-
-def _call(api: Api, asgi: Any, method: str, headers: dict[str, str], body: bytes) -> int:
-    """Send one request straight to `asgi` on the app's event loop; its status."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": "/api/v1/jobs",
-        "raw_path": b"/api/v1/jobs",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-        "app": api.client.app,
-    }
-    sent: list[dict[str, Any]] = []
-
-    async def run() -> None:
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
-
-        async def receive() -> dict[str, Any]:
-            return messages.pop() if messages else {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            sent.append(message)
-
-        await asgi(scope, receive, send)
-
-    api.client.portal.call(run)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; the fixture is inside
-    return int(sent[0]["status"])
 
 
 def test_a_cached_caller_is_served_by_the_fast_path_and_every_other_goes_to_the_route(
@@ -82,7 +43,7 @@ def test_a_cached_caller_is_served_by_the_fast_path_and_every_other_goes_to_the_
     body = json.dumps(SPEC).encode()
     admin = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
 
-    assert _call(api, fast, "POST", admin, body) == 201
+    assert api.call_asgi(fast, "POST", JOBS, admin, body)[0] == 201
     assert routed == []  # answered without the route, and the job exists
     assert api.get("/api/v1/jobs").json()["total"] == 2
 
@@ -97,11 +58,11 @@ def test_a_cached_caller_is_served_by_the_fast_path_and_every_other_goes_to_the_
         ("POST", long_key),
         ("POST", {**admin, "Idempotency-Key": ""}),
     ]:
-        assert _call(api, fast, method, headers, body) == 299, (method, headers)
+        assert api.call_asgi(fast, method, JOBS, headers, body)[0] == 299, (method, headers)
     assert len(routed) == 7
 
-    _state(api).tokens.forget()  # as a revocation does: the next check is the database's
-    assert _call(api, fast, "POST", admin, body) == 299
+    api.state.tokens.forget()  # as a revocation does: the next check is the database's
+    assert api.call_asgi(fast, "POST", JOBS, admin, body)[0] == 299
     assert len(routed) == 8
 
 
@@ -149,7 +110,7 @@ def test_the_fast_path_replies_as_the_route_does(api: Api, case: str) -> None:
     blocker = api.post("/api/v1/jobs", json=SPEC).json()["ids"][0]
     api.settle()
     assert api.get(f"/api/v1/jobs/{blocker}").json()["state"] == "assigned"
-    state = _state(api)
+    state = api.state
     replies = []
     for tag in ("route", "fast"):
         body, extra = CASES[case](tag)

@@ -15,8 +15,26 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
+
+from schedulearn.server.state import AppState
+
+
+def app_state(scope: Scope) -> AppState:
+    """The state of the app a request came to."""
+    app: FastAPI = scope["app"]
+    state: AppState = app.state.sl
+    return state
+
+
+async def read_body(request: Request) -> bytes | None:
+    """The request's body; None when the client went away before sending it all."""
+    try:
+        return await request.body()
+    except ClientDisconnect:
+        return None
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -24,15 +24,21 @@ from __future__ import annotations
 
 import math
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
-from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from schedulearn.protocol import EventBatch
 from schedulearn.server.api import agent
-from schedulearn.server.api.below import answer, bearer_token, is_json, replay
+from schedulearn.server.api.below import (
+    answer,
+    app_state,
+    bearer_token,
+    is_json,
+    read_body,
+    replay,
+)
 from schedulearn.server.auth import hash_token
 from schedulearn.server.services.enrollment import AgentIdentity
 from schedulearn.server.state import AppState
@@ -63,14 +69,13 @@ class FastAgent:
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        state: AppState = _app(scope).state.sl
+        state = app_state(scope)
         who = _known_agent(state, request.headers.get("authorization"))
         if who is None or not is_json(request.headers.get("content-type")):
             await self.app(scope, receive, send)  # the route answers (and refuses)
             return
-        try:
-            body = await request.body()
-        except ClientDisconnect:
+        body = await read_body(request)
+        if body is None:
             return  # the agent went away
         try:
             batch = EventBatch.model_validate_json(body)
@@ -82,7 +87,7 @@ class FastAgent:
 
     async def _work(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        state: AppState = _app(scope).state.sl
+        state = app_state(scope)
         who = _known_agent(state, request.headers.get("authorization"))
         query = _work_query(request)
         if who is None or query is None:
@@ -97,11 +102,6 @@ class FastAgent:
             request,
             lambda: agent.take_work(state, who, node, wait, request.is_disconnected),
         )
-
-
-def _app(scope: Scope) -> FastAPI:
-    app: FastAPI = scope["app"]
-    return app
 
 
 def _known_agent(state: AppState, authorization: str | None) -> AgentIdentity | None:

@@ -21,13 +21,12 @@ an agent's token, a malformed key. The route stays the documented one
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.routing import APIRoute
-from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from schedulearn.server.api import jobs
-from schedulearn.server.api.below import answer, bearer_token
+from schedulearn.server.api.below import answer, app_state, bearer_token, read_body
 from schedulearn.server.auth import Caller, Role
 from schedulearn.server.services.idempotency import MAX_KEY_LENGTH
 from schedulearn.server.state import AppState
@@ -50,17 +49,15 @@ class FastSubmit:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.route.path:
             await self.app(scope, receive, send)
             return
-        app: FastAPI = scope["app"]
-        state: AppState = app.state.sl
+        state = app_state(scope)
         request = Request(scope, receive)  # the headers and body as the route reads them
         who = _known_caller(state, request.headers.get("authorization"))
         key = request.headers.get(jobs.IDEMPOTENCY_HEADER)
         if who is None or (key is not None and not 1 <= len(key) <= MAX_KEY_LENGTH):
             await self.app(scope, receive, send)  # the route answers (and refuses)
             return
-        try:
-            body = await request.body()
-        except ClientDisconnect:
+        body = await read_body(request)
+        if body is None:
             return  # the client went away
         content_type = request.headers.get("content-type", jobs.JSON)
         scope["route"] = self.route
