@@ -139,7 +139,10 @@ def settings(database_url: str) -> ServerSettings:
         agent_token=AGENT,
         print_tokens=False,
         heartbeat_seconds=0.5,
-        node_timeout_seconds=2.0,
+        # A `WireAgent` sends heartbeats only when a test says so: a short
+        # timeout would take its node down on a loaded host, mid-test. Tests
+        # of a silent node set a short one themselves.
+        node_timeout_seconds=120.0,
         tick_seconds=0.2,
         stop_grace_seconds=1.0,
     )

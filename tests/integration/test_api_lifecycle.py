@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
+from fastapi.testclient import TestClient
 from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.protocol import JobPublic
+from schedulearn.server import create_app
+from schedulearn.settings import ServerSettings
 from waiting import wait_until
 
 
@@ -170,7 +174,15 @@ def test_gang_over_two_nodes_and_its_failure(api: Api) -> None:
     assert [(s.job_id, s.reason) for s in stops] == [(job2, "gang_failed")]
 
 
-def test_silent_node_loses_its_jobs_which_are_requeued(api: Api) -> None:
+@pytest.fixture
+def reaping_api(settings: ServerSettings) -> Iterator[Api]:
+    """The app with a node taken down after 2 s of silence."""
+    with TestClient(create_app(settings.model_copy(update={"node_timeout_seconds": 2.0}))) as c:
+        yield Api(c)
+
+
+def test_silent_node_loses_its_jobs_which_are_requeued(reaping_api: Api) -> None:
+    api = reaping_api
     dead, alive = WireAgent(api, "dead", gpus=2), WireAgent(api, "alive", gpus=2)
     dead.register()
     job_id = submit(api, gpus=2, max_restarts=1)

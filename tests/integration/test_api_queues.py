@@ -29,9 +29,8 @@ from waiting import wait_until
 
 @pytest.fixture
 def qapi(settings: ServerSettings) -> Iterator[Api]:
-    # No minimum run time: a reclaim need not wait (the live e2e test keeps one). The
-    # wire agent sends no heartbeats: a long node timeout keeps its node up meanwhile.
-    changes = {"queue_min_run_seconds": 0, "node_timeout_seconds": 120}
+    # No minimum run time: a reclaim need not wait (the live e2e test keeps one).
+    changes = {"queue_min_run_seconds": 0}
     with TestClient(create_app(settings.model_copy(update=changes))) as c:
         # Spoken to as this release's CLI (an unversioned client gets no `queue` field).
         c.headers[PROTOCOL_HEADER] = str(PROTOCOL_VERSION)

@@ -19,16 +19,21 @@ from wire_agent import WireAgent
 from schedulearn.server.services import lifecycle
 from schedulearn.settings import ServerSettings
 
-# The integration settings: heartbeat 0.5 s, node timeout 2 s, so a part
-# missing from heartbeats is lost after max(3 * 0.5, 5) = 5 s.
+# Heartbeat 0.5 s (the integration settings) and a node timeout of 2 s, so a
+# part missing from heartbeats is lost after max(3 * 0.5, 5) = 5 s.
 NODE_TIMEOUT = 2.0
 REPORT_GRACE = 5.0
 
 
 @pytest.fixture
-def app(settings: ServerSettings) -> Stepped:
-    assert settings.node_timeout_seconds == NODE_TIMEOUT
-    with stepped_app(settings) as stepped:
+def timed(settings: ServerSettings) -> ServerSettings:
+    """The integration settings with the node timeout these tests count on."""
+    return settings.model_copy(update={"node_timeout_seconds": NODE_TIMEOUT})
+
+
+@pytest.fixture
+def app(timed: ServerSettings) -> Stepped:
+    with stepped_app(timed) as stepped:
         yield stepped
 
 
@@ -95,14 +100,14 @@ def test_node_losses_are_counted_apart_and_fail_the_job_only_past_their_own_limi
     assert final.restarts == 0
 
 
-def test_silence_while_the_server_was_down_does_not_count(settings: ServerSettings) -> None:
-    with stepped_app(settings) as before:
+def test_silence_while_the_server_was_down_does_not_count(timed: ServerSettings) -> None:
+    with stepped_app(timed) as before:
         node = WireAgent(before.api, "n1", gpus=1)
         node.register()
         stopped_at = before.clock.now()
     # The server comes back an hour later: the node has not been heard from
     # for an hour, but the server only listens again from now.
-    with stepped_app(settings, start=stopped_at + 3600) as after:
+    with stepped_app(timed, start=stopped_at + 3600) as after:
         after.schedule()
         assert after.node_healthy("n1")
         after.advance(NODE_TIMEOUT - 0.1)

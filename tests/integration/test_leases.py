@@ -31,15 +31,14 @@ from schedulearn.protocol import (
 )
 from schedulearn.settings import ServerSettings
 
-# The integration settings (tests/integration/conftest.py): node timeout 2 s,
-# so the lease is 1.5 s and its grace 0.3 s (`settings.lease_timing`).
+# A node timeout of 2 s, so the lease is 1.5 s and its grace 0.3 s
+# (`settings.lease_timing`).
 NODE_TIMEOUT = 2.0
 
 
 @pytest.fixture
 def app(settings: ServerSettings) -> Iterator[Stepped]:
-    assert settings.node_timeout_seconds == NODE_TIMEOUT
-    with stepped_app(settings) as stepped:
+    with stepped_app(settings.model_copy(update={"node_timeout_seconds": NODE_TIMEOUT})) as stepped:
         yield stepped
 
 
