@@ -37,8 +37,7 @@ class Stepped:
 
     @property
     def scheduler(self) -> Scheduler:
-        scheduler: Scheduler = self.client.app.state.sl.scheduler  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
-        return scheduler
+        return self.api.state.scheduler
 
     def advance(self, seconds: float) -> float:
         self.clock.advance(seconds)

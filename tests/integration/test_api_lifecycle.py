@@ -44,7 +44,7 @@ def history(api: Api, job_id: int) -> list[str]:
 
     from schedulearn.server.models import JobTransition
 
-    engine = api.client.app.state.sl.db.engine
+    engine = api.state.db.engine
     with Session(engine) as s:
         rows = s.exec(
             select(JobTransition).where(JobTransition.job_id == job_id).order_by(JobTransition.id)
@@ -192,25 +192,27 @@ def test_silent_node_loses_its_jobs_which_are_requeued(reaping_api: Api) -> None
 
     # `dead` stops sending heartbeats; `alive` keeps going. (The boundary
     # itself is tested on a manual clock in test_clock_driven.py.)
-    def requeued() -> int:
-        alive.heartbeat()
-        return job(api, job_id).attempt
-
-    wait_until(requeued, 10, f"job {job_id} to be lost and placed again", until=lambda a: a >= 2)
-    b = alive.work_until(lambda b: b.starts).starts[0]
-    assert (b.job_id, b.attempt) == (job_id, 2)
-    requeued = job(api, job_id)
-    # A node going down is not the job failing: it does not use up max_restarts.
-    assert requeued.restarts == 0 and requeued.placement == {"alive": [0, 1]}
-    assert history(api, job_id) == ["assigned", "running", "lost", "pending", "assigned"]
-    nodes = {n["name"]: n for n in api.get("/api/v1/nodes").json()["items"]}
-    assert nodes["dead"]["healthy"] is False
-    assert all(g["job_id"] is None for g in nodes["dead"]["gpus"])
-    # A heartbeat from the dead node asks it to register again.
-    assert dead.heartbeat().reregister is True
+    with alive.beating():
+        wait_until(
+            lambda: job(api, job_id).attempt,
+            10,
+            f"job {job_id} to be lost and placed again",
+            until=lambda a: a >= 2,
+        )
+        b = alive.work_until(lambda b: b.starts).starts[0]
+        assert (b.job_id, b.attempt) == (job_id, 2)
+        requeued = job(api, job_id)
+        # A node going down is not the job failing: it does not use up max_restarts.
+        assert requeued.restarts == 0 and requeued.placement == {"alive": [0, 1]}
+        assert history(api, job_id) == ["assigned", "running", "lost", "pending", "assigned"]
+        nodes = {n["name"]: n for n in api.get("/api/v1/nodes").json()["items"]}
+        assert nodes["dead"]["healthy"] is False
+        assert all(g["job_id"] is None for g in nodes["dead"]["gpus"])
+        # A heartbeat from the dead node asks it to register again.
+        assert dead.heartbeat().reregister is True
+        alive.start(job_id, 2)
     # Its second node goes down too: requeued again, max_restarts=1 still unused,
     # and the message tells the loss apart from a failure.
-    alive.start(job_id, 2)
     again = wait_state(api, job_id, "pending")
     assert again.restarts == 0
     assert "its node went down: loss 2 of at most 20" in again.message

@@ -165,7 +165,7 @@ def test_a_cached_forecast_is_served_until_its_time_to_live(app: Stepped) -> Non
     node.register()
     running_on(app, node, gpus=1, estimated_duration=100)
     queued = app.submit(gpus=1, estimated_duration=50)
-    predictor = app.client.app.state.sl.predictions  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
+    predictor = app.api.state.predictions
     # A forecast's cost is measured in real time and a slow one is kept longer
     # (up to 20 times its cost); this test is about the clock's part only.
     predictor.slow_seconds = math.inf

@@ -23,7 +23,7 @@ from schedulearn.server.states import IllegalTransition, StaleState, Step, trans
 def record_counting(api, reports: list[JobEventReport]):  # type: ignore[no-untyped-def]  # `api` and the return left untyped (tests are outside mypy's packages)
     """Record `reports` as the events route does, in a session of our own; returns
     (the acks, the statements this session ran: an executemany is one)."""
-    engine = api.client.app.state.sl.db.engine
+    engine = api.state.db.engine
     seen: list[str] = []
 
     def count(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]  # SQLAlchemy's before_cursor_execute listener, called with its own types
@@ -60,7 +60,7 @@ def test_a_batch_costs_the_same_statements_whatever_its_size(api: Api) -> None:
     # their GPUs, one update of the jobs, one insert of their history.
     assert len(two) == len(twenty) <= 8, twenty
     # And every GPU was given back.
-    engine = api.client.app.state.sl.db.engine
+    engine = api.state.db.engine
     with Session(engine) as s:
         assert s.execute(select(Allocation)).all() == []
 
@@ -127,7 +127,7 @@ def test_transition_many_is_fenced_on_the_state_it_was_read_in(api: Api) -> None
     node.register()
     a, b = submit(api, gpus=1), submit(api, gpus=1)
     node.work_until(lambda w: len(w.starts) == 2)
-    engine = api.client.app.state.sl.db.engine
+    engine = api.state.db.engine
     with Session(engine) as s:
         # b is assigned, not running: the whole call fails and writes nothing.
         steps = [

@@ -24,7 +24,6 @@ from schedulearn.protocol import (
     ProgressReport,
 )
 from schedulearn.server.services import snapshot
-from schedulearn.server.state import AppState
 
 LIMITS = {"init_batch": 32, "max_batch": 256, "min_local_batch": 1, "max_local_batch": 64}
 
@@ -45,7 +44,7 @@ def _send(api: Api, job_id: int, attempt: int, *reports: ProgressReport) -> None
 
 
 def _view_goodput(api: Api, wanted: bool) -> dict[int, JobGoodput] | None:
-    state: AppState = api.client.app.state.sl  # type: ignore[attr-defined]  # Starlette's app is untyped
+    state = api.state
     view = state.db.call(lambda s: snapshot.build(s, 0.0, None, wanted).view)
     return None if view.goodput is None else dict(view.goodput)
 
@@ -154,7 +153,7 @@ def test_the_queue_shown_under_goodput_is_ordered_by_the_reports(api: Api) -> No
     spec = {"command": "train", "gpus": 1, "min_gpus": 1, "max_gpus": 4, "preemptible": True}
     first = api.post("/api/v1/jobs", json=spec).json()["ids"][0]
     second = api.post("/api/v1/jobs", json=spec).json()["ids"][0]
-    state: AppState = api.client.app.state.sl  # type: ignore[attr-defined]  # Starlette's app is untyped
+    state = api.state
 
     def order() -> list[int]:
         read = state.db.call(lambda s: queue.read(s, "fifo", 100.0))
@@ -197,7 +196,7 @@ def test_a_jobs_goodput_rows_go_once_it_has_ended(api: Api) -> None:
     node.work_until(lambda b: {s.job_id for s in b.starts} >= {ended, running})
     for job_id in (ended, running):
         _send(api, job_id, 1, _report(10.0, step_time=0.3, progress=5.0, target=400.0))
-    state: AppState = api.client.app.state.sl  # type: ignore[attr-defined]  # Starlette's app is untyped
+    state = api.state
     scheduler = state.scheduler
 
     def rows() -> list[int]:

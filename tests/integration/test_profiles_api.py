@@ -69,7 +69,7 @@ def test_reported_samples_per_second_become_a_profile(api: Api) -> None:
     assert p.samples_per_sec == pytest.approx(670.0)
     assert p.reports == 2
     # The live table is what the estimator reads.
-    with api.client.app.state.sl.db.session() as session:
+    with api.state.db.session() as session:
         table = profiles.load_table(session)
     assert table.lookup("ResNet-50", "v100", gpu_count=2, batch_size=64) == pytest.approx(670 / 64)
 

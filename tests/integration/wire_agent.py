@@ -4,7 +4,10 @@ logs) without running jobs. The real agent is exercised in tests/e2e."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from schedulearn.protocol import (
@@ -64,13 +67,31 @@ class WireAgent:
     def heartbeat(self) -> HeartbeatReply:
         body = Heartbeat(
             name=self.name,
-            running=[RunningJobReport(job_id=j, attempt=a) for j, a in self.running.items()],
+            running=[RunningJobReport(job_id=j, attempt=a) for j, a in list(self.running.items())],
         )
         r = self.api.post(
             "/api/v1/agent/heartbeat", headers=self.headers, json=body.model_dump(mode="json")
         )
         assert r.status_code == 200, r.text
         return HeartbeatReply.model_validate(r.json())
+
+    @contextmanager
+    def beating(self, every: float = 0.3) -> Iterator[None]:
+        """Heartbeats from a thread meanwhile, as a real agent's: the node stays
+        up however slowly the test runs, and falls silent when the block ends."""
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(every):
+                self.heartbeat()
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def work(self, wait: float = 5.0) -> WorkBatch:
         r = self.api.get(

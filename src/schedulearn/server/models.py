@@ -165,10 +165,14 @@ class JobPart(_Table, table=True):
     """One node's part of one attempt of a job (a gang has several)."""
 
     __tablename__ = "job_part"
-    __table_args__ = (Index("ix_job_part_node_status", "node", "status"),)
+    __table_args__ = (
+        Index("ix_job_part_node_status", "node", "status"),
+        # Every report of an agent finds its part by these (migration 0011 says why).
+        Index("ix_job_part_job_attempt_node", "job_id", "attempt", "node"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
-    job_id: int = Field(index=True)
+    job_id: int
     attempt: int
     node: str
     rank: int = 0

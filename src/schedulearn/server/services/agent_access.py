@@ -182,9 +182,12 @@ def record_event(
     return agents.record_event(session, job_id, event, now)
 
 
-# Built once (every batch of events runs it): see `agents._NEW_PARTS`.
-_OWNED = select(JobPart.job_id, JobPart.attempt, JobPart.status).where(
-    JobPart.node == bindparam("node"), col(JobPart.job_id).in_(bindparam("ids", expanding=True))
+# Built once (every batch of events runs it): see `agents._NEW_PARTS`. By
+# job id alone, the node compared here: with `node = ?` in the statement,
+# SQLite walked every part the node ever ran (its `node, status` index), a
+# cost that grew with the node's history.
+_PARTS_OF = select(JobPart.job_id, JobPart.attempt, JobPart.node, JobPart.status).where(
+    col(JobPart.job_id).in_(bindparam("ids", expanding=True))
 )
 
 
@@ -200,31 +203,24 @@ def record_events(
     # A plain read (every batch of events passes here): no ORM statement, no autoflush.
     owned: set[tuple[int, int]] = set()
     written_off: set[tuple[int, int]] = set()
-    for job_id, attempt, status in session.connection().execute(
-        _OWNED, {"node": node, "ids": list(ids)}
-    ):
+    elsewhere: set[tuple[int, int]] = set()
+    for job_id, attempt, on, status in session.connection().execute(_PARTS_OF, {"ids": list(ids)}):
+        if on != node:
+            elsewhere.add((job_id, attempt))
+            continue
         owned.add((job_id, attempt))
         if status == PartStatus.LOST:
             written_off.add((job_id, attempt))
-    missing = pairs - owned
-    if missing:
-        # An event of a job, or an attempt, that exists nowhere is acknowledged as
-        # ignored, as before (it changes nothing); one placed on another node is refused.
-        foreign = sorted(
-            (job_id, attempt)
-            for job_id, attempt in session.exec(
-                select(JobPart.job_id, JobPart.attempt).where(
-                    col(JobPart.job_id).in_({j for j, _ in missing})
-                )
-            ).all()
-            if (job_id, attempt) in missing
+    # An event of a job, or an attempt, that exists nowhere is acknowledged as
+    # ignored, as before (it changes nothing); one placed on another node only
+    # (not a gang with a part here too) is refused.
+    foreign = sorted((elsewhere - owned) & pairs)
+    if foreign:
+        job_id, attempt = foreign[0]
+        raise Forbidden(
+            f"attempt {attempt} of job {job_id} was not placed on node {node!r}; a node "
+            "reports only on its own jobs (nothing in this batch was recorded)"
         )
-        if foreign:
-            job_id, attempt = foreign[0]
-            raise Forbidden(
-                f"attempt {attempt} of job {job_id} was not placed on node {node!r}; a node "
-                "reports only on its own jobs (nothing in this batch was recorded)"
-            )
     reports = [r.model_copy(update={"node": node}) for r in reports]
     mine = [r for r in reports if (r.job_id, r.attempt) not in written_off]
     if len(mine) == len(reports):
