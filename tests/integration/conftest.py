@@ -141,11 +141,18 @@ def settings(database_url: str) -> ServerSettings:
         heartbeat_seconds=0.5,
         # A `WireAgent` sends heartbeats only when a test says so: a short
         # timeout would take its node down on a loaded host, mid-test. Tests
-        # of a silent node set a short one themselves.
+        # of a silent node use `reaping_settings`.
         node_timeout_seconds=120.0,
         tick_seconds=0.2,
         stop_grace_seconds=1.0,
     )
+
+
+@pytest.fixture
+def reaping_settings(settings: ServerSettings) -> ServerSettings:
+    """The integration settings with a node taken down after 2 s of silence
+    (so its lease is 1.5 s and its grace 0.3 s: `settings.lease_timing`)."""
+    return settings.model_copy(update={"node_timeout_seconds": 2.0})
 
 
 @pytest.fixture

@@ -175,9 +175,9 @@ def test_gang_over_two_nodes_and_its_failure(api: Api) -> None:
 
 
 @pytest.fixture
-def reaping_api(settings: ServerSettings) -> Iterator[Api]:
+def reaping_api(reaping_settings: ServerSettings) -> Iterator[Api]:
     """The app with a node taken down after 2 s of silence."""
-    with TestClient(create_app(settings.model_copy(update={"node_timeout_seconds": 2.0}))) as c:
+    with TestClient(create_app(reaping_settings)) as c:
         yield Api(c)
 
 

@@ -19,16 +19,16 @@ from wire_agent import WireAgent
 from schedulearn.server.services import lifecycle
 from schedulearn.settings import ServerSettings
 
-# Heartbeat 0.5 s (the integration settings) and a node timeout of 2 s, so a
-# part missing from heartbeats is lost after max(3 * 0.5, 5) = 5 s.
+# The integration settings' `reaping_settings`: heartbeat 0.5 s, node timeout
+# 2 s, so a part missing from heartbeats is lost after max(3 * 0.5, 5) = 5 s.
 NODE_TIMEOUT = 2.0
 REPORT_GRACE = 5.0
 
 
 @pytest.fixture
-def timed(settings: ServerSettings) -> ServerSettings:
-    """The integration settings with the node timeout these tests count on."""
-    return settings.model_copy(update={"node_timeout_seconds": NODE_TIMEOUT})
+def timed(reaping_settings: ServerSettings) -> ServerSettings:
+    assert reaping_settings.node_timeout_seconds == NODE_TIMEOUT
+    return reaping_settings
 
 
 @pytest.fixture

@@ -31,14 +31,15 @@ from schedulearn.protocol import (
 )
 from schedulearn.settings import ServerSettings
 
-# A node timeout of 2 s, so the lease is 1.5 s and its grace 0.3 s
-# (`settings.lease_timing`).
+# The integration settings' `reaping_settings` (tests/integration/conftest.py):
+# node timeout 2 s, so the lease is 1.5 s and its grace 0.3 s.
 NODE_TIMEOUT = 2.0
 
 
 @pytest.fixture
-def app(settings: ServerSettings) -> Iterator[Stepped]:
-    with stepped_app(settings.model_copy(update={"node_timeout_seconds": NODE_TIMEOUT})) as stepped:
+def app(reaping_settings: ServerSettings) -> Iterator[Stepped]:
+    assert reaping_settings.node_timeout_seconds == NODE_TIMEOUT
+    with stepped_app(reaping_settings) as stepped:
         yield stepped
 
 

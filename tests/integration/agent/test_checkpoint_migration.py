@@ -135,8 +135,7 @@ def test_elastic_fifo_grows_and_shrinks_a_job_through_checkpoints(
     if sizes[:1] == [3]:
         sizes.insert(0, 1)  # that first run printed nothing
     assert sizes[:3] == [1, 3, 1], starts
-    for s in starts:
-        n = int(re.search(r"gpus=(\d+)", s).group(1))  # type: ignore[union-attr]  # every start line carries gpus= (the job prints it); no match fails the test anyway
+    for s, n in zip(starts, _sizes(starts), strict=True):
         cuda = re.search(r"cuda=(\S*)", s).group(1)  # type: ignore[union-attr]  # every start line carries cuda= (the job prints it); no match fails the test anyway
         assert len(cuda.split(",")) == n and f"world={n}" in s, s
     # Each restart resumed where the last one stopped.
