@@ -12,6 +12,8 @@
   turns (a file lock: agents on one engine see each other's labelled
   containers), and gangs' MASTER_PORTs get a range per worker, so two
   workers' multi-node jobs never rendezvous on the same port.
+- Ctrl-C works in every process the tests start (`_ctrl_c_heard`), even
+  when the run itself was started in the background with SIGINT ignored.
 - Parallel runs start the long tests first (`_cost`): with scripts/test's
   `--maxschedchunk 1` each worker takes the next test when it is free, so
   the run does not end with one worker on a ten-minute test the other
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +51,25 @@ def _worker_index() -> int | None:
     return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
 
 
+def _ctrl_c_heard() -> None:
+    """Undo an ignored SIGINT and SIGQUIT, so the processes the tests start heed them.
+
+    A shell starts a background command (`.ci/run ... &`, a CI runner's
+    job) with SIGINT and SIGQUIT ignored, and every process it starts
+    inherits that: a Python program then gets no KeyboardInterrupt, so the
+    tests' Ctrl-C to `schedulearn up` or a documented benchmark did nothing
+    (CI's log: each of the docs' long commands ran until its 60 s kill, at
+    full CPU, beside the other worker's tests). A handler, unlike SIG_IGN,
+    is reset to the default in each program exec'd from here.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _ctrl_c_heard()
     index = _worker_index()
     if index is not None and "SCHEDULEARN_GANG_BASE_PORT" not in os.environ:
         # Servers built or started by this worker inherit it; 20000 + ... stays
