@@ -22,6 +22,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState
+from schedulearn.server.bulk import execute_many
 from schedulearn.server.models import Job, JobTransition
 
 P, A, R, X = JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
@@ -65,6 +66,7 @@ class JobRef:
 
 
 _HISTORY = JobTransition.__table__
+_ADD_HISTORY = _HISTORY.insert()
 _JOBS = Job.__table__
 
 
@@ -188,11 +190,10 @@ def transition_many(session: Session, steps: list[Step]) -> None:
         # Where the driver cannot count the rows of an executemany, one row at a time.
         batches = [[r] for r in rows] if per_row else [rows]
         for batch in batches:
-            result = conn.execute(stmt, batch)
-            if result.rowcount != len(batch):
-                raise StaleState(f"{len(batch) - result.rowcount} of jobs {_ids(batch)} moved on")
-    if history:
-        conn.execute(_HISTORY.insert(), history)
+            changed = execute_many(conn, stmt, batch)
+            if changed != len(batch):
+                raise StaleState(f"{len(batch) - changed} of jobs {_ids(batch)} moved on")
+    execute_many(conn, _ADD_HISTORY, history)
 
 
 @functools.cache

@@ -32,6 +32,7 @@ from sqlalchemy import bindparam, select
 from sqlmodel import Session, col
 
 from schedulearn.protocol import Ack, EventKind, JobEventReport, JobState
+from schedulearn.server.bulk import execute_many
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.states import StaleState, Step, transition_many
 from schedulearn.server.wakeups import Changes
@@ -151,8 +152,7 @@ def record(session: Session, reports: list[JobEventReport], now: float) -> Batch
         for p in ps
         if p.freed
     ]
-    if freed:
-        conn.execute(_FREE, freed)
+    execute_many(conn, _FREE, freed)
     transition_many(session, steps)
     return plan
 
@@ -242,5 +242,5 @@ def _write_parts(session: Session, touched: list[_Part]) -> None:
     ]
     batches = [rows] if conn.dialect.supports_sane_multi_rowcount else [[r] for r in rows]
     for batch in batches:
-        if conn.execute(stmt, batch).rowcount != len(batch):
+        if execute_many(conn, stmt, batch) != len(batch):
             raise StaleState("a part of the batch changed while it was being recorded")

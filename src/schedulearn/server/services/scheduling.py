@@ -50,6 +50,7 @@ from schedulearn.core import (
 )
 from schedulearn.core.views import ClusterView, rebuild
 from schedulearn.protocol import JobState, StopReason
+from schedulearn.server.bulk import execute_many
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.services import lifecycle, snapshot
 from schedulearn.server.states import StaleState, Step, transition, transition_many
@@ -60,6 +61,9 @@ log = logging.getLogger(__name__)
 
 # A job a pass starts: its id, the attempt it is on and its state.
 _Decided = tuple[int, int, JobState]
+# A pass's writes, built once (`bulk.execute_many`).
+_ADD_ALLOCATION = Allocation.__table__.insert()
+_ADD_PART = JobPart.__table__.insert()
 
 
 @dataclass(slots=True)
@@ -308,9 +312,8 @@ def _start_many(
         result.started.append(job_id)
     transition_many(session, steps)
     conn = session.connection()
-    if allocations:  # none when every start is a job without GPUs
-        conn.execute(Allocation.__table__.insert(), allocations)
-    conn.execute(JobPart.__table__.insert(), parts)
+    execute_many(conn, _ADD_ALLOCATION, allocations)  # none when no start needs a GPU
+    execute_many(conn, _ADD_PART, parts)
     for step in steps:
         # A copy of the job the session holds (a resume may have loaded it) is
         # kept true to the row: nothing is left to flush.

@@ -1,0 +1,81 @@
+"""Many rows of one statement, handed to the database driver ready-made.
+
+The hot paths write their rows set-based: a pass's starts, an event
+batch's parts and freed GPUs, every batch of job moves and their history
+rows (`states.transition_many`). Given a list of rows, SQLAlchemy's
+`Connection.execute` builds each row's parameters through the compiled
+statement's general machinery, about 7 us a row on a machine of this
+project's kind: more than SQLite then takes to write the row, and the
+largest single cost of those statements (`bench/api_load.py` under
+py-spy). `execute_many` compiles a statement once per dialect and set of
+columns, keeps the type's bind processors (enums to their values, JSON to
+text, and so on: exactly what SQLAlchemy would apply), and passes the rows
+through `exec_driver_sql`, which keeps SQLAlchemy's error wrapping,
+events and transaction.
+
+Only for statements built once (module constants, cached builders): the
+compiled form is kept for the life of the process, keyed by the statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.sql.dml import UpdateBase
+
+Processor = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    sql: str
+    # (parameter name, its bind processor or None), in the driver's order.
+    binds: tuple[tuple[str, Processor | None], ...]
+    positional: bool
+
+    def row(self, values: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+        if self.positional:
+            return tuple(values[n] if p is None else p(values[n]) for n, p in self.binds)
+        return {n: values[n] if p is None else p(values[n]) for n, p in self.binds}
+
+
+_COMPILED: dict[tuple[UpdateBase, str, tuple[str, ...]], _Compiled] = {}
+
+
+def _compiled(stmt: UpdateBase, conn: Connection, keys: tuple[str, ...]) -> _Compiled:
+    found = _COMPILED.get((stmt, conn.dialect.name, keys))
+    if found is not None:
+        return found
+    compiled = stmt.compile(dialect=conn.dialect, column_keys=list(keys))
+    if compiled.positional:
+        names: Sequence[str] = compiled.positiontup or ()
+    else:
+        names = list(compiled.bind_names.values())
+    if set(names) != set(keys):
+        raise ValueError(
+            f"execute_many takes rows that name exactly the statement's parameters "
+            f"({sorted(names)}), not {sorted(keys)}"
+        )
+    binds = []
+    for name in names:
+        # What SQLAlchemy itself applies to each row (a sequence: a tuple type, not used here).
+        processor = compiled._bind_processors.get(name)
+        if processor is not None and not callable(processor):
+            raise ValueError(f"execute_many does not take tuple-typed parameters ({name})")
+        binds.append((name, processor))
+    made = _Compiled(compiled.string, tuple(binds), bool(compiled.positional))
+    _COMPILED[(stmt, conn.dialect.name, keys)] = made
+    return made
+
+
+def execute_many(conn: Connection, stmt: UpdateBase, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Run the INSERT, UPDATE or DELETE `stmt` once per row (one executemany); every
+    row names the same parameters. Returns the driver's count of rows changed."""
+    if not rows:
+        return 0
+    compiled = _compiled(stmt, conn, tuple(sorted(rows[0])))
+    result = conn.exec_driver_sql(compiled.sql, [compiled.row(r) for r in rows])
+    return int(result.rowcount)

@@ -1,0 +1,94 @@
+"""`server.bulk.execute_many` writes what SQLAlchemy's own executemany would.
+
+On each backend (SQLite; PostgreSQL too with SCHEDULEARN_TEST_POSTGRES):
+the rows read back equal those written through `Connection.execute`,
+with the columns' bind processing applied (an enum kept as its value, a
+JSON list, a float given as an int); an UPDATE's count is the rows it
+changed; rows that do not name the statement's parameters are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Connection, bindparam, select
+
+from schedulearn.server.bulk import execute_many
+from schedulearn.server.db import Database
+from schedulearn.server.models import JobPart, PartStatus
+
+PARTS = JobPart.__table__
+ADD = PARTS.insert()
+SET_STATUS = (
+    PARTS.update()
+    .where(PARTS.c.id == bindparam("w_id"), PARTS.c.status == bindparam("w_was"))
+    .values(status=bindparam("v_status"))
+)
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[Connection]:
+    database = Database(database_url)
+    try:
+        with database.engine.connect() as connection:
+            yield connection
+    finally:
+        database.close()
+
+
+def part(job_id: int, status: PartStatus | str, gpus: list[int]) -> dict[str, object]:
+    return {
+        "job_id": job_id,
+        "attempt": 1,
+        "node": f"n{job_id % 3}",
+        "rank": 0,
+        "gpus": gpus,
+        "status": status,
+        "delivered": False,
+        "stop_reason": None,
+        "stop_sent": False,
+        "exit_code": None if job_id % 2 else job_id,
+        "last_reported": job_id,  # an int for a float column
+    }
+
+
+def rows_of(conn: Connection, job_ids: range) -> list[tuple[object, ...]]:
+    found = conn.execute(
+        select(*(c for c in PARTS.columns if c.name != "id"))
+        .where(PARTS.c.job_id.in_(list(job_ids)))
+        .order_by(PARTS.c.job_id)
+    )
+    return [tuple(r) for r in found]
+
+
+def test_rows_read_back_as_sqlalchemy_writes_them(conn: Connection) -> None:
+    rows = [part(i, PartStatus.RUNNING if i % 2 else "exited", [i, i + 1]) for i in range(10)]
+    conn.execute(ADD, [{**r, "job_id": r["job_id"] + 100} for r in rows])  # type: ignore[operator]  # an int
+    assert execute_many(conn, ADD, rows) == len(rows)
+
+    ours, theirs = rows_of(conn, range(10)), rows_of(conn, range(100, 110))
+    assert len(ours) == 10
+    assert [r[1:] for r in ours] == [r[1:] for r in theirs]  # all but job_id
+    statuses = {r[5] for r in ours}
+    assert statuses == {PartStatus.RUNNING, PartStatus.EXITED}  # read back as the enum
+    assert ours[3][4] == [3, 4] and ours[3][10] == 3.0
+
+
+def test_an_update_counts_the_rows_it_changed(conn: Connection) -> None:
+    execute_many(conn, ADD, [part(i, PartStatus.ASSIGNED, []) for i in range(4)])
+    ids = [r[0] for r in conn.execute(select(PARTS.c.id).order_by(PARTS.c.id))]
+    wanted = [
+        {"w_id": ids[0], "w_was": PartStatus.ASSIGNED, "v_status": PartStatus.RUNNING},
+        {"w_id": ids[1], "w_was": PartStatus.RUNNING, "v_status": PartStatus.EXITED},  # stale
+        {"w_id": ids[2], "w_was": PartStatus.ASSIGNED, "v_status": PartStatus.RUNNING},
+    ]
+    assert execute_many(conn, SET_STATUS, wanted) == 2
+    statuses = [r[0] for r in conn.execute(select(PARTS.c.status).order_by(PARTS.c.id))]
+    assert statuses == [PartStatus.RUNNING, PartStatus.ASSIGNED, PartStatus.RUNNING, "assigned"]
+    assert execute_many(conn, SET_STATUS, []) == 0
+
+
+def test_rows_that_do_not_name_the_parameters_are_refused(conn: Connection) -> None:
+    with pytest.raises(ValueError, match="exactly the statement's parameters"):
+        execute_many(conn, SET_STATUS, [{"w_id": 1, "v_status": PartStatus.RUNNING}])
