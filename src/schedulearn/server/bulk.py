@@ -4,14 +4,14 @@ The hot paths write their rows set-based: a pass's starts, an event
 batch's parts and freed GPUs, every batch of job moves and their history
 rows (`states.transition_many`). Given a list of rows, SQLAlchemy's
 `Connection.execute` builds each row's parameters through the compiled
-statement's general machinery, about 7 us a row on a machine of this
-project's kind: more than SQLite then takes to write the row, and the
-largest single cost of those statements (`bench/api_load.py` under
-py-spy). `execute_many` compiles a statement once per dialect and set of
-columns, keeps the type's bind processors (enums to their values, JSON to
-text, and so on: exactly what SQLAlchemy would apply), and passes the rows
-through `exec_driver_sql`, which keeps SQLAlchemy's error wrapping,
-events and transaction.
+statement's general machinery. On a machine of this project's kind that
+costs 15-30 us a statement and 2-4 us a row more than this module does
+(`bench/bulk_writes.py`), in the statements that are the server's largest
+cost under `bench/api_load.py` (py-spy). `execute_many` compiles a
+statement once per dialect and set of columns, keeps the types' bind
+processors (enums to their values, JSON to text: exactly what SQLAlchemy
+would apply), and passes the rows through `exec_driver_sql`, which keeps
+SQLAlchemy's error wrapping, events and transaction.
 
 Only for statements built once (module constants, cached builders): the
 compiled form is kept for the life of the process, keyed by the statement.
