@@ -32,14 +32,14 @@ Processor = Callable[[Any], Any]
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     sql: str
-    # (parameter name, its bind processor or None), in the driver's order.
-    binds: tuple[tuple[str, Processor | None], ...]
+    # (parameter name, the name in the SQL, its bind processor or None), in the driver's order.
+    binds: tuple[tuple[str, str, Processor | None], ...]
     positional: bool
 
     def row(self, values: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         if self.positional:
-            return tuple(values[n] if p is None else p(values[n]) for n, p in self.binds)
-        return {n: values[n] if p is None else p(values[n]) for n, p in self.binds}
+            return tuple(values[n] if p is None else p(values[n]) for n, _, p in self.binds)
+        return {s: values[n] if p is None else p(values[n]) for n, s, p in self.binds}
 
 
 _COMPILED: dict[tuple[UpdateBase, str, tuple[str, ...]], _Compiled] = {}
@@ -65,7 +65,8 @@ def _compiled(stmt: UpdateBase, conn: Connection, keys: tuple[str, ...]) -> _Com
         processor = compiled._bind_processors.get(name)
         if processor is not None and not callable(processor):
             raise ValueError(f"execute_many does not take tuple-typed parameters ({name})")
-        binds.append((name, processor))
+        # A named parameter as the SQL spells it (escaped where the name needs it).
+        binds.append((name, compiled.escaped_bind_names.get(name, name), processor))
     made = _Compiled(compiled.string, tuple(binds), bool(compiled.positional))
     _COMPILED[(stmt, conn.dialect.name, keys)] = made
     return made
