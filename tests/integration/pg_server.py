@@ -5,7 +5,9 @@ databases the integration tests run on (`backends`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 
 from schedulearn.cli.localpostgres import PG_BIN, LocalPostgres
 
@@ -31,4 +33,15 @@ class Postgres(LocalPostgres):
     """A throwaway PostgreSQL server owned by the test session."""
 
     def stop(self) -> None:
-        self.remove()
+        """Stop the server at once; its files are removed in the background.
+
+        A worker's session leaves hundreds of test databases, each a copy
+        of the 7.5 MB template: 400 of them made 4.1 GB, whose removal took
+        34 s, and every CI worker's last test waited 20-28 s for it (its
+        teardown). An `rm` left running after the session costs the run
+        nothing.
+        """
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.crash()
+        # sh starts rm in the background and exits: nothing of ours waits for it.
+        subprocess.run(["sh", "-c", 'rm -rf -- "$0" &', str(self.dir)], check=True)
