@@ -10,6 +10,7 @@ changed; rows that do not name the statement's parameters are refused.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import Connection, bindparam, select
@@ -37,7 +38,7 @@ def conn(database_url: str) -> Iterator[Connection]:
         database.close()
 
 
-def part(job_id: int, status: PartStatus | str, gpus: list[int]) -> dict[str, object]:
+def part(job_id: int, status: PartStatus | str, gpus: list[int]) -> dict[str, Any]:
     return {
         "job_id": job_id,
         "attempt": 1,
@@ -64,7 +65,7 @@ def rows_of(conn: Connection, job_ids: range) -> list[tuple[object, ...]]:
 
 def test_rows_read_back_as_sqlalchemy_writes_them(conn: Connection) -> None:
     rows = [part(i, PartStatus.RUNNING if i % 2 else "exited", [i, i + 1]) for i in range(10)]
-    conn.execute(ADD, [{**r, "job_id": r["job_id"] + 100} for r in rows])  # type: ignore[operator]  # an int
+    conn.execute(ADD, [{**r, "job_id": r["job_id"] + 100} for r in rows])
     assert execute_many(conn, ADD, rows) == len(rows)
 
     ours, theirs = rows_of(conn, range(10)), rows_of(conn, range(100, 110))
