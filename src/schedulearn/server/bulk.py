@@ -74,9 +74,12 @@ def _compiled(stmt: UpdateBase, conn: Connection, keys: tuple[str, ...]) -> _Com
 
 def execute_many(conn: Connection, stmt: UpdateBase, rows: Sequence[Mapping[str, Any]]) -> int:
     """Run the INSERT, UPDATE or DELETE `stmt` once per row (one executemany); every
-    row names the same parameters. Returns the driver's count of rows changed."""
+    row names the same parameters. Returns the number of rows changed: where the
+    driver cannot count an executemany's rows, the rows go one at a time."""
     if not rows:
         return 0
     compiled = _compiled(stmt, conn, tuple(sorted(rows[0])))
-    result = conn.exec_driver_sql(compiled.sql, [compiled.row(r) for r in rows])
-    return int(result.rowcount)
+    params = [compiled.row(r) for r in rows]
+    if conn.dialect.supports_sane_multi_rowcount or len(params) == 1:
+        return int(conn.exec_driver_sql(compiled.sql, params).rowcount)
+    return sum(int(conn.exec_driver_sql(compiled.sql, [p]).rowcount) for p in params)

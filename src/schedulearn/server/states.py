@@ -184,15 +184,10 @@ def transition_many(session: Session, steps: list[Step]) -> None:
         row["w_id"], row["w_state"] = job_id, first.value
         groups.setdefault(keys, []).append(row)
     conn = session.connection()
-    per_row = not conn.dialect.supports_sane_multi_rowcount
     for keys, rows in groups.items():
-        stmt = _update_of(keys)
-        # Where the driver cannot count the rows of an executemany, one row at a time.
-        batches = [[r] for r in rows] if per_row else [rows]
-        for batch in batches:
-            changed = execute_many(conn, stmt, batch)
-            if changed != len(batch):
-                raise StaleState(f"{len(batch) - changed} of jobs {_ids(batch)} moved on")
+        changed = execute_many(conn, _update_of(keys), rows)
+        if changed != len(rows):
+            raise StaleState(f"{len(rows) - changed} of jobs {_ids(rows)} moved on")
     execute_many(conn, _ADD_HISTORY, history)
 
 

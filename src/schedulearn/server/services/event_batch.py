@@ -226,8 +226,6 @@ def _exited(
 def _write_parts(session: Session, touched: list[_Part]) -> None:
     if not touched:
         return
-    conn = session.connection()
-    stmt = _WRITE_PART
     rows = [
         {
             "w_id": p.id,
@@ -240,7 +238,5 @@ def _write_parts(session: Session, touched: list[_Part]) -> None:
         # then lock rows in the same order and cannot deadlock on them.
         for p in sorted(touched, key=lambda p: p.id)
     ]
-    batches = [rows] if conn.dialect.supports_sane_multi_rowcount else [[r] for r in rows]
-    for batch in batches:
-        if execute_many(conn, stmt, batch) != len(batch):
-            raise StaleState("a part of the batch changed while it was being recorded")
+    if execute_many(session.connection(), _WRITE_PART, rows) != len(rows):
+        raise StaleState("a part of the batch changed while it was being recorded")
