@@ -5,9 +5,7 @@ databases the integration tests run on (`backends`).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 
 from schedulearn.cli.localpostgres import PG_BIN, LocalPostgres
 
@@ -41,7 +39,4 @@ class Postgres(LocalPostgres):
         teardown). An `rm` left running after the session costs the run
         nothing.
         """
-        with contextlib.suppress(subprocess.CalledProcessError):
-            self.crash()
-        # sh starts rm in the background and exits: nothing of ours waits for it.
-        subprocess.run(["sh", "-c", 'rm -rf -- "$0" &', str(self.dir)], check=True)
+        self.remove(in_background=True)

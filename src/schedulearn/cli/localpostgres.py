@@ -86,7 +86,14 @@ class LocalPostgres:
             return None
         return None if row is None else str(row[0])
 
-    def remove(self) -> None:
+    def remove(self, in_background: bool = False) -> None:
+        """Stop the server at once and delete its files; `in_background`: leave the
+        deleting to an `rm` that outlives the caller (gigabytes of databases take
+        tens of seconds)."""
         with contextlib.suppress(subprocess.CalledProcessError):
             self.crash()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if in_background:
+            # sh starts rm in the background and exits: nothing of ours waits for it.
+            subprocess.run(["sh", "-c", 'rm -rf -- "$0" &', str(self.dir)], check=True)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
