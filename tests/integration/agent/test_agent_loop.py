@@ -65,6 +65,39 @@ def test_a_job_runs_and_its_output_and_exit_code_reach_the_server(
     assert seqs == sorted(set(seqs))
 
 
+def test_output_and_progress_arrive_while_the_run_goes_on_and_after_the_last_look(
+    api: AdminApi, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """The shipping task starts with the first line and the progress tail one
+    interval after the start; what the run writes after their last look is
+    sent when it ends, before its exit is reported."""
+    start_agent("n1", gpus=1)
+    registered(api, "n1")
+    go = tmp_path / "go"
+
+    def report(step: int) -> str:
+        line = f'{{"at": %s, "step": {step}}}'
+        return f'printf \'{line}\\n\' "$(date +%s)" >> "$SCHEDULEARN_PROGRESS_FILE"'
+
+    job_id = api.submit(
+        command=f"echo early; {report(1)}; while [ ! -e {go} ]; do sleep 0.05; done; "
+        f"echo late; {report(2)}",
+        gpus=1,
+    )
+    wait_until(lambda: api.texts(job_id), 20, "the first line while the job runs")
+    wait_until(
+        lambda: (api.job(job_id).get("progress") or {}).get("step"),
+        20,
+        "the first progress report while the job runs",
+    )
+    assert api.job(job_id)["state"] == "running"
+    assert api.texts(job_id) == ["early"]
+    go.touch()
+    assert api.wait_state(job_id, {"succeeded", "failed"})["state"] == "succeeded"
+    assert api.texts(job_id) == ["early", "late"]
+    assert api.job(job_id)["progress"]["step"] == 2
+
+
 def test_many_short_jobs_all_end_and_every_line_arrives_once(
     api: AdminApi, start_agent: StartAgent
 ) -> None:
