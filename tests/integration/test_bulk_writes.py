@@ -6,7 +6,9 @@ with the columns' bind processing applied (an enum kept as its value, a
 JSON list, a float given as an int); an UPDATE's count is the rows it
 changed, also where the driver cannot count an executemany's rows (then
 the rows go one at a time); rows that do not name the statement's
-parameters are refused.
+parameters are refused. `insert_ids` gives each inserted row its own id,
+in order, also after the table's last rows were deleted and beside rows
+another statement of the same transaction inserted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, bindparam, select
 
-from schedulearn.server.bulk import execute_many
+from schedulearn.server.bulk import execute_many, insert_ids
 from schedulearn.server.db import Database
 from schedulearn.server.models import JobPart, PartStatus
 
@@ -100,3 +102,18 @@ def test_an_update_counts_the_rows_it_changed(
 def test_rows_that_do_not_name_the_parameters_are_refused(conn: Connection) -> None:
     with pytest.raises(ValueError, match="exactly the statement's parameters"):
         execute_many(conn, SET_STATUS, [{"w_id": 1, "v_status": PartStatus.RUNNING}])
+
+
+def test_insert_ids_gives_each_row_its_own_id_in_order(conn: Connection) -> None:
+    with conn.begin():
+        before = insert_ids(conn, ADD, [part(i, "running", [i]) for i in range(5)])
+        # The largest ids gone: SQLite may hand them out again, and the
+        # ids said must still be the rows'.
+        conn.execute(PARTS.delete().where(PARTS.c.id.in_(before[-2:])))
+        conn.execute(ADD, [part(50, "running", [0])])  # another statement's row between
+        rows = [part(i, "running", [i]) for i in range(100, 140)]
+        ids = insert_ids(conn, ADD, rows)
+    assert len(set(ids)) == len(rows)
+    found = dict(conn.execute(select(PARTS.c.id, PARTS.c.job_id).where(PARTS.c.id.in_(ids))).all())
+    assert [found[i] for i in ids] == [r["job_id"] for r in rows]
+    assert insert_ids(conn, ADD, []) == []

@@ -12,6 +12,7 @@ import asyncio
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -42,6 +43,18 @@ from schedulearn.server.wakeups import Wakeups
 from schedulearn.settings import ServerSettings
 
 log = logging.getLogger("schedulearn.server")
+
+
+def _fastapi_telemetry_off() -> dict[str, Any]:
+    """FastAPI's OpenTelemetry hooks (where FastAPI has them), off unless the operator
+    asks FastAPI to set OpenTelemetry up (`FASTAPI_OTEL_AUTO_CONFIGURE=true`).
+    Schedulearn's own figures are its `/metrics`; with the hooks on, every
+    request asks the OpenTelemetry API whether a provider was configured,
+    about 2% of the server's CPU a submission under `bench/api_load.py`."""
+    wanted = os.environ.get("FASTAPI_OTEL_AUTO_CONFIGURE", "").lower() == "true"
+    if wanted or importlib.util.find_spec("fastapi.telemetry") is None:
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
 
 
 def bootstrap(database: db.Database, settings: ServerSettings, now: float) -> dict[auth.Role, str]:
@@ -99,6 +112,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         version=schedulearn.__version__,
         description="Schedule deep-learning training jobs on GPU servers.",
         lifespan=lifespan,
+        **_fastapi_telemetry_off(),
     )
     shape = ShapeCache()
     scheduler = Scheduler(database, wakeups, settings, clock, metrics, shape)

@@ -13,6 +13,12 @@ processors (enums to their values, JSON to text: exactly what SQLAlchemy
 would apply), and passes the rows through `exec_driver_sql`, which keeps
 SQLAlchemy's error wrapping, events and transaction.
 
+`insert_ids` does the same for an INSERT whose new rows' ids the caller
+needs (a submission's jobs). On SQLite the ids come from the database's
+own rule for a table's integer key, not from RETURNING, whose rows
+SQLAlchemy reads and sorts one by one; elsewhere it is SQLAlchemy's
+RETURNING in parameter order.
+
 Only for statements built once (module constants, cached builders): the
 compiled form is kept for the life of the process, keyed by the statement.
 """
@@ -23,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Insert
 from sqlalchemy.sql.dml import UpdateBase
 
 Processor = Callable[[Any], Any]
@@ -83,3 +89,20 @@ def execute_many(conn: Connection, stmt: UpdateBase, rows: Sequence[Mapping[str,
     if conn.dialect.supports_sane_multi_rowcount or len(params) == 1:
         return int(conn.exec_driver_sql(compiled.sql, params).rowcount)
     return sum(int(conn.exec_driver_sql(compiled.sql, [p]).rowcount) for p in params)
+
+
+def insert_ids(conn: Connection, stmt: Insert, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Insert `rows` with `stmt` (an INSERT into a table whose primary key is one
+    integer column the database numbers); the new rows' ids, in the rows' order."""
+    if not rows:
+        return []
+    if conn.dialect.name != "sqlite":
+        (key,) = stmt.table.primary_key.columns  # type: ignore[attr-defined]  # an Insert's table is a Table
+        done = conn.execute(stmt.returning(key, sort_by_parameter_order=True), list(rows))
+        return [int(i) for i in done.scalars().all()]
+    execute_many(conn, stmt, rows)
+    # Within one write transaction SQLite numbers new rows one past the
+    # largest key so far (https://sqlite.org/autoinc.html), so one statement's
+    # rows have consecutive ids ending at the last one it inserted.
+    last = int(conn.exec_driver_sql("SELECT last_insert_rowid()").scalar_one())
+    return list(range(last - len(rows) + 1, last + 1))
