@@ -73,14 +73,34 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _libpython_shared() -> bool | None:
+    """Whether this interpreter runs from a shared libpython (position-independent
+    code, which costs CPython a good part of its speed); None where unknown."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    return "libpython" in maps
+
+
 def describe() -> str:
-    """One line: CPUs, model, Python (and whether it was built with PGO/LTO), load."""
+    """One line: CPUs, model, Python (its build: PGO/LTO as configured, and a
+    shared or static libpython), load.
+
+    The build moves the figures: on one 2-core host Debian's own
+    /usr/bin/python3.11 (static) measured 180 k loops per CPU second where
+    pyenv's 3.11.7 (shared libpython, no PGO/LTO) measured 131 k
+    (docs/results.md, 6.12). A distribution may build its static
+    interpreter with PGO/LTO without saying so in its configuration.
+    """
     config = str(sysconfig.get_config_var("CONFIG_ARGS") or "")
     build = [flag for flag in ("--enable-optimizations", "--with-lto") if flag in config]
+    shared = _libpython_shared()
+    build.append({True: "shared libpython", False: "static", None: "?"}[shared])
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     return (
         f"{os.cpu_count()} CPUs ({_cpu_model()}), Python {platform.python_version()} "
-        f"({' '.join(build) or 'no PGO/LTO'}), {platform.system()}, load average {load}"
+        f"({', '.join(build)}), {platform.system()}, load average {load}"
     )
 
 
