@@ -101,8 +101,9 @@ def insert_ids(conn: Connection, stmt: Insert, rows: Sequence[Mapping[str, Any]]
         done = conn.execute(stmt.returning(key, sort_by_parameter_order=True), list(rows))
         return [int(i) for i in done.scalars().all()]
     execute_many(conn, stmt, rows)
-    # Within one write transaction SQLite numbers new rows one past the
-    # largest key so far (https://sqlite.org/autoinc.html), so one statement's
-    # rows have consecutive ids ending at the last one it inserted.
+    # Within one write transaction SQLite numbers each new row one past the
+    # largest key so far (https://sqlite.org/autoinc.html; it picks at random
+    # only once a key has reached 2**63 - 1), so one statement's rows have
+    # consecutive ids ending at the last one it inserted.
     last = int(conn.exec_driver_sql("SELECT last_insert_rowid()").scalar_one())
     return list(range(last - len(rows) + 1, last + 1))
