@@ -15,9 +15,9 @@ with --database-url) and two agents with virtual GPUs, as processes on
    time to an idle cluster; the server's `started_at - submitted_at`
    (both from the server's clock), p50 and p99.
 
-Prints the figures, the CPU time the server and the agents spent per
-submission and per finished job (which competition for the CPUs barely
-changes, unlike the rates), and the machine with a single-core speed
+Prints the figures, the CPU time the server, the agents and the agents'
+jobs (their `sh` shims) spent per submission and per finished job (which
+competition for the CPUs barely changes, unlike the rates), and the machine with a single-core speed
 figure (bench/machine.py), so that runs on two machines can be compared;
 asserts nothing. Goals on a 2-core machine: 1,000 submissions/s, 500
 finished jobs/s, p50 latency <= 20 ms.
@@ -223,7 +223,8 @@ async def main() -> None:
         # 2. Finished jobs per second.
         for i, a in enumerate(agents):
             assert a.popen is not None
-            meter.pids[f"agent{i} (with its jobs)"] = a.popen.pid
+            meter.pids[f"agent{i}"] = meter.pids[f"agent{i}'s jobs"] = a.popen.pid
+            meter.reaped.add(f"agent{i}'s jobs")
         before = await count_final(server.url)
         meter.start()
         start = time.perf_counter()

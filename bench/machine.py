@@ -10,9 +10,9 @@ Owns nothing but measurements of the machine itself:
   it the share of a core the process got while it ran (below 1.0 when
   other processes were competing for the CPUs: then every wall-clock
   figure printed next to it is depressed too);
-- `CpuMeter`: CPU seconds spent by given processes (and the children they
-  reaped) between two readings, from /proc, for a cost per job that
-  competition for the CPUs barely changes.
+- `CpuMeter`: CPU seconds spent by given processes, or by the children
+  they reaped (an agent's jobs), between two readings, from /proc, for a
+  cost per job that competition for the CPUs barely changes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import platform
 import sysconfig
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -113,33 +113,33 @@ def speed_line() -> str:
     )
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of `pid` and of the children it has reaped."""
+def _cpu_seconds(pid: int, reaped: bool = False) -> float:
+    """utime + stime of `pid` itself, or (`reaped`) of the children it has reaped."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     # Fields 14-17 of stat(5): utime stime cutime cstime (after pid and comm).
-    return sum(int(f) for f in fields[11:15]) / _TICK
+    first = 13 if reaped else 11
+    return (int(fields[first]) + int(fields[first + 1])) / _TICK
 
 
 @dataclass
 class CpuMeter:
-    """CPU seconds of named processes since `start()`."""
+    """CPU seconds of named processes since `start()`; a name in `reaped` counts
+    the children its process has reaped instead (an agent's jobs)."""
 
     pids: dict[str, int]
+    reaped: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._base: dict[str, float] = {}
 
     def start(self) -> None:
-        self._base = {name: self._read(pid) for name, pid in self.pids.items()}
+        self._base = {name: self._read(name) for name in self.pids}
 
     def spent(self) -> dict[str, float]:
-        return {
-            name: self._read(pid) - self._base.get(name, 0.0) for name, pid in self.pids.items()
-        }
+        return {name: self._read(name) - self._base.get(name, 0.0) for name in self.pids}
 
-    @staticmethod
-    def _read(pid: int) -> float:
+    def _read(self, name: str) -> float:
         try:
-            return _cpu_seconds(pid)
+            return _cpu_seconds(self.pids[name], reaped=name in self.reaped)
         except (OSError, IndexError, ValueError):
             return 0.0
