@@ -17,10 +17,10 @@ with --database-url) and two agents with virtual GPUs, as processes on
 
 Prints the figures, the CPU time the server, the agents and the agents'
 jobs (their `sh` shims) spent per submission and per finished job (which
-competition for the CPUs barely changes, unlike the rates), and the machine with a single-core speed
-figure (bench/machine.py), so that runs on two machines can be compared;
-asserts nothing. Goals on a 2-core machine: 1,000 submissions/s, 500
-finished jobs/s, p50 latency <= 20 ms.
+competition for the CPUs barely changes, unlike the rates), and the
+machine with a single-core speed figure (bench/machine.py), so that runs
+on two machines can be compared; asserts nothing. Goals on a 2-core
+machine: 1,000 submissions/s, 500 finished jobs/s, p50 latency <= 20 ms.
 
     uv run python bench/api_load.py
 """

@@ -75,7 +75,8 @@ def _cpu_model() -> str:
 
 def _libpython_shared() -> bool | None:
     """Whether this interpreter runs from a shared libpython (position-independent
-    code, which costs CPython a good part of its speed); None where unknown."""
+    code; in the one comparison measured, docs/results.md 6.12, the static
+    build was the faster); None where unknown."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
