@@ -1,8 +1,8 @@
-"""An agent's `POST /api/v1/agent/events` and `GET /api/v1/agent/work` have
-two ways through the server: `FastAgent` for a credential the cache knows,
-the FastAPI routes for the rest. These tests pin which requests each takes
-and that an agent cannot tell them apart: every kind of request gets the
-same reply both ways."""
+"""An agent's `POST /api/v1/agent/events`, `GET /api/v1/agent/work` and
+`POST /api/v1/agent/jobs/{job_id}/logs` have two ways through the server:
+`FastAgent` for a credential the cache knows, the FastAPI routes for the
+rest. These tests pin which requests each takes and that an agent cannot
+tell them apart: every kind of request gets the same reply both ways."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from schedulearn.server.auth import hash_token
 NODE = "n1"
 EVENTS = "/api/v1/agent/events"
 WORK = "/api/v1/agent/work"
+LOGS = "/api/v1/agent/jobs/{}/logs"
 SPEC = {"command": ["true"], "gpus": 1}
 
 
@@ -55,6 +56,11 @@ def _started(job: int, **changes: Any) -> bytes:
     return _batch(_event(job, **changes))
 
 
+def _lines(*texts: str, attempt: int = 1) -> bytes:
+    lines = [{"seq": i, "text": t, "at": 1.0} for i, t in enumerate(texts, 1)]
+    return json.dumps({"attempt": attempt, "node": NODE, "lines": lines}).encode()
+
+
 def test_a_known_agent_is_served_by_the_fast_path_and_every_other_goes_to_the_route(
     api: Api,
 ) -> None:
@@ -80,8 +86,12 @@ def test_a_known_agent_is_served_by_the_fast_path_and_every_other_goes_to_the_ro
     assert status == 200 and [s["job_id"] for s in json.loads(body)["starts"]] == [job]
     status, body = api.call_asgi(fast, "POST", EVENTS, as_json, _started(job))
     assert status == 200 and json.loads(body)["acks"][0]["ok"] is True
+    status, body = api.call_asgi(fast, "POST", LOGS.format(job), as_json, _lines("hello"))
+    assert status == 200 and json.loads(body)["ok"] is True
     assert routed == []  # answered without the routes, and recorded
     assert api.get(f"/api/v1/jobs/{job}").json()["state"] == "running"
+    logged = api.get(f"/api/v1/jobs/{job}/logs").json()["lines"]
+    assert [line["text"] for line in logged] == ["hello"]
 
     # Each of these is the route's to answer (and to refuse).
     cases: list[tuple[str, str, dict[str, str], bytes]] = [
@@ -104,6 +114,15 @@ def test_a_known_agent_is_served_by_the_fast_path_and_every_other_goes_to_the_ro
         ("POST", EVENTS, as_json, _started(job, bogus=1)),
         ("POST", EVENTS, as_json, _started(job, message="a\x00b")),
         ("POST", EVENTS, {}, _started(job)),
+        ("POST", LOGS.format(job), headers, _lines("x")),  # no content type
+        ("POST", LOGS.format(job), as_json, _lines("a\x00b")),
+        ("POST", LOGS.format(job), as_json, b"{nope"),
+        ("POST", LOGS.format(job), {}, _lines("x")),
+        ("POST", LOGS.format("x"), as_json, _lines("x")),  # the route judges the path
+        ("POST", LOGS.format(0), as_json, _lines("x")),
+        ("POST", LOGS.format(2**62 + 1), as_json, _lines("x")),
+        ("POST", LOGS.format("+5"), as_json, _lines("x")),
+        ("POST", LOGS.format(job) + "x", as_json, _lines("x")),
     ]
     for method, path, case_headers, body in cases:
         assert api.call_asgi(fast, method, path, case_headers, body)[0] == 299, (method, path)
@@ -162,6 +181,24 @@ CASES: dict[str, Any] = {
     "NUL in a message": lambda h, job: ("POST", EVENTS, h, _started(job, message="\x00")),
     "not json": lambda h, job: ("POST", EVENTS, h, b"{nope"),
     "no events": lambda h, job: ("POST", EVENTS, h, b'{"events": []}'),
+    "log lines": lambda h, job: ("POST", LOGS.format(job), h, _lines("one", "two")),
+    "log lines of an old attempt": lambda h, job: (
+        "POST",
+        LOGS.format(job),
+        h,
+        _lines("one", attempt=7),
+    ),
+    "log lines of a job not on this node": lambda h, job: (
+        "POST",
+        LOGS.format(job + 1000),
+        h,
+        _lines("one"),
+    ),
+    "NUL in a log line": lambda h, job: ("POST", LOGS.format(job), h, _lines("a\x00b")),
+    # Written out: the escape of a backslash, then `u0000` (no NUL at all).
+    "a backslash before u0000": lambda h, job: ("POST", LOGS.format(job), h, _lines("\\u0000")),
+    "no log lines": lambda h, job: ("POST", LOGS.format(job), h, _lines()),
+    "a log job id that is not one": lambda h, job: ("POST", LOGS.format(0), h, _lines("x")),
 }
 
 

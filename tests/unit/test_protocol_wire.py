@@ -4,6 +4,7 @@ refuse them, every model is one or the other, and the protocol version check."""
 from __future__ import annotations
 
 import inspect
+import typing
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -19,13 +20,15 @@ from schedulearn.protocol import (
     WorkBatch,
     protocol_refusal,
 )
+from schedulearn.server.app import create_app
+from schedulearn.settings import ServerSettings
 
 _MODELS = [
     cls
     for _, cls in inspect.getmembers(protocol, inspect.isclass)
     if issubclass(cls, BaseModel) and cls.__module__ == protocol.__name__
 ]
-_BASES = {protocol._Wire, protocol._Request, protocol._Reply}
+_BASES = {protocol._Wire, protocol._Request, protocol._RequestPart, protocol._Reply}
 
 
 def _job(**extra: object) -> dict[str, object]:
@@ -48,7 +51,8 @@ def test_every_wire_model_is_either_a_request_or_a_reply() -> None:
     unclassified = [
         m.__name__
         for m in _MODELS
-        if m not in _BASES and not issubclass(m, protocol._Request | protocol._Reply)
+        if m not in _BASES
+        and not issubclass(m, protocol._Request | protocol._RequestPart | protocol._Reply)
     ]
     assert unclassified == []
     # A reply may share a request's fields by deriving from it (ProgressPublic);
@@ -58,6 +62,34 @@ def test_every_wire_model_is_either_a_request_or_a_reply() -> None:
             continue
         expected = "ignore" if issubclass(model, protocol._Reply) else "forbid"
         assert model.model_config.get("extra") == expected, model.__name__
+
+
+def _models_in(annotation: object) -> set[type]:
+    """The wire models an annotation names, inside lists, dicts, unions, Annotated."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {annotation}
+    return {m for arg in typing.get_args(annotation) for m in _models_in(arg)}
+
+
+def test_a_request_part_is_reached_only_from_inside_a_request() -> None:
+    """A part has no NUL walk of its own (the request holding it walks it), so
+    it must never be a request itself: no route takes one as its body, and
+    only requests (and other parts) hold one."""
+    parts = {m for m in _MODELS if issubclass(m, protocol._RequestPart)} - _BASES
+    assert protocol.LogLine in parts
+    for model in _MODELS:
+        held = {m for f in model.model_fields.values() for m in _models_in(f.annotation)}
+        if held & parts:
+            assert issubclass(model, protocol._Request | protocol._RequestPart), model.__name__
+    schema = create_app(ServerSettings()).openapi()
+    bodies = {
+        media["schema"].get("$ref", "").rpartition("/")[2]
+        for path in schema["paths"].values()
+        for operation in path.values()
+        for media in operation.get("requestBody", {}).get("content", {}).values()
+    }
+    assert {"LogBatch", "EventBatch"} <= bodies
+    assert not bodies & {part.__name__ for part in parts}
 
 
 def test_a_reply_with_fields_this_release_does_not_know_parses() -> None:
@@ -117,10 +149,44 @@ def test_a_refusal_from_inside_leaves_the_next_model_fully_checked() -> None:
             {"attempt": 1, "lines": [{"seq": "x", "text": "", "at": 1}]}
         )
     with pytest.raises(ValidationError, match="NUL"):
-        protocol.LogLine.model_validate({"seq": 1, "text": "\x00", "at": 1.0})
+        protocol.GpuInfo.model_validate({"index": 0, "type": "\x00"})
     assert protocol.LogBatch.model_validate(
         {"attempt": 1, "lines": [{"seq": 1, "text": "x", "at": 1}]}
     )
+
+
+@pytest.mark.parametrize(
+    ("model", "body"),
+    [
+        (protocol.LogBatch, rb'{"attempt": 1, "lines": [{"seq": 1, "text": "a\u0000", "at": 1}]}'),
+        (protocol.LogBatch, rb'{"attempt": 1, "node": "\u0000", "lines": []}'),
+        (JobSpec, rb'{"command": ["true"], "env": {"K\u0000": "v"}}'),
+        (JobSpec, rb'{"command": ["true\u0000"]}'),
+    ],
+)
+def test_a_nul_escaped_in_a_json_request_is_refused(
+    model: type[protocol.LogBatch | JobSpec], body: bytes
+) -> None:
+    with pytest.raises(ValidationError, match="NUL"):
+        protocol.request_from_json(model, body)
+
+
+def test_a_json_request_without_a_nul_reads_as_validation_gives_it() -> None:
+    # The escape of a backslash before `u0000` is text, not a NUL; a raw NUL
+    # byte and an upper-case escape are no JSON at all.
+    body = rb'{"attempt": 1, "lines": [{"seq": 1, "text": "\\u0000 and \u00e9", "at": 1}]}'
+    batch = protocol.request_from_json(protocol.LogBatch, body)
+    assert batch == protocol.LogBatch.model_validate_json(body)
+    assert batch.lines[0].text == "\\u0000 and \u00e9"
+    for not_json in (
+        b'{"attempt": 1, "node": "\x00", "lines": []}',
+        rb'{"attempt": 1, "node": "\U0000", "lines": []}',
+    ):
+        with pytest.raises(ValidationError, match="json_invalid"):
+            protocol.request_from_json(protocol.LogBatch, not_json)
+    # What it skips is only the walk: the next validation walks as usual.
+    with pytest.raises(ValidationError, match="NUL"):
+        protocol.GpuInfo.model_validate({"index": 0, "type": "\x00"})
 
 
 def test_the_progress_a_job_reports_is_strict_and_the_progress_shown_is_not() -> None:

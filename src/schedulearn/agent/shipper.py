@@ -178,7 +178,7 @@ class LogShipper:
         if not raw:
             return
         lines = [self.spool.wire(r, record.next_seq + i) for i, (r, _) in enumerate(raw)]
-        body = LogBatch(attempt=record.attempt, node=self.node, lines=lines)
+        body = LogBatch.model_construct(attempt=record.attempt, node=self.node, lines=lines)
         job_id = record.job_id
         ack = await until_acked(lambda: self.client.logs(job_id, body), f"logs of job {job_id}")
         if ack is not None and ack.full_log_wanted:

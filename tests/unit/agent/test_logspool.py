@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schedulearn.agent.logspool import LogSpool, parse
-from schedulearn.protocol import LogStream
+from schedulearn.agent.logspool import LogSpool, SpoolMark, parse
+from schedulearn.protocol import LOG_LINE_MAX_CHARS, LogBatch, LogStream
 
 
 def texts(spool: LogSpool) -> list[str]:
@@ -61,3 +61,32 @@ def test_past_the_cap_lines_are_counted_and_the_count_is_said(tmp_path: Path) ->
         "[schedulearn: 300 bytes (15 lines) of output past the per-job disk cap of 100 bytes "
         "on node 'n1' were not kept]"
     )
+
+
+def test_every_line_of_a_damaged_spool_ships_as_the_server_takes_it(tmp_path: Path) -> None:
+    # `wire` builds lines without validating them; whatever a damaged file
+    # holds, the line it makes must pass the server's own validation.
+    path = tmp_path / "output.log"
+    path.write_bytes(
+        b"o1.5 fine\n"
+        b"e2.0 a NUL \x00 here\n"
+        b"oinf a time that JSON cannot carry\n"
+        b"xnan an unknown stream \xff\xfe and bad UTF-8\n"
+        b"o3.0 " + b"y" * (LOG_LINE_MAX_CHARS + 10) + b"\n"
+    )
+    # As a restarted agent opens it: its record says how far it is good.
+    spool = LogSpool(path, cap_bytes=1 << 30, mark=SpoolMark(path.stat().st_size, {}, 0, 0))
+    shipped = [spool.wire(raw, seq) for seq, (raw, _) in enumerate(spool.read(0, 10), 1)]
+    assert len(shipped) == 5
+    batch = LogBatch.model_validate_json(
+        LogBatch.model_construct(attempt=0, node="n1", lines=shipped).model_dump_json()
+    )
+    assert [line.text[:10] for line in batch.lines] == [
+        "fine",
+        "a NUL \ufffd he",
+        "a time tha",
+        "an unknown",
+        "yyyyyyyyyy",
+    ]
+    assert [line.at for line in batch.lines[:3]] == [1.5, 2.0, 0.0]
+    assert len(batch.lines[4].text) == LOG_LINE_MAX_CHARS

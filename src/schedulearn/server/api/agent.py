@@ -153,11 +153,17 @@ def _json(reply: BaseModel) -> Response:
 
 
 @router.post("/jobs/{job_id}/logs", response_model=Ack)
-async def job_logs(job_id: JobId, body: LogBatch, state: State, who: Agent) -> Ack:
+async def job_logs(job_id: JobId, body: LogBatch, state: State, who: Agent) -> Response:
+    return await record_logs(state, who, job_id, body)
+
+
+async def record_logs(state: AppState, who: AgentIdentity, job_id: int, body: LogBatch) -> Response:
+    """A log batch stored, and its acknowledgement (the route and
+    `fast_agent.FastAgent` both answer with this)."""
     cap = state.settings.log_stored_max_bytes
     appended = await state.db.run(agent_access.append_logs, who, job_id, body, cap)
     state.wakeups.notify(appended.changes)
-    return Ack(full_log_wanted=appended.full_log_wanted)
+    return _json(Ack(full_log_wanted=appended.full_log_wanted))
 
 
 @router.post("/jobs/{job_id}/progress", response_model=Ack, summary="New progress reports")

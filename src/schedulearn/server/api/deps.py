@@ -98,4 +98,5 @@ User = Annotated[Caller, Depends(user)]
 Admin = Annotated[Caller, Depends(admin)]
 Agent = Annotated[AgentIdentity, Depends(agent)]
 
-JobId = Annotated[int, Path(ge=1, le=2**62, description="A job's number")]
+JOB_ID_MAX = 2**62
+JobId = Annotated[int, Path(ge=1, le=JOB_ID_MAX, description="A job's number")]

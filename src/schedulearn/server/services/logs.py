@@ -31,6 +31,7 @@ from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState, LogBatch, LogLinePublic, LogPage, LogStream
 from schedulearn.server.auth import Caller
+from schedulearn.server.bulk import execute_many
 from schedulearn.server.errors import NotFound
 from schedulearn.server.models import Job, JobLogUsage, LogRecord
 from schedulearn.server.services import full_logs, visibility
@@ -114,11 +115,12 @@ def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended
             tail.append(row)
             tail_bytes += size
     usage.head_bytes = head_bytes
-    # Plain INSERTs of many rows (the ORM's bulk insert spent a third of the
-    # time on its own bookkeeping for rows it does not keep).
+    # Plain INSERTs of many rows, handed to the driver ready-made (the ORM's
+    # bulk insert spent a third of the time on its own bookkeeping for rows
+    # it does not keep, and SQLAlchemy's executemany half as much again).
     conn = session.connection()
     if head:
-        conn.execute(_INSERT_LINES, head)
+        execute_many(conn, _INSERT_LINES, head)
     if tail:
         if usage.marker_id is None:
             marker = LogRecord(
@@ -133,7 +135,7 @@ def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended
             session.add(marker)
             session.flush()
             usage.marker_id = marker.id
-        conn.execute(_INSERT_LINES, tail)
+        execute_many(conn, _INSERT_LINES, tail)
         usage.tail_bytes += tail_bytes
         if usage.tail_bytes > tail_cap:
             _trim(session, usage, int(tail_cap * _TRIM_TO))
