@@ -15,7 +15,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import FileResponse, Response
-from pydantic import BaseModel
 
 from schedulearn.protocol import (
     Ack,
@@ -33,6 +32,7 @@ from schedulearn.protocol import (
     RegistrationReply,
     WorkBatch,
 )
+from schedulearn.server.api.below import json_reply
 from schedulearn.server.api.deps import Agent, JobId, State
 from schedulearn.server.errors import ERROR_RESPONSES
 from schedulearn.server.services import agent_access, agents, checkpoints, enrollment, full_logs
@@ -118,12 +118,12 @@ async def take_work(
             batch.stops.extend(orphans)
         left = deadline - state.clock.now()
         if batch.starts or batch.stops or left <= 0:
-            return _json(batch)
+            return json_reply(batch)
         # Wake at least every second: to notice an agent that went away (so a
         # shutdown does not wait on its poll), and to re-read work another
         # replica may have written.
         if not await wait_for(event, min(left, 1.0)) and await disconnected():
-            return _json(WorkBatch())
+            return json_reply(WorkBatch())
 
 
 @router.post("/jobs/{job_id}/events", response_model=Ack)
@@ -143,13 +143,7 @@ async def record_events(state: AppState, who: AgentIdentity, body: EventBatch) -
     `fast_agent.FastAgent` both answer with this)."""
     done = await state.db.run(agent_access.record_events, who, body.events, state.clock.now())
     state.wakeups.notify(done.changes)
-    return _json(EventAcks(acks=done.acks))
-
-
-def _json(reply: BaseModel) -> Response:
-    """A hot route's reply, serialised once here (a returned model would be
-    validated against the route's response model again first)."""
-    return Response(reply.model_dump_json(), media_type="application/json")
+    return json_reply(EventAcks(acks=done.acks))
 
 
 @router.post("/jobs/{job_id}/logs", response_model=Ack)
@@ -163,7 +157,7 @@ async def record_logs(state: AppState, who: AgentIdentity, job_id: int, body: Lo
     cap = state.settings.log_stored_max_bytes
     appended = await state.db.run(agent_access.append_logs, who, job_id, body, cap)
     state.wakeups.notify(appended.changes)
-    return _json(Ack(full_log_wanted=appended.full_log_wanted))
+    return json_reply(Ack(full_log_wanted=appended.full_log_wanted))
 
 
 @router.post("/jobs/{job_id}/progress", response_model=Ack, summary="New progress reports")

@@ -5,7 +5,8 @@ the caller from a cache and can read the request, with the same function
 the route calls; anything else goes on to the route. These helpers keep
 the two ways alike: the bearer token read as FastAPI's `HTTPBearer` reads
 it, an exception rendered by the app's own handlers, and a body already
-read handed on to the route unchanged.
+read handed on to the route unchanged. `json_reply` is the busy routes'
+reply, theirs and the middleware's alike.
 """
 
 from __future__ import annotations
@@ -15,11 +16,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
+from pydantic import BaseModel
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from schedulearn.server.state import AppState
+
+JSON = "application/json"
+
+
+def json_reply(reply: BaseModel, status_code: int = 200) -> Response:
+    """A busy route's reply, serialised once (a model a route returns is first
+    validated against the route's response model again)."""
+    return Response(reply.model_dump_json(), status_code=status_code, media_type=JSON)
 
 
 def app_state(scope: Scope) -> AppState:

@@ -28,6 +28,7 @@ from schedulearn.protocol import (
     SubmitReply,
 )
 from schedulearn.server import parsing
+from schedulearn.server.api.below import json_reply
 from schedulearn.server.api.deps import Admin, JobId, State, User
 from schedulearn.server.auth import Caller
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
@@ -122,8 +123,7 @@ async def accept(
     state.wakeups.notify(result.changes)
     state.metrics.submitted.inc(len(result.jobs))
     reply = SubmitReply(ids=[j.id for j in result.jobs], jobs=result.jobs)
-    # Serialised once here (a returned model would be validated again).
-    return Response(reply.model_dump_json(), status_code=201, media_type="application/json")
+    return json_reply(reply, status_code=201)
 
 
 @router.get("", response_model=JobList, summary="List jobs, newest first, with filters")
@@ -245,7 +245,7 @@ async def job_logs(
 ) -> Any:
     first, ended = await state.db.run(logs.page_for, job_id, who, after, limit)
     if not follow:
-        return first
+        return json_reply(first)
     return StreamingResponse(
         _follow(state, job_id, who, first, ended),
         media_type="text/event-stream",

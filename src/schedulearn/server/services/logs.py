@@ -246,14 +246,18 @@ def page(session: Session, job_id: int, after: int, limit: int) -> tuple[LogPage
         .order_by(col(LogRecord.id))
         .limit(limit)
     ).all()
+    # The database's own rows, not validated again: a page holds up to ten
+    # thousand lines.
     lines = [
-        LogLinePublic(seq=r[0], attempt=r[1], stream=LogStream(r[2]), text=r[3], at=r[4])
+        LogLinePublic.model_construct(
+            seq=r[0], attempt=r[1], stream=LogStream(r[2]), text=r[3], at=r[4]
+        )
         for r in rows
     ]
     next_after = lines[-1].seq if lines else after
     state, ended_at = found
     ended = ended_at if JobState(state).is_final else None
-    return LogPage(job_id=job_id, lines=lines, next_after=next_after), ended
+    return LogPage.model_construct(job_id=job_id, lines=lines, next_after=next_after), ended
 
 
 def expire(
