@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -20,7 +23,7 @@ from waiting import wait_until
 def test_migrations_match_the_models(empty_database_url: str) -> None:
     database = db.Database(empty_database_url)
     try:
-        db.migrate(database.engine)
+        db.run_revisions(database.engine)  # every revision, as an old database gets them
         db.migrate(database.engine)  # idempotent: a second start changes nothing
         with database.engine.connect() as conn:
             diff = compare_metadata(MigrationContext.configure(conn), SQLModel.metadata)
@@ -29,6 +32,75 @@ def test_migrations_match_the_models(empty_database_url: str) -> None:
         assert {"job", "node", "gpu", "allocation", "job_part", "token"} <= tables
     finally:
         database.close()
+
+
+def _default(default: object) -> str:
+    # A serial key's sequence keeps the name of the table it was made for
+    # (PostgreSQL): revision 0004 built `token` as `token_new`, then renamed it.
+    return re.sub(r"nextval\('\w+'::regclass\)", "nextval(its sequence)", str(default))
+
+
+def _schema(engine: sa.Engine) -> dict[str, dict[str, list[Any]]]:
+    """Everything the database says of its tables, in an order of its own."""
+    with engine.connect() as conn:
+        seen = inspect(conn)
+        return {
+            table: {
+                "columns": sorted(
+                    (c["name"], str(c["type"]), c["nullable"], _default(c.get("default")))
+                    for c in seen.get_columns(table)
+                ),
+                "key": seen.get_pk_constraint(table)["constrained_columns"],
+                "indexes": sorted(
+                    (i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                    for i in seen.get_indexes(table)
+                ),
+                "foreign keys": sorted(
+                    (tuple(f["constrained_columns"]), f["referred_table"])
+                    for f in seen.get_foreign_keys(table)
+                ),
+                "unique": sorted(
+                    tuple(u["column_names"]) for u in seen.get_unique_constraints(table)
+                ),
+            }
+            for table in sorted(seen.get_table_names())
+        }
+
+
+def test_a_new_database_is_built_from_the_models_as_the_revisions_would_make_it(
+    empty_database_url: str, postgres: Postgres | None, tmp_path: Path
+) -> None:
+    other_url = (
+        postgres.new_database() if postgres is not None else f"sqlite:///{tmp_path / 'other.db'}"
+    )
+    built, upgraded = db.Database(empty_database_url), db.Database(other_url)
+    try:
+        db.migrate(built.engine)  # new: from the models, stamped
+        db.run_revisions(upgraded.engine)
+        head = db.head_revision()
+        for database in (built, upgraded):
+            with database.engine.connect() as conn:
+                stamped = conn.execute(sa.text("SELECT version_num FROM alembic_version"))
+                assert stamped.scalars().all() == [head]
+        made, upgraded_to = _schema(built.engine), _schema(upgraded.engine)
+        differences = [
+            (table, part, made.get(table, {}).get(part), upgraded_to.get(table, {}).get(part))
+            for table in sorted(set(made) | set(upgraded_to))
+            for part in ("columns", "key", "indexes", "foreign keys", "unique")
+            if made.get(table, {}).get(part) != upgraded_to.get(table, {}).get(part)
+        ]
+        assert differences == [], "built from the models, then by the revisions: " + "\n".join(
+            f"{table} {part}: {sorted(set(a or []) ^ set(b or []))}"
+            for table, part, a, b in differences
+        )
+        # The next start finds it at the newest revision and changes nothing.
+        db.migrate(built.engine)
+        with built.engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), SQLModel.metadata)
+        assert diff == []
+    finally:
+        built.close()
+        upgraded.close()
 
 
 def test_sqlite_runs_in_wal_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]  # `tmp_path` left untyped (tests are outside mypy's packages)

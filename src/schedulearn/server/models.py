@@ -58,6 +58,11 @@ class PartStatus(StrEnum):
     LOST = "lost"
 
 
+# Columns a revision added to a table with rows: the database fills the old
+# rows with 0, and a database built from the models has the same default.
+_ZERO_FOR_OLD_ROWS = {"server_default": "0"}
+
+
 class Job(_JobColumns, table=True):
     __table_args__ = (
         Index("ix_job_state_queue", "state", "queued_at", "id"),
@@ -98,7 +103,7 @@ class Job(_JobColumns, table=True):
     restarts: int = 0
     # Requeues because the job's node went down (`lifecycle.LossCause`):
     # counted apart from `restarts`, which are the job's own.
-    node_losses: int = 0
+    node_losses: int = Field(default=0, sa_column_kwargs=_ZERO_FOR_OLD_ROWS)
     attempt: int = 0
     submitted_at: float = 0.0
     queued_at: float = 0.0
@@ -109,8 +114,8 @@ class Job(_JobColumns, table=True):
     preemptions: int = 0
     # Live preemption (issue 5): how often the job was moved or resized, and
     # the placement a resize or migration in flight resumes it on.
-    migrations: int = 0
-    resizes: int = 0
+    migrations: int = Field(default=0, sa_column_kwargs=_ZERO_FOR_OLD_ROWS)
+    resizes: int = Field(default=0, sa_column_kwargs=_ZERO_FOR_OLD_ROWS)
     resume_placement: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
     resume_kind: str | None = None
     # The latest progress report (`protocol.ProgressReport` as JSON).
