@@ -30,6 +30,7 @@ from typing import Annotated
 import typer
 
 from schedulearn.protocol import Executor
+from schedulearn.startup import loading
 
 ARGV_WARNING = (
     "warning: {flag} puts a secret on the command line, where every local user can read "
@@ -197,19 +198,20 @@ def agent(
     ] = 1024**3,
 ) -> None:
     """Run the node agent: register this host's GPUs, run the jobs the server sends."""
-    from schedulearn.agent import credential
-    from schedulearn.agent.accounts import JobsAs, default_jobs_as
-    from schedulearn.agent.config import (
-        AgentConfig,
-        address_towards,
-        default_name,
-        default_state_dir,
-        host_cpus,
-        host_memory_gb,
-        parse_ulimit,
-    )
-    from schedulearn.agent.daemon import AgentError
-    from schedulearn.agent.service import run_agent
+    with loading():
+        from schedulearn.agent import credential
+        from schedulearn.agent.accounts import JobsAs, default_jobs_as
+        from schedulearn.agent.config import (
+            AgentConfig,
+            address_towards,
+            default_name,
+            default_state_dir,
+            host_cpus,
+            host_memory_gb,
+            parse_ulimit,
+        )
+        from schedulearn.agent.daemon import AgentError
+        from schedulearn.agent.service import run_agent
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

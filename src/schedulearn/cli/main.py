@@ -17,6 +17,7 @@ import typer
 from typer.core import TyperGroup
 
 from schedulearn.cli import params
+from schedulearn.startup import loading
 
 if TYPE_CHECKING:
     # The click that Typer carries (its own copy, not the `click` package).
@@ -55,7 +56,8 @@ def load_command(name: str) -> Command | None:
     if module is None:
         return None
     holder = typer.Typer()
-    importlib.import_module(module).register(holder)
+    with loading():
+        importlib.import_module(module).register(holder)
     return typer.main.get_group(holder).commands.get(name)
 
 

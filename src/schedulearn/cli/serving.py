@@ -21,6 +21,7 @@ import uvicorn
 from rich.console import Console
 
 from schedulearn.settings import ServerSettings
+from schedulearn.startup import loading
 
 err = Console(stderr=True)
 
@@ -29,9 +30,10 @@ def uvicorn_config(settings: ServerSettings) -> uvicorn.Config:
     from schedulearn.server.startup import Starting
 
     def build() -> object:
-        from schedulearn.server import create_app
+        with loading():
+            from schedulearn.server import create_app
 
-        return create_app(settings)
+            return create_app(settings)
 
     # Listen at once; the app is imported and started behind /healthz
     # (issue 14: a restart answered nothing for 10-18 s on a loaded machine).
