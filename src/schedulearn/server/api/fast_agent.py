@@ -53,7 +53,8 @@ _Body = TypeVar("_Body", EventBatch, LogBatch)
 
 
 class FastAgent:
-    """ASGI middleware: serve a known agent's event batches and work polls directly."""
+    """ASGI middleware: serve a known agent's event batches, work polls and log
+    batches directly."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
