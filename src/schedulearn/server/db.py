@@ -190,7 +190,8 @@ def migrate(engine: Engine) -> None:
     and the models make the same schema. Any other database is upgraded
     by its revisions (`run_revisions`).
     """
-    if _at_head(engine):
+    head = head_revision()
+    if _at_head(engine, head):
         from sqlmodel import SQLModel
 
         from schedulearn.server import models  # noqa: F401  (registers the tables)
@@ -201,7 +202,6 @@ def migrate(engine: Engine) -> None:
             for added in add_missing_columns(conn, SQLModel.metadata):
                 log.info("added the declared column %s", added)
         return
-    head = head_revision()
     with engine.begin() as conn:
         _one_at_a_time(conn)
         if head is not None and not inspect(conn).get_table_names():
@@ -260,8 +260,8 @@ def head_revision() -> str | None:
     return heads.pop() if len(heads) == 1 else None
 
 
-def _at_head(engine: Engine) -> bool:
-    head = head_revision()
+def _at_head(engine: Engine, head: str | None) -> bool:
+    """Whether the database is at revision `head` (None: no single head is known)."""
     if head is None:
         return False
     try:

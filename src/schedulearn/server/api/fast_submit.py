@@ -26,7 +26,7 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from schedulearn.server.api import jobs
-from schedulearn.server.api.below import answer, app_state, bearer_token, read_body
+from schedulearn.server.api.below import JSON, answer, app_state, bearer_token, read_body
 from schedulearn.server.auth import Caller, Role
 from schedulearn.server.services.idempotency import MAX_KEY_LENGTH
 from schedulearn.server.state import AppState
@@ -59,7 +59,7 @@ class FastSubmit:
         body = await read_body(request)
         if body is None:
             return  # the client went away
-        content_type = request.headers.get("content-type", jobs.JSON)
+        content_type = request.headers.get("content-type", JSON)
         scope["route"] = self.route
         await answer(
             scope, receive, send, request, lambda: jobs.accept(state, who, key, body, content_type)

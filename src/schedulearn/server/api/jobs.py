@@ -28,7 +28,7 @@ from schedulearn.protocol import (
     SubmitReply,
 )
 from schedulearn.server import parsing
-from schedulearn.server.api.below import json_reply
+from schedulearn.server.api.below import JSON, json_reply
 from schedulearn.server.api.deps import Admin, JobId, State, User
 from schedulearn.server.auth import Caller
 from schedulearn.server.errors import ERROR_RESPONSES, BadRequest, validation_error
@@ -41,7 +41,6 @@ from schedulearn.server.wakeups import Changes, wait_for
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-JSON = "application/json"  # a body's type when its request does not say
 _SPEC_REF = {"$ref": "#/components/schemas/JobSpec"}
 
 
@@ -100,6 +99,7 @@ async def submit(
     ] = None,
 ) -> Any:
     body = await request.body()
+    # A body whose request does not say its type is taken as JSON.
     return await accept(state, who, key, body, request.headers.get("content-type", JSON))
 
 
