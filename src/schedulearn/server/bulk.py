@@ -16,8 +16,18 @@ SQLAlchemy's error wrapping, events and transaction.
 `insert_ids` does the same for an INSERT whose new rows' ids the caller
 needs (a submission's jobs). On SQLite the ids come from the database's
 own rule for a table's integer key, not from RETURNING, whose rows
-SQLAlchemy reads and sorts one by one; elsewhere it is SQLAlchemy's
-RETURNING in parameter order.
+SQLAlchemy reads and sorts one by one.
+
+On PostgreSQL an INSERT's rows go as one statement over arrays, a column
+each (`INSERT ... SELECT FROM unnest(...) WITH ORDINALITY ORDER BY`),
+whatever their number: its text is the same for every batch, so psycopg
+parses it once and PostgreSQL plans it once. An executemany sent one
+INSERT a row, and SQLAlchemy's RETURNING form (one INSERT of all the
+rows' VALUES) made a new text for each number of rows, longer than
+psycopg keeps parsed: it re-parsed each submission's (49 columns a row),
+16% of the server's CPU under `bench/api_load.py` on PostgreSQL (py-spy).
+UPDATEs and DELETEs stay an executemany, whose count is what each row
+changed.
 
 Only for statements built once (module constants, cached builders): the
 compiled form is kept for the life of the process, keyed by the statement.
@@ -29,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Insert
+from sqlalchemy import Column, ColumnClause, Connection, Insert
 from sqlalchemy.sql.dml import UpdateBase
 
 Processor = Callable[[Any], Any]
@@ -84,6 +94,9 @@ def execute_many(conn: Connection, stmt: UpdateBase, rows: Sequence[Mapping[str,
     driver cannot count an executemany's rows, the rows go one at a time."""
     if not rows:
         return 0
+    if isinstance(stmt, Insert) and conn.dialect.name == "postgresql":
+        unnest = _unnest(stmt, conn, tuple(sorted(rows[0])), returning=False)
+        return int(conn.exec_driver_sql(unnest.sql, unnest.params(rows)).rowcount)
     compiled = _compiled(stmt, conn, tuple(sorted(rows[0])))
     params = [compiled.row(r) for r in rows]
     if conn.dialect.supports_sane_multi_rowcount or len(params) == 1:
@@ -96,8 +109,17 @@ def insert_ids(conn: Connection, stmt: Insert, rows: Sequence[Mapping[str, Any]]
     integer column the database numbers); the new rows' ids, in the rows' order."""
     if not rows:
         return []
+    if conn.dialect.name == "postgresql":
+        unnest = _unnest(stmt, conn, tuple(sorted(rows[0])), returning=True)
+        done = conn.exec_driver_sql(unnest.sql, unnest.params(rows))
+        # The key's sequence numbers the rows in the order the SELECT gives
+        # them (ORDER BY their place): the rule SQLAlchemy's own RETURNING in
+        # parameter order rests on for PostgreSQL (its dialect's
+        # `insertmanyvalues_implicit_sentinel`, ANY_AUTOINCREMENT with
+        # INSERT..SELECT..ORDER BY). RETURNING itself promises no order.
+        return sorted(int(i) for i in done.scalars())
     if conn.dialect.name != "sqlite":
-        (key,) = stmt.table.primary_key.columns  # type: ignore[attr-defined]  # an Insert's table is a Table
+        key = _key_of(stmt)
         done = conn.execute(stmt.returning(key, sort_by_parameter_order=True), list(rows))
         return [int(i) for i in done.scalars().all()]
     execute_many(conn, stmt, rows)
@@ -107,3 +129,75 @@ def insert_ids(conn: Connection, stmt: Insert, rows: Sequence[Mapping[str, Any]]
     # consecutive ids ending at the last one it inserted.
     last = int(conn.exec_driver_sql("SELECT last_insert_rowid()").scalar_one())
     return list(range(last - len(rows) + 1, last + 1))
+
+
+def _key_of(stmt: Insert) -> Column[Any]:
+    """The one integer column that is the primary key of `stmt`'s table."""
+    (key,) = stmt.table.primary_key.columns  # type: ignore[attr-defined]  # an Insert's table is a Table
+    return key  # type: ignore[no-any-return]  # a Table's columns are Columns
+
+
+@dataclass(frozen=True, slots=True)
+class _Unnest:
+    """A plain INSERT as one statement over one array a column (PostgreSQL)."""
+
+    sql: str
+    # (column key, what turns a row's value into the array's), in the SQL's order.
+    columns: tuple[tuple[str, Processor | None], ...]
+
+    def params(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[Any], ...]:
+        return tuple(
+            [r[k] for r in rows] if p is None else [p(r[k]) for r in rows] for k, p in self.columns
+        )
+
+
+_UNNESTS: dict[tuple[Insert, tuple[str, ...], bool], _Unnest] = {}
+
+
+def _unnest(stmt: Insert, conn: Connection, keys: tuple[str, ...], returning: bool) -> _Unnest:
+    found = _UNNESTS.get((stmt, keys, returning))
+    if found is not None:
+        return found
+    if stmt._values or stmt._multi_values or stmt.select is not None or stmt._returning:
+        raise ValueError("only a table's plain INSERT (table.insert()) goes over arrays")
+    # The row's parameters and their bind processing, checked as for any statement.
+    binds = _compiled(stmt, conn, keys).binds
+    dialect, table = conn.dialect, stmt.table
+    quote = dialect.identifier_preparer.quote
+    columns = [table.c[name] for name, _, _ in binds]
+    names = [f"c{i}" for i in range(len(columns))]  # short: psycopg keeps texts under 4 KB parsed
+    arrays = ", ".join(f"%s::{c.type.compile(dialect=dialect)}[]" for c in columns)
+    sql = (
+        f"INSERT INTO {dialect.identifier_preparer.format_table(table)} "
+        f"({', '.join(quote(c.name) for c in columns)}) SELECT {', '.join(names)} "
+        f"FROM unnest({arrays}) WITH ORDINALITY AS r({', '.join(names)}, n) ORDER BY r.n"
+    )
+    if returning:
+        sql += f" RETURNING {quote(_key_of(stmt).name)}"
+    made = _Unnest(
+        sql,
+        tuple(
+            (name, _for_array(column, processor))
+            for (name, _, processor), column in zip(binds, columns, strict=True)
+        ),
+    )
+    _UNNESTS[(stmt, keys, returning)] = made
+    return made
+
+
+def _for_array(column: ColumnClause[Any], processor: Processor | None) -> Processor | None:
+    """What a value needs to go in `column`'s array: its bind processing and, for
+    a float column, ints made floats (psycopg dumps no list of mixed types)."""
+    try:
+        floats = column.type.python_type is float
+    except NotImplementedError:
+        floats = False
+    if not floats:
+        return processor
+    if processor is None:
+        return _as_float
+    return lambda value: _as_float(processor(value))
+
+
+def _as_float(value: Any) -> Any:
+    return float(value) if type(value) is int else value
