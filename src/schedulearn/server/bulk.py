@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Column, ColumnClause, Connection, Insert
+from sqlalchemy import ColumnClause, Connection, Insert
 from sqlalchemy.sql.dml import UpdateBase
 
 Processor = Callable[[Any], Any]
@@ -118,23 +118,13 @@ def insert_ids(conn: Connection, stmt: Insert, rows: Sequence[Mapping[str, Any]]
         # `insertmanyvalues_implicit_sentinel`, ANY_AUTOINCREMENT with
         # INSERT..SELECT..ORDER BY). RETURNING itself promises no order.
         return sorted(int(i) for i in done.scalars())
-    if conn.dialect.name != "sqlite":
-        key = _key_of(stmt)
-        done = conn.execute(stmt.returning(key, sort_by_parameter_order=True), list(rows))
-        return [int(i) for i in done.scalars().all()]
-    execute_many(conn, stmt, rows)
+    execute_many(conn, stmt, rows)  # SQLite, the other backend
     # Within one write transaction SQLite numbers each new row one past the
     # largest key so far (https://sqlite.org/autoinc.html; it picks at random
     # only once a key has reached 2**63 - 1), so one statement's rows have
     # consecutive ids ending at the last one it inserted.
     last = int(conn.exec_driver_sql("SELECT last_insert_rowid()").scalar_one())
     return list(range(last - len(rows) + 1, last + 1))
-
-
-def _key_of(stmt: Insert) -> Column[Any]:
-    """The one integer column that is the primary key of `stmt`'s table."""
-    (key,) = stmt.table.primary_key.columns  # type: ignore[attr-defined]  # an Insert's table is a Table
-    return key  # type: ignore[no-any-return]  # a Table's columns are Columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +163,8 @@ def _unnest(stmt: Insert, conn: Connection, keys: tuple[str, ...], returning: bo
         f"FROM unnest({arrays}) WITH ORDINALITY AS r({', '.join(names)}, n) ORDER BY r.n"
     )
     if returning:
-        sql += f" RETURNING {quote(_key_of(stmt).name)}"
+        (key,) = table.primary_key.columns  # type: ignore[attr-defined]  # an Insert's table is a Table
+        sql += f" RETURNING {quote(key.name)}"
     made = _Unnest(
         sql,
         tuple(
