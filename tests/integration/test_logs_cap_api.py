@@ -117,6 +117,15 @@ def test_a_batch_sent_again_after_a_lost_reply_is_stored_once(api: Api) -> None:
     assert stored_lines(api, job_id) == ["up", "down", "again"]
 
 
+def test_lines_numbered_past_32_bits_up_to_the_protocols_bound_are_stored(api: Api) -> None:
+    # An agent numbers a run's lines from 0; the protocol takes up to 2**62.
+    node, job_id, attempt = running_job(api)
+    send(api, node, job_id, attempt, ["a", "b"], 2**31 - 1)  # across the 32-bit bound
+    send(api, node, job_id, attempt, ["c", "d", "e"], 2**62 - 2)  # the last is 2**62
+    send(api, node, job_id, attempt, ["d", "e"], 2**62 - 1)  # sent again: stored once
+    assert stored_lines(api, job_id) == ["a", "b", "c", "d", "e"]
+
+
 def test_a_damaged_full_log_is_refused(api: Api) -> None:
     node, job_id, attempt = running_job(api)
     r = api.client.put(

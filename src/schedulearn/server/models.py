@@ -28,7 +28,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Table, Text
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Table, Text
 from sqlmodel import Field, SQLModel
 
 from schedulearn.core.views import JobView, NodeView
@@ -225,7 +225,12 @@ class LogRecord(_Table, table=True):
     job_id: int
     attempt: int
     node: str = ""
-    seq: int = 0
+    # 64 bits: a run numbers its lines up to the protocol's bound (2**62).
+    # SQLite's INTEGER holds 64 bits already, and stays as it is.
+    seq: int = Field(
+        default=0,
+        sa_column=Column(BigInteger().with_variant(Integer(), "sqlite"), nullable=False),
+    )
     stream: str = "stdout"
     text: str = Field(sa_column=Column(Text, nullable=False))
     at: float

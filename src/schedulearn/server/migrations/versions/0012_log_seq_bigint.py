@@ -1,0 +1,45 @@
+"""a stored line's number is 64 bits on PostgreSQL
+
+Revision ID: 0012_log_seq_bigint
+Revises: 0011_job_part_attempt
+Create Date: 2026-11-28 05:30:00
+
+An agent numbers a run's lines from 0, and the protocol takes numbers up
+to 2**62, but `log_record.seq` was a 32-bit INTEGER on PostgreSQL: a run's
+line past 2,147,483,647 could not be stored, and its batch was refused
+again on every retry. SQLite's INTEGER holds 64 bits already and is left
+as it is. On PostgreSQL the change rewrites the table: an upgrade takes
+time in proportion to the lines stored.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0012_log_seq_bigint"
+down_revision = "0011_job_part_attempt"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.alter_column(
+            "log_record",
+            "seq",
+            type_=sa.BigInteger(),
+            existing_type=sa.Integer(),
+            existing_nullable=False,
+        )
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.alter_column(
+            "log_record",
+            "seq",
+            type_=sa.Integer(),
+            existing_type=sa.BigInteger(),
+            existing_nullable=False,
+        )
