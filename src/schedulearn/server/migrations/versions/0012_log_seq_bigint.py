@@ -7,9 +7,10 @@ Create Date: 2026-11-28 05:30:00
 An agent numbers a run's lines from 0, and the protocol takes numbers up
 to 2**62, but `log_record.seq` was a 32-bit INTEGER on PostgreSQL: the
 server refused every batch of a run's lines past 2,147,483,647 ("integer
-out of range"), and those lines were missing from its stored log. SQLite's INTEGER holds 64 bits already and is left
-as it is. On PostgreSQL the change rewrites the table: an upgrade takes
-time in proportion to the lines stored.
+out of range"), and those lines were missing from its stored log.
+SQLite's INTEGER holds 64 bits already and is left as it is. On
+PostgreSQL the change rewrites the table: an upgrade takes time in
+proportion to the lines stored.
 """
 
 from __future__ import annotations
