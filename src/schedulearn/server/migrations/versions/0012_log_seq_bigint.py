@@ -25,22 +25,13 @@ depends_on = None
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.alter_column(
-            "log_record",
-            "seq",
-            type_=sa.BigInteger(),
-            existing_type=sa.Integer(),
-            existing_nullable=False,
-        )
+    _retype_seq(sa.BigInteger(), was=sa.Integer())
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.alter_column(
-            "log_record",
-            "seq",
-            type_=sa.Integer(),
-            existing_type=sa.BigInteger(),
-            existing_nullable=False,
-        )
+    _retype_seq(sa.Integer(), was=sa.BigInteger())
+
+
+def _retype_seq(to: sa.types.TypeEngine[int], was: sa.types.TypeEngine[int]) -> None:
+    if op.get_bind().dialect.name == "postgresql":  # SQLite's INTEGER is 64 bits
+        op.alter_column("log_record", "seq", type_=to, existing_type=was, existing_nullable=False)
