@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import delete, select, update
 from sqlmodel import Session, col
 
-from schedulearn.protocol import JobState, LogBatch, LogLine, LogLinePublic, LogPage, LogStream
+from schedulearn.protocol import JobState, LogBatch, LogLinePublic, LogPage, LogStream
 from schedulearn.server.auth import Caller
 from schedulearn.server.bulk import execute_many
 from schedulearn.server.errors import NotFound
@@ -76,28 +76,6 @@ def marker_text(job_id: int, usage: JobLogUsage, cap: int, node: str, attempt: i
 _INSERT_LINES = LogRecord.__table__.insert()
 
 
-def _insert_lines(conn: Connection, job_id: int, batch: LogBatch, lines: list[LogLine]) -> None:
-    """Store `lines` of `batch` as new rows, in their order (a line's row id is
-    its place in the job's log): plain INSERTs handed to the driver ready-made,
-    one statement over arrays on PostgreSQL (`bulk`). The ORM's bulk insert
-    spent a third of the time on its own bookkeeping for rows it does not
-    keep, and SQLAlchemy's executemany half as much again; psycopg's sent
-    one INSERT a line, and PostgreSQL answered each on its own."""
-    rows = [
-        {
-            "job_id": job_id,
-            "attempt": batch.attempt,
-            "node": batch.node,
-            "seq": line.seq,
-            "stream": line.stream.value,
-            "text": line.text,
-            "at": line.at,
-        }
-        for line in lines
-    ]
-    execute_many(conn, _INSERT_LINES, rows)
-
-
 def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended:
     """Store a batch under the job's cap (`cap`: `log_stored_max_bytes`)."""
     if not batch.lines:
@@ -114,23 +92,37 @@ def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended
         session.commit()
         return Appended(Changes(), usage.marker_id is not None)
     head_cap, tail_cap = cap // 2, cap - cap // 2
-    head: list[LogLine] = []
-    tail: list[LogLine] = []
+    head: list[dict[str, object]] = []
+    tail: list[dict[str, object]] = []
     # Counted here, written to the ORM row once: an attribute set per line cost
     # a tenth of storing a batch.
     head_bytes, tail_bytes = usage.head_bytes, 0
     for line in lines:
+        row = {
+            "job_id": job_id,
+            "attempt": batch.attempt,
+            "node": batch.node,
+            "seq": line.seq,
+            "stream": line.stream.value,
+            "text": line.text,
+            "at": line.at,
+        }
         size = line_bytes(line.text)
         if usage.marker_id is None and not tail and head_bytes + size <= head_cap:
-            head.append(line)
+            head.append(row)
             head_bytes += size
         else:
-            tail.append(line)
+            tail.append(row)
             tail_bytes += size
     usage.head_bytes = head_bytes
+    # Plain INSERTs of many rows, handed to the driver ready-made (the ORM's
+    # bulk insert spent a third of the time on its own bookkeeping for rows
+    # it does not keep, and SQLAlchemy's executemany half as much again); on
+    # PostgreSQL one statement over arrays (`bulk`): psycopg's executemany sent
+    # one INSERT a line, and PostgreSQL answered each on its own.
     conn = session.connection()
     if head:
-        _insert_lines(conn, job_id, batch, head)
+        execute_many(conn, _INSERT_LINES, head)
     if tail:
         if usage.marker_id is None:
             marker = LogRecord(
@@ -145,7 +137,7 @@ def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended
             session.add(marker)
             session.flush()
             usage.marker_id = marker.id
-        _insert_lines(conn, job_id, batch, tail)
+        execute_many(conn, _INSERT_LINES, tail)
         usage.tail_bytes += tail_bytes
         if usage.tail_bytes > tail_cap:
             _trim(session, usage, int(tail_cap * _TRIM_TO))
@@ -195,8 +187,8 @@ def _trim(session: Session, usage: JobLogUsage, keep: int) -> None:
         ).all()
         if not rows:
             break
-        for row_id, line_text in rows:
-            size = line_bytes(line_text)
+        for row_id, text in rows:
+            size = line_bytes(text)
             over -= size
             usage.tail_bytes -= size
             usage.cut_bytes += size
