@@ -43,7 +43,7 @@ def page(
 ) -> tuple[Sequence[Job], int]:
     """One page of the jobs `where` keeps, ordered by id, and how many it keeps."""
     states = list(dict.fromkeys(where.states))  # one named twice counts once
-    # An empty user or name filters nothing, as no filter.
+    # An empty user or name is no filter.
     rows, count = _statements(
         len(states), bool(where.user), bool(where.name), where.array is not None, newest_first
     )
@@ -86,6 +86,7 @@ def _statements(
         ids = ordered(select(merged.c.id), merged.c.id)
     ids = ids.offset(bindparam("offset")).limit(bindparam("limit")).scalar_subquery()
     rows = ordered(select(Job).where(col(Job.id).in_(ids)), col(Job.id))
-    matches = [*conds, col(Job.state).in_([bindparam(f"state{i}") for i in range(states)])]
-    count = select(func.count()).select_from(Job).where(*(matches if states else conds))
+    count = select(func.count()).select_from(Job).where(*conds)
+    if states:
+        count = count.where(col(Job.state).in_([bindparam(f"state{i}") for i in range(states)]))
     return rows, count
