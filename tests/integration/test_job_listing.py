@@ -1,7 +1,7 @@
 """A job listing's pages under filters on several states, against a plain sort.
 
-`services.jobs.list_jobs` takes a page of ids under several states from
-each state's first ids and sorts only those (`_page_ids`). These tests
+`services.jobs.list_jobs` reads a page under several states from each
+state's first ids, sorting only those (`services.job_listing`). These tests
 list jobs in mixed states, by owner and by state sets, in both orders and
 at every offset, and compare each page and total with the same listing
 done in Python, on SQLite (and PostgreSQL with SCHEDULEARN_TEST_POSTGRES=1).
