@@ -8,7 +8,7 @@ PostgreSQL is a real server these fixtures start themselves: `initdb` and
 directory, on a free port, once per session (so once per xdist worker).
 Each test gets its own database in it, a copy of a template migrated once
 (`database_url`; `empty_database_url` for the tests of migrations and of a
-first start). Tests marked `postgres` need it even
+first start; `session` for a session on it). Tests marked `postgres` need it even
 on the SQLite run (`postgres_server`); without PostgreSQL they skip locally
 and fail in CI.
 """
@@ -23,6 +23,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pg_server import PG_BIN, POSTGRESQL, Postgres, backends
 from server_api import ADMIN, AGENT, Api
+from sqlmodel import Session
 
 from dependencies import Dependency, missing
 from schedulearn.server import create_app
@@ -116,6 +117,17 @@ def database_url(
     if postgres is not None:
         return schema_templates.postgres_copy(postgres)
     return schema_templates.sqlite_copy(tmp_path / "schedulearn.db")
+
+
+@pytest.fixture
+def session(database_url: str) -> Iterator[Session]:
+    """A session on `database_url`, for tests that call the services directly."""
+    database = Database(database_url)
+    try:
+        with database.session() as s:
+            yield s
+    finally:
+        database.close()
 
 
 def _migrate(url: str) -> None:

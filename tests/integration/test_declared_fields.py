@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,7 +40,6 @@ from schedulearn.protocol import (
     NodeRegistration,
     _declare,
 )
-from schedulearn.server import db
 from schedulearn.server.auth import Caller
 from schedulearn.server.auth import Role as CallerRole
 from schedulearn.server.declared import unwrap
@@ -199,18 +197,12 @@ def test_a_declared_field_a_model_does_not_spell_out_is_added() -> None:
 
 
 @pytest.fixture
-def session(database_url: str) -> Iterator[Session]:
-    database = db.Database(database_url)
-    db.migrate(database.engine)
-    try:
-        with database.session() as s:
-            # A submission names an existing queue (services.queues): declare the
-            # one the invented `queue` value names.
-            s.add(TenantQueue(name=submitted_values()["queue"]))
-            s.commit()
-            yield s
-    finally:
-        database.close()
+def session(session: Session) -> Session:
+    """conftest's session, with the queue the invented `queue` value names: a
+    submission names an existing queue (services.queues)."""
+    session.add(TenantQueue(name=submitted_values()["queue"]))
+    session.commit()
+    return session
 
 
 def test_a_job_keeps_every_declared_field_from_spec_to_public(session: Session) -> None:

@@ -10,14 +10,12 @@ done in Python, on SQLite (and PostgreSQL with SCHEDULEARN_TEST_POSTGRES=1).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import update
 from sqlmodel import Session, col
 
 from schedulearn.protocol import JobSpec, JobState
-from schedulearn.server import db
 from schedulearn.server.auth import Caller, Role
 from schedulearn.server.models import Job
 from schedulearn.server.services import jobs
@@ -27,17 +25,6 @@ from schedulearn.server.services import jobs
 STATES = [JobState.SUCCEEDED] * 5 + [JobState.FAILED, JobState.PENDING] * 3 + [JobState.CANCELLED]
 LAYOUT = [(STATES[i * 7 % len(STATES)], "ann" if i % 3 else "bob") for i in range(30)]
 ADMIN = Caller("admin", Role.ADMIN)
-
-
-@pytest.fixture
-def session(database_url: str) -> Iterator[Session]:
-    database = db.Database(database_url)
-    db.migrate(database.engine)
-    try:
-        with database.session() as s:
-            yield s
-    finally:
-        database.close()
 
 
 @pytest.fixture

@@ -9,28 +9,13 @@ them, on SQLite (and PostgreSQL with SCHEDULEARN_TEST_POSTGRES=1).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from sqlmodel import Session
 
 from schedulearn.core.capabilities import NO_ACCOUNT
 from schedulearn.protocol import JobSpec
-from schedulearn.server import db
 from schedulearn.server.auth import Caller, Role
 from schedulearn.server.models import User
 from schedulearn.server.services import jobs, snapshot
-
-
-@pytest.fixture
-def session(database_url: str) -> Iterator[Session]:
-    database = db.Database(database_url)
-    db.migrate(database.engine)
-    try:
-        with database.session() as s:
-            yield s
-    finally:
-        database.close()
 
 
 def submit(session: Session, user: str, n: int = 1) -> None:
