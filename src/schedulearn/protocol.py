@@ -1321,6 +1321,10 @@ class QueueCreate(QueueBase):
         max_length=10_000,
         description="Members whose jobs go to this queue when they name none",
     )
+    overcommit: bool = Field(
+        default=False,
+        description="Accept a guarantee that takes the queues' total beyond the cluster's GPUs",
+    )
 
 
 class QueueUpdate(_Request):
@@ -1336,6 +1340,10 @@ class QueueUpdate(_Request):
         default_factory=list,
         max_length=10_000,
         description="Make this queue these users' default (they become members)",
+    )
+    overcommit: bool = Field(
+        default=False,
+        description="Accept a guarantee that takes the queues' total beyond the cluster's GPUs",
     )
 
 
@@ -1361,6 +1369,16 @@ class QueuePublic(QueueBase, _Reply):
 
 class QueueList(_Reply):
     items: list[QueuePublic]
+    promised: int = Field(default=0, description="Guaranteed GPUs of all queues together")
+    cluster_gpus: int = Field(default=0, description="GPUs of every registered node")
+
+    @property
+    def promised_text(self) -> str:
+        """ "queues promise 8 of the cluster's 8 GPUs" (and "overcommitted" beyond it)"""
+        text = f"queues promise {self.promised} of the cluster's {self.cluster_gpus} GPUs"
+        if self.cluster_gpus and self.promised > self.cluster_gpus:
+            text += f" (overcommitted by {self.promised - self.cluster_gpus})"
+        return text
 
 
 class QueueRemoved(_Reply):

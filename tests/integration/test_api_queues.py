@@ -155,3 +155,45 @@ def test_usage_refuses_a_since_it_cannot_read(qapi: Api) -> None:
     assert r.status_code == 400 and "90m, 12h, 7d, 2w" in r.json()["error"]
     r = qapi.get("/api/v1/usage?by=team")
     assert r.status_code == 422
+
+
+def test_guarantees_beyond_the_cluster_are_refused_unless_overcommitted(qapi: Api) -> None:
+    # No node yet: nothing to judge against, so nothing is refused (queues first, agents later).
+    add_queue(qapi, name="early", guaranteed={"": 6})
+    WireAgent(qapi, "n1", gpus=4).register()
+    WireAgent(qapi, "n2", gpus=4).register()
+    listed = QueueList.model_validate(qapi.get("/api/v1/queues").json())
+    assert (listed.promised, listed.cluster_gpus) == (6, 8)
+    assert listed.promised_text == "queues promise 6 of the cluster's 8 GPUs"
+    typed = qapi.post("/api/v1/queues", json={"name": "v", "guaranteed": {"v100": 1}})
+    assert typed.status_code == 400, typed.text
+    assert (
+        "v100 guarantees would total 1 GPUs, more than the cluster's 0 v100"
+        in (typed.json()["error"])
+    )
+    add_queue(qapi, name="fits", guaranteed={"": 2})
+    over = qapi.post("/api/v1/queues", json={"name": "team-a", "guaranteed": {"": 2}})
+    assert over.status_code == 400, over.text
+    msg = over.json()["error"]
+    assert "would total 10 GPUs, more than the cluster's 8 (early 6, fits 2, team-a 2)" in msg
+    assert "--overcommit" in msg and "queue set team-a --guaranteed N" in msg
+    assert "team-a" not in queues(qapi)  # nothing stored
+    # Raising a guarantee is checked too; lowering one never is.
+    raise_it = qapi.client.patch(
+        "/api/v1/queues/fits", headers=qapi.admin, json={"guaranteed": {"": 3}}
+    )
+    assert raise_it.status_code == 400 and "would total 9 GPUs" in raise_it.json()["error"]
+    assert queues(qapi)["fits"].guaranteed_gpus == 2
+    # Said on purpose: accepted, and the list shows the total beyond the cluster.
+    made = qapi.post(
+        "/api/v1/queues", json={"name": "team-a", "guaranteed": {"": 2}, "overcommit": True}
+    )
+    assert made.status_code == 201, made.text
+    listed = QueueList.model_validate(qapi.get("/api/v1/queues").json())
+    assert listed.promised_text == "queues promise 10 of the cluster's 8 GPUs (overcommitted by 2)"
+    lower = qapi.client.patch(
+        "/api/v1/queues/early", headers=qapi.admin, json={"guaranteed": {"": 5}}
+    )
+    assert lower.status_code == 200, lower.text
+    weight = qapi.client.patch("/api/v1/queues/early", headers=qapi.admin, json={"weight": 2})
+    assert weight.status_code == 200, weight.text

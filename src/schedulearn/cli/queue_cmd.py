@@ -127,6 +127,13 @@ LimitOpt = Annotated[
 WeightOpt = Annotated[
     float | None, typer.Option("--weight", help="Its share of idle GPUs relative to others [1]")
 ]
+OvercommitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overcommit",
+        help="Accept guarantees that together exceed the cluster's GPUs (refused otherwise)",
+    ),
+]
 DefaultForOpt = Annotated[
     list[str] | None,
     typer.Option("--default-for", help="Make it this user's default queue (repeatable)"),
@@ -143,6 +150,7 @@ def queue_add(
         typer.Option("--user", help="A member who may submit to it (repeatable) [everyone]"),
     ] = None,
     default_for: DefaultForOpt = None,
+    overcommit: OvercommitOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -155,6 +163,7 @@ def queue_add(
         weight=1.0 if weight is None else weight,
         users=user or [],
         default_for=default_for or [],
+        overcommit=overcommit,
     )
     with connect(server, token) as client:
         _show(_add(client, body), as_json, "added")
@@ -173,6 +182,7 @@ def queue_set(
         list[str] | None, typer.Option("--remove-user", help="Remove a member (repeatable)")
     ] = None,
     default_for: DefaultForOpt = None,
+    overcommit: OvercommitOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -186,6 +196,7 @@ def queue_set(
         add_users=add_user or [],
         remove_users=remove_user or [],
         default_for=default_for or [],
+        overcommit=overcommit,
     )
     with connect(server, token) as client:
         _show(_update(client, name, body), as_json, "changed")
@@ -205,6 +216,7 @@ def queue_list(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOp
         )
         return
     out.print(queue_table(listing.items))
+    out.print(listing.promised_text, highlight=False)
     for q in listing.items:
         if q.declared and q.used > q.guaranteed_gpus:
             out.print(f"{q.summary}: the excess is lent and may be taken back", highlight=False)

@@ -29,6 +29,7 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.errors import BadRequest, Conflict, NotFound
 from schedulearn.server.models import Job, QueueMember, QueueSample, TenantQueue
+from schedulearn.server.services import queue_promises
 from schedulearn.server.services.queues import Book, book, core_queue, job_queue_column
 
 # A queue with jobs in these states cannot be removed.
@@ -85,6 +86,7 @@ def add(session: Session, body: QueueCreate, now: float) -> QueuePublic:
         created_at=now,
     )
     _check(row)
+    queue_promises.check(session, row, {}, body.overcommit)
     session.add(row)
     _set_members(session, body.name, body.users, (), body.default_for)
     session.commit()
@@ -93,6 +95,7 @@ def add(session: Session, body: QueueCreate, now: float) -> QueuePublic:
 
 def update(session: Session, name: str, body: QueueUpdate, now: float) -> QueuePublic:
     row = _row(session, name)
+    before = {str(t): int(n) for t, n in (row.guaranteed or {}).items()}
     if body.guaranteed is not None:
         row.guaranteed = dict(body.guaranteed)
     if body.clear_limit:
@@ -102,6 +105,7 @@ def update(session: Session, name: str, body: QueueUpdate, now: float) -> QueueP
     if body.weight is not None:
         row.weight = body.weight
     _check(row)
+    queue_promises.check(session, row, before, body.overcommit)
     session.add(row)
     _set_members(session, name, body.add_users, body.remove_users, body.default_for)
     session.commit()
@@ -164,7 +168,12 @@ def _members(session: Session) -> dict[str, list[QueueMember]]:
 def list_queues(session: Session, now: float) -> QueueList:
     """Every declared queue, and any undeclared one that has jobs (best-effort)."""
     current, members = book(session, now), _members(session)
-    return QueueList(items=[_public(current, n, members) for n in current.shares])
+    promised = queue_promises.promised(session)
+    return QueueList(
+        items=[_public(current, n, members) for n in current.shares],
+        promised=promised.total,
+        cluster_gpus=promised.cluster,
+    )
 
 
 def get(session: Session, name: str, now: float) -> QueuePublic:

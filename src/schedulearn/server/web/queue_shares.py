@@ -41,13 +41,16 @@ class QueuesPage:
     start: float  # the chart's left edge (unix time)
     top: int  # GPUs at the chart's top edge
     over: list[QueuePublic]  # queues above their guarantee now
+    promised: str = ""  # "queues promise 8 of the cluster's 8 GPUs"
+    overcommitted: bool = False
 
 
 def queues_page(session: Session, now: float, window: str) -> QueuesPage:
     if window not in WINDOWS:
         raise BadRequest(f"window {window!r}: pick one of {', '.join(WINDOWS)}")
     since = now - WINDOWS[window]
-    items = queue_admin.list_queues(session, now).items
+    listing = queue_admin.list_queues(session, now)
+    items = listing.items
     samples = queue_admin.history(session, since).samples
     by_queue: dict[str, list[tuple[float, int]]] = {}
     shares: dict[str, list[tuple[float, float]]] = {}
@@ -102,4 +105,5 @@ def queues_page(session: Session, now: float, window: str) -> QueuesPage:
             )
         )
     over = [q for q in items if q.declared and q.used > q.guaranteed_gpus]
-    return QueuesPage(items, series, window, start, top, over)
+    overcommitted = 0 < listing.cluster_gpus < listing.promised
+    return QueuesPage(items, series, window, start, top, over, listing.promised_text, overcommitted)

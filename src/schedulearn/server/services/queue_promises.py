@@ -1,0 +1,103 @@
+"""What the queues promise together, against the GPUs the cluster has.
+
+Owns one rule of `queue add|set`: the guarantees of all queues together
+may not exceed the cluster's GPUs (all of them, and those of each GPU
+type a guarantee names) unless the admin says `--overcommit`. A promise
+the cluster cannot keep is worse than none: a queue "guaranteed" GPUs
+that another queue's guarantee also covers is not guaranteed them, and
+every fair-share figure is then measured against a cluster that does
+not exist. Only a change that raises a queue's guarantee is checked, so
+an admin can always lower one (and a node leaving does not lock the
+queues). The cluster is every registered node, up or down (a down node
+may come back); with no node registered yet nothing can be judged and
+nothing is refused, as for a submission (`waiting.never_servable`).
+
+Reads `tenant_queue`, `gpu`; writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlmodel import Session, col
+
+from schedulearn.server.errors import BadRequest
+from schedulearn.server.models import Gpu, TenantQueue
+
+
+@dataclass(frozen=True, slots=True)
+class Promised:
+    """Guaranteed GPUs over all queues, and the cluster's GPUs, in all and per type."""
+
+    total: int
+    cluster: int
+    by_type: Mapping[str, int]  # typed guarantees ("v100" -> GPUs), summed over queues
+    cluster_by_type: Mapping[str, int]
+    by_queue: Mapping[str, int]  # each queue's guaranteed GPUs, every type
+
+
+def _guaranteed(row: TenantQueue) -> dict[str, int]:
+    return {str(t): int(n) for t, n in (row.guaranteed or {}).items() if int(n) > 0}
+
+
+def promised(session: Session, replace: TenantQueue | None = None) -> Promised:
+    """The queues' promises now, or with `replace` (a new or changed queue) in its place."""
+    rows = {r.name: r for r in session.execute(select(TenantQueue)).scalars()}
+    if replace is not None:
+        rows[replace.name] = replace
+    by_type: Counter[str] = Counter()
+    by_queue: dict[str, int] = {}
+    for name, row in sorted(rows.items()):
+        g = _guaranteed(row)
+        by_queue[name] = sum(g.values())
+        by_type.update({t: n for t, n in g.items() if t})
+    cluster_by_type: dict[str, int] = {
+        str(t): int(n)
+        for t, n in session.execute(select(col(Gpu.type), func.count()).group_by(col(Gpu.type)))
+    }
+    return Promised(
+        total=sum(by_queue.values()),
+        cluster=sum(cluster_by_type.values()),
+        by_type=dict(by_type),
+        cluster_by_type={t: n for t, n in cluster_by_type.items() if t},
+        by_queue=by_queue,
+    )
+
+
+def _raised(before: Mapping[str, int], after: Mapping[str, int], gpu_type: str | None) -> bool:
+    """Does the change promise more (of `gpu_type`, or in all when None)?"""
+    if gpu_type is None:
+        return sum(after.values()) > sum(before.values())
+    return after.get(gpu_type, 0) > before.get(gpu_type, 0)
+
+
+def check(session: Session, row: TenantQueue, before: Mapping[str, int], overcommit: bool) -> None:
+    """Refuse `row` (added, or changed from guarantee `before`) when it raises the
+    promises beyond the cluster's GPUs and `overcommit` was not given."""
+    after = _guaranteed(row)
+    if overcommit or not any(n > before.get(t, 0) for t, n in after.items()):
+        return
+    p = promised(session, row)
+    if p.cluster == 0:
+        return  # no node yet: nothing to judge against
+    hint = (
+        f"lower a guarantee (`schedulearn queue set {row.name} --guaranteed N`), add GPUs, "
+        "or pass --overcommit to promise more than the cluster has"
+    )
+    if p.total > p.cluster and _raised(before, after, None):
+        each = ", ".join(f"{q} {n}" for q, n in p.by_queue.items() if n)
+        raise BadRequest(
+            f"the queues' guarantees would total {p.total} GPUs, more than the cluster's "
+            f"{p.cluster} ({each}); {hint}"
+        )
+    for gpu_type, n in sorted(p.by_type.items()):
+        have = p.cluster_by_type.get(gpu_type, 0)
+        if n > have and _raised(before, after, gpu_type):
+            types = ", ".join(f"{c} {t}" for t, c in sorted(p.cluster_by_type.items()))
+            raise BadRequest(
+                f"the queues' {gpu_type} guarantees would total {n} GPUs, more than the "
+                f"cluster's {have} {gpu_type} GPUs (it has {types or 'no typed GPUs'}); {hint}"
+            )
