@@ -268,3 +268,31 @@ def test_reported_progress_extrapolates_a_running_jobs_end(settings) -> None:  #
         assert j.duration_estimate == pytest.approx(4.0)
         assert j.started_at == started
         assert j.predicted_end_at == pytest.approx(started + 4.0)
+
+
+def test_a_job_its_queue_holds_back_is_not_predicted_to_start_on_free_gpus(api: Api) -> None:
+    """Issue 32: with queues declared the forecast runs the policy in the fair-share
+    layer, as the scheduler does. A queue at its limit with free GPUs beside it:
+    its next job starts when one of its own ends, not "now"."""
+    node = WireAgent(api, "n1", gpus=4)
+    node.register()
+    made = api.post("/api/v1/queues", json={"name": "team-a", "guaranteed": {"": 2}, "limit": 2})
+    assert made.status_code == 201, made.text
+    held = [
+        submit(api, name=f"a{i}", queue="team-a", gpus=1, estimated_duration=100 * (i + 1))
+        for i in range(2)
+    ]
+    starts = node.work_until(lambda b: len(b.starts) == 2).starts
+    for s in starts:
+        node.start(s.job_id, s.attempt)
+    began = time.time()
+    for i in held:
+        wait_until(
+            lambda i=i: job(api, i).state, 10, "team-a's jobs to run", until="running".__eq__
+        )
+    waiting = submit(api, name="a2", queue="team-a", gpus=1, estimated_duration=10)
+    w = job(api, waiting)
+    assert w.state == "pending"
+    assert w.waiting_reason == "team-a uses 2 of its limit of 2 GPUs", w.waiting_reason
+    # Two GPUs are free, but team-a's first job must end first (~100 s).
+    assert w.predicted_start_at == pytest.approx(began + 100, abs=3)

@@ -80,10 +80,27 @@ def _emit(line: Any, timestamps: bool = False) -> None:
     stream.flush()
 
 
+def say_why_it_waits(client: Client, job_id: int, pause: float = 0.5) -> None:
+    """While the job is pending, say why on stderr (at once, and again whenever the
+    reason changes); return once it has left the queue. A job held back by its
+    queue would otherwise leave `submit --follow` silent for as long as it waits."""
+    said: str | None = None
+    while True:
+        job = client.job(job_id)
+        if job.state.value != "pending":
+            return
+        if job.waiting_reason != said:
+            note(not_started_text(job))
+            said = job.waiting_reason
+        time.sleep(pause)
+        pause = min(pause * 1.5, 5.0)
+
+
 def stream(client: Client, job_id: int, after: int = 0, timestamps: bool = False) -> int:
     """Print the job's output as it comes; the exit code its command ends with."""
     from schedulearn.protocol import JobPublic
 
+    say_why_it_waits(client, job_id)
     for item in client.follow(job_id, after):
         if isinstance(item, JobPublic):
             note(_ended_text(item))
@@ -93,6 +110,7 @@ def stream(client: Client, job_id: int, after: int = 0, timestamps: bool = False
 
 
 def wait(client: Client, job_id: int) -> int:
+    say_why_it_waits(client, job_id)
     pause = 0.2
     while True:
         job = client.job(job_id)
@@ -262,7 +280,9 @@ def logs(
             _emit(line, timestamps)
         if after == 0:
             job = client.job(job_id)
-            if job.started_at is None and job.state.value not in FINAL:
+            # A pending job followed is told why it waits by `stream` itself.
+            said = follow and job.state.value == "pending"
+            if job.started_at is None and job.state.value not in FINAL and not said:
                 note(not_started_text(job))
         if follow:
             raise typer.Exit(stream(client, job_id, after, timestamps))

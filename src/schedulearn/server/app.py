@@ -134,6 +134,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
             clock,
             settings.default_policy,
             min_resize_age=settings.min_resize_age_seconds,
+            queue_min_run=settings.queue_min_run_seconds,
         ),
         timing=AgentTiming(
             heartbeat_seconds=settings.heartbeat_seconds,

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from schedulearn.core.decisions import Start
+from schedulearn.core.fairshare_queues import Tenancy
 from schedulearn.core.ledger import InvalidDecision
 from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, GpuView, JobView, NodeView, Role, declared, rebuild
@@ -148,8 +149,9 @@ class _Forward(Simulator):
         speed: SpeedModel,
         until: float,
         deadline: float | None = None,
+        tenancy: Tenancy | None = None,
     ) -> None:
-        super().__init__(workload, cluster, policy, speed, record_segments=False)
+        super().__init__(workload, cluster, policy, speed, record_segments=False, tenancy=tenancy)
         self.until = until
         self.deadline = deadline  # perf_counter() value: the wall-time budget ends
         self.cut_short = False
@@ -238,6 +240,11 @@ def forecast(
 ) -> Forecast:
     """Simulate `view` forward under `policy`; see the module docstring.
 
+    The view's tenant queues (`view.tenancy`) travel into the simulation,
+    so a policy in the fair-share layer holds jobs back by their queues'
+    shares there as it does live (usage starts from nothing: it orders
+    lending only).
+
     `budget_seconds` bounds the wall time: a run that would take longer
     (a queue of thousands under a policy that re-sorts it on every event)
     stops where it got to, and later starts and ends are unknown
@@ -266,7 +273,7 @@ def forecast(
     # arrival order everywhere, and each policy's `order` ranks it from there,
     # so the forecast starts jobs in the order the Queue page shows.
     object.__setattr__(workload, "jobs", tuple(pending))
-    sim = _Forward(workload, cluster, policy, speed, until, deadline)
+    sim = _Forward(workload, cluster, policy, speed, until, deadline, view.tenancy)
     for job in pending:
         assert job.live is not None
         if job.live.service_seconds > 0:

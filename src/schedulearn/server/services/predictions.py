@@ -32,13 +32,14 @@ from sqlmodel import Session, col
 
 from schedulearn.clock import Clock
 from schedulearn.core import ClusterView, JobView, Policy
+from schedulearn.core.fairshare import FairShare
 from schedulearn.core.throughput import ProfileTable
 from schedulearn.protocol import JobPublic, JobState, PolicyForecast, PolicyPreview
 from schedulearn.server.db import Database
 from schedulearn.server.errors import BadRequest
 from schedulearn.server.models import Job
 from schedulearn.server.services import policy as policy_service
-from schedulearn.server.services import profiles, snapshot
+from schedulearn.server.services import profiles, queues, snapshot
 from schedulearn.server.services.durations import DurationEstimate, JobFacts, estimate_all
 from schedulearn.sim.forecast import DEFAULT_HORIZON, Forecast, ForecastSummary, forecast
 
@@ -74,11 +75,18 @@ class Inputs:
     # The live throughput profiles, for policies that take them (similarity).
     profiles: ProfileTable | None = None
     min_resize_age: float | None = None
+    # With tenant queues: the fair-share layer's minimum run time (the scheduler's).
+    queue_min_run: float = 300.0
 
 
 def fingerprint(session: Session, default_policy: str) -> tuple[object, ...]:
     row = tuple(session.connection().execute(_FINGERPRINT).one())
-    return (*row, profiles.mark(session), policy_service.current_spec(session, default_policy))
+    return (
+        *row,
+        profiles.mark(session),
+        queues.mark(session),
+        policy_service.current_spec(session, default_policy),
+    )
 
 
 def _facts(session: Session, views: list[JobView], now: float) -> list[JobFacts]:
@@ -125,7 +133,11 @@ def _preempting(session: Session, now: float) -> list[JobView]:
 
 
 def read_inputs(
-    session: Session, now: float, default_policy: str, min_resize_age: float | None = None
+    session: Session,
+    now: float,
+    default_policy: str,
+    min_resize_age: float | None = None,
+    queue_min_run: float = 300.0,
 ) -> Inputs:
     mark = fingerprint(session, default_policy)
     snap = snapshot.build(session, now)
@@ -136,7 +148,7 @@ def read_inputs(
     spec = str(mark[-1])
     # Only a policy with a `profiles` option reads the table (17 ms to build).
     table = profiles.live_table(session) if profiles.takes_profiles(spec) else None
-    return Inputs(view, durations, spec, mark, table, min_resize_age)
+    return Inputs(view, durations, spec, mark, table, min_resize_age, queue_min_run)
 
 
 def run(inputs: Inputs, spec: str, policy: Policy | None = None) -> Forecast:
@@ -148,6 +160,11 @@ def run(inputs: Inputs, spec: str, policy: Policy | None = None) -> Forecast:
     except BadRequest:
         # An invalid stored spec: the scheduler runs fifo then, and so does this.
         built = policy_service.build("fifo")
+    if inputs.view.tenancy is not None and not isinstance(built, FairShare):
+        # Queues are declared: the scheduler runs the policy in the fair-share
+        # layer, so the forecast must too, or a job its queue holds back would
+        # be predicted to start at once.
+        built = FairShare(built, min_run=inputs.queue_min_run)
     seconds = {job_id: d.seconds for job_id, d in inputs.durations.items()}
     return forecast(
         inputs.view,
@@ -276,11 +293,13 @@ class Predictor:
         ttl_seconds: float = 10.0,
         min_resize_age: float | None = None,
         slow_seconds: float = SLOW_SECONDS,
+        queue_min_run: float = 300.0,
     ) -> None:
         self.db = db
         self.clock = clock
         self.default_policy = default_policy
         self.min_resize_age = min_resize_age
+        self.queue_min_run = queue_min_run
         self.ttl_seconds = ttl_seconds
         self.slow_seconds = slow_seconds
         self._lock = asyncio.Lock()
@@ -317,7 +336,11 @@ class Predictor:
                 return hit
             began = time.perf_counter()
             inputs = await self.db.run(
-                read_inputs, self.clock.now(), self.default_policy, self.min_resize_age
+                read_inputs,
+                self.clock.now(),
+                self.default_policy,
+                self.min_resize_age,
+                self.queue_min_run,
             )
             try:
                 result = await asyncio.to_thread(run, inputs, inputs.spec)

@@ -163,6 +163,21 @@ def book(session: Session, now: float) -> Book:
 _ANY_QUEUE = select(col(TenantQueue.name)).limit(1)
 
 
+_MARK = select(
+    col(TenantQueue.name), TenantQueue.__table__.c.guaranteed, col(TenantQueue.gpu_limit),
+    col(TenantQueue.weight),
+).order_by(col(TenantQueue.name))  # fmt: skip
+
+
+def mark(session: Session) -> tuple[object, ...]:
+    """What the queues promise, as a value that changes when an admin changes them
+    (a forecast cached before a `queue add|set` is then redone)."""
+    return tuple(
+        (name, repr(guaranteed), limit, weight)
+        for name, guaranteed, limit, weight in session.connection().execute(_MARK)
+    )
+
+
 def declared(session: Session) -> bool:
     """Is any queue declared (the scheduler then runs the policy in `FairShare`)?"""
     return session.connection().execute(_ANY_QUEUE).first() is not None
