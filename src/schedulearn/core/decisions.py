@@ -23,9 +23,16 @@ class Start:
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
-    """Suspend a running job; it returns to the queue and resumes later."""
+    """Suspend a running job; it returns to the queue and resumes later.
+
+    `reclaimed_by` names the queue taking back its guaranteed GPUs when the
+    fair-share layer (`core.fairshare`) preempts a job that borrowed them.
+    Only such a preemption may stop a non-preemptible job: it is requeued
+    and restarts from the beginning (Kueue's rule for borrowed quota).
+    """
 
     job_id: int
+    reclaimed_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,72 +1,56 @@
-"""Two-level scheduling: a fair-share layer picks the queue, the policy in force orders inside it.
+"""Two-level scheduling: a fair-share layer over the policy in force.
 
 `FairShare(inner)` wraps any registered policy. Without queues in the
 snapshot (`ClusterView.tenancy is None`) it is the inner policy. With
-queues (see `fairshare_queues` for guarantees, limits, weights, usage
-decay and how a queue's fair share is computed), one pass runs:
+queues (`fairshare_queues`: guarantees, limits, weights, usage decay),
+each queue has a **deserved share**: its guarantee (up to its demand)
+plus a weighted part of the GPUs no other guarantee needs, water-filled
+over the queues that want more (Kueue's nominal quota and borrowing,
+KAI's deserved quota and over-quota weight). The default queue (jobs
+that name no queue) is guaranteed the GPUs no declared guarantee covers.
+One pass:
 
-1. Fast path: when every pending job fits in the free GPUs, no limit or
-   non-preemptible rule is in play and the inner policy, on the whole
-   snapshot, starts every pending job without preempting anyone, that
-   is the pass (nobody waits, so nobody's share is at stake).
-2. Share round: queues in order (below their guarantee first, then
-   furthest below their fair share) each get one inner pass over their
-   own pending and running jobs on the GPUs still free, and keep its
-   decisions, in its order, while the queue stays within its fair share;
-   the first decision that would take it over ends the queue's turn.
-   The inner policy thus orders, packs and preempts inside the queue
-   exactly as it would alone (fifo's head-of-line, tiresias's levels).
-3. Reclaim: a queue below its guarantee takes GPUs back by preempting
-   preemptible jobs of queues above theirs; then a queue below its fair
-   share does the same from queues above their fair share. Its jobs are
-   taken in the inner policy's order (`order`, else arrival order); a job
-   that would take the queue over the bound, or cannot be made room for,
-   is skipped. Victims: jobs of queues over the bound, queues furthest
-   over first, latest started first, as few as the job needs (a victim
-   queue may end below its bound: GPUs come back whole jobs at a time);
-   only jobs that have run `min_run` seconds (no thrashing).
-4. Lend: GPUs still idle go to queues with waiting work in order of
-   decayed usage per weight (least first), one inner pass each, up to
-   each queue's limit. Lent GPUs are what step 3 takes back later.
-5. Reclaim for guarantees once more, since step 4 may have taken a
-   queue over its guarantee: after a pass, no queue below its guarantee
-   with a waiting job that fits in it is left waiting while preemptible
-   jobs (run `min_run`) of queues over their guarantee could make room.
-   With `min_run` 0 a start of this pass counts as such a job: the
-   reclaim withdraws it (the Start is dropped, the job waits on) rather
-   than leave the guaranteed job waiting.
+0. Fast path: when every pending job fits in the free GPUs within its
+   queue's limit and the inner policy, on the whole snapshot, starts
+   every one without preempting anyone, that is the pass.
+1. Reclaim (`fairshare_reclaim`): a queue below its guarantee starts its
+   waiting jobs that fit in the guarantee, in the inner policy's order,
+   on free GPUs or by preempting jobs of queues over their deserved
+   share (preemptible ones first, latest started first, only after
+   `min_run` seconds, never taking a queue below its own guarantee).
+2. Entitled turn: the inner policy decides on the whole cluster with
+   only the waiting jobs of queues below their deserved share. Its
+   starts are kept, in its order, while the job's queue is still below
+   its share before the start (a queue may end one job over it, or a
+   queue whose jobs are larger than its share would never start one).
+3. Borrow turn: the inner policy decides again with every waiting job;
+   its starts are kept up to each queue's limit: idle GPUs are lent to
+   whoever the inner policy would run next.
 
-No job is stranded: a job this pass suspends (the inner policy
-preempting inside its queue in step 2 or 4, a reclaim's victim in step
-3 or 5) or whose start it withdraws cannot start again in the same pass
-(a job appears once in a pass). So every step that changes the pass's
-state is checked before it stands: if afterwards such a job waits in a
-queue below its guarantee, fits in it, and preemptible jobs (run
-`min_run`) of queues over their guarantee could make room for it, the
-step is undone and refused (the inner policy's group ends the queue's
-turn; a reclaim's start is skipped; a reclaim's making room is tried
-again without that queue's jobs as victims). E.g. srtf in a queue guaranteed 3
-that holds 1 does not suspend that job for a shorter 2-GPU one; the
-guarantee reclaim then starts the short one on GPUs taken from a queue
-over its guarantee, and both run. Together with step 5 this keeps the
-guarantee invariant in the same pass for every job, suspended or not.
+A turn whose start the rules refuse is run again without that queue
+while GPUs are free (the inner policy had planned those GPUs for it).
+The inner policy's own preemptions stand when they leave the victim's
+queue at or above its guarantee: within one queue in either turn, and
+across queues only in the entitled turn, with the reclaim's conditions
+(the victim's queue over its deserved share, the victim run `min_run`). Every start
+is a whole group with what was preempted or resized for it, checked
+before it is recorded, so no GPU is ever given twice.
 
-Throughout: a queue never holds more than its limit, and a
-non-preemptible job starts only within its queue's guarantee (the
-queue's non-preemptible jobs together use at most its guaranteed GPUs),
-so no one ever needs to reclaim it. A queue guaranteed only typed GPUs
-(`{"v100": 4}`) reclaims for its guarantee on GPUs of those types.
+Jobs that name no queue keep running once queues exist (docs/queues.md):
+the default queue owns the uncovered GPUs, and any job, preemptible or
+not, may borrow idle GPUs beyond its queue's guarantee. When a lender
+reclaims them, a non-preemptible borrower is requeued and restarts
+(`Preempt.reclaimed_by` names the lender), as Kueue does.
+`fairshare_reasons` says why a job waits and whether it can ever start.
 
-Where each part lives: this module is the layer a host calls (the fast
-path, the memo of a quiet pass, `order`); `fairshare_pass` runs steps 2
-to 5 (the share round and lending itself), `fairshare_reclaim` steps 3
-and 5, `fairshare_stranded` the victims and the no-stranded-job check,
-`fairshare_state` the pass's bookkeeping and undo.
+Cost: the layer's book (`fairshare_queues.shares`) is counted from the
+snapshot in one sweep, two inner turns at most, and a pass that decided
+nothing is remembered until the jobs, GPUs or `min_run` deadlines
+change (`_still_quiet`).
 
-Sources: Slurm's multifactor fair share with usage decay; Kueue's
-ClusterQueue nominal quota, borrowing and reclaim; NVIDIA KAI's
-guaranteed quota and over-quota weight, reclaiming (unlike KAI) up to
-the weighted fair share and not only the quota.
+Sources: Kueue's ClusterQueue nominal quota, cohort borrowing and
+reclaim within the cohort; NVIDIA KAI's deserved quota, over-quota
+weight and reclaim; Slurm's fair-share factor for usage decay.
 """
 
 from __future__ import annotations
@@ -78,7 +62,7 @@ from schedulearn.core.fairshare_pass import SharePass
 from schedulearn.core.fairshare_queues import Tenancy, named, shares
 from schedulearn.core.fairshare_state import EPS
 from schedulearn.core.policy import Policy, QueueOrder, queue_order
-from schedulearn.core.views import ClusterView, JobView
+from schedulearn.core.views import ClusterView
 
 
 class FairShare:
@@ -155,31 +139,26 @@ class FairShare:
         view = named(view)
         return QueueOrder(
             tuple(self._pass(view, tenancy).order()),
-            "queues in fair-share order (under their guarantee first), "
-            "each in the order of the policy in force",
+            "jobs of queues below their deserved share first, "
+            "each part in the order of the policy in force",
             exact=False,
         )
 
     def _pass(self, view: ClusterView, tenancy: Tenancy) -> SharePass:
-        """A full pass over `view` (steps 2 to 5 of the module doc)."""
+        """A full pass over `view` (steps 1 to 3 of the module doc)."""
         return SharePass(self.inner, self.min_run, view, tenancy)
 
     def _fast(self, view: ClusterView, tenancy: Tenancy) -> list[Decision] | None:
         pending = view.pending
         if sum(j.gpus for j in pending) > view.free_gpus:
             return None
-        if tenancy.has_limits or not all(j.preemptible for j in pending):
+        if tenancy.has_limits:
             book = shares(view, tenancy)
-            want: dict[str, list[JobView]] = {}
+            want: dict[str, int] = {}
             for j in pending:
-                want.setdefault(j.queue, []).append(j)
-            for name, jobs in want.items():
-                s = book[name]
-                if s.used + sum(j.gpus for j in jobs) > s.cap:
-                    return None
-                pinned = sum(j.gpus for j in jobs if not j.preemptible)
-                if pinned and s.pinned + pinned > s.guaranteed:
-                    return None
+                want[j.queue] = want.get(j.queue, 0) + j.gpus
+            if any(book[name].used + n > book[name].cap for name, n in want.items()):
+                return None
         decisions = self.inner.decide(view)
         if len(decisions) != len(pending) or not all(isinstance(d, Start) for d in decisions):
             return None

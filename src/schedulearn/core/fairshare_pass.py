@@ -1,11 +1,14 @@
-"""One fair-share pass: the share round and lending, each a turn of the inner policy.
+"""One fair-share pass: admission in two turns of the inner policy, and reclaim.
 
-Steps 2 and 4 of `core.fairshare` (the module doc there has the whole
-pass): each queue in turn gets one pass of the inner policy over its own
-jobs on the GPUs still free, and keeps its decisions, in its order, while
-they fit the queue's allowance, limit and guarantee for non-preemptible
-jobs. `SharePass.run` runs the steps in order, reclaim included
-(`fairshare_reclaim`).
+Steps 1 to 3 of `core.fairshare` (the module doc there has the rule):
+after the reclaim (`fairshare_reclaim`), the inner policy decides on the
+whole cluster, first with only the waiting jobs of queues below their
+deserved share (`_turn(entitled)`), then with every waiting job
+(`_turn(borrow)`). Its decisions are kept in its order, a start with the
+preemptions and resizes decided just before it as one group, while the
+group keeps the queue rules (`_accept`); a refused group is dropped
+whole, and a later group that counted on its GPUs is refused in turn
+(its GPUs are not free), so no GPU is ever given twice.
 """
 
 from __future__ import annotations
@@ -13,124 +16,144 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
-from schedulearn.core.fairshare_queues import QueueShare
 from schedulearn.core.fairshare_reclaim import ReclaimingPass
 from schedulearn.core.fairshare_state import EPS
-from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import queue_order
-from schedulearn.core.views import JobView, Placement, rebuild
+from schedulearn.core.views import JobView, rebuild
 
 
 class SharePass(ReclaimingPass):
-    """One slow pass of the fair-share layer: share round, reclaim, lend, reclaim."""
+    """One full pass of the fair-share layer (see `core.fairshare`)."""
 
     def run(self) -> list[Decision]:
-        book = self.book
-        for s in self._share_order():
-            if self._waiting(s.name):
-                self._turn(s, int(s.share + EPS) - s.used)
-        self._reclaim(guarantee=True)
-        self._reclaim(guarantee=False)
-        for s in sorted(book.values(), key=self._lend_key):
-            if self.free <= 0:
-                break
-            if self._waiting(s.name):
-                self._turn(s, s.cap - s.used)
-        self._reclaim(guarantee=True)
+        self.reclaim()
+        entitled = self._entitled()
+        everyone = {s.name for s in self.book.values() if s.pending > 0}
+        if entitled:
+            self._turn(entitled, borrow=False)
+        # With every waiting queue entitled and nothing free, the inner
+        # policy has seen every job already: a second turn adds nothing.
+        if self.free > 0 or entitled != everyone:
+            self._turn(everyone, borrow=True)
         return self.decisions
 
     def order(self) -> list[JobView]:
+        """Jobs of queues below their deserved share first, each part in the inner order."""
+        entitled = self._entitled()
+        first = self.waiting(entitled)
+        rest = tuple(j for j in self.view.pending if j.queue not in entitled)
         out: list[JobView] = []
-        for s in self._share_order():
-            if self.pending.get(s.name):
-                out.extend(queue_order(self.inner, self._sub_view(s.name)).jobs)
+        for part in (first, rest):
+            if part:
+                out.extend(queue_order(self.inner, self.sub_view(part)).jobs)
         return out
 
-    def _lend_key(self, s: QueueShare) -> tuple[float, int, str]:
-        return (self.tenancy.usage.get(s.name, 0.0) / s.queue.weight, s.used, s.name)
+    def _entitled(self) -> set[str]:
+        return {s.name for s in self.book.values() if s.pending > 0 and self.under_share(s)}
 
-    # --- one queue's turn with the inner policy ----------------------------
+    # --- one turn of the inner policy ------------------------------------------
 
-    def _turn(self, s: QueueShare, allowance: int) -> None:
-        """One inner pass for queue `s`; keep its decisions while they fit `allowance`."""
-        if allowance <= 0 or self.free <= 0:
-            return
-        sub = self._sub_view(s.name)
-        if not sub.pending:
-            return
-        for group in _groups(self.inner.decide(sub)):
-            if not self._accept(s, group, allowance):
+    def _turn(self, queues: set[str], borrow: bool) -> None:
+        """Inner passes over the waiting jobs of `queues` until it keeps all it decides.
+
+        A start the queue rules refuse leaves GPUs the inner policy had
+        planned for: its queue leaves the turn and the inner policy
+        decides again for the others, while GPUs are free (at most one
+        inner pass per queue).
+        """
+        while queues:
+            pending = self.waiting(queues)
+            if not pending:
                 return
-            allowance -= sum(self._delta(d) for d in group)
+            refused: set[str] = set()
+            for group in _groups(self.inner.decide(self.sub_view(pending))):
+                if self._accept(group, borrow):
+                    self._apply(group)
+                elif isinstance(group[-1], Start) and group[-1].job_id in self.pending:
+                    refused.add(self.pending[group[-1].job_id].queue)
+            if not refused or self.free <= 0:
+                return
+            queues = {q for q in queues - refused if borrow or self.under_share(self.book[q])}
 
-    def _delta(self, d: Decision) -> int:
-        if isinstance(d, Start):
-            return d.placement.num_gpus
-        old = self.running[d.job_id].allocated_gpus
-        if isinstance(d, Preempt):
-            return -old
-        return d.placement.num_gpus - old
-
-    def _accept(self, s: QueueShare, group: list[Decision], allowance: int) -> bool:
-        delta = sum(self._delta(d) for d in group)
-        if delta > allowance or s.used + delta > s.cap:
+    def _accept(self, group: list[Decision], borrow: bool) -> bool:
+        """May the pass keep this group (a start and what was done to make room)?"""
+        last = group[-1]
+        start = last if isinstance(last, Start) else None
+        if any(d.job_id in self.decided for d in group):
             return False
-        pinned = 0  # GPUs the group's non-preemptible starts add
-        for d in group:
-            if isinstance(d, Start):
-                pend = self._pending_job(s.name, d.job_id)
-                if pend is None:
-                    return False
-                if not pend.preemptible:
-                    pinned += d.placement.num_gpus
-            else:
-                job = self.running.get(d.job_id)
-                if job is None or job.queue != s.name or d.job_id in self.stopped:
-                    return False
-        if pinned and s.pinned + pinned > s.guaranteed:
+        job = self.pending.get(start.job_id) if start is not None else None
+        if start is not None and job is None:
             return False
-        risky = bool(self.again) or any(isinstance(d, Preempt) for d in group)
-        saved = self._save() if risky else None
-        # Releases first, then check that every acquisition is free.
+        # GPUs each queue gains (a start, growth) or gives back (preemption, shrinking).
+        delta: dict[str, int] = {}
         released: list[JobView] = []
         for d in group:
-            if isinstance(d, Preempt | Resize):
-                victim = self.running[d.job_id]
-                self._release(victim)
-                released.append(victim)
-        ok = all(_free_in(self.pool, d.placement) for d in group if isinstance(d, Start | Resize))
-        if not ok:
-            for victim in reversed(released):
-                assert victim.placement is not None
-                self._take(victim, victim.placement)
-            return False
-        taken: list[tuple[JobView, Placement]] = []
-        for d in group:
             if isinstance(d, Start):
-                pend = self._pending_job(s.name, d.job_id)
-                assert pend is not None
-                self._take(pend, d.placement)
-                taken.append((pend, d.placement))
-                self._started(s, pend, d.placement)
-            elif isinstance(d, Preempt):
-                victim = self.running[d.job_id]
-                self.stopped.add(d.job_id)
-                self.again[d.job_id] = victim
-                s.used -= victim.allocated_gpus
-                if not victim.preemptible:  # pragma: no cover - the ledger refuses it anyway
-                    s.pinned -= victim.allocated_gpus
-            else:
-                old = self.running[d.job_id]
-                moved = rebuild(old, placement=d.placement)
-                self._take(moved, d.placement)
-                taken.append((moved, d.placement))
-                self.running[d.job_id] = moved
-                s.used += d.placement.num_gpus - old.allocated_gpus
-        if saved is not None and self._stranded() is not None:
-            self._restore(saved, taken, released)
+                continue
+            held = self.running.get(d.job_id)
+            if held is None:
+                return False
+            n = d.placement.num_gpus if isinstance(d, Resize) else 0
+            delta[held.queue] = delta.get(held.queue, 0) + n - held.allocated_gpus
+            released.append(held)
+        if job is not None and start is not None:
+            delta[job.queue] = delta.get(job.queue, 0) + start.placement.num_gpus
+        mine = job.queue if job is not None else None
+        for name, change in delta.items():
+            s = self.book[name]
+            after = s.used + change
+            if after > s.cap:
+                return False
+            if change >= 0:
+                continue
+            # An inner preemption never takes a queue below its guarantee
+            # (its own queue's jobs included: a job it suspends then never
+            # waits in a queue below its guarantee).
+            if after < s.guaranteed:
+                return False
+            if name == mine:
+                continue
+            # Another queue's jobs: only from a queue over its deserved
+            # share, after `min_run`, for a queue below its own share, in
+            # the entitled turn (the reclaim's rule, for the inner policy).
+            if mine is None or borrow or s.used <= s.share + EPS:
+                return False
+            if not all(self.ran_min(v) for v in released if v.queue == name):
+                return False
+        if job is not None and not borrow and not self.under_share(self.book[job.queue]):
             return False
-        self.decisions.extend(group)
-        return True
+        # The GPUs it takes must be free once its own releases are done.
+        for v in released:
+            self.release(v)
+        ok = all(self.free_in(d.placement) for d in group if isinstance(d, Start | Resize))
+        for v in reversed(released):
+            assert v.placement is not None
+            self.take(v, v.placement)
+        return ok
+
+    def _apply(self, group: list[Decision]) -> None:
+        for d in group:
+            if isinstance(d, Preempt):
+                victim = self.running[d.job_id]
+                self.release(victim)
+                self.stop(victim)
+            elif isinstance(d, Resize):
+                old = self.running[d.job_id]
+                self.release(old)
+                moved = rebuild(old, placement=d.placement)
+                self.take(moved, d.placement)
+                self.running[d.job_id] = moved
+                s = self.book[old.queue]
+                s.used += d.placement.num_gpus - old.allocated_gpus
+                if not old.preemptible:  # pragma: no cover - the ledger refuses it
+                    s.pinned += d.placement.num_gpus - old.allocated_gpus
+                self.decided.add(d.job_id)
+                self.decisions.append(d)
+        last = group[-1]
+        if isinstance(last, Start):
+            job = self.pending[last.job_id]
+            self.take(job, last.placement)
+            self.start(job, last.placement)
 
 
 def _groups(decisions: list[Decision]) -> Iterator[list[Decision]]:
@@ -143,15 +166,3 @@ def _groups(decisions: list[Decision]) -> Iterator[list[Decision]]:
             group = []
     if group:
         yield group
-
-
-def _free_in(pool: FreePool, placement: Placement) -> bool:
-    by_name = {n.name: n for n in pool.nodes}
-    for name, gpus in placement:
-        node = by_name.get(name)
-        if node is None:
-            return False
-        free = pool.free_gpus(node)
-        if any(g not in free for g in gpus):
-            return False
-    return True

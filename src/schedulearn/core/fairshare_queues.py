@@ -18,6 +18,10 @@ from the snapshot alone, and the policy keeps no state between passes
 (a host may rebuild it at any time).
 
 Shares, in one place (all in GPUs; a job's GPUs count for its queue):
+- the default queue (`DEFAULT_QUEUE`, jobs that name no queue) owns the
+  GPUs no guarantee covers: its guarantee is its declared one plus the
+  healthy GPUs minus the sum of every declared guarantee (never below
+  its declared one), so creating queues never leaves it with nothing;
 - demand = GPUs in use + GPUs its pending jobs ask for, at most its limit;
 - first every queue gets min(demand, guarantee);
 - the rest of the healthy GPUs are lent by weighted water-filling over the
@@ -234,10 +238,15 @@ class QueueShare:
 
     queue: Queue
     used: int = 0
-    # GPUs held by its non-preemptible jobs (these must fit its guarantee).
+    # GPUs held by its non-preemptible jobs (those beyond its guarantee are
+    # borrowed, and requeued when a lender reclaims them).
     pinned: int = 0
     pending: int = 0
+    # Its deserved share now: guarantee (up to demand) plus its weighted
+    # part of what no other guarantee needs (`fill`).
     share: float = 0.0
+    # GPUs no declared guarantee covers, owned by the default queue (`fill`).
+    uncovered: int = 0
 
     @property
     def name(self) -> str:
@@ -245,7 +254,8 @@ class QueueShare:
 
     @property
     def guaranteed(self) -> int:
-        return self.queue._gpus
+        """Its guaranteed GPUs: the declared ones (and, for the default queue, the uncovered)."""
+        return self.queue._gpus + self.uncovered
 
     @property
     def cap(self) -> int:
@@ -262,10 +272,8 @@ class QueueShare:
         return self.used + gpus <= bound + _EPS
 
     def may_hold(self, job: JobView) -> bool:
-        """Limit and the non-preemptible rule: may it start `job` at all?"""
-        if self.used + job.gpus > self.cap:
-            return False
-        return job.preemptible or self.pinned + job.gpus <= self.guaranteed
+        """Its limit: may it start `job` now (any job may borrow beyond the guarantee)?"""
+        return self.used + job.gpus <= self.cap
 
 
 def shares(view: ClusterView, tenancy: Tenancy) -> dict[str, QueueShare]:
@@ -289,8 +297,15 @@ def shares(view: ClusterView, tenancy: Tenancy) -> dict[str, QueueShare]:
 
 
 def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
-    """Set each queue's `share`: guarantees first, then weighted water-filling."""
+    """Set each queue's `share`: guarantees first, then weighted water-filling.
+
+    `queues` must hold every declared queue (the default queue's guarantee
+    is what theirs leave of `capacity`, the healthy GPUs).
+    """
     qs = list(queues)
+    covered = sum(s.queue._gpus for s in qs)
+    for s in qs:
+        s.uncovered = max(0, capacity - covered) if s.name == DEFAULT_QUEUE else 0
     left = float(capacity)
     for s in qs:
         s.share = float(min(s.demand, s.guaranteed))

@@ -1,119 +1,120 @@
-"""Reclaim: a queue below its bound takes GPUs back from queues over theirs.
+"""Reclaim: a queue below its guarantee takes its GPUs back from queues that borrowed.
 
-Steps 3 and 5 of a fair-share pass (see `core.fairshare`): a queue below
-its guarantee (or below its fair share) starts its waiting jobs, in the
-inner policy's order, on free GPUs or on GPUs of preemptible jobs of
-queues over their bound (`fairshare_stranded._victims`); a queue
-guaranteed typed GPUs reclaims on GPUs of those types. A step that would
-strand a job this pass put back in line is undone.
+Step 2 of a fair-share pass (see `core.fairshare`): each queue below its
+guarantee with a waiting job that fits in it (its GPUs in use plus the
+job's at most its guarantee) starts that job, in the inner policy's
+order, on free GPUs, or else on GPUs of jobs it preempts (`victims`):
+jobs of other queues over their deserved share that have run `min_run`
+seconds, preemptible ones first, then the queue furthest over its share
+(per weight) first, then the latest started first; never so many of one
+queue's jobs that it would fall below its own guarantee (so a reclaim
+never makes another reclaim, and queues cannot take GPUs from each other
+in turn). A non-preemptible job beyond its queue's guarantee is a victim
+like any other: it is requeued (`Preempt.reclaimed_by`) and restarts. A
+queue guaranteed only typed GPUs reclaims on GPUs of those types.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from schedulearn.core.decisions import Preempt, Start
 from schedulearn.core.fairshare_queues import QueueShare
-from schedulearn.core.fairshare_state import EPS
-from schedulearn.core.fairshare_stranded import GuardedState
+from schedulearn.core.fairshare_state import EPS, PassState
 from schedulearn.core.policy import queue_order
 from schedulearn.core.preemption import make_room
 from schedulearn.core.views import JobView, Placement, rebuild
 
 
-class ReclaimingPass(GuardedState):
-    """A pass's state with the reclaim steps."""
+class ReclaimingPass(PassState):
+    """A pass's state with the reclaim step."""
 
-    def _reclaim(self, guarantee: bool) -> None:
-        for s in self._share_order():
-            bound = self._bound(s, guarantee)
-            if s.used >= bound - EPS or not self._waiting(s.name):
+    def reclaim(self) -> None:
+        """Every queue below its guarantee, furthest below first, takes GPUs back."""
+        below = [s for s in self.book.values() if s.pending > 0 and s.used < s.guaranteed]
+        below.sort(key=lambda s: (s.used / s.guaranteed, s.name))
+        for s in below:
+            self._reclaim_for(s)
+
+    def _reclaim_for(self, s: QueueShare) -> None:
+        waiting = self.waiting({s.name})
+        room = s.guaranteed - s.used
+        if not any(j.gpus <= room for j in waiting):
+            return
+        # The inner policy may have passed over these jobs (its own order, a
+        # head-of-line wait): work within the guarantee starts if it fits.
+        for job in queue_order(self.inner, self.sub_view(waiting)).jobs:
+            if s.used >= s.guaranteed:
+                return
+            if job.id in self.decided or s.used + job.gpus > s.guaranteed:
                 continue
-            for job in queue_order(self.inner, self._sub_view(s.name)).jobs:
-                if not self._open(job.id):
-                    continue
-                if not s.may_hold(job) or not s.within(job.gpus, bound):
-                    continue
-                # The inner policy may have passed over it (its own order, a
-                # head-of-line wait): work within the bound starts if it fits.
-                placement = self._pack(job, s, guarantee) if job.gpus <= self.free else None
-                if placement is not None:
-                    saved = self._save() if self.again else None
-                    self._take(job, placement)
-                    self._started(s, job, placement)
-                    self.decisions.append(Start(job.id, placement))
-                    if saved is not None and self._stranded() is not None:
-                        # Its start would make its queue's jobs victims
-                        # for a job this pass suspended: it waits.
-                        self._restore(saved, [(job, placement)], [])
-                        continue
-                    if s.used >= bound - EPS:
-                        break
-                    continue
-                victims = self._victims(s, guarantee)
-                if not victims or self.free + sum(v.allocated_gpus for v in victims) < job.gpus:
-                    continue
-                if self._make_room(s, job, victims, guarantee) and s.used >= bound - EPS:
-                    break
+            if not s.may_hold(job):
+                continue
+            placement = self._pack(job, s) if job.gpus <= self.free else None
+            if placement is not None:
+                self.take(job, placement)
+                self.start(job, placement)
+                continue
+            victims = self.victims(s)
+            if self.free + sum(v.allocated_gpus for v in victims) >= job.gpus:
+                self._make_room(s, job, victims)
 
-    def _make_room(self, s: QueueShare, job: JobView, victims: list[JobView], g: bool) -> bool:
-        # Every victim's queue is over its bound now; one may end below it
-        # (a gang's GPUs come whole): the waiting queue's bound comes first.
-        for candidate in _typed_variants(job, s, g):
-            allowed = victims
-            while allowed:
-                room = make_room(self.pool, candidate, allowed, self.free)
-                if room is None:
-                    break
-                saved = self._save()  # make_room changed the pool only
-                placement, used = room
-                self._commit_room(s, job, placement, used)
-                stranded = self._stranded()
-                if stranded is None:
-                    return True
-                # It would leave a queue below its guarantee with a job it
-                # suspended that others' jobs could make room for: undo, and
-                # try again without that queue's jobs as victims.
-                self._restore(saved, [(job, placement)], used)
-                fewer = [v for v in allowed if v.queue != stranded]
-                if len(fewer) == len(allowed):
-                    break
-                allowed = fewer
+    def victims(self, s: QueueShare) -> list[JobView]:
+        """Running jobs `s` may take back, in the order they are taken (module doc)."""
+        book = self.book
+        by_queue: dict[str, list[JobView]] = {}
+        for j in self.running.values():
+            if j.queue == s.name or j.id in self.decided or not self.ran_min(j):
+                continue
+            owner = book[j.queue]
+            if owner.used <= owner.share + EPS or owner.used <= owner.guaranteed:
+                continue
+            by_queue.setdefault(j.queue, []).append(j)
+        out: list[tuple[bool, float, float, int, JobView]] = []
+        for name, jobs in by_queue.items():
+            owner = book[name]
+            over = (owner.used - owner.share) / owner.queue.weight
+            # Latest started first, while the queue keeps its guarantee.
+            budget = owner.used - owner.guaranteed
+            jobs.sort(key=lambda j: (not j.preemptible, -(j.started_at or 0.0), -j.id))
+            for j in jobs:
+                if j.allocated_gpus <= budget:
+                    budget -= j.allocated_gpus
+                    out.append((not j.preemptible, -over, -(j.started_at or 0.0), -j.id, j))
+        out.sort(key=lambda t: t[:4])
+        return [t[4] for t in out]
+
+    def _make_room(self, s: QueueShare, job: JobView, victims: list[JobView]) -> bool:
+        # make_room passes over non-preemptible jobs; a reclaim requeues them.
+        as_given = {v.id: v for v in victims}
+        movable = [v if v.preemptible else rebuild(v, preemptible=True) for v in victims]
+        for candidate in _typed_variants(job, s):
+            room = make_room(self.pool, candidate, movable, self.free)
+            if room is None:
+                continue
+            placement, used = room
+            # make_room changed the pool; mirror it in the node views and the book.
+            for v in used:
+                assert v.placement is not None
+                self.mark(v.placement, None)
+                self.free += v.allocated_gpus
+                self.stop(as_given[v.id], reclaimed_by=s.name)
+            self.mark(placement, job.id)
+            self.free -= placement.num_gpus
+            self.start(job, placement)
+            return True
         return False
 
-    def _commit_room(
-        self, s: QueueShare, job: JobView, placement: Placement, used: list[JobView]
-    ) -> None:
-        """Record what `make_room` did to the pool: victims out, `job` started."""
-        book = self.book
-        # make_room changed the pool; mirror it in the node views.
-        for v in used:
-            assert v.placement is not None
-            self._mark(v, v.placement, None)
-            self.free += v.allocated_gpus
-            book[v.queue].used -= v.allocated_gpus
-            if v.id in self.fresh:
-                self._withdraw(v)
-            else:
-                self.stopped.add(v.id)
-                self.again[v.id] = v
-                self.decisions.append(Preempt(v.id))
-        self._mark(job, placement, job.id)
-        self.free -= placement.num_gpus
-        self._started(s, job, placement)
-        self.decisions.append(Start(job.id, placement))
-
-    def _pack(self, job: JobView, s: QueueShare, guarantee: bool) -> Placement | None:
-        for candidate in _typed_variants(job, s, guarantee):
+    def _pack(self, job: JobView, s: QueueShare) -> Placement | None:
+        for candidate in _typed_variants(job, s):
             placement = self.pool.pack(candidate)
             if placement is not None:
                 return placement
         return None
 
 
-def _typed_variants(job: JobView, s: QueueShare, guarantee: bool) -> Iterator[JobView]:
+def _typed_variants(job: JobView, s: QueueShare) -> Iterator[JobView]:
     """The job as it may reclaim: on its queue's guaranteed GPU types when those are typed."""
-    types = s.queue.typed if guarantee else ()
+    types = s.queue.typed
     if not types or job.gpu_type:
         yield job
         return

@@ -127,7 +127,9 @@ class GpuLedger:
                 if isinstance(d, Preempt | Resize):
                     job = jobs[d.job_id]
                     placement = self._require_held(d.job_id)
-                    if not job.preemptible:
+                    # A reclaim requeues a non-preemptible borrower (Preempt.reclaimed_by).
+                    requeue = isinstance(d, Preempt) and d.reclaimed_by is not None
+                    if not job.preemptible and not requeue:
                         verb = "preempted" if isinstance(d, Preempt) else "resized or moved"
                         raise InvalidDecision(
                             f"job {d.job_id} is not preemptible and cannot be {verb}"

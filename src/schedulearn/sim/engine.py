@@ -309,7 +309,9 @@ class Simulator:
             self._running_changed = True
         elif isinstance(d, Preempt):
             old = self._running.pop(jid)
-            run.done = self._progress_at(run, t)
+            # A non-preemptible job (a reclaim requeues one that borrowed
+            # GPUs) keeps no checkpoint: it restarts from the beginning.
+            run.done = self._progress_at(run, t) if run.job.preemptible else 0.0
             self._stop_segment(run, t, "preempted")
             run.preemptions += 1
             self._pending[jid] = stopped_view(old, t, run.done / run.work, preempted=True)

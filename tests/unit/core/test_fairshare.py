@@ -1,7 +1,7 @@
 """The fair-share layer: guarantees, reclaim after the minimum run time, limits,
-non-preemptible jobs, lending by decayed usage, reasons; and, on random
-snapshots around every registered policy, valid passes and the guarantee
-invariant."""
+non-preemptible jobs borrowing and requeued, deserved shares with decayed
+usage, reasons; and, on random snapshots around every registered policy,
+valid, deterministic passes and the guarantee invariant."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from snapshots import NOW, fill, replay
 from schedulearn.core import (
     ClusterView,
     FreePool,
+    InvalidDecision,
     JobView,
     NodeView,
+    Preempt,
     Start,
     available,
     create,
@@ -64,43 +66,29 @@ def test_nothing_is_taken_back_before_the_minimum_run_time() -> None:
     assert fs.tick_seconds == 60
 
 
-def test_non_preemptible_jobs_are_never_taken_and_use_only_the_guarantee() -> None:
-    sc = Scenario(node("n", 4))
-    for i in range(4):
-        sc.run(job(i, 1, queue="A", preemptible=False), {"n": [i]})
-    b = [job(10, 1, queue="B", preemptible=True)]
-    assert FairShare(create("fifo"), min_run=0).decide(with_queues(sc.view(1000.0, b))) == []
-
+def test_a_non_preemptible_job_borrows_idle_gpus_and_is_requeued_when_they_are_reclaimed() -> None:
+    # A is guaranteed 2 of 4 GPUs; its two non-preemptible jobs need 3: both
+    # start, the second on GPUs B does not use now (borrowed).
     sc = Scenario(node("n", 4))
     pinned = [job(1, 2, queue="A", preemptible=False), job(2, 1, queue="A", preemptible=False)]
     decisions = FairShare(create("fifo")).decide(with_queues(sc.view(10.0, pinned)))
-    assert set(starts(decisions)) == {1}  # 2 guaranteed GPUs: the second would go beyond
-    reason = share_reason(with_queues(sc.view(10.0, [pinned[1]])), pinned[1])
-    assert reason is None  # A holds nothing yet in that view
-    sc.run(pinned[0], starts(decisions)[1])
-    reason = share_reason(with_queues(sc.view(10.0, [pinned[1]])), pinned[1])
-    assert reason is not None and reason.rule is ShareRule.PINNED
-
-
-@pytest.mark.parametrize("spec", ["fifo", "defrag"])
-def test_a_start_of_the_same_pass_is_withdrawn_for_a_guarantee(spec: str) -> None:
-    # C is guaranteed 2 GPUs; the only free GPU goes to B in the share round,
-    # so C's gang fits only in A's old GPU plus that one. With min_run 0 the
-    # new start counts as a job that ran min_run: it is withdrawn (never a
-    # Preempt of a job that is not running) and C starts.
-    tenancy = Tenancy((Queue("A"), Queue("B"), Queue.of("C", 2)))
-    sc = Scenario(node("n0", 1), node("n1", 3))
-    sc.run(job(100, 1, queue="A", preemptible=True), {"n0": [0]})
-    sc.run(job(101, 2, queue="A", preemptible=False), {"n1": [0, 1]})
-    pending = [job(0, 1, queue="B", preemptible=True), job(1, 2, queue="C", preemptible=True)]
-    view = with_queues(sc.view(1000.0, pending), tenancy)
-    decisions = FairShare(create(spec), min_run=0).decide(view)
-    assert set(starts(decisions)) == {1}
-    assert preempts(decisions) == {100}
-    sc.ledger.apply(decisions, {j.id: j for j in [*pending, *sc.running]})
-    # With a minimum run time a new start is never taken back: C waits.
-    decisions = FairShare(create(spec), min_run=300).decide(view)
-    assert 1 not in starts(decisions)
+    assert set(starts(decisions)) == {1, 2}
+    # A holds all 4 with non-preemptible jobs; B (guaranteed 2) submits one
+    # job: once they have run min_run, the latest started borrower is
+    # requeued, its Preempt naming the queue that reclaimed.
+    sc = Scenario(node("n", 4))
+    for i in range(4):
+        sc.run(job(i, 1, queue="A", preemptible=False), {"n": [i]}, started_at=float(i))
+    b = [job(10, 1, queue="B", preemptible=True)]
+    fs = FairShare(create("fifo"), min_run=300)
+    assert fs.decide(with_queues(sc.view(200.0, b))) == []
+    decisions = fs.decide(with_queues(sc.view(1000.0, b)))
+    assert set(starts(decisions)) == {10}
+    assert [d for d in decisions if isinstance(d, Preempt)] == [Preempt(3, reclaimed_by="B")]
+    sc.ledger.apply(decisions, {j.id: j for j in [*b, *sc.running]})  # the ledger allows it
+    # Without the reclaim's mark the ledger still refuses to stop such a job.
+    with pytest.raises(InvalidDecision, match="not preemptible"):
+        sc.ledger.apply([Preempt(2)], {j.id: j for j in sc.running})
 
 
 def test_a_remembered_quiet_pass_is_redone_when_the_jobs_change() -> None:
@@ -130,35 +118,45 @@ def test_idle_gpus_are_lent_and_a_limit_holds() -> None:
     assert reason.message == "A uses 3 of its limit of 3 GPUs"
 
 
-def test_a_queue_reclaims_up_to_its_weighted_fair_share_not_only_its_guarantee() -> None:
-    # No guarantees; B weighs 3 times A: B's fair share of 8 GPUs is 6.
+def test_freed_gpus_go_first_to_the_queue_below_its_deserved_share() -> None:
+    # No guarantees; B weighs 3 times A: B deserves 6 of 8 GPUs. A holds all
+    # 8: with no guarantee B takes nothing back, but the GPU A's job frees
+    # goes to B's job, not to A's older waiting one.
     tenancy = Tenancy((Queue("A", weight=1.0), Queue("B", weight=3.0)))
     sc = Scenario(node("n", 8))
     for i in range(8):
         sc.run(job(i, 1, queue="A", preemptible=True), {"n": [i]})
     pending = [job(20 + i, 1, queue="A", preemptible=True) for i in range(4)]
-    pending += [job(10 + i, 1, queue="B", preemptible=True) for i in range(8)]
+    pending += [job(30 + i, 1, queue="B", preemptible=True) for i in range(8)]
     view = with_queues(sc.view(1000.0, pending), tenancy)
     assert shares(view, tenancy)["B"].share == pytest.approx(6.0)
-    decisions = FairShare(create("fifo"), min_run=0).decide(view)
-    assert len(starts(decisions)) == 6 and len(preempts(decisions)) == 6
+    assert FairShare(create("fifo"), min_run=0).decide(view) == []
     reason = share_reason(view, pending[0])
     assert reason is not None and reason.rule is ShareRule.OVER_SHARE
     assert reason.message.startswith("A uses 8 of its 0 guaranteed GPUs")
+    sc.running.pop()
+    sc.ledger.release(7)
+    freed = with_queues(sc.view(1000.0, pending), tenancy)
+    assert set(starts(FairShare(create("fifo"), min_run=0).decide(freed))) == {30}
 
 
-def test_decayed_usage_lends_idle_gpus_to_the_queue_that_used_less() -> None:
+def test_decayed_usage_shrinks_the_share_of_the_queue_that_used_more() -> None:
     meter = UsageMeter(half_life=100.0)
     meter.change(0.0, "A", 4)
     meter.change(100.0, "A", -4)
     usage = meter.usage_at(100.0)
     assert usage["A"] == pytest.approx(4 * 100 / 2 / 0.6931471805599453, rel=1e-6)
     assert meter.usage_at(200.0)["A"] == pytest.approx(usage["A"] / 2)
+    # A used the cluster lately: its weight counts a quarter, so of 4 idle
+    # GPUs it deserves 0.8, B 3.2. A's first job starts (A is below its
+    # share), then B's three, though A's other jobs came first.
     tenancy = Tenancy((Queue("A"), Queue("B")), usage={"A": 5000.0, "B": 0.0})
-    sc = Scenario(node("n", 1))
-    pending = [job(1, 1, queue="A", preemptible=True), job(2, 1, queue="B", preemptible=True)]
-    decisions = FairShare(create("fifo")).decide(with_queues(sc.view(10.0, pending), tenancy))
-    assert set(starts(decisions)) == {2}
+    sc = Scenario(node("n", 4))
+    pending = [job(i, 1, queue="A", preemptible=True) for i in range(1, 5)]
+    pending += [job(i, 1, queue="B", preemptible=True) for i in range(5, 9)]
+    view = with_queues(sc.view(10.0, pending), tenancy)
+    assert shares(view, tenancy)["A"].share == pytest.approx(0.8)
+    assert set(starts(FairShare(create("fifo")).decide(view))) == {1, 5, 6, 7}
 
 
 def test_without_queues_it_is_the_inner_policy() -> None:
@@ -168,13 +166,19 @@ def test_without_queues_it_is_the_inner_policy() -> None:
     assert FairShare(create("srtf")).decide(view) == create("srtf").decide(view)
 
 
-def test_jobs_of_an_unnamed_queue_are_best_effort() -> None:
-    # No guarantee, weight 1: of the 2 GPUs beyond A's guarantee it gets its
-    # fair half, not more.
+def test_a_queue_without_a_guarantee_takes_nothing_back_and_is_told_why() -> None:
+    # "nobody" is not declared: no guarantee, weight 1. A holds 4 (2 of them
+    # borrowed from B, which wants none): nobody waits for a GPU to free.
     sc = a_fills_four()
     pending = [job(10 + i, 1, queue="nobody", preemptible=True) for i in range(3)]
-    decisions = FairShare(create("fifo"), min_run=0).decide(with_queues(sc.view(1000.0, pending)))
-    assert set(starts(decisions)) == {10} and len(preempts(decisions)) == 1
+    view = with_queues(sc.view(1000.0, pending))
+    assert FairShare(create("fifo"), min_run=0).decide(view) == []
+    reason = share_reason(view, pending[0])
+    assert reason is not None and reason.rule is ShareRule.HELD
+    assert reason.message == (
+        "needs 1 GPUs, 0 idle: not while A holds 4 GPUs (2 of its guarantee) "
+        "(nobody uses 0 of its 0 guaranteed)"
+    )
 
 
 def test_queues_are_checked() -> None:
@@ -268,30 +272,52 @@ def test_a_pass_is_valid_deterministic_and_keeps_guarantees(
     book = shares(after, view.tenancy)
 
     for s in book.values():
-        # Limits hold; non-preemptible jobs stay within the guarantee unless they already ran over.
+        # Limits hold (a queue already over its limit only shrinks).
         before = shares(view, view.tenancy)[s.name]
         assert s.used <= max(s.cap, before.used)
-        assert s.pinned <= max(s.guaranteed, before.pinned)
+    assert_no_reclaim_left(view, after, min_run)
 
-    # The invariant: a queue below its guarantee with a waiting job that fits in
-    # it is not left waiting while preemptible jobs (run min_run) of queues over
-    # their guarantee could make room for it.
-    for j in pending:
+
+def assert_no_reclaim_left(before: ClusterView, after: ClusterView, min_run: float) -> None:
+    """The guarantee invariant: no queue below its guarantee has a waiting job
+    that fits in it while jobs the reclaim may take could make room for it.
+
+    What the reclaim may take, written out here apart from the layer: jobs
+    of other queues over their deserved share (as the pass saw it) that have
+    run `min_run`, preemptible ones first, then the latest started, while
+    their queue keeps its guarantee; non-preemptible ones too (requeued)."""
+    assert before.tenancy is not None
+    deserved = {name: s.share for name, s in shares(before, before.tenancy).items()}
+    book = shares(after, before.tenancy)
+    for j in after.pending:
         s = book[j.queue]
         if s.used + j.gpus > s.guaranteed or not s.may_hold(j):
             continue
-        victims = [
-            r
-            for r in running
-            if r.preemptible
-            and r.queue != j.queue
-            and book[r.queue].used > book[r.queue].guaranteed
-            and r.started_at is not None
-            and view.now - r.started_at >= min_run
-        ]
+        victims: list[JobView] = []
+        for name, owner in book.items():
+            if name == j.queue or owner.used <= max(deserved.get(name, 0.0), owner.guaranteed):
+                continue
+            budget = owner.used - owner.guaranteed
+            mine = [
+                r
+                for r in after.running
+                if r.queue == name
+                and r.started_at is not None
+                and after.now - r.started_at >= min_run
+            ]
+            # Preemptible ones first, then the latest started.
+            mine.sort(key=lambda r: (not r.preemptible, -(r.started_at or 0.0), -r.id))
+            for r in mine:
+                if r.allocated_gpus <= budget:
+                    budget -= r.allocated_gpus
+                    victims.append(replace(r, preemptible=True))
         pool = FreePool(after)
         room = make_room(pool, j, victims, pool.total_free())
-        assert room is None, f"{j} could start by preempting {room[1] if room else ''}"
+        assert room is None, (
+            f"at {after.now}: queue {j.queue} uses {s.used} of its {s.guaranteed} guaranteed "
+            f"GPUs, job {j.id} ({j.gpus} GPUs) waits, and preempting "
+            f"{[v.id for v in room[1]]} would start it"
+        )
 
 
 def test_the_layer_asks_for_goodput_reports_when_its_policy_does() -> None:

@@ -9,10 +9,23 @@ from dataclasses import replace
 
 from core_scenario import Scenario, job, node, preempts, starts
 
-from schedulearn.core import create
+from schedulearn.core import Preempt, create
 from schedulearn.core.fairshare import FairShare
-from schedulearn.core.fairshare_queues import DEFAULT_QUEUE, Queue, Tenancy, UsageMeter
-from schedulearn.core.fairshare_reasons import share_reason
+from schedulearn.core.fairshare_queues import (
+    DEFAULT_QUEUE,
+    Queue,
+    Tenancy,
+    UsageMeter,
+    named,
+    shares,
+)
+from schedulearn.core.fairshare_reasons import (
+    ShareRule,
+    never_starts,
+    overcommitted,
+    promised,
+    share_reason,
+)
 
 TENANCY = Tenancy((Queue.of("A", 2), Queue.of(DEFAULT_QUEUE, 2)))
 
@@ -59,3 +72,79 @@ def test_usage_of_unnamed_jobs_counts_for_the_default_queue() -> None:
     meter = UsageMeter(None)
     meter.change(0.0, "", 2)
     assert meter.usage_at(10.0) == {DEFAULT_QUEUE: 20.0}
+
+
+# --- jobs that name no queue keep running once queues exist (issue 32, item 4) ---
+
+
+def test_the_default_queue_owns_the_gpus_no_guarantee_covers() -> None:
+    # `queue add team-a --guaranteed 2` on an 8-GPU cluster: plain jobs (no
+    # queue, not preemptible) start on the 6 GPUs no guarantee covers, and
+    # beyond them on GPUs team-a does not use.
+    tenancy = Tenancy((Queue.of("team-a", 2),))
+    sc = Scenario(node("n0", 4), node("n1", 4))
+    plain = [job(i, 2, queue="") for i in range(4)]
+    view = replace(sc.view(10.0, plain), tenancy=tenancy)
+    book = shares(named(view), tenancy)
+    assert book[DEFAULT_QUEUE].guaranteed == 6 and book["team-a"].guaranteed == 2
+    assert set(starts(FairShare(create("fifo")).decide(view))) == {0, 1, 2, 3}
+
+
+def test_a_plain_job_borrowing_team_as_gpus_is_requeued_when_team_a_returns() -> None:
+    tenancy = Tenancy((Queue.of("team-a", 2),))
+    sc = Scenario(node("n0", 4), node("n1", 4))
+    for i in range(4):
+        sc.run(job(i, 2, queue=""), {f"n{i // 2}": [2 * (i % 2), 2 * (i % 2) + 1]}, 10.0 * i)
+    mine = [job(20, 2, queue="team-a", preemptible=True)]
+    view = replace(sc.view(1000.0, mine), tenancy=tenancy)
+    why = share_reason(view, mine[0])
+    assert why is not None and why.rule is ShareRule.RECLAIM
+    assert why.message == (
+        "team-a uses 0 of its 2 guaranteed GPUs: it takes back GPUs borrowed by default (2) "
+        "once their jobs have run the minimum time"
+    )
+    decisions = FairShare(create("fifo"), min_run=300).decide(view)
+    assert set(starts(decisions)) == {20}
+    # The latest started plain job goes back to the queue, marked as a reclaim.
+    assert [d for d in decisions if isinstance(d, Preempt)] == [Preempt(3, reclaimed_by="team-a")]
+    sc.ledger.apply(decisions, {j.id: j for j in [*mine, *sc.running]})
+
+
+def test_a_job_held_by_other_queues_guarantees_is_told_whose() -> None:
+    tenancy = Tenancy((Queue.of("team-a", 4), Queue.of("team-b", 4)))
+    sc = Scenario(node("n0", 8))
+    sc.run(job(1, 4, queue="team-a", preemptible=True), {"n0": [0, 1, 2, 3]})
+    sc.run(job(2, 4, queue="team-b", preemptible=True), {"n0": [4, 5, 6, 7]})
+    waiting = [job(3, 1, queue="")]
+    view = replace(sc.view(10.0, waiting), tenancy=tenancy)
+    why = share_reason(view, waiting[0])
+    assert why is not None and why.rule is ShareRule.HELD
+    assert why.message == (
+        "needs 1 GPUs, 0 idle: not while team-a holds 4 GPUs of its guarantee, team-b 4 "
+        "(default uses 0 of its 0 guaranteed)"
+    )
+    assert FairShare(create("fifo"), min_run=0).decide(view) == []
+
+
+def test_a_job_that_can_never_start_is_told_what_to_change() -> None:
+    tenancy = Tenancy((Queue.of("team-a", 2, limit=4),))
+    assert never_starts(tenancy, job(1, 4, queue="team-a"), 8) is None
+    assert never_starts(tenancy, job(1, 8, queue=""), 8) is None  # default: no limit
+    assert never_starts(tenancy, job(1, 6, queue="team-a"), 8) == (
+        "queue team-a may hold at most 4 GPUs (its limit) and this job asks for 6; "
+        "ask for 4 or fewer, or raise the limit (schedulearn queue set team-a --limit 6)"
+    )
+    assert never_starts(None, job(1, 9), 8) == (
+        "this job asks for 9 GPUs and the cluster has 8; ask for 8 or fewer"
+    )
+
+
+def test_guarantees_above_the_cluster_are_refused_unless_overcommitted() -> None:
+    queues = (Queue.of("team-a", 4), Queue.of("team-b", 2), Queue("best"))
+    assert promised(queues) == 6
+    assert overcommitted(queues, 8) is None
+    assert overcommitted((*queues, Queue.of("team-c", 4)), 8) == (
+        "the guarantees would add up to 10 GPUs and the cluster has 8 "
+        "(team-a 4, team-c 4, team-b 2): when every queue wants its guarantee, some "
+        "cannot have it; lower a guarantee, or pass --overcommit to accept that"
+    )

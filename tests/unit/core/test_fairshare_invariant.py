@@ -5,8 +5,8 @@ through passes at `now`, `now + min_run / 2`, `now + min_run` and
 `now + 2 min_run + 1` and a second later (each pass's decisions applied, no job ending), so
 jobs started by one pass become preemptible victims in a later one.
 After every pass: a queue below its guarantee with a waiting job that
-fits in the guarantee is not left so while preemptible jobs of queues
-over their guarantee, run at least `min_run`, could make room for it.
+fits in the guarantee is not left so while jobs a reclaim may take
+(`test_fairshare.assert_no_reclaim_left`) could make room for it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from core_scenario import Scenario, node, preempts, starts
 from hypothesis import HealthCheck, given, settings
 from snapshots import replay
-from test_fairshare import tenant_snapshots
+from test_fairshare import assert_no_reclaim_left, tenant_snapshots
 
 from schedulearn.core import (
     ClusterView,
@@ -31,8 +31,6 @@ from schedulearn.core import (
 )
 from schedulearn.core.fairshare import FairShare
 from schedulearn.core.fairshare_queues import Queue, Tenancy, shares
-from schedulearn.core.placement import FreePool
-from schedulearn.core.preemption import make_room
 
 SPECS = ["fifo", "tiresias", "srtf", "timeslice:quantum=10", "edf", "goodput", "elastic-fifo"]
 
@@ -63,34 +61,6 @@ def after_pass(view: ClusterView, decisions: Sequence[Decision], now: float) -> 
     )
 
 
-def assert_guarantees_kept(view: ClusterView, min_run: float) -> None:
-    assert view.tenancy is not None
-    book = shares(view, view.tenancy)
-    # Every pending job is judged, also one this very pass suspended (the
-    # inner policy preempting inside its queue): the layer must not leave
-    # its queue below its guarantee until the next pass.
-    for j in view.pending:
-        s = book[j.queue]
-        if s.used + j.gpus > s.guaranteed or not s.may_hold(j):
-            continue
-        victims = [
-            r
-            for r in view.running
-            if r.preemptible
-            and r.queue != j.queue
-            and book[r.queue].used > book[r.queue].guaranteed
-            and r.started_at is not None
-            and view.now - r.started_at >= min_run
-        ]
-        pool = FreePool(view)
-        room = make_room(pool, j, victims, pool.total_free())
-        assert room is None, (
-            f"at {view.now}: queue {j.queue} uses {s.used} of its {s.guaranteed} guaranteed "
-            f"GPUs, job {j.id} ({j.gpus} GPUs) waits, and preempting {[v.id for v in room[1]]} "
-            "would start it"
-        )
-
-
 @pytest.mark.parametrize("spec", SPECS)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshot=tenant_snapshots())
@@ -103,7 +73,7 @@ def test_no_queue_is_left_below_its_guarantee_across_passes(
     for later in (min_run / 2, min_run, 2 * min_run + 1, 2 * min_run + 2):
         done = after_pass(view, policy.decide(view), view.now)
         # Judged at the pass's own time, on the state the pass left.
-        assert_guarantees_kept(done, min_run)
+        assert_no_reclaim_left(view, done, min_run)
         view = replace(done, now=start + later)
 
 
@@ -130,7 +100,7 @@ def test_srtf_inside_a_queue_does_not_strand_the_job_it_suspends() -> None:
     )
     decisions = FairShare(create("srtf"), min_run=0.0).decide(view)
     done = after_pass(view, decisions, view.now)
-    assert_guarantees_kept(done, 0.0)
+    assert_no_reclaim_left(view, done, 0.0)
     assert 102 not in preempts(decisions)
     assert 0 in starts(decisions)
     assert shares(done, tenancy)["B"].used == 3
@@ -156,7 +126,7 @@ def test_fair_share_reclaim_does_not_take_a_queue_below_its_guarantee() -> None:
     view = replace(sc.view(1000.0, pending), tenancy=tenancy)
     decisions = FairShare(create("tiresias"), min_run=0.0).decide(view)
     done = after_pass(view, decisions, view.now)
-    assert_guarantees_kept(done, 0.0)
+    assert_no_reclaim_left(view, done, 0.0)
     assert shares(done, tenancy)["C"].used >= 1
 
 
@@ -176,5 +146,5 @@ def test_a_reclaim_takes_a_victim_that_strands_no_one() -> None:
     view = replace(sc.view(1000.0, pending), tenancy=tenancy)
     decisions = FairShare(create("tiresias"), min_run=0.0).decide(view)
     done = after_pass(view, decisions, view.now)
-    assert_guarantees_kept(done, 0.0)
+    assert_no_reclaim_left(view, done, 0.0)
     assert set(starts(decisions)) == {0, 1}
