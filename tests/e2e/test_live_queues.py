@@ -112,7 +112,7 @@ def test_a_queue_below_its_guarantee_takes_gpus_back_and_the_victim_resumes(
         # World size 2 on 2 GPUs: compared with A's other job, same seed, never stopped.
         assert digest_of(log) == digest_of(cluster.log_text(untouched))
         steps = history(cluster, victim)
-        assert "preempted by the policy" in steps, steps
+        assert "preempted: B took back 2 GPUs A had borrowed, for job" in steps, steps
 
         # `usage` against this server: GPU-hours, jobs and waits per queue and user.
         by_queue = cluster.cli("usage", "--by", "queue", "--since", "1h", "--json")

@@ -157,11 +157,18 @@ def _probe(stored: dict[str, Any]) -> JobView:
     return JobView(id=0, submitted_at=0.0, **values)
 
 
-def check_servable(stored: dict[str, Any], nodes: tuple[NodeView, ...]) -> None:
-    """Refuse a job (its `_normalised` spec) that no node could ever run."""
-    why = never_servable(_probe(stored), nodes)
+def check_servable(
+    stored: dict[str, Any], nodes: tuple[NodeView, ...], members: queues.Membership | None = None
+) -> None:
+    """Refuse a job (its `_normalised` spec) that no node could ever run, or that
+    its queue could never start (`members`: the declared queues)."""
+    probe = _probe(stored)
+    why = never_servable(probe, nodes)
     if why:
         raise Unservable(f"this job can never run here: {why}")
+    why = members.never_starts(probe, nodes) if members is not None else None
+    if why:
+        raise Unservable(f"this job can never start under the current queues: {why}")
 
 
 def submit(
@@ -187,7 +194,7 @@ def submit(
             users.check_priority(spec.priority, caller)
             spec = members.admit(spec, caller)  # its queue: named, the owner's default
             stored = _normalised(spec)  # once, for the check and the row
-            check_servable(stored, nodes)
+            check_servable(stored, nodes, members)
         except (BadRequest, Forbidden, Unservable) as exc:
             results.append(exc)
             batches.append([])

@@ -83,6 +83,14 @@ def _requeue_counter(job: Job) -> dict[str, int]:
 def requeue_message(job: Job, agent_message: str) -> str:
     """What the job's history says when a stopped job goes back to the queue."""
     what = {"migrate": "migrating", "resize": "resizing"}.get(job.resume_kind or "", "preempted")
+    # Stopped for another queue (`reclaims.notes`): keep saying who took the GPUs.
+    said = job.message or ""
+    if not job.preemptible and not job.resume_kind:
+        if said.startswith("requeued: "):
+            return said
+        return "requeued; waiting to start again from the beginning"
+    if not job.resume_kind and said.startswith("preempted: "):
+        what = said
     where = ""
     if job.resume_placement:
         where = " to " + " ".join(

@@ -183,12 +183,28 @@ def _nothing(inputs: Inputs) -> Forecast:
     return Forecast(inputs.view.now, inputs.spec, DEFAULT_HORIZON, {}, summary, 0.0)
 
 
-def annotate(job: JobPublic, inputs: Inputs, result: Forecast) -> JobPublic:
-    """`job` with its duration estimate and predicted times (active jobs only)."""
+def seen_preemptions(inputs: Inputs) -> dict[int, int]:
+    """Each job the forecast simulated, with the preemptions it had then."""
+    view = inputs.view
+    return {j.id: j.preemptions for j in (*view.pending, *view.running)}
+
+
+def annotate(
+    job: JobPublic, inputs: Inputs, result: Forecast, seen: dict[int, int] | None = None
+) -> JobPublic:
+    """`job` with its duration estimate and predicted times (active jobs only).
+
+    `seen`: `seen_preemptions(inputs)`. A forecast made before the job was
+    last preempted or requeued (a cached one, served while the state moves
+    on) predicted a run that was since cut short: it gives no times for it,
+    rather than a start that has already passed.
+    """
     if job.state not in ACTIVE:
         return job
     estimate = inputs.durations.get(job.id)
     predicted = result.of(job.id)
+    if seen is not None and seen.get(job.id, job.preemptions) != job.preemptions:
+        predicted = None
     update: dict[str, object] = {}
     if estimate is not None:
         update["duration_estimate"] = round(estimate.seconds, 3)
@@ -359,7 +375,8 @@ class Predictor:
         if not any(j.state in ACTIVE for j in jobs):
             return jobs
         inputs, result = await self.current()
-        return [annotate(j, inputs, result) for j in jobs]
+        seen = seen_preemptions(inputs)
+        return [annotate(j, inputs, result, seen) for j in jobs]
 
     async def preview(self, requested: str | None) -> PolicyPreview:
         # An admin asks for a preview now and then, about the queue as it is now.

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import ColumnElement, delete, func, select
 from sqlmodel import Session, col
@@ -36,6 +37,8 @@ from schedulearn.core.fairshare_queues import (
     best_effort,
     fill,
 )
+from schedulearn.core.fairshare_reasons import never_starts
+from schedulearn.core.views import JobView, NodeView
 from schedulearn.protocol import (
     JobSpec,
     JobState,
@@ -70,8 +73,12 @@ def _key(queue: str) -> str:
 
 def core_queue(row: TenantQueue) -> Queue:
     """The row as the core's `Queue` (which checks it: limit >= guarantee, weight > 0)."""
-    guaranteed = {str(t): int(n) for t, n in (row.guaranteed or {}).items() if int(n) > 0}
-    return Queue(row.name, guaranteed, row.gpu_limit, row.weight)
+    return _core(row.name, row.guaranteed, row.gpu_limit, row.weight)
+
+
+def _core(name: str, guaranteed: Any, limit: int | None, weight: float) -> Queue:
+    gpus = {str(t): int(n) for t, n in (guaranteed or {}).items() if int(n) > 0}
+    return Queue(name, gpus, limit, weight)
 
 
 def settle(usage: float, busy: int, seconds: float, half_life: float) -> float:
@@ -224,6 +231,16 @@ class Membership:
     declared: frozenset[str]
     members: Mapping[str, frozenset[str]]
     defaults: Mapping[str, str]
+    # The declared queues (guarantees and limits), None when there are none.
+    tenancy: Tenancy | None = None
+
+    def never_starts(self, job: JobView, nodes: Sequence[NodeView]) -> str | None:
+        """Why `job` (its queue resolved) could never start under the queues on
+        these nodes (the core's rule: its queue's limit), or None. With no node
+        registered yet nothing can be judged, as for `waiting.never_servable`."""
+        if self.tenancy is None or not nodes:
+            return None
+        return never_starts(self.tenancy, job, sum(n.num_gpus for n in nodes))
 
     def admit(self, spec: JobSpec, caller: Caller) -> JobSpec:
         """`spec` with its queue resolved (named, the owner's default, or "default"),
@@ -244,19 +261,25 @@ class Membership:
         return spec if name == asked else spec.model_copy(update={"queue": name})
 
 
-_QUEUE_NAMES = select(col(TenantQueue.name))
+_QUEUES = select(
+    col(TenantQueue.name), TenantQueue.__table__.c.guaranteed, col(TenantQueue.gpu_limit),
+    col(TenantQueue.weight),
+)  # fmt: skip
 _MEMBERS = select(col(QueueMember.queue), col(QueueMember.user), col(QueueMember.is_default))
 
 
 def membership(session: Session) -> Membership:
     # Plain rows from statements built once: every submission batch reads them.
     conn = session.connection()
-    declared = frozenset(conn.execute(_QUEUE_NAMES).scalars())
+    rows = conn.execute(_QUEUES).all()
+    declared = frozenset(str(r[0]) for r in rows)
     members: dict[str, set[str]] = defaultdict(set)
     defaults: dict[str, str] = {}
+    tenancy = None
     if declared:
         for queue, user, is_default in conn.execute(_MEMBERS):
             members[queue].add(user)
             if is_default:
                 defaults[user] = queue
-    return Membership(declared, {q: frozenset(u) for q, u in members.items()}, defaults)
+        tenancy = Tenancy(tuple(_core(*r) for r in rows))
+    return Membership(declared, {q: frozenset(u) for q, u in members.items()}, defaults, tenancy)

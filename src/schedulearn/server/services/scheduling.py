@@ -22,7 +22,11 @@ dropped and the job waits in the queue like any other.
 
 Defence in depth: whatever a policy asks, a job not marked preemptible
 is never preempted, moved or resized (the ledger refuses it, and the
-writers below check the row again).
+writers below check the row again), with one exception under tenant
+queues: a non-preemptible job that borrowed GPUs beyond its queue's
+guarantee is requeued, to start again, when the lender takes them back
+(`Preempt.reclaimed_by`, which the ledger allows; `reclaims` writes the
+history line that names who took them).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from schedulearn.core.views import ClusterView, rebuild
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.bulk import execute_many
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
-from schedulearn.server.services import lifecycle, snapshot
+from schedulearn.server.services import lifecycle, queues, reclaims, snapshot
 from schedulearn.server.states import StaleState, Step, transition, transition_many
 from schedulearn.server.wakeups import Changes
 
@@ -162,9 +166,13 @@ def run_pass(
     session: Session, policy: Policy, now: float, cache: snapshot.PendingCache | None = None
 ) -> PassResult:
     resumed = resume(session, now)
-    if not snapshot.could_change(session):
+    # Under tenant queues a reclaim may requeue a non-preemptible borrower,
+    # so a full cluster with no preemptible job can still change.
+    tenanted = queues.declared(session)
+    if not tenanted and not snapshot.could_change(session):
         return resumed
-    snap = snapshot.build(session, now, cache, getattr(policy, "uses_goodput", False))
+    goodput = getattr(policy, "uses_goodput", False)
+    snap = snapshot.build(session, now, cache, goodput, stopping_as_running=tenanted)
     result = PassResult(pending=len(snap.view.pending), running=len(snap.view.running))
     result.resumed, result.started, result.nodes = resumed.resumed, resumed.started, resumed.nodes
     if not snap.view.pending and not policy.tick_seconds:
@@ -175,6 +183,8 @@ def run_pass(
     if not decisions:
         return result
     decisions = check(ledger_for(snap, view), as_moves(decisions), snap.jobs, result)
+    # Each job stopped for another queue says who took its GPUs back.
+    lines = reclaims.notes(decisions, snap.jobs)
     # A start needs only the job's attempt and state: one plain read for all of
     # them. Preemptions and resizes work on ORM jobs, loaded in one query;
     # `session.get` then finds each in the session (held here: the session
@@ -208,7 +218,8 @@ def run_pass(
             if job is None:
                 continue
             if isinstance(d, Preempt):
-                _preempt(session, job, now, result)
+                requeue = d.reclaimed_by is not None
+                _preempt(session, job, now, result, lines.get(d.job_id), requeue)
             elif isinstance(d, Resize):
                 resize(session, job, d.placement, now, result, snap.holders)
         _start_many(session, starts, now, result)
@@ -332,13 +343,23 @@ def _refuse_unpreemptible(job: Job, verb: str, result: PassResult) -> bool:
     return True
 
 
-def _preempt(session: Session, job: Job, now: float, result: PassResult) -> None:
+def _preempt(
+    session: Session,
+    job: Job,
+    now: float,
+    result: PassResult,
+    message: str | None = None,
+    requeue: bool = False,
+) -> None:
+    """Stop `job` for the policy; `requeue`: a fair-share reclaim
+    (`Preempt.reclaimed_by`), which may stop a non-preemptible borrower (it
+    then starts again from the beginning)."""
     if job.state not in (JobState.RUNNING.value, JobState.ASSIGNED.value):
         return
-    if _refuse_unpreemptible(job, "preempted", result):
+    if not requeue and _refuse_unpreemptible(job, "preempted", result):
         return
     parts = lifecycle.live_parts(session, job.id or 0, job.attempt)
-    transition(session, job, JobState.PREEMPTING, now, "preempted by the policy")
+    transition(session, job, JobState.PREEMPTING, now, message or "preempted by the policy")
     changes = Changes()
     lifecycle.stop_parts(parts, StopReason.PREEMPT, changes, session)
     result.nodes |= changes.nodes

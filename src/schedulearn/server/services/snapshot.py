@@ -226,15 +226,27 @@ class PendingCache:
 
 
 def build(
-    session: Session, now: float, cache: PendingCache | None = None, goodput: bool = False
+    session: Session,
+    now: float,
+    cache: PendingCache | None = None,
+    goodput: bool = False,
+    stopping_as_running: bool = False,
 ) -> Snapshot:
     """The cluster now; with `goodput`, the jobs' goodput reports too
-    (`ClusterView.goodput`, for a policy that `uses_goodput`)."""
+    (`ClusterView.goodput`, for a policy that `uses_goodput`).
+
+    `stopping_as_running`: jobs being preempted count as running on the GPUs
+    they still hold (the scheduler's pass under tenant queues). The
+    fair-share layer then counts them for their queue until they are gone,
+    and takes them first when it makes room again, instead of lending the
+    GPUs a reclaim is freeing back to the queue they were taken from (a
+    reclaim's start waits for its victims to exit, over several passes).
+    """
     running: list[JobView] = []
     attempts: dict[int, int] = {}
     book = AccountBook(session)
     for r in session.connection().execute(_HOLDING_VIEWS):
-        if r.state is JobState.PREEMPTING:
+        if r.state is JobState.PREEMPTING and not stopping_as_running:
             continue
         running.append(JOBS.from_row(r, account=book.account(r.user)))
         attempts[r.id] = r.attempt
