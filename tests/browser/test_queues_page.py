@@ -83,6 +83,10 @@ def test_the_queues_page_shows_use_guarantee_and_share_over_time(
         expect(page.get_by_test_id("over-guarantee")).to_contain_text(
             "team-a uses 4 of its 2 guaranteed GPUs"
         )
+        # What the queues promise together, against the cluster (issue 32).
+        expect(page.get_by_test_id("promised")).to_have_text(
+            "Queues promise 4 of the cluster's 4 GPUs."
+        )
         # The chart: step lines per queue; team-a's GPUs in use rise from 0 to 4.
         line_a = page.locator(
             '[data-testid=share-chart] polyline[data-queue="team-a"][data-line="used"]'
