@@ -40,7 +40,7 @@ def test_plain_jobs_run_borrow_and_are_requeued_with_a_reason_once_queues_exist(
         # Promises beyond the cluster: refused, unless said on purpose.
         over = cluster.cli("queue", "add", "team-b", "--guaranteed", "3")
         assert over.returncode == 1, over.stdout
-        assert "would total 5 GPUs, more than the cluster's 4" in over.stderr, over.stderr
+        assert "would add up to 5 GPUs and the cluster has 4" in over.stderr, over.stderr
         assert "--overcommit" in over.stderr
         forced = cluster.cli("queue", "add", "team-b", "--guaranteed", "3", "--overcommit")
         assert forced.returncode == 0, forced.stderr

@@ -175,14 +175,14 @@ def test_guarantees_beyond_the_cluster_are_refused_unless_overcommitted(qapi: Ap
     over = qapi.post("/api/v1/queues", json={"name": "team-a", "guaranteed": {"": 2}})
     assert over.status_code == 400, over.text
     msg = over.json()["error"]
-    assert "would total 10 GPUs, more than the cluster's 8 (early 6, fits 2, team-a 2)" in msg
+    assert "would add up to 10 GPUs and the cluster has 8 (early 6, fits 2, team-a 2)" in msg
     assert "--overcommit" in msg and "queue set team-a --guaranteed N" in msg
     assert "team-a" not in queues(qapi)  # nothing stored
     # Raising a guarantee is checked too; lowering one never is.
     raise_it = qapi.client.patch(
         "/api/v1/queues/fits", headers=qapi.admin, json={"guaranteed": {"": 3}}
     )
-    assert raise_it.status_code == 400 and "would total 9 GPUs" in raise_it.json()["error"]
+    assert raise_it.status_code == 400 and "would add up to 9 GPUs" in raise_it.json()["error"]
     assert queues(qapi)["fits"].guaranteed_gpus == 2
     # Said on purpose: accepted, and the list shows the total beyond the cluster.
     made = qapi.post(

@@ -1,8 +1,9 @@
 """What the queues promise together, against the GPUs the cluster has.
 
-Owns one rule of `queue add|set`: the guarantees of all queues together
-may not exceed the cluster's GPUs (all of them, and those of each GPU
-type a guarantee names) unless the admin says `--overcommit`. A promise
+Owns when `queue add|set` applies the core's rule
+(`fairshare_reasons.overcommitted`: the guarantees of all queues together
+may not exceed the cluster's GPUs), and the same rule per GPU type a
+guarantee names, unless the admin says `--overcommit`. A promise
 the cluster cannot keep is worse than none: a queue "guaranteed" GPUs
 that another queue's guarantee also covers is not guaranteed them, and
 every fair-share figure is then measured against a cluster that does
@@ -24,8 +25,12 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlmodel import Session, col
 
+from schedulearn.core.fairshare_queues import Queue
+from schedulearn.core.fairshare_reasons import overcommitted
+from schedulearn.core.fairshare_reasons import promised as promised_gpus
 from schedulearn.server.errors import BadRequest
 from schedulearn.server.models import Gpu, TenantQueue
+from schedulearn.server.services.queues import core_queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,7 @@ class Promised:
     by_type: Mapping[str, int]  # typed guarantees ("v100" -> GPUs), summed over queues
     cluster_by_type: Mapping[str, int]
     by_queue: Mapping[str, int]  # each queue's guaranteed GPUs, every type
+    queues: tuple[Queue, ...] = ()  # as the core has them
 
 
 def _guaranteed(row: TenantQueue) -> dict[str, int]:
@@ -54,16 +60,18 @@ def promised(session: Session, replace: TenantQueue | None = None) -> Promised:
         g = _guaranteed(row)
         by_queue[name] = sum(g.values())
         by_type.update({t: n for t, n in g.items() if t})
+    queues = tuple(core_queue(r) for _, r in sorted(rows.items()))
     cluster_by_type: dict[str, int] = {
         str(t): int(n)
         for t, n in session.execute(select(col(Gpu.type), func.count()).group_by(col(Gpu.type)))
     }
     return Promised(
-        total=sum(by_queue.values()),
+        total=promised_gpus(queues),
         cluster=sum(cluster_by_type.values()),
         by_type=dict(by_type),
         cluster_by_type={t: n for t, n in cluster_by_type.items() if t},
         by_queue=by_queue,
+        queues=queues,
     )
 
 
@@ -87,12 +95,9 @@ def check(session: Session, row: TenantQueue, before: Mapping[str, int], overcom
         f"lower a guarantee (`schedulearn queue set {row.name} --guaranteed N`), add GPUs, "
         "or pass --overcommit to promise more than the cluster has"
     )
-    if p.total > p.cluster and _raised(before, after, None):
-        each = ", ".join(f"{q} {n}" for q, n in p.by_queue.items() if n)
-        raise BadRequest(
-            f"the queues' guarantees would total {p.total} GPUs, more than the cluster's "
-            f"{p.cluster} ({each}); {hint}"
-        )
+    why = overcommitted(p.queues, p.cluster)  # the core's rule, over every GPU type
+    if why and _raised(before, after, None):
+        raise BadRequest(f"{why} (`schedulearn queue set {row.name} --guaranteed N`)")
     for gpu_type, n in sorted(p.by_type.items()):
         have = p.cluster_by_type.get(gpu_type, 0)
         if n > have and _raised(before, after, gpu_type):
