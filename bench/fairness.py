@@ -6,10 +6,11 @@ proportion to their GPU-hours in the window (whole GPUs, all of the
 cluster shared out). For each policy and each offered load (`--load`,
 percent: 50, 80 and 100 by default), the cluster is sized, in nodes of
 `--node-gpus`, as the fewest nodes on which plain `fifo:backfill=true`
-keeps at most that share of the GPUs busy over the makespan (100: the
-smallest cluster that runs every job, overloaded); then the plain policy, `FairShare(policy)` with the
-queues, and each queue alone on a cluster of exactly its guaranteed
-GPUs are replayed. Printed per cell: the plain policy's measured GPU
+keeps at most that share of the GPUs busy over the makespan (100 is
+taken as 97%: the smallest cluster that is not yet saturated, so the
+load offered is at or above its capacity); then the plain policy,
+`FairShare(policy)` with the queues, and each queue alone on a cluster
+of exactly its guaranteed GPUs are replayed. Printed per cell: the plain policy's measured GPU
 utilisation, and per queue its guarantee, jobs, mean JCT, slowdown,
 alone JCT and sharing-incentive ratio (shared over alone mean JCT of
 the same jobs); then Jain's index, mean JCT and utilisation against the
@@ -67,7 +68,7 @@ def calibrate(
 ) -> tuple[str, float]:
     """The fewest nodes on which `CALIBRATE` keeps at most `target` of the GPUs busy
     over the makespan (bisection over plain replays), and that utilisation. A
-    target of 1 or more is met by the smallest cluster that runs every job."""
+    target above 0.97 is taken as 0.97 (saturated)."""
     largest = max(j.gpus for j in workload.jobs)
     low = max(1, math.ceil(largest / node_gpus))  # the smallest that runs every job
 
@@ -77,8 +78,7 @@ def calibrate(
         return result.summary.gpu_utilisation
 
     high = max(low, math.ceil(offered(workload, node_gpus) / max(target, 0.05)) * 2)
-    if target >= 1.0:
-        return f"{low}x{node_gpus}", util(low)
+    target = min(target, 0.97)
     while util(high) > target:
         high *= 2
     # util falls as nodes grow: the fewest nodes with util <= target.
