@@ -27,14 +27,16 @@ One pass:
    its starts are kept up to each queue's limit: idle GPUs are lent to
    whoever the inner policy would run next.
 
-A turn whose start the rules refuse is run again without that queue
-while GPUs are free (the inner policy had planned those GPUs for it).
+A turn whose start the rules refuse is run once more without that
+queue if GPUs are free (the inner policy had planned them for it).
 The inner policy's own preemptions stand when they leave the victim's
-queue at or above its guarantee: within one queue in either turn, and
-across queues only in the entitled turn, with the reclaim's conditions
-(the victim's queue over its deserved share, the victim run `min_run`). Every start
-is a whole group with what was preempted or resized for it, checked
-before it is recorded, so no GPU is ever given twice.
+queue at or above its guarantee: within one queue, and across queues
+from a queue over its deserved share whose job has run `min_run` (for a
+queue below its share in the entitled turn; among borrowers in the
+borrow turn). Jobs it may not preempt are shown to it as
+non-preemptible, so it plans with what it may do. Every start is a
+whole group with what was preempted or resized for it, checked before
+it is recorded, so no GPU is ever given twice.
 
 Jobs that name no queue keep running once queues exist (docs/queues.md):
 the default queue owns the uncovered GPUs, and any job, preemptible or
@@ -62,7 +64,7 @@ from schedulearn.core.fairshare_pass import SharePass
 from schedulearn.core.fairshare_queues import Tenancy, named, shares
 from schedulearn.core.fairshare_state import EPS
 from schedulearn.core.policy import Policy, QueueOrder, queue_order
-from schedulearn.core.views import ClusterView
+from schedulearn.core.views import ClusterView, JobView
 
 
 class FairShare:
@@ -84,8 +86,11 @@ class FairShare:
         ticks = [t for t in (inner_tick, own) if t is not None]
         # An instance value shadows the class one (setattr: mypy reads ClassVar).
         setattr(self, "tick_seconds", min(ticks) if ticks else None)  # noqa: B010
-        # The last full pass, when it decided nothing: (its time, what it saw).
-        self._quiet: tuple[float, tuple[object, ...]] | None = None
+        # The last full pass, when it decided nothing: (its time, what it saw,
+        # when a running job next crosses `min_run`).
+        self._quiet: tuple[float, tuple[object, ...], float] | None = None
+        # Running jobs shown to the inner policy as non-preemptible (`SharePass`).
+        self._pinned: dict[int, tuple[JobView, JobView]] = {}
 
     @property
     def uses_goodput(self) -> bool:
@@ -96,19 +101,20 @@ class FairShare:
         tenancy = view.tenancy
         if tenancy is None:
             return self.inner.decide(view)
-        view = named(view)
         if not view.pending:
             # Nobody waits: only a policy that grows running jobs acts, and
             # then limits apply, so the full pass checks it.
-            return self.inner.decide(view) and self._pass(view, tenancy).run()
+            return self.inner.decide(view) and self._pass(named(view), tenancy).run()
         if self._still_quiet(view, tenancy):
             return []
+        seen = _seen(view, tenancy)
+        view = named(view)
         fast = self._fast(view, tenancy)
         if fast is not None:
             return fast
         decisions = self._pass(view, tenancy).run()
         quiet = not decisions and self.inner.tick_seconds is None
-        self._quiet = (view.now, _seen(view, tenancy)) if quiet else None
+        self._quiet = (view.now, seen, self._next_victim(view)) if quiet else None
         return decisions
 
     def _still_quiet(self, view: ClusterView, tenancy: Tenancy) -> bool:
@@ -118,18 +124,24 @@ class FairShare:
         nothing to do. With the same jobs, GPUs and queues as that pass,
         only time has moved; for an inner policy without a tick, time
         changes a pass through `min_run` alone (a job becoming a victim),
-        so unless a running job crossed it since, the answer is the same.
+        so until the first running job crosses it, the answer is the same.
         (Decayed usage drifts too, by a half-life of days: shares follow
         it at the next event, not at every tick.)
         """
         last = self._quiet
-        if last is None or view.now < last[0] or not _same(last[1], _seen(view, tenancy)):
+        if last is None or view.now < last[0] or view.now + EPS >= last[2]:
             return False
-        since, now, min_run = last[0], view.now, self.min_run
-        return not any(
-            j.started_at is not None and since - EPS < j.started_at + min_run <= now + EPS
+        return _same(last[1], _seen(view, tenancy))
+
+    def _next_victim(self, view: ClusterView) -> float:
+        """When the first running job that has not yet run `min_run` will have."""
+        now, min_run = view.now, self.min_run
+        ends = [
+            j.started_at + min_run
             for j in view.running
-        )
+            if j.started_at is not None and j.started_at + min_run > now + EPS
+        ]
+        return min(ends, default=float("inf"))
 
     def order(self, view: ClusterView) -> QueueOrder:
         """Pending jobs: queues in share-round order, each in the inner policy's order."""
@@ -146,12 +158,20 @@ class FairShare:
 
     def _pass(self, view: ClusterView, tenancy: Tenancy) -> SharePass:
         """A full pass over `view` (steps 1 to 3 of the module doc)."""
-        return SharePass(self.inner, self.min_run, view, tenancy)
+        pinned = self._pinned
+        if len(pinned) > 2 * len(view.running) + 64:  # forget jobs that ended
+            running = {j.id for j in view.running}
+            for job_id in [i for i in pinned if i not in running]:
+                del pinned[job_id]
+        return SharePass(self.inner, self.min_run, view, tenancy, pinned)
 
     def _fast(self, view: ClusterView, tenancy: Tenancy) -> list[Decision] | None:
         pending = view.pending
-        if sum(j.gpus for j in pending) > view.free_gpus:
-            return None
+        free = view.free_gpus
+        for j in pending:  # stops at the first job past the free GPUs
+            free -= j.gpus
+            if free < 0:
+                return None
         if tenancy.has_limits:
             book = shares(view, tenancy)
             want: dict[str, int] = {}

@@ -58,15 +58,14 @@ class SharePass(ReclaimingPass):
 
         A start the queue rules refuse leaves GPUs the inner policy had
         planned for: its queue leaves the turn and the inner policy
-        decides again for the others, while GPUs are free (at most one
-        inner pass per queue).
+        decides once more for the others, if GPUs are free.
         """
-        while queues:
+        for _ in range(2):
             pending = self.waiting(queues)
             if not pending:
                 return
             refused: set[str] = set()
-            for group in _groups(self.inner.decide(self.sub_view(pending))):
+            for group in _groups(self.inner.decide(self.sub_view(pending, turn=True))):
                 if self._accept(group, borrow):
                     self._apply(group)
                 elif isinstance(group[-1], Start) and group[-1].job_id in self.pending:
@@ -74,6 +73,8 @@ class SharePass(ReclaimingPass):
             if not refused or self.free <= 0:
                 return
             queues = {q for q in queues - refused if borrow or self.under_share(self.book[q])}
+            if not queues:
+                return
 
     def _accept(self, group: list[Decision], borrow: bool) -> bool:
         """May the pass keep this group (a start and what was done to make room)?"""
@@ -114,9 +115,11 @@ class SharePass(ReclaimingPass):
             if name == mine:
                 continue
             # Another queue's jobs: only from a queue over its deserved
-            # share, after `min_run`, for a queue below its own share, in
-            # the entitled turn (the reclaim's rule, for the inner policy).
-            if mine is None or borrow or s.used <= s.share + EPS:
+            # share, after `min_run` (the reclaim's rule, for the inner
+            # policy); in the entitled turn for a queue below its share, in
+            # the borrow turn among queues beyond theirs (what they borrow
+            # goes where the inner policy would put it).
+            if mine is None or s.used <= s.share + EPS:
                 return False
             if not all(self.ran_min(v) for v in released if v.queue == name):
                 return False

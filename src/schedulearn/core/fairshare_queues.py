@@ -278,6 +278,13 @@ class QueueShare:
 
 def shares(view: ClusterView, tenancy: Tenancy) -> dict[str, QueueShare]:
     """Every queue with jobs or a guarantee: its use now and its fair share (see module doc)."""
+    return sweep(view, tenancy)[0]
+
+
+def sweep(
+    view: ClusterView, tenancy: Tenancy
+) -> tuple[dict[str, QueueShare], dict[str, list[JobView]]]:
+    """`shares`, and each queue's pending jobs in the view's order, in one sweep of the jobs."""
     out: dict[str, QueueShare] = {q.name: QueueShare(q) for q in tenancy.queues}
     for job in view.running:
         s = out.get(job.queue)
@@ -287,13 +294,19 @@ def shares(view: ClusterView, tenancy: Tenancy) -> dict[str, QueueShare]:
         s.used += n
         if not job.preemptible:
             s.pinned += n
+    by_queue: dict[str, list[JobView]] = {}
     for job in view.pending:
-        s = out.get(job.queue)
+        mine = by_queue.get(job.queue)
+        if mine is None:
+            mine = by_queue[job.queue] = []
+        mine.append(job)
+    for name, jobs in by_queue.items():
+        s = out.get(name)
         if s is None:
-            s = out[job.queue] = QueueShare(tenancy.queue(job.queue))
-        s.pending += job.gpus
+            s = out[name] = QueueShare(tenancy.queue(name))
+        s.pending = sum(j.gpus for j in jobs)
     fill(out.values(), view.total_gpus, tenancy.usage)
-    return out
+    return out, by_queue
 
 
 def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:

@@ -42,6 +42,9 @@ class ReclaimingPass(PassState):
             return
         # The inner policy may have passed over these jobs (its own order, a
         # head-of-line wait): work within the guarantee starts if it fits.
+        victims: list[JobView] | None = None  # computed when first needed
+        gain = 0
+        failed = 1 << 30  # the fewest GPUs a plain job could not make room for
         for job in queue_order(self.inner, self.sub_view(waiting)).jobs:
             if s.used >= s.guaranteed:
                 return
@@ -54,9 +57,18 @@ class ReclaimingPass(PassState):
                 self.take(job, placement)
                 self.start(job, placement)
                 continue
-            victims = self.victims(s)
-            if self.free + sum(v.allocated_gpus for v in victims) >= job.gpus:
-                self._make_room(s, job, victims)
+            plain = not job.gpu_type and not s.queue.typed
+            if plain and job.gpus >= failed:
+                continue  # no more room than for a smaller job: the same victims
+            if victims is None:
+                victims = self.victims(s)
+                gain = sum(v.allocated_gpus for v in victims)
+            if self.free + gain < job.gpus:
+                continue
+            if self._make_room(s, job, victims):
+                victims = None  # the book moved: victims again for the next job
+            elif plain:
+                failed = job.gpus
 
     def victims(self, s: QueueShare) -> list[JobView]:
         """Running jobs `s` may take back, in the order they are taken (module doc)."""

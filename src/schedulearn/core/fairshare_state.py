@@ -12,7 +12,7 @@ nothing is ever undone.
 from __future__ import annotations
 
 from schedulearn.core.decisions import Decision, Preempt, Start
-from schedulearn.core.fairshare_queues import QueueShare, Tenancy, shares
+from schedulearn.core.fairshare_queues import QueueShare, Tenancy, sweep
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, GpuView, JobView, Placement, rebuild
@@ -24,14 +24,22 @@ EPS = 1e-9
 class PassState:
     """One pass: the pool, each queue's share, the running jobs and the decisions so far."""
 
-    def __init__(self, inner: Policy, min_run: float, view: ClusterView, tenancy: Tenancy) -> None:
+    def __init__(
+        self,
+        inner: Policy,
+        min_run: float,
+        view: ClusterView,
+        tenancy: Tenancy,
+        pinned: dict[int, tuple[JobView, JobView]] | None = None,
+    ) -> None:
         # Decayed usage, read once: a host's live mapping settles on every read.
         tenancy = Tenancy(tenancy.queues, dict(tenancy.usage), tenancy.half_life)
         self.inner = inner
         self.min_run = min_run
         self.view = view
         self.tenancy = tenancy
-        self.book = shares(view, tenancy)
+        # Each queue's share, and its pending jobs in arrival order.
+        self.book, self.by_queue = sweep(view, tenancy)
         self.pool = FreePool(view)
         self.free = self.pool.total_free()
         self.nodes = list(view.nodes)
@@ -43,6 +51,9 @@ class PassState:
         # appears once in a pass.
         self.decided: set[int] = set()
         self.decisions: list[Decision] = []
+        # Non-preemptible copies of running jobs a turn may not preempt, by
+        # id (the layer keeps this between passes: the same views recur).
+        self.pinned: dict[int, tuple[JobView, JobView]] = {} if pinned is None else pinned
 
     # --- queues and their jobs ---------------------------------------------
 
@@ -53,21 +64,60 @@ class PassState:
     def waiting(self, queues: set[str] | None = None) -> tuple[JobView, ...]:
         """Pending jobs not yet decided on (of `queues` only, if given), in arrival order."""
         decided = self.decided
-        return tuple(
-            j
-            for j in self.view.pending
-            if j.id not in decided and (queues is None or j.queue in queues)
-        )
+        if queues is not None and len(queues) == 1:
+            (name,) = queues
+            return tuple(j for j in self.by_queue.get(name, ()) if j.id not in decided)
+        if queues is None or len(queues) == len(self.by_queue):
+            if not decided:
+                return self.view.pending
+            return tuple(j for j in self.view.pending if j.id not in decided)
+        return tuple(j for j in self.view.pending if j.queue in queues and j.id not in decided)
 
-    def sub_view(self, pending: tuple[JobView, ...]) -> ClusterView:
-        """The whole cluster as the pass has left it, with `pending` waiting."""
+    def sub_view(self, pending: tuple[JobView, ...], turn: bool = False) -> ClusterView:
+        """The whole cluster as the pass has left it, with `pending` waiting.
+
+        For an inner policy's turn (`turn`) a running job it may not
+        preempt (`may_preempt`) is shown as non-preemptible, so that the
+        inner policy plans with what it may really do instead of making
+        room the layer then refuses.
+        """
         view = self.view
         decided = self.decided
-        running = tuple(j for j in self.running.values() if j.id not in decided)
+        if not turn:
+            running = tuple(j for j in self.running.values() if j.id not in decided)
+        else:
+            running = tuple(
+                j if not j.preemptible or self.may_preempt(j) else self.pinned_copy(j)
+                for j in self.running.values()
+                if j.id not in decided
+            )
         counts = tuple(self.counts) if self.counts is not None else None
         return ClusterView(
             view.now, tuple(self.nodes), pending, running, counts, view.goodput, None
         )
+
+    def may_preempt(self, job: JobView) -> bool:
+        """Could the inner policy's turn preempt `job` (before its group's exact check)?
+
+        Never below the job's queue's guarantee; then a job of a queue with
+        waiting jobs (the inner policy reorders a queue's own jobs), or of
+        a queue over its deserved share that has run `min_run`.
+        """
+        owner = self.book[job.queue]
+        if owner.used - job.allocated_gpus < owner.guaranteed:
+            return False
+        if owner.pending > 0:
+            return True
+        return owner.used > owner.share + EPS and self.ran_min(job)
+
+    def pinned_copy(self, job: JobView) -> JobView:
+        """`job` as non-preemptible, kept across passes while the job's view is the same."""
+        cached = self.pinned.get(job.id)
+        if cached is not None and cached[0] is job:
+            return cached[1]
+        copy = rebuild(job, preemptible=False)
+        self.pinned[job.id] = (job, copy)
+        return copy
 
     def ran_min(self, job: JobView) -> bool:
         """Has `job` run `min_run` seconds (may it be taken back)?"""

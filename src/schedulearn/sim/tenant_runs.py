@@ -82,13 +82,22 @@ def run_tenants(
     speed = speed or SpeedOptions()
     queues = sorted({j.queue for j in workload.jobs})
     tasks: list[_Task] = []
+    # What each task is: (spec, with queues) for a shared run, (spec, queue) alone.
+    kinds: list[tuple[str, bool | str]] = []
     for spec in specs:
         for on in with_queues:
             tasks.append(_Task(workload, cluster, spec, tenancy if on else None, speed, min_run))
+            kinds.append((spec, on))
         for q in queues:
-            own = queue_workload(workload, q)
-            shape = alone_cluster(tenancy.queue(q), own, cluster)
-            tasks.append(_Task(own, shape, spec, None, speed, min_run))
+            # A queue guaranteed 0 GPUs has no alone run; jobs larger than
+            # the guarantee are left out of it (`tenants.fairness` says so).
+            shape = alone_cluster(tenancy.queue(q), cluster)
+            if shape is None:
+                continue
+            own = queue_workload(workload, q, shape.total_gpus)
+            if len(own):
+                tasks.append(_Task(own, shape, spec, None, speed, min_run))
+                kinds.append((spec, q))
     workers = min(len(tasks), processes or os.cpu_count() or 1)
     if workers <= 1:
         results = [_run(t) for t in tasks]
@@ -98,15 +107,14 @@ def run_tenants(
             order = sorted(range(len(tasks)), key=lambda i: -len(tasks[i].workload))
             done = pool.map(_run, [tasks[i] for i in order], chunksize=1)
             results = [r for _, r in sorted(zip(order, done, strict=True))]
+    alone: dict[str, dict[str, SimResult]] = {spec: {} for spec in specs}
+    for (spec, what), res in zip(kinds, results, strict=True):
+        if isinstance(what, str):
+            alone[spec][what] = res
     out: list[TenantRun] = []
-    k = 0
-    for spec in specs:
-        shared = results[k : k + len(with_queues)]
-        k += len(with_queues)
-        alone = dict(zip(queues, results[k : k + len(queues)], strict=True))
-        k += len(queues)
-        for on, res in zip(with_queues, shared, strict=True):
-            out.append(TenantRun(spec, on, res, fairness(res, alone, tenancy)))
+    for (spec, what), res in zip(kinds, results, strict=True):
+        if isinstance(what, bool):
+            out.append(TenantRun(spec, what, res, fairness(res, alone[spec], tenancy)))
     return out
 
 

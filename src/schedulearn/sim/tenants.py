@@ -14,11 +14,14 @@ reads a queue file (TOML):
     half_life = 604800        # optional, top level: usage half-life in seconds
 
 `fairness` compares a shared run with each queue run alone on a cluster
-of its guaranteed size (nodes as large as the shared cluster's, raised
-to the queue's largest job so that the run can finish): per queue the
-mean JCT, mean slowdown and the sharing-incentive ratio (shared mean JCT
-over alone mean JCT; at most 1 means no team is worse off for sharing),
-and Jain's index over the per-queue mean slowdowns.
+of exactly its guaranteed GPUs (nodes as large as the shared cluster's):
+per queue the mean JCT, mean slowdown and the sharing-incentive ratio
+(the shared mean JCT over the alone mean JCT of the same jobs; at most 1
+means no team is worse off for sharing), and Jain's index over the
+per-queue mean slowdowns. There is no alone run for a queue guaranteed
+0 GPUs, and a job larger than its queue's guarantee cannot run alone:
+those jobs are left out of the ratio and `QueueFairness.note` says so,
+rather than the ratio dividing by a cluster the queue was never promised.
 """
 
 from __future__ import annotations
@@ -114,9 +117,12 @@ def _queue(name: str, spec: object) -> Queue:
     return Queue(name, guaranteed, spec.get("limit"), float(spec.get("weight", 1.0)))
 
 
-def alone_cluster(queue: Queue, workload: Workload, shared: ClusterSpec) -> ClusterSpec:
-    """A cluster of the queue's guaranteed size, in nodes like the shared cluster's."""
-    size = max(queue.guaranteed_gpus, max((j.gpus for j in workload.jobs), default=0), 1)
+def alone_cluster(queue: Queue, shared: ClusterSpec) -> ClusterSpec | None:
+    """A cluster of the queue's guaranteed GPUs, in nodes like the shared cluster's
+    (None for a queue guaranteed none)."""
+    size = queue.guaranteed_gpus
+    if size <= 0:
+        return None
     per = max(1, shared.largest_node_gpus)
     template = shared.nodes[0]
     sizes = [per] * (size // per) + ([size % per] if size % per else [])
@@ -133,8 +139,11 @@ def alone_cluster(queue: Queue, workload: Workload, shared: ClusterSpec) -> Clus
     return ClusterSpec(f"{queue.name}-alone-{size}", nodes)
 
 
-def queue_workload(workload: Workload, queue: str) -> Workload:
-    jobs = tuple(j for j in workload.jobs if j.queue == queue)
+def queue_workload(workload: Workload, queue: str, max_gpus: int | None = None) -> Workload:
+    """The queue's jobs (those of at most `max_gpus` GPUs, when given)."""
+    jobs = tuple(
+        j for j in workload.jobs if j.queue == queue and (max_gpus is None or j.gpus <= max_gpus)
+    )
     return Workload(f"{workload.name}[{queue}]", jobs, workload.description, workload.source)
 
 
@@ -148,13 +157,17 @@ class QueueFairness:
     mean_jct: float
     mean_slowdown: float
     alone_mean_jct: float | None
+    # The shared run's mean JCT over the jobs the alone run had.
+    compared_jct: float | None = None
+    # Why the ratio leaves jobs out, or is missing (by construction).
+    note: str = ""
 
     @property
     def ratio(self) -> float | None:
-        """Sharing-incentive ratio: shared mean JCT over alone mean JCT."""
-        if self.alone_mean_jct is None or self.alone_mean_jct <= 0:
+        """Sharing-incentive ratio: shared over alone mean JCT, on the same jobs."""
+        if self.alone_mean_jct is None or self.alone_mean_jct <= 0 or self.compared_jct is None:
             return None
-        return self.mean_jct / self.alone_mean_jct
+        return self.compared_jct / self.alone_mean_jct
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,31 +188,55 @@ class Fairness:
         }
 
 
-def per_queue(result: SimResult) -> dict[str, tuple[int, float, float]]:
-    """Per queue: finished jobs, mean JCT, mean slowdown."""
-    by: dict[str, list[tuple[float, float]]] = {}
+def job_jcts(result: SimResult) -> dict[str, dict[int, tuple[float, float]]]:
+    """Per queue, each finished job's (JCT, slowdown)."""
+    by: dict[str, dict[int, tuple[float, float]]] = {}
     queue_of = {r.id: r.queue for r in result.records}
     for u in job_units(result.records):
         if u.end is None or not isinstance(u.key, int):
             continue
         jct = u.end - u.submitted_at
-        by.setdefault(queue_of[u.key], []).append((jct, jct / u.isolated if u.isolated else 1.0))
+        slow = jct / u.isolated if u.isolated else 1.0
+        by.setdefault(queue_of[u.key], {})[u.key] = (jct, slow)
+    return by
+
+
+def per_queue(result: SimResult) -> dict[str, tuple[int, float, float]]:
+    """Per queue: finished jobs, mean JCT, mean slowdown."""
     return {
-        q: (len(v), sum(x for x, _ in v) / len(v), sum(s for _, s in v) / len(v))
-        for q, v in by.items()
+        q: (len(v), sum(j for j, _ in v.values()) / len(v), sum(s for _, s in v.values()) / len(v))
+        for q, v in job_jcts(result).items()
     }
 
 
 def fairness(shared: SimResult, alone: Mapping[str, SimResult], tenancy: Tenancy) -> Fairness:
-    figures = per_queue(shared)
+    figures = job_jcts(shared)
     rows = []
     for name in sorted(figures):
-        n, jct, slow = figures[name]
+        jobs = figures[name]
+        n = len(jobs)
+        jct = sum(j for j, _ in jobs.values()) / n
+        slow = sum(s for _, s in jobs.values()) / n
+        g = tenancy.queue(name).guaranteed_gpus
         solo = alone.get(name)
-        solo_jct = solo.summary.mean_jct if solo is not None else None
-        rows.append(
-            QueueFairness(name, tenancy.queue(name).guaranteed_gpus, n, jct, slow, solo_jct)
-        )
+        solo_jct = compared = None
+        note = ""
+        if g <= 0:
+            note = "guaranteed 0 GPUs: no alone run, slowdown only"
+        elif solo is None:
+            note = f"every job needs more than its {g} guaranteed GPUs: no alone run"
+        else:
+            ids = [r.id for r in solo.records if r.id in jobs]
+            if ids:
+                solo_jct = solo.summary.mean_jct
+                compared = sum(jobs[i][0] for i in ids) / len(ids)
+            left_out = n - len(ids)
+            if left_out:
+                note = (
+                    f"{left_out} of {n} jobs need more than its {g} guaranteed GPUs: "
+                    "ratio over the others"
+                )
+        rows.append(QueueFairness(name, g, n, jct, slow, solo_jct, compared, note))
     return Fairness(tuple(rows), jain([r.mean_slowdown for r in rows]))
 
 
@@ -208,13 +245,18 @@ def render(fair: Fairness) -> str:
         f"{'queue':<14} {'guar.':>6} {'jobs':>7} {'mean JCT s':>11} {'slowdown':>9} "
         f"{'alone JCT s':>12} {'ratio':>6}"
     ]
+    notes = []
     for q in fair.queues:
         ratio = "-" if q.ratio is None else f"{q.ratio:.3f}"
         alone = "-" if q.alone_mean_jct is None else f"{q.alone_mean_jct:,.0f}"
+        mark = " *" if q.note else ""
         lines.append(
             f"{q.queue:<14} {q.guaranteed:>6} {q.jobs:>7,} {q.mean_jct:>11,.0f} "
-            f"{q.mean_slowdown:>9.2f} {alone:>12} {ratio:>6}"
+            f"{q.mean_slowdown:>9.2f} {alone:>12} {ratio:>6}{mark}"
         )
+        if q.note:
+            notes.append(f"  * {q.queue}: {q.note}")
+    lines.extend(notes)
     lines.append(
         f"Jain's index over per-queue slowdowns: {fair.jain:.3f}; "
         f"worst ratio {fair.worst_ratio:.3f}"
