@@ -164,6 +164,9 @@ def show_text(job: JobPublic) -> str:
     lines = [head, f"  {'state':<20} {state}"]
     if job.waiting_reason:
         lines.append(f"  {'waiting because':<20} {job.waiting_reason}")
+    if state.startswith("pending") and job.predicted_start_at is None:
+        # Said rather than left out: no forecast places its start yet.
+        lines.append(f"  {'predicted start':<20} unknown: no forecast places it yet")
     for key, value in job.model_dump(mode="json").items():
         if key in _HEADED or key in ("queue_position", "waiting_reason"):
             continue
