@@ -197,3 +197,56 @@ def test_guarantees_beyond_the_cluster_are_refused_unless_overcommitted(qapi: Ap
     assert lower.status_code == 200, lower.text
     weight = qapi.client.patch("/api/v1/queues/early", headers=qapi.admin, json={"weight": 2})
     assert weight.status_code == 200, weight.text
+
+
+def test_a_non_preemptible_borrower_is_requeued_and_says_who_took_its_gpus(qapi: Api) -> None:
+    """Issue 32: jobs that name no queue borrow team-a's idle GPUs; when team-a
+    wants them, two are requeued, and the API, `show`'s message and the web job
+    page say who took the GPUs back; the requeued job then says why it waits."""
+    import re
+
+    from server_api import ADMIN
+
+    node = WireAgent(qapi, "n1", gpus=4)
+    node.register()
+    add_queue(qapi, name="team-a", guaranteed={"": 2})
+    plain = [submit(qapi, gpus=1) for _ in range(4)]  # no queue, not preemptible
+    starts = node.work_until(lambda b: len(b.starts) == 4).starts
+    for s in starts:
+        node.start(s.job_id, s.attempt)
+    qapi.settle()
+    assert queues(qapi)["default"].used == 4
+    mine = submit(qapi, queue="team-a", gpus=2)
+    stops = node.work_until(lambda b: len(b.stops) >= 2).stops
+    assert {s.reason for s in stops} == {"preempt"} and len(stops) == 2
+    victims = {s.job_id for s in stops}
+    assert victims <= set(plain)
+    attempts = {s.job_id: s.attempt for s in starts}
+    for s in stops:
+        node.exit(s.job_id, attempts[s.job_id], -15)
+    node.work_until(lambda b: any(s.job_id == mine for s in b.starts))
+    line = (
+        f"requeued: team-a took back 1 GPU default had borrowed, for job {mine}; "
+        "not preemptible, so it starts again from the beginning"
+    )
+    victim = min(victims)
+    steps = qapi.get(f"/api/v1/jobs/{victim}/history").json()["transitions"]
+    assert [t["message"] for t in steps if t["to_state"] == "preempting"] == [line]
+    waiting = wait_until(
+        lambda: job(qapi, victim),
+        10,
+        "the victim back in line",
+        until=lambda j: j.state == "pending",
+    )
+    assert waiting.message == line and waiting.preemptions == 1
+    assert waiting.predicted_start_at is None
+    # The web job page shows the line in its history.
+    form = qapi.client.get("/ui/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+    assert nonce, form.text
+    signed = qapi.client.post(
+        "/ui/login", data={"token": ADMIN, "nonce": nonce.group(1), "next": "/ui/jobs"}
+    )
+    assert signed.status_code in (200, 303), signed.text
+    page = qapi.client.get(f"/ui/jobs/{victim}").text
+    assert line in page.replace("&#39;", "'"), page
