@@ -250,3 +250,19 @@ def test_a_non_preemptible_borrower_is_requeued_and_says_who_took_its_gpus(qapi:
     assert signed.status_code in (200, 303), signed.text
     page = qapi.client.get(f"/ui/jobs/{victim}").text
     assert line in page.replace("&#39;", "'"), page
+
+
+def test_a_job_its_queue_could_never_start_is_refused_at_submit(qapi: Api) -> None:
+    add_queue(qapi, name="capped", limit=1)
+    # No node yet: nothing can be judged, so nothing is refused.
+    submit(qapi, queue="capped", gpus=2)
+    WireAgent(qapi, "n1", gpus=4).register()
+    refused = qapi.post("/api/v1/jobs", json={"command": "x", "queue": "capped", "gpus": 2})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"] == (
+        "this job can never start under the current queues: queue capped may hold at most "
+        "1 GPUs (its limit) and this job asks for 2; ask for 1 or fewer, or raise the limit "
+        "(schedulearn queue set capped --limit 2)"
+    )
+    submit(qapi, queue="capped", gpus=1)  # within the limit
+    submit(qapi, gpus=2)  # the default queue has no limit
