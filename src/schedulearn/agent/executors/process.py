@@ -39,17 +39,31 @@ less `SCHEDULEARN_*`, with the job PATH (`--path`, else this interpreter's
 directory first, so a job's `python` is the agent's), the account's
 variables, then the launch plan's (`--env`, the job's env, Schedulearn's).
 
+Containment (`agent.cgroups`): each run gets its own cgroup, with the
+run's `cpus` as a CPU quota, `memory_gb` as a memory limit, the agent's
+pids limit, and no access to the node's other GPUs' device nodes. The
+shim starts gated (`GATED_SHIM`: it reads one line from a pipe before
+anything else); the agent moves it into the cgroup and only then opens
+the gate, so nothing of the job ever runs outside it. A job's processes
+are then exactly the cgroup's members, whatever sessions they make
+(`setsid`). An agent without cgroups (`--no-cgroups`, or none it may
+make) runs the shim ungated, and a run is its process group.
+
 Exit is observed through a pidfd, which works for a child and for a
-re-adopted process alike. Cancel: SIGTERM to the whole group, a grace
-period, then SIGKILL of the group. When the job ends, stray processes
-left in its group are killed too: they would hold GPUs the scheduler is
-about to give to the next job.
+re-adopted process alike. Cancel: SIGTERM to the whole cgroup (and the
+group), a grace period, then SIGKILL of all of it. When the shim ends,
+whatever is left in the cgroup is killed (freeze, kill, thaw; or
+`cgroup.kill`) and the run counts as ended only once the cgroup is
+empty: a stray would hold GPUs the scheduler is about to give to the
+next job. A run the kernel's OOM killer hit ends with the message "out
+of memory: limit N GB".
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import os
@@ -60,8 +74,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import BinaryIO
 
-from schedulearn.agent import accounts, jobenv
-from schedulearn.agent.accounts import Account
+from schedulearn.agent import accounts, cgroups, jobenv
+from schedulearn.agent.accounts import Account, JobsAs
+from schedulearn.agent.cgroups import CgroupBackend, CgroupError, Limits, RunCgroup
 from schedulearn.agent.config import AgentConfig
 from schedulearn.agent.executors import holes
 from schedulearn.agent.executors.base import (
@@ -75,6 +90,7 @@ from schedulearn.agent.executors.base import (
     signal_exit_code,
     split_lines,
 )
+from schedulearn.agent.gpus import device_numbers
 from schedulearn.agent.launchers import LaunchError, plan_launch
 from schedulearn.agent.progress import progress_file
 from schedulearn.agent.state import EXIT_FILE, JobRecord
@@ -85,6 +101,14 @@ from schedulearn.protocol import Assignment, Executor, LogStream
 log = logging.getLogger(__name__)
 
 SHIM = 'trap : TERM INT HUP; "$@"; c=$?; printf "%4d\\n" "$c" 1<>"$0"; exit "$c"'
+# Waits on stdin (a pipe) until the agent has put it in the run's cgroup; an
+# agent that died first closes the pipe, and nothing of the job runs.
+GATED_SHIM = "read -r go || exit 125; exec </dev/null; " + SHIM
+# How long an emptied-but-not-yet cgroup is waited for between kill rounds
+# (doubling up to the longest), and how often one that stays full is logged.
+KILL_PAUSE = 0.01
+KILL_PAUSE_MAX = 0.5
+STUCK_LOG_SECONDS = 30.0
 # How often a running job's log files are read; the exit wakes the reader at once.
 POLL_SECONDS = 0.1
 READ_CHUNK = 1 << 20
@@ -133,11 +157,20 @@ class SubprocessExecutor:
         default_workdir: str | None = None,
         path: str | None = None,
         node_env: Mapping[str, str] | None = None,
+        cgroups: CgroupBackend | None = None,
+        pids_max: int = 0,
+        gpu_devices: Mapping[int, tuple[int, int]] | None = None,
     ) -> None:
         """`base_env`: the agent's environment (default: this process's); `path`:
         the job PATH (default: `jobenv.job_path` of `base_env`'s); `node_env`:
-        the agent's `--env` variables."""
+        the agent's `--env` variables; `cgroups`: where runs get their cgroups
+        (None: runs are process groups, uncontained); `pids_max`: each run's
+        pids limit (0: none); `gpu_devices`: each GPU's device number, by index."""
         self.node_name = node_name
+        self.cgroups = cgroups
+        self.containment = f"cgroup {cgroups.version}" if cgroups is not None else "none"
+        self.pids_max = pids_max
+        self.gpu_devices = dict(gpu_devices or {})
         source = os.environ if base_env is None else base_env
         self.path = jobenv.job_path(path, agent_env=source)
         # The agent's own variables less SCHEDULEARN_* (its credential above all).
@@ -191,13 +224,15 @@ class SubprocessExecutor:
         for path in (exit_path, progress):
             if account is not None or os.path.exists(path):
                 accounts.job_file(path, account)
-        argv = ["/bin/sh", "-c", SHIM, exit_path, *plan.argv]
+        cgroup = self._cgroup(assignment, record)
+        argv = ["/bin/sh", "-c", SHIM if cgroup is None else GATED_SHIM, exit_path, *plan.argv]
+        gate_read, gate = os.pipe() if cgroup is not None else (subprocess.DEVNULL, -1)
         out = _open_log(log_file(record.job_dir, LogStream.STDOUT))
         err = _open_log(log_file(record.job_dir, LogStream.STDERR))
         try:
             proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=gate_read,
                 stdout=out,
                 stderr=err,
                 cwd=workdir,
@@ -211,12 +246,49 @@ class SubprocessExecutor:
                 umask=-1 if account is None else accounts.JOB_UMASK,
             )
         except (OSError, subprocess.SubprocessError) as exc:
+            if cgroup is not None:
+                os.close(gate)
+                cgroup.remove()
             raise StartError(f"could not start the job on {self.node_name!r}: {exc}") from exc
         finally:
             os.close(out)
             os.close(err)
+            if gate_read != subprocess.DEVNULL:
+                os.close(gate_read)
+        if cgroup is not None:
+            try:
+                cgroup.add(proc.pid)
+                os.write(gate, b"go\n")
+            except OSError as exc:
+                proc.kill()
+                proc.wait()
+                cgroup.kill_sync(5.0)
+                cgroup.remove()
+                raise StartError(
+                    f"could not put the job in its cgroup on {self.node_name!r}: {exc}"
+                ) from exc
+            finally:
+                os.close(gate)
         record.pid = proc.pid
         return ProcessHandle(record, proc)
+
+    def _cgroup(self, assignment: Assignment, record: JobRecord) -> RunCgroup | None:
+        """The run's cgroup with its limits, named in its record (None: no cgroups)."""
+        if self.cgroups is None:
+            return None
+        own = set(assignment.gpus)
+        limits = Limits(
+            cpus=assignment.cpus,
+            memory_bytes=int(assignment.memory_gb * cgroups.GIB),
+            pids=self.pids_max,
+            denied_devices=tuple(n for i, n in sorted(self.gpu_devices.items()) if i not in own),
+        )
+        try:
+            cgroup = self.cgroups.create(f"{record.job_id}.{record.attempt}", limits)
+        except CgroupError as exc:
+            raise StartError(f"{exc} (node {self.node_name!r})") from exc
+        record.cgroup = list(cgroup.dirs)
+        return cgroup
 
     async def recover(
         self, records: list[JobRecord], new_record: NewRecord | None = None
@@ -228,8 +300,15 @@ class SubprocessExecutor:
             handles.append(ProcessHandle.adopt(record))
         return handles
 
+    def describe_containment(self) -> str:
+        """What start-up says of it: the cgroup version, where, and the limits enforced."""
+        if self.cgroups is None:
+            return "none: each run is a process group, without limits (--no-cgroups)"
+        return self.cgroups.describe()
+
     async def close(self) -> None:
-        return None
+        if self.cgroups is not None:
+            self.cgroups.close()
 
 
 class ProgramMemo:
@@ -278,6 +357,8 @@ class ProcessHandle:
         self._exited = asyncio.Event()
         self._pidfd: int | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self.cgroup = RunCgroup(record.cgroup) if record.cgroup else None
+        self._emptying: asyncio.Task[None] | None = None
         if ended is not None:
             self._exited.set()
         elif record.pid is not None:
@@ -292,6 +373,9 @@ class ProcessHandle:
         if record.ended:
             return cls(record, None, ExitStatus(record.exit_code, record.exit_message))
         if record.pid is None:
+            # A gated shim saw its pipe close and ran nothing; empty its cgroup anyway.
+            if record.cgroup:
+                empty_now(RunCgroup(record.cgroup))
             return cls(
                 record, None, ExitStatus(None, "the agent stopped while it was starting the job")
             )
@@ -325,8 +409,8 @@ class ProcessHandle:
             self._waiter.set_result(None)
 
     def _finish(self) -> None:
-        """The shim has ended: learn the exit code and clear up its group."""
-        if self._status is not None:
+        """The shim has ended: learn the exit code and clear up its group and cgroup."""
+        if self._status is not None or self._emptying is not None:
             return
         returncode = self._proc.wait() if self._proc is not None else None
         code = _read_exit_file(exit_file(self.record))
@@ -342,7 +426,36 @@ class ProcessHandle:
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
-        self._status = ExitStatus(code, message)
+        if self.cgroup is None:
+            self._end(ExitStatus(code, message))
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # built outside the agent's loop: empty it here and now
+            self._end(ExitStatus(code, _with_oom(empty_now(self.cgroup), message)))
+            return
+        self._emptying = loop.create_task(self._empty_then_end(self.cgroup, code, message))
+
+    async def _empty_then_end(self, cgroup: RunCgroup, code: int | None, message: str) -> None:
+        """Kill what is left in the cgroup, wait until it is empty, then end the run:
+        only then are its GPUs reported free."""
+        pause, stuck_since = KILL_PAUSE, time.monotonic()
+        while not cgroup.empty():
+            cgroup.kill_round()
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, KILL_PAUSE_MAX)
+            if time.monotonic() - stuck_since > STUCK_LOG_SECONDS:
+                log.warning(
+                    "job %s: its cgroup %s does not empty (a process in uninterruptible "
+                    "sleep?); its GPUs stay held until it does",
+                    self.record.job_id,
+                    cgroup.dirs[0],
+                )
+                stuck_since = time.monotonic()
+        self._end(ExitStatus(code, _with_oom(_remove(cgroup), message)))
+
+    def _end(self, status: ExitStatus) -> None:
+        self._status = status
         self._exited.set()
 
     def _kill_strays(self) -> None:
@@ -371,6 +484,12 @@ class ProcessHandle:
             await self.wait()
 
     def _signal(self, pgid: int, signum: int) -> None:
+        """`signum` to the run: every member of its cgroup, and its process group."""
+        if self.cgroup is not None:
+            if signum == signal.SIGKILL:
+                self.cgroup.kill_round()
+            else:
+                self.cgroup.signal(signum)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signum)
 
@@ -476,6 +595,25 @@ class _FileTail:
             self._writer = None
 
 
+def empty_now(cgroup: RunCgroup) -> str:
+    """Kill everything in `cgroup` (blocking, bounded) and remove it; its OOM message."""
+    cgroup.kill_sync(10.0)
+    return _remove(cgroup)
+
+
+def _remove(cgroup: RunCgroup) -> str:
+    oom = cgroup.oom_message()
+    try:
+        cgroup.remove()
+    except OSError as exc:
+        log.warning("could not remove the cgroup %s: %s", cgroup.dirs[0], exc)
+    return oom
+
+
+def _with_oom(oom: str, message: str) -> str:
+    return f"{oom}; {message}" if oom and message else oom or message
+
+
 def _open_log(path: str) -> int:
     """An output file for appending, the agent's and 0600 (the job gets the descriptor)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -502,7 +640,34 @@ def _read_exit_file(path: str) -> int | None:
 
 
 def build(config: AgentConfig) -> SubprocessExecutor:
-    """The executor as `executors.registry` offers it (host processes need nothing)."""
+    """The executor as `executors.registry` offers it, with its runs' cgroups."""
     return SubprocessExecutor(
-        config.name, default_workdir=config.workdir, path=config.job_path, node_env=config.job_env
+        config.name,
+        default_workdir=config.workdir,
+        path=config.job_path,
+        node_env=config.job_env,
+        cgroups=containment(config),
+        pids_max=config.job_pids_max,
+        gpu_devices=device_numbers(config.gpu_devices),
     )
+
+
+def containment(config: AgentConfig) -> CgroupBackend | None:
+    """Where this agent's runs get their cgroups (None: `--no-cgroups`, or an agent
+    running jobs as itself that may make none)."""
+    if config.cgroups == "off":
+        return None
+    # Runs of two agents on one host (tests, several state directories) never share a name.
+    scope = f"{config.name}.{hashlib.sha1(str(config.state_dir).encode()).hexdigest()[:8]}"
+    try:
+        return cgroups.detect(config.cgroups, scope)
+    except CgroupError as exc:
+        if config.jobs_as is JobsAs.OWNER or config.cgroups != "auto":
+            raise StartError(
+                f"{exc}. Jobs run as their owners must be contained: each run is its "
+                "cgroup (docs/security.md); pass --no-cgroups only on a host you trust them on"
+                if config.jobs_as is JobsAs.OWNER
+                else str(exc)
+            ) from exc
+        log.warning("no cgroups for jobs (%s): runs are process groups, uncontained", exc)
+        return None

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlmodel import Session, col
 
-from schedulearn.protocol import JobState, StopReason
+from schedulearn.protocol import OOM_MESSAGE_PREFIX, JobState, StopReason
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.states import transition
 from schedulearn.server.wakeups import Changes
@@ -180,6 +180,11 @@ def part_exited(
                 if failed_to_start
                 else f"exited with code {exit_code} on {part.node}{gang}"
             )
+            if not failed_to_start and message.startswith(OOM_MESSAGE_PREFIX):
+                # The agent saw the kernel's OOM killer end it: that is the reason,
+                # not the bare 137 the kill leaves ("out of memory: limit 8 GB").
+                why = f"{message.split(';')[0]} (exit code {exit_code} on {part.node}{gang})"
+
             if others:
                 why += "; stopping the other parts"
             transition(session, job, JobState.FAILED, now, why, exit_code=exit_code, **done)
