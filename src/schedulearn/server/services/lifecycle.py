@@ -175,15 +175,7 @@ def part_exited(
             release_reservation(session, job)
             done.update(resume_placement=None, resume_kind=None)
         if failed_to_start or exit_code != 0:
-            why = (
-                f"failed to start on {part.node}: {message}"
-                if failed_to_start
-                else f"exited with code {exit_code} on {part.node}{gang}"
-            )
-            if not failed_to_start and message.startswith(OOM_MESSAGE_PREFIX):
-                # The agent saw the kernel's OOM killer end it: that is the reason,
-                # not the bare 137 the kill leaves ("out of memory: limit 8 GB").
-                why = f"{message.split(';')[0]} (exit code {exit_code} on {part.node}{gang})"
+            why = exit_why(part.node, exit_code, message, gang, failed_to_start)
 
             if others:
                 why += "; stopping the other parts"
@@ -207,6 +199,20 @@ def part_exited(
             **_accrue(job, now),
         )
     return changes
+
+
+def exit_why(
+    node: str, exit_code: int | None, message: str, gang: str = "", failed_to_start: bool = False
+) -> str:
+    """Why a part that ended badly failed its job, as `show` and the history say it.
+
+    A run the kernel's OOM killer ended in its memory limit says so ("out of
+    memory: limit 8 GB (exit code 137 on n1)"), never the bare 137 the kill leaves."""
+    if failed_to_start:
+        return f"failed to start on {node}: {message}"
+    if message.startswith(OOM_MESSAGE_PREFIX):
+        return f"{message.split(';')[0]} (exit code {exit_code} on {node}{gang})"
+    return f"exited with code {exit_code} on {node}{gang}"
 
 
 class LossCause(StrEnum):
