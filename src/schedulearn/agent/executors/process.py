@@ -224,7 +224,9 @@ class SubprocessExecutor:
         for path in (exit_path, progress):
             if account is not None or os.path.exists(path):
                 accounts.job_file(path, account)
-        cgroup = self._cgroup(assignment, record)
+        # In a thread: on v1, making five directories and moving a process into
+        # each waits on the kernel (RCU) for milliseconds, which the loop need not.
+        cgroup = await asyncio.to_thread(self._cgroup, assignment, record)
         argv = ["/bin/sh", "-c", SHIM if cgroup is None else GATED_SHIM, exit_path, *plan.argv]
         gate_read, gate = os.pipe() if cgroup is not None else (subprocess.DEVNULL, -1)
         out = _open_log(log_file(record.job_dir, LogStream.STDOUT))
@@ -257,7 +259,7 @@ class SubprocessExecutor:
                 os.close(gate_read)
         if cgroup is not None:
             try:
-                cgroup.add(proc.pid)
+                await asyncio.to_thread(cgroup.add, proc.pid)
                 os.write(gate, b"go\n")
             except OSError as exc:
                 proc.kill()
