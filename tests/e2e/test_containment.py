@@ -333,8 +333,12 @@ def test_an_agent_without_cgroups_refuses_jobs_as_owners_or_runs_and_says_so(sit
         assert "none" in next(r for r in rows if r.startswith("bare2")).split(), rows
     finally:
         plain.terminate()
-        plain.communicate(timeout=60)
+        said, _ = plain.communicate(timeout=60)
         site.cluster.cli("nodes", "rm", "bare2")
+    # Each agent says at start-up what contains its jobs.
+    assert "containment of subprocess jobs: none" in said, said
+    started = site.agent.log()
+    assert "containment of subprocess jobs: cgroup v1 at /sys/fs/cgroup/" in started, started
 
 
 def test_after_the_agent_is_killed_the_escaped_child_ends_with_the_lease_and_no_copies_overlap(

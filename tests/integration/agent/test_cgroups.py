@@ -274,6 +274,26 @@ def test_a_fork_bomb_is_held_to_the_pids_limit_and_ends_with_its_job(
     asyncio.run(go())
 
 
+def test_a_busy_job_is_throttled_to_its_cpus(v1: CgroupBackend, store: StateStore) -> None:
+    record = new_record(store, 10)
+
+    async def go() -> None:
+        handle = await SubprocessExecutor("node-a", cgroups=v1).start(
+            job(10, "while :; do :; done", cpus=0.1), record
+        )
+        cpu = next(d for d in RunCgroup(record.cgroup).dirs if "/cpu/" in d or "/cpu," in d)
+        assert Path(cpu, "cpu.cfs_quota_us").read_text().strip() == "10000"
+        assert Path(cpu, "cpu.cfs_period_us").read_text().strip() == "100000"
+        # The kernel holds it back once it has used its tenth of a core in a period.
+        wait_until(
+            lambda: Path(cpu, "cpu.stat").read_text(), 30, "the job to be throttled",
+            until=lambda text: int(text.split("nr_throttled ")[1].split()[0]) > 0,
+        )  # fmt: skip
+        await asyncio.wait_for(handle.stop(grace_seconds=0.2), 30)
+
+    asyncio.run(go())
+
+
 @pytest.fixture
 def gpu_nodes(tmp_path: Path) -> dict[int, str]:
     """Two fake GPUs' device nodes (major 195, minors 0 and 1), open to everyone,
