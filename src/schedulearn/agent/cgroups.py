@@ -14,8 +14,9 @@ interface (`CgroupBackend.create(name, limits) -> RunCgroup`):
 Limits (`Limits`): the run's `cpus` as a CFS quota, `memory_gb` as the
 memory limit (swap included where the kernel accounts it), a pids limit,
 and the character devices (major, minor) the run may not open: every GPU
-of the node but its own. Devices are enforced on v1 only; v2 needs a BPF
-device program, which this module does not load (docs/security.md).
+of the node but its own: `devices.deny` on v1, a BPF device program on v2
+(`agent.devicefilter`; where the kernel refuses one, the backend says that
+devices are not enforced).
 
 Stopping (`RunCgroup.kill_round`, repeated until `empty()`): v2 writes
 `cgroup.kill`; v1 freezes the freezer cgroup (so nothing forks between
@@ -40,6 +41,8 @@ import signal
 import time
 from dataclasses import dataclass
 from typing import Literal, Protocol
+
+from schedulearn.agent import devicefilter
 
 Mode = Literal["auto", "v1", "v2"]
 # v1 hierarchies a run gets a directory in; the freezer is what makes a kill exact.
@@ -280,10 +283,13 @@ class V2Cgroups:
 
     version = "v2"
 
-    def __init__(self, base: str, controllers: frozenset[str]) -> None:
+    def __init__(self, base: str, controllers: frozenset[str], devices: bool = False) -> None:
+        """`devices`: whether device rules can be attached here (`agent.devicefilter`)."""
         self.base = base
         self.controllers = controllers
-        self.enforced = frozenset(controllers & set(V2_CONTROLLERS))
+        self.enforced = frozenset(controllers & set(V2_CONTROLLERS)) | (
+            {"devices"} if devices else set()
+        )
 
     def create(self, name: str, limits: Limits) -> RunCgroup:
         path = os.path.join(self.base, name)
@@ -300,6 +306,8 @@ class V2Cgroups:
                     _write(swap, "0")
             if "pids" in self.controllers and limits.pids > 0:
                 _write(os.path.join(path, "pids.max"), str(limits.pids))
+            if "devices" in self.enforced and limits.denied_devices:
+                devicefilter.deny(path, limits.denied_devices)
         except OSError as exc:
             RunCgroup([path]).remove()
             raise CgroupError(f"could not make the run's cgroup {path}: {exc}") from exc
@@ -307,7 +315,9 @@ class V2Cgroups:
 
     def describe(self) -> str:
         text = _describe(self.version, self.enforced, self.base)
-        return text.replace("devices", "devices (v2 needs a BPF device program)", 1)
+        if "devices" in self.enforced:
+            return text
+        return text.replace("devices", "devices (the kernel refused a BPF device program)", 1)
 
     def close(self) -> None:
         _remove_base(self.base)
@@ -425,7 +435,7 @@ def _v2(unified: Mount, own: str, scope: str) -> V2Cgroups:
                     _write(os.path.join(leaf, "cgroup.procs"), pid)
             _enable(parent, wanted)
     handed = frozenset(_read(os.path.join(base, "cgroup.controllers")).split())
-    return V2Cgroups(base, handed)
+    return V2Cgroups(base, handed, devices=not devicefilter.works(base))
 
 
 def _enable(parent: str, controllers: list[str]) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -318,8 +319,10 @@ for path in sys.argv[1:]:
 
 
 def test_only_the_runs_own_gpu_device_node_can_be_opened(
-    v1: CgroupBackend, store: StateStore, gpu_nodes: dict[int, str]
+    backend: CgroupBackend, store: StateStore, gpu_nodes: dict[int, str]
 ) -> None:
+    """v1: `devices.deny`; v2: a BPF device program (`agent.devicefilter`)."""
+    assert "devices" in backend.enforced, backend.describe()
     numbers = device_numbers(gpu_nodes)
     assert numbers == {0: (NVIDIA_MAJOR, 0), 1: (NVIDIA_MAJOR, 1)}
     command = OPEN_GPUS.format(paths=" ".join(gpu_nodes.values()))
@@ -334,18 +337,51 @@ def test_only_the_runs_own_gpu_device_node_can_be_opened(
 
     async def go() -> None:
         # Without a device rule both nodes reach the (absent) driver: ENXIO, not EPERM.
-        free = await opened(SubprocessExecutor("node-a", cgroups=v1), 8)
+        free = await opened(SubprocessExecutor("node-a", cgroups=backend), 8)
         assert free == {gpu_nodes[0]: "ENXIO", gpu_nodes[1]: "ENXIO"}
-        ruled = SubprocessExecutor("node-a", cgroups=v1, gpu_devices=numbers)
+        ruled = SubprocessExecutor("node-a", cgroups=backend, gpu_devices=numbers)
         assert await opened(ruled, 9) == {gpu_nodes[0]: "EPERM", gpu_nodes[1]: "ENXIO"}
 
     asyncio.run(go())
 
 
-def test_v2_says_that_it_does_not_enforce_device_rules(tmp_path: Path) -> None:
+def test_the_v2_device_program_refuses_only_the_listed_character_devices(
+    tmp_path: Path,
+) -> None:
+    """Its rules, one by one: block devices and other minors and majors pass."""
     b = _backend("v2", tmp_path)
+    nodes = {
+        "denied": (0o020000, NVIDIA_MAJOR, 1),
+        "other_minor": (0o020000, NVIDIA_MAJOR, 2),
+        "other_major": (0o020000, NVIDIA_MAJOR + 1, 1),
+        "block": (0o060000, NVIDIA_MAJOR, 1),
+    }
+    for name, (kind, major, minor) in nodes.items():
+        os.mknod(tmp_path / name, 0o666 | kind, os.makedev(major, minor))
+    cgroup = b.create("1.1", cgroups.Limits(denied_devices=((NVIDIA_MAJOR, 1),)))
     try:
-        assert "devices" not in b.enforced
-        assert "not enforced" in b.describe() and "BPF" in b.describe()
+        # EPERM is the rule's refusal; the driver-less nodes give ENXIO otherwise.
+        probe = "; ".join(
+            f"echo {n}=$( (exec 3<{tmp_path / n}) 2>&1 | grep -q 'not permitted' "
+            "&& echo denied || echo allowed)"
+            for n in nodes
+        )
+        proc = subprocess.Popen(
+            ["sh", "-c", f"read go; {probe}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        cgroup.add(proc.pid)
+        out, _ = proc.communicate("go\n", timeout=30)
+        said = dict(line.split("=") for line in out.split())
+        assert said == {
+            "denied": "denied",
+            "other_minor": "allowed",
+            "other_major": "allowed",
+            "block": "allowed",
+        }, out
     finally:
-        b.close()
+        cgroup.kill_sync(5)
+        cgroup.remove()
+        _clear(b)
