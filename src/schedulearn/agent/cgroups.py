@@ -209,6 +209,10 @@ class CgroupBackend(Protocol):
 
     def create(self, name: str, limits: Limits) -> RunCgroup: ...
 
+    def runs(self) -> list[RunCgroup]:
+        """Every run cgroup under this agent's base (to sweep those no record names)."""
+        ...
+
     def describe(self) -> str: ...
 
     def close(self) -> None: ...
@@ -269,6 +273,10 @@ class V1Cgroups:
             for major, minor in limits.denied_devices:
                 put("devices.deny", f"c {major}:{minor} rwm")
 
+    def runs(self) -> list[RunCgroup]:
+        names = {n for base in self.bases.values() for n in _children(base)}
+        return [RunCgroup([os.path.join(b, n) for b in self.bases.values()]) for n in names]
+
     def describe(self) -> str:
         where = self.bases.get("freezer") or next(iter(self.bases.values()))
         return _describe(self.version, self.enforced, os.path.dirname(where) + "/...")
@@ -313,6 +321,9 @@ class V2Cgroups:
             raise CgroupError(f"could not make the run's cgroup {path}: {exc}") from exc
         return RunCgroup([path])
 
+    def runs(self) -> list[RunCgroup]:
+        return [RunCgroup([os.path.join(self.base, n)]) for n in _children(self.base)]
+
     def describe(self) -> str:
         text = _describe(self.version, self.enforced, self.base)
         if "devices" in self.enforced:
@@ -321,6 +332,13 @@ class V2Cgroups:
 
     def close(self) -> None:
         _remove_base(self.base)
+
+
+def _children(base: str) -> list[str]:
+    try:
+        return [e.name for e in os.scandir(base) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 def _remove_base(base: str) -> None:

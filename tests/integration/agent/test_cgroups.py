@@ -385,3 +385,32 @@ def test_the_v2_device_program_refuses_only_the_listed_character_devices(
         cgroup.kill_sync(5)
         cgroup.remove()
         _clear(b)
+
+
+def test_a_restarted_agent_sweeps_run_cgroups_no_record_names(
+    backend: CgroupBackend, store: StateStore, tmp_path: Path
+) -> None:
+    """A cgroup of this agent's that no record names (the agent died between making
+    it and saving the record) is emptied and removed; one a record names is kept."""
+    pidfile = tmp_path / "stray.pid"
+    stray = backend.create("90.1", cgroups.Limits())
+    proc = subprocess.Popen(
+        ["sh", "-c", f"read go; setsid sh -c 'echo $$ > {pidfile}; exec sleep 1000' &"],
+        stdin=subprocess.PIPE,
+    )
+    stray.add(proc.pid)
+    proc.communicate(b"go\n", timeout=30)
+    escaped = first_line(pidfile)
+    assert alive(escaped)
+    kept = new_record(store, 91)
+
+    async def go() -> None:
+        ex = SubprocessExecutor("node-a", cgroups=backend)
+        await ex.start(job(91, "sleep 1000"), kept)
+        handles = await SubprocessExecutor("node-a", cgroups=backend).recover([kept])
+        assert not alive(escaped)
+        assert not stray.exists()
+        assert RunCgroup(kept.cgroup).exists()
+        await asyncio.wait_for(handles[0].stop(grace_seconds=0.2), 30)
+
+    asyncio.run(go())

@@ -300,7 +300,20 @@ class SubprocessExecutor:
             if record.executor is not self.kind:
                 continue
             handles.append(ProcessHandle.adopt(record))
+        self._sweep({d for r in records for d in r.cgroup})
         return handles
+
+    def _sweep(self, named: set[str]) -> None:
+        """Kill and remove the run cgroups under this agent's base that no record
+        names: left by an agent killed between making one and saving its record,
+        or after a record was dropped. Only this agent's runs live there."""
+        if self.cgroups is None:
+            return
+        for cgroup in self.cgroups.runs():
+            if not named.intersection(cgroup.dirs):
+                if not cgroup.empty():
+                    log.warning("killing processes of a run no record names: %s", cgroup.dirs[0])
+                empty_now(cgroup)
 
     def describe_containment(self) -> str:
         """What start-up says of it: the cgroup version, where, and the limits enforced."""
