@@ -22,7 +22,7 @@ from pathlib import Path
 
 from machine import describe, speed_line
 
-from schedulearn.agent import cgroups
+from schedulearn.agent import cgroupmounts
 from schedulearn.agent.cgroups import CgroupBackend, CgroupError
 from schedulearn.agent.executors.process import SubprocessExecutor
 from schedulearn.agent.state import JobRecord, StateStore
@@ -62,7 +62,9 @@ def main() -> None:
         backend: CgroupBackend | None = None
         if name != "none":
             try:
-                backend = cgroups.detect("v1" if name == "v1" else "v2", f"bench.{time.time_ns()}")
+                backend = cgroupmounts.detect(
+                    "v1" if name == "v1" else "v2", f"bench.{time.time_ns()}"
+                )
             except CgroupError as exc:
                 print(f"{name}: not measured ({exc})")
                 continue

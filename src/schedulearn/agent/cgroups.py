@@ -26,16 +26,14 @@ directories alone (`RunCgroup(dirs)`), which the run's record keeps: a
 restarted agent and the lease guard (`agent.leaseguard`, standard
 library only, like this module) stop a run they did not start.
 
-`detect(mode, scope)` finds what this host mounts (`/proc/self/mountinfo`,
-`/proc/self/cgroup`) and makes the agent's base directory
-`<own cgroup>/schedulearn/<scope>`; it raises `CgroupError`, saying what
-to change, when the agent cannot make cgroups there.
+`agent.cgroupmounts.detect(mode, scope)` finds what this host mounts and
+makes the backend.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
+import logging
 import os
 import signal
 import time
@@ -43,6 +41,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from schedulearn.agent import devicefilter
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["auto", "v1", "v2"]
 # v1 hierarchies a run gets a directory in; the freezer is what makes a kill exact.
@@ -67,7 +67,8 @@ class Limits:
     denied_devices: tuple[tuple[int, int], ...] = ()
 
 
-def _write(path: str, text: str) -> None:
+def write(path: str, text: str) -> None:
+    """Write a cgroup file in one write(2), as the kernel wants it."""
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, text.encode())
@@ -75,7 +76,8 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def _read(path: str) -> str:
+def read(path: str) -> str:
+    """A cgroup file's text; \"\" when it is gone (a removed cgroup reads as empty)."""
     try:
         with open(path) as f:
             return f.read()
@@ -112,21 +114,21 @@ class RunCgroup:
     def add(self, pid: int) -> None:
         """Move process `pid` into every directory (before it runs the job)."""
         for d in self.dirs:
-            _write(os.path.join(d, "cgroup.procs"), str(pid))
+            write(os.path.join(d, "cgroup.procs"), str(pid))
 
     def pids(self) -> set[int]:
         found: set[int] = set()
         for d in self.dirs:
-            found.update(int(p) for p in _read(os.path.join(d, "cgroup.procs")).split())
+            found.update(int(p) for p in read(os.path.join(d, "cgroup.procs")).split())
         return found
 
     def empty(self) -> bool:
         for d in self.dirs:
-            events = _read(os.path.join(d, "cgroup.events"))
+            events = read(os.path.join(d, "cgroup.events"))
             if events:
                 if _keyed(events, "populated"):
                     return False
-            elif _read(os.path.join(d, "cgroup.procs")).strip():
+            elif read(os.path.join(d, "cgroup.procs")).strip():
                 return False
         return True
 
@@ -141,21 +143,21 @@ class RunCgroup:
         kill = self._find("cgroup.kill")
         if kill is not None:
             with contextlib.suppress(OSError):
-                _write(kill, "1")
+                write(kill, "1")
                 return
         freezer = self._find("freezer.state")
         if freezer is not None:
             with contextlib.suppress(OSError):
-                _write(freezer, "FROZEN")
+                write(freezer, "FROZEN")
             # Frozen within a few ms; a task in uninterruptible sleep may keep it
             # FREEZING, and the kill goes on regardless (the next round catches any fork).
             deadline = time.monotonic() + 0.5
-            while _read(freezer).strip() == "FREEZING" and time.monotonic() < deadline:
+            while read(freezer).strip() == "FREEZING" and time.monotonic() < deadline:
                 time.sleep(0.005)
         self.signal(signal.SIGKILL)
         if freezer is not None:
             with contextlib.suppress(OSError):
-                _write(freezer, "THAWED")
+                write(freezer, "THAWED")
 
     def kill_sync(self, timeout: float) -> bool:
         """Kill rounds until the cgroup is empty or `timeout` passes; whether it emptied."""
@@ -172,16 +174,16 @@ class RunCgroup:
         memory.oom_control on v1)."""
         events = self._find("memory.events")
         if events is not None:
-            return _keyed(_read(events), "oom_kill")
+            return _keyed(read(events), "oom_kill")
         control = self._find("memory.oom_control")
-        return _keyed(_read(control), "oom_kill") if control is not None else 0
+        return _keyed(read(control), "oom_kill") if control is not None else 0
 
     def memory_limit(self) -> int:
         """The memory limit in bytes (0: none)."""
         for name in ("memory.max", "memory.limit_in_bytes"):
             path = self._find(name)
             if path is not None:
-                text = _read(path).strip()
+                text = read(path).strip()
                 if text.isdigit() and int(text) < 1 << 62:
                     return int(text)
         return 0
@@ -200,6 +202,20 @@ class RunCgroup:
         for d in self.dirs:
             with contextlib.suppress(FileNotFoundError):
                 os.rmdir(d)
+
+    def finish(self) -> str:
+        """Remove the emptied cgroup, and say whether the OOM killer ended the run."""
+        oom = self.oom_message()
+        try:
+            self.remove()
+        except OSError as exc:
+            log.warning("could not remove the cgroup %s: %s", self.dirs[0], exc)
+        return oom
+
+    def empty_and_remove(self, timeout: float) -> str:
+        """Kill everything in it (blocking, up to `timeout`), remove it; `finish`'s message."""
+        self.kill_sync(timeout)
+        return self.finish()
 
 
 class CgroupBackend(Protocol):
@@ -257,7 +273,7 @@ class V1Cgroups:
     @staticmethod
     def _limit(controller: str, path: str, limits: Limits) -> None:
         def put(name: str, value: object) -> None:
-            _write(os.path.join(path, name), str(value))
+            write(os.path.join(path, name), str(value))
 
         if controller == "cpu" and limits.cpus > 0:
             put("cpu.cfs_period_us", CFS_PERIOD_US)
@@ -306,14 +322,14 @@ class V2Cgroups:
                 os.mkdir(path)
             if "cpu" in self.controllers and limits.cpus > 0:
                 quota = max(1000, int(limits.cpus * CFS_PERIOD_US))
-                _write(os.path.join(path, "cpu.max"), f"{quota} {CFS_PERIOD_US}")
+                write(os.path.join(path, "cpu.max"), f"{quota} {CFS_PERIOD_US}")
             if "memory" in self.controllers and limits.memory_bytes > 0:
-                _write(os.path.join(path, "memory.max"), str(limits.memory_bytes))
+                write(os.path.join(path, "memory.max"), str(limits.memory_bytes))
                 swap = os.path.join(path, "memory.swap.max")
                 if os.path.exists(swap):
-                    _write(swap, "0")
+                    write(swap, "0")
             if "pids" in self.controllers and limits.pids > 0:
-                _write(os.path.join(path, "pids.max"), str(limits.pids))
+                write(os.path.join(path, "pids.max"), str(limits.pids))
             if "devices" in self.enforced and limits.denied_devices:
                 devicefilter.deny(path, limits.denied_devices)
         except OSError as exc:
@@ -348,113 +364,3 @@ def _remove_base(base: str) -> None:
             os.rmdir(path)
         except OSError:
             return
-
-
-# --- finding what the host mounts ---------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    fstype: str  # "cgroup" or "cgroup2"
-    root: str  # the cgroup the mount shows as its top
-    point: str
-    options: frozenset[str]
-
-
-def mounts(mountinfo: str) -> list[Mount]:
-    found = []
-    for line in mountinfo.splitlines():
-        head, sep, tail = line.partition(" - ")
-        fields, rest = head.split(), tail.split()
-        if not sep or len(fields) < 5 or len(rest) < 3 or rest[0] not in ("cgroup", "cgroup2"):
-            continue
-        found.append(Mount(rest[0], fields[3], fields[4], frozenset(rest[2].split(","))))
-    return found
-
-
-def own_cgroups(proc_cgroup: str) -> dict[str, str]:
-    """The agent's cgroup per v1 controller, and under "" its v2 one."""
-    own: dict[str, str] = {}
-    for line in proc_cgroup.splitlines():
-        _, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        for c in controllers.split(",") if controllers else [""]:
-            own[c] = path
-    return own
-
-
-def _inside(mount: Mount, own: str) -> str:
-    relative = own[len(mount.root) :] if own.startswith(mount.root) else own
-    return os.path.join(mount.point, relative.lstrip("/"))
-
-
-def _make_base(path: str) -> None:
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise CgroupError(
-            f"cannot make cgroups under {os.path.dirname(path)} ({exc.strerror}): start the "
-            "agent as root (or with that cgroup delegated to its user), or pass --no-cgroups "
-            "to run jobs without containment"
-        ) from exc
-
-
-def detect(mode: Mode, scope: str, mountinfo: str | None = None) -> CgroupBackend:
-    """The backend for this host: v2 when the unified hierarchy is the main one (or
-    `mode` says v2), else the v1 controllers; the base is `<own>/schedulearn/<scope>`."""
-    if mountinfo is None:
-        mountinfo = _read("/proc/self/mountinfo")
-    found = mounts(mountinfo)
-    own = own_cgroups(_read("/proc/self/cgroup"))
-    unified = next((m for m in found if m.fstype == "cgroup2"), None)
-    v1 = {c: m for m in found if m.fstype == "cgroup" for c in m.options if c in V1_CONTROLLERS}
-    pure_v2 = unified is not None and unified.point == "/sys/fs/cgroup"
-    if mode == "v2" or (mode == "auto" and (pure_v2 or (unified is not None and not v1))):
-        if unified is None:
-            raise CgroupError("no cgroup2 hierarchy is mounted; pass --cgroups v1 or auto")
-        return _v2(unified, own.get("", "/"), scope)
-    if not v1:
-        raise CgroupError(
-            "no cgroup hierarchy is mounted (neither cgroup2 nor the v1 controllers); mount "
-            "one, or pass --no-cgroups to run jobs without containment"
-        )
-    if "freezer" not in v1:
-        raise CgroupError("the v1 freezer controller is not mounted; mount it or use cgroup v2")
-    bases = {}
-    for c in V1_CONTROLLERS:
-        if c in v1:
-            base = os.path.join(_inside(v1[c], own.get(c, "/")), "schedulearn", scope)
-            _make_base(base)
-            bases[c] = base
-    return V1Cgroups(bases)
-
-
-def _v2(unified: Mount, own: str, scope: str) -> V2Cgroups:
-    top = _inside(unified, own)
-    offered = frozenset(_read(os.path.join(top, "cgroup.controllers")).split())
-    wanted = [c for c in V2_CONTROLLERS if c in offered]
-    mine = os.path.join(top, "schedulearn")
-    base = os.path.join(mine, scope)
-    _make_base(base)
-    for parent in (top, mine, base):
-        if not wanted:
-            break
-        try:
-            _enable(parent, wanted)
-        except OSError as exc:
-            if exc.errno != errno.EBUSY or parent != top:
-                raise CgroupError(f"cannot enable {wanted} in {parent}: {exc}") from exc
-            # The no-internal-process rule: the agent's own cgroup holds processes
-            # (the agent's); they move to a leaf beside the runs, then it can hand down.
-            leaf = os.path.join(top, "agent")
-            os.makedirs(leaf, exist_ok=True)
-            for pid in _read(os.path.join(top, "cgroup.procs")).split():
-                with contextlib.suppress(OSError):
-                    _write(os.path.join(leaf, "cgroup.procs"), pid)
-            _enable(parent, wanted)
-    handed = frozenset(_read(os.path.join(base, "cgroup.controllers")).split())
-    return V2Cgroups(base, handed, devices=not devicefilter.works(base))
-
-
-def _enable(parent: str, controllers: list[str]) -> None:
-    _write(os.path.join(parent, "cgroup.subtree_control"), " ".join(f"+{c}" for c in controllers))

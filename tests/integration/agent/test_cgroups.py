@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from dependencies import need_root
-from schedulearn.agent import cgroups
+from schedulearn.agent import cgroupmounts, cgroups
 from schedulearn.agent.cgroups import CgroupBackend, CgroupError, RunCgroup, V1Cgroups
 from schedulearn.agent.executors.base import OutputLine
 from schedulearn.agent.executors.process import ProcessHandle, SubprocessExecutor
@@ -48,7 +48,7 @@ def _as_root() -> None:
 
 def _backend(version: str, tmp_path: Path) -> CgroupBackend:
     try:
-        return cgroups.detect("v1" if version == "v1" else "v2", f"test.{tmp_path.name[-20:]}")
+        return cgroupmounts.detect("v1" if version == "v1" else "v2", f"test.{tmp_path.name[-20:]}")
     except CgroupError as exc:
         if version == "v2":
             pytest.skip(f"no cgroup2 hierarchy here: {exc}")

@@ -1,11 +1,11 @@
 """How the agent reads what cgroups a host mounts and where its own cgroup is
-(`agent.cgroups.mounts`, `own_cgroups`), from the files' real formats: a v1 host
+(`agent.cgroupmounts.mounts`, `own_cgroups`), from the files' real formats: a v1 host
 with an empty v2 `unified` hierarchy (this CI's machines), a pure v2 host, and a
 container whose cgroup namespace shows its own cgroup as the mount's root."""
 
 from __future__ import annotations
 
-from schedulearn.agent.cgroups import Mount, _inside, mounts, own_cgroups
+from schedulearn.agent.cgroupmounts import Mount, _inside, mounts, own_cgroups
 
 HYBRID = """\
 22 21 0:20 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755

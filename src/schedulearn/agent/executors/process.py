@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import math
 import os
@@ -74,8 +73,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import BinaryIO
 
-from schedulearn.agent import accounts, cgroups, jobenv
-from schedulearn.agent.accounts import Account, JobsAs
+from schedulearn.agent import accounts, cgroupmounts, cgroups, jobenv
+from schedulearn.agent.accounts import Account
 from schedulearn.agent.cgroups import CgroupBackend, CgroupError, Limits, RunCgroup
 from schedulearn.agent.config import AgentConfig
 from schedulearn.agent.executors import holes
@@ -109,6 +108,8 @@ GATED_SHIM = "read -r go || exit 125; exec </dev/null; " + SHIM
 KILL_PAUSE = 0.01
 KILL_PAUSE_MAX = 0.5
 STUCK_LOG_SECONDS = 30.0
+# How long a cgroup is killed at outside the agent's loop before giving up on it.
+EMPTY_NOW_SECONDS = 10.0
 # How often a running job's log files are read; the exit wakes the reader at once.
 POLL_SECONDS = 0.1
 READ_CHUNK = 1 << 20
@@ -313,7 +314,7 @@ class SubprocessExecutor:
             if not named.intersection(cgroup.dirs):
                 if not cgroup.empty():
                     log.warning("killing processes of a run no record names: %s", cgroup.dirs[0])
-                empty_now(cgroup)
+                cgroup.empty_and_remove(EMPTY_NOW_SECONDS)
 
     def describe_containment(self) -> str:
         """What start-up says of it: the cgroup version, where, and the limits enforced."""
@@ -390,7 +391,7 @@ class ProcessHandle:
         if record.pid is None:
             # A gated shim saw its pipe close and ran nothing; empty its cgroup anyway.
             if record.cgroup:
-                empty_now(RunCgroup(record.cgroup))
+                RunCgroup(record.cgroup).empty_and_remove(EMPTY_NOW_SECONDS)
             return cls(
                 record, None, ExitStatus(None, "the agent stopped while it was starting the job")
             )
@@ -447,7 +448,8 @@ class ProcessHandle:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # built outside the agent's loop: empty it here and now
-            self._end(ExitStatus(code, _with_oom(empty_now(self.cgroup), message)))
+            oom = self.cgroup.empty_and_remove(EMPTY_NOW_SECONDS)
+            self._end(ExitStatus(code, f"{oom}; {message}" if oom and message else oom or message))
             return
         self._emptying = loop.create_task(self._empty_then_end(self.cgroup, code, message))
 
@@ -467,7 +469,8 @@ class ProcessHandle:
                     cgroup.dirs[0],
                 )
                 stuck_since = time.monotonic()
-        self._end(ExitStatus(code, _with_oom(_remove(cgroup), message)))
+        oom = cgroup.finish()
+        self._end(ExitStatus(code, f"{oom}; {message}" if oom and message else oom or message))
 
     def _end(self, status: ExitStatus) -> None:
         self._status = status
@@ -610,25 +613,6 @@ class _FileTail:
             self._writer = None
 
 
-def empty_now(cgroup: RunCgroup) -> str:
-    """Kill everything in `cgroup` (blocking, bounded) and remove it; its OOM message."""
-    cgroup.kill_sync(10.0)
-    return _remove(cgroup)
-
-
-def _remove(cgroup: RunCgroup) -> str:
-    oom = cgroup.oom_message()
-    try:
-        cgroup.remove()
-    except OSError as exc:
-        log.warning("could not remove the cgroup %s: %s", cgroup.dirs[0], exc)
-    return oom
-
-
-def _with_oom(oom: str, message: str) -> str:
-    return f"{oom}; {message}" if oom and message else oom or message
-
-
 def _open_log(path: str) -> int:
     """An output file for appending, the agent's and 0600 (the job gets the descriptor)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -661,28 +645,14 @@ def build(config: AgentConfig) -> SubprocessExecutor:
         default_workdir=config.workdir,
         path=config.job_path,
         node_env=config.job_env,
-        cgroups=containment(config),
+        cgroups=_containment(config),
         pids_max=config.job_pids_max,
         gpu_devices=device_numbers(config.gpu_devices),
     )
 
 
-def containment(config: AgentConfig) -> CgroupBackend | None:
-    """Where this agent's runs get their cgroups (None: `--no-cgroups`, or an agent
-    running jobs as itself that may make none)."""
-    if config.cgroups == "off":
-        return None
-    # Runs of two agents on one host (tests, several state directories) never share a name.
-    scope = f"{config.name}.{hashlib.sha1(str(config.state_dir).encode()).hexdigest()[:8]}"
+def _containment(config: AgentConfig) -> CgroupBackend | None:
     try:
-        return cgroups.detect(config.cgroups, scope)
+        return cgroupmounts.for_agent(config)
     except CgroupError as exc:
-        if config.jobs_as is JobsAs.OWNER or config.cgroups != "auto":
-            raise StartError(
-                f"{exc}. Jobs run as their owners must be contained: each run is its "
-                "cgroup (docs/security.md); pass --no-cgroups only on a host you trust them on"
-                if config.jobs_as is JobsAs.OWNER
-                else str(exc)
-            ) from exc
-        log.warning("no cgroups for jobs (%s): runs are process groups, uncontained", exc)
-        return None
+        raise StartError(str(exc)) from exc
