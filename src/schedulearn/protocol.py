@@ -400,6 +400,12 @@ class CapabilitiesPublic(CapabilitiesReport, _Reply):
     model_config = ConfigDict(extra="ignore")
 
 
+CONTAINMENT_DESCRIPTION = (
+    "What confines the node's process jobs: cgroup v1, cgroup v2, container (an agent "
+    "offering containers only), none (--no-cgroups); empty from an older agent"
+)
+
+
 class NodeRegistration(_Request):
     name: str = Field(min_length=1, max_length=200)
     address: str = Field(
@@ -414,6 +420,7 @@ class NodeRegistration(_Request):
         description="None from an agent older than capabilities: derived from executors",
     )
     running: list[RunningJobReport] = Field(default_factory=list)
+    containment: str = Field(default="", max_length=100, description=CONTAINMENT_DESCRIPTION)
 
     @model_validator(mode="after")
     def _distinct_gpus(self) -> NodeRegistration:
@@ -586,6 +593,12 @@ class JobEvent(_Request):
         description="An exit: the run ended before any stop order reached it, so its exit "
         "code is its own even if the server has begun preempting the job meanwhile",
     )
+
+
+# An exit report's message starts with this when the kernel's OOM killer ended
+# the run in its memory limit ("out of memory: limit 8 GB"): the server makes
+# it the job's reason instead of the bare exit code the kill leaves.
+OOM_MESSAGE_PREFIX = "out of memory"
 
 
 class JobEventReport(JobEvent):
@@ -967,6 +980,7 @@ class NodePublic(_Reply):
         default=False,
         description="Drained by an admin: its running jobs go on, no new job starts there",
     )
+    containment: str = Field(default="", description=CONTAINMENT_DESCRIPTION)
 
 
 _declare(NodePublic, NodeView, Role.SUBMITTED, Role.KEPT)

@@ -20,6 +20,7 @@ import platformdirs
 from schedulearn.agent.accounts import JobsAs
 from schedulearn.protocol import Executor
 
+CgroupMode = Literal["auto", "v1", "v2", "off"]
 GpuMode = Literal["auto", "device-requests", "env"]
 """How job containers get their GPUs: NVIDIA device requests, or
 NVIDIA_VISIBLE_DEVICES; `auto` picks by whether the engine has the NVIDIA runtime."""
@@ -70,6 +71,15 @@ class AgentConfig:
     max_concurrent_starts: int = 4
     max_starts_per_second: float = 500.0
     start_burst: int = 32
+    # Containment of process jobs (`agent.cgroups`): which cgroup version ("auto":
+    # what the host mounts), or "off" (`--no-cgroups`); each run's pids limit.
+    cgroups: CgroupMode = "auto"
+    job_pids_max: int = 4096
+    # Each GPU's device node by index (`GpuSource.device_paths`, filled in when
+    # the agent is built): a run may open its own GPUs' nodes only.
+    gpu_devices: dict[int, str] = field(default_factory=dict)
+    # Where virtual GPUs' device nodes are (`DIR/nvidiaN`; tests make them with mknod).
+    gpu_device_dir: str | None = None
     # A one-time join token from `schedulearn node add`, exchanged at start.
     join_token: str | None = field(default=None, repr=False)
 

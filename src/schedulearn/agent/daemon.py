@@ -95,6 +95,14 @@ class Agent:
         self.gpus = gpus
         self.executors = executors
         check_jobs_as(config)
+        # What confines process jobs here (the node reports it; `schedulearn nodes`
+        # shows it): their executor's cgroups, else the container engine's.
+        first = executors.get(Executor.SUBPROCESS) or next(iter(executors.values()), None)
+        self.containment = first.containment if first is not None else "none"
+        for executor in executors.values():
+            describe = getattr(executor, "describe_containment", None)
+            if describe is not None:
+                log.info("containment of %s jobs: %s", executor.kind.value, describe())
         self.capabilities = registry.capabilities(
             executors.values(), config.labels, self._accounts()
         )
@@ -139,11 +147,12 @@ class Agent:
             if stop.is_set():
                 return
             log.info(
-                "agent %s registered with %s: %d GPUs, executors %s",
+                "agent %s registered with %s: %d GPUs, executors %s, containment %s",
                 self.config.name,
                 self.config.server,
                 len(self.gpus.inventory()),
                 ",".join(e.value for e in self.executors),
+                self.containment,
             )
             tasks = [asyncio.create_task(self._guard(self._poll_loop()), name="poll")]
             heartbeat = self._heartbeat_thread()
@@ -336,6 +345,7 @@ class Agent:
             executors=list(self.executors),
             capabilities=CapabilitiesReport.model_validate(self.capabilities.as_dict()),
             running=running,
+            containment=self.containment,
         )
 
     async def _register(
@@ -613,6 +623,7 @@ class _Unoffered:
 
     runs = ExecutorKind.PROCESS
     runtime = ""
+    containment = "none"
 
     def __init__(self, kind: Executor, node: str) -> None:
         self.kind = kind

@@ -16,7 +16,9 @@ simulator's throughput tables use (`a100-80gb`, `gtx-1080-ti`, `v100`).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -32,6 +34,11 @@ class GpuSource(Protocol):
     def inventory(self) -> list[GpuInfo]: ...
 
     def sample(self) -> list[GpuSample]: ...
+
+    def device_paths(self) -> dict[int, str]:
+        """Each GPU's device node by index (`/dev/nvidiaN`), for the agent's device
+        rules: a run may open its own GPUs' nodes and no other GPU's."""
+        ...
 
     def close(self) -> None: ...
 
@@ -109,6 +116,9 @@ class VirtualGpus:
     memory_mb: int = 0
     node_name: str = "node"
     kind: str = "virtual"
+    # Where their device nodes are (`DIR/nvidiaN`, made by the admin or a test
+    # with `mknod DIR/nvidiaN c 195 N`); None: they have none.
+    device_dir: str | None = None
 
     def inventory(self) -> list[GpuInfo]:
         return [
@@ -123,6 +133,11 @@ class VirtualGpus:
 
     def sample(self) -> list[GpuSample]:
         return [GpuSample(index=i) for i in range(self.count)]
+
+    def device_paths(self) -> dict[int, str]:
+        if self.device_dir is None:
+            return {}
+        return {i: f"{self.device_dir}/nvidia{i}" for i in range(self.count)}
 
     def close(self) -> None:
         return None
@@ -193,6 +208,13 @@ class NvmlGpus:
             samples.append(GpuSample(index=index, utilization_pct=util, memory_used_mb=used))
         return samples
 
+    def device_paths(self) -> dict[int, str]:
+        paths = {}
+        for index, handle in enumerate(self._handles):
+            with contextlib.suppress(self._nvml.NVMLError):
+                paths[index] = f"/dev/nvidia{self._nvml.nvmlDeviceGetMinorNumber(handle)}"
+        return paths
+
     def close(self) -> None:
         with contextlib.suppress(self._nvml.NVMLError):
             self._nvml.nvmlShutdown()
@@ -206,8 +228,26 @@ def _text(value: str | bytes) -> str:
 # --- choosing --------------------------------------------------------------
 
 
+def device_numbers(paths: dict[int, str]) -> dict[int, tuple[int, int]]:
+    """Each GPU's (major, minor) device number, read from its node; a path that is
+    missing or no character device is left out (a device rule needs the numbers)."""
+    numbers = {}
+    for index, path in paths.items():
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode):
+            numbers[index] = (os.major(st.st_rdev), os.minor(st.st_rdev))
+    return numbers
+
+
 def discover_gpus(
-    declared: int | None, gpu_type: str | None, node_name: str, use_nvml: bool = True
+    declared: int | None,
+    gpu_type: str | None,
+    node_name: str,
+    use_nvml: bool = True,
+    device_dir: str | None = None,
 ) -> GpuSource:
     """The GPU source for this agent.
 
@@ -218,7 +258,9 @@ def discover_gpus(
     if declared is not None:
         if declared < 0:
             raise GpuDiscoveryError(f"--gpus must be 0 or more, not {declared}")
-        return VirtualGpus(declared, gpu_type or "virtual", node_name=node_name)
+        return VirtualGpus(
+            declared, gpu_type or "virtual", node_name=node_name, device_dir=device_dir
+        )
     if use_nvml:
         nvml = NvmlGpus.open(type_override=gpu_type)
         if nvml is not None:

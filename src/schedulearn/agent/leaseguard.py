@@ -9,10 +9,14 @@ process (its own session, standard library only) and writes its lease
 to `STATE_DIR/lease` at every renewal (`agent.lease`). The guard sleeps
 until the lease's end, reads the file again (renewed: sleep on), and
 when it has lapsed stops every run the agent's records list whose shim
-still runs: it marks the run's directory (`lease_stopped`), sends
-SIGTERM to the run's process group, waits the lease's grace, then sends
-SIGKILL. Whether the agent is frozen, killed or only cut off from the
-server makes no difference: the guard does not ask it.
+still runs or whose cgroup still has a process: it marks the run's
+directory (`lease_stopped`), sends SIGTERM to the run's process group and
+to every member of its cgroup, waits the lease's grace, then kills the
+whole cgroup (`agent.cgroups`: freeze, SIGKILL each member, thaw; or
+`cgroup.kill`) until it is empty, and removes it. So a child that left
+the job's session (`setsid`) ends with it. Whether the agent is frozen,
+killed or only cut off from the server makes no difference: the guard
+does not ask it.
 
 One guard per state directory (an exclusive `flock` on
 `STATE_DIR/lease.guard`; a second one waits for the first to end). It
@@ -41,11 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schedulearn.agent import lease as leases
+from schedulearn.agent.cgroups import RunCgroup
 
 LOCK_FILE = "lease.guard"
 LOG_FILE = "leaseguard.log"
 # Longest sleep between two reads of the lease file: a renewal is seen within it.
 LONGEST_NAP = 1.0
+# How long one stop keeps killing a cgroup's members before looking at the lease again.
+KILL_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +64,8 @@ class Run:
     job_dir: str
     pid: int | None
     container_id: str | None
+    # The run's cgroup directories (none: an agent without cgroups, or a container).
+    cgroup: tuple[str, ...] = ()
 
     @property
     def exit_file(self) -> Path:
@@ -82,6 +91,7 @@ def runs(state_dir: Path) -> list[Run]:
                         str(data["job_dir"]),
                         data.get("pid"),
                         data.get("container_id"),
+                        tuple(str(d) for d in data.get("cgroup") or ()),
                     )
                 )
             except (ValueError, KeyError, TypeError, AttributeError):
@@ -101,12 +111,20 @@ def shim_alive(run: Run) -> bool:
     return os.fsencode(str(run.exit_file)) in argv
 
 
+def cgroup_busy(run: Run) -> bool:
+    """Whether a process is left in the run's cgroup (the shim's, or one that escaped it)."""
+    return bool(run.cgroup) and not RunCgroup(run.cgroup).empty()
+
+
 def running(found: list[Run]) -> list[Run]:
-    """The runs still to stop: a process whose shim runs, a container not stopped yet."""
+    """The runs still to stop: a process whose shim runs or whose cgroup is not
+    empty, a container not stopped yet."""
     return [
         r
         for r in found
-        if shim_alive(r) or (r.container_id and not leases.stopped_by_lease(r.job_dir))
+        if shim_alive(r)
+        or cgroup_busy(r)
+        or (r.container_id and not leases.stopped_by_lease(r.job_dir))
     ]
 
 
@@ -128,18 +146,31 @@ def stop(found: list[Run], grace: float, log: _Log) -> None:
         if run.container_id:
             log.write(f"lease lapsed: stopping container of job {run.job_id}.{run.attempt}")
             _stop_container(run.container_id, grace, log)
-        elif run.pid is not None:
+        elif run.pid is not None or run.cgroup:
             log.write(f"lease lapsed: SIGTERM to job {run.job_id}.{run.attempt} (pid {run.pid})")
-            _signal_group(run.pid, signal.SIGTERM)
+            if run.pid is not None:
+                _signal_group(run.pid, signal.SIGTERM)
+            if run.cgroup:
+                RunCgroup(run.cgroup).signal(signal.SIGTERM)
             processes.append(run)
     deadline = time.monotonic() + grace
     while processes and time.monotonic() < deadline:
         time.sleep(0.05)
-        processes = [r for r in processes if shim_alive(r)]
+        processes = [r for r in processes if shim_alive(r) or cgroup_busy(r)]
     for run in processes:
         log.write(f"job {run.job_id}.{run.attempt} outlived its grace ({grace:g}s): SIGKILL")
-        assert run.pid is not None
-        _signal_group(run.pid, signal.SIGKILL)
+        if run.pid is not None:
+            _signal_group(run.pid, signal.SIGKILL)
+    for run in found:
+        if not run.cgroup:
+            continue
+        cgroup = RunCgroup(run.cgroup)
+        if not cgroup.kill_sync(KILL_SECONDS):
+            log.write(f"the cgroup of job {run.job_id}.{run.attempt} is not empty yet")
+            continue
+        # Emptied: removed here (a restarted agent finds it gone, and the run ended).
+        with contextlib.suppress(OSError):
+            cgroup.remove()
 
 
 def _stop_container(container_id: str, grace: float, log: _Log) -> None:

@@ -9,11 +9,12 @@ Set-up errors (no Docker engine, a bad `--gpus`) are raised as
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 
 from schedulearn.agent.config import AgentConfig
-from schedulearn.agent.daemon import Agent, AgentError
+from schedulearn.agent.daemon import Agent, AgentError, check_jobs_as
 from schedulearn.agent.executors import registry
 from schedulearn.agent.executors.base import ExecutorImpl, StartError
 from schedulearn.agent.gpus import GpuDiscoveryError, GpuSource, discover_gpus
@@ -36,11 +37,18 @@ def build_executors(config: AgentConfig) -> dict[Executor, ExecutorImpl]:
 
 
 def build_agent(config: AgentConfig, gpus: GpuSource | None = None) -> Agent:
+    # Before the executors: whether the agent may run jobs as their owners at all
+    # is the first thing to say (its cgroups are looked for next).
+    check_jobs_as(config)
     if gpus is None:
         try:
-            gpus = discover_gpus(config.gpus, config.gpu_type, config.name)
+            gpus = discover_gpus(
+                config.gpus, config.gpu_type, config.name, device_dir=config.gpu_device_dir
+            )
         except GpuDiscoveryError as exc:
             raise AgentError(str(exc)) from exc
+    # The executors' device rules need each GPU's device node.
+    config = dataclasses.replace(config, gpu_devices=gpus.device_paths())
     return Agent(config, gpus, build_executors(config))
 
 

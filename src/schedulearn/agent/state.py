@@ -71,6 +71,8 @@ class JobRecord:
     pid: int | None = None
     # Docker executor.
     container_id: str | None = None
+    # Subprocess executor with cgroups: the run's cgroup directories (`agent.cgroups`).
+    cgroup: list[str] = field(default_factory=list)
     # Reporting progress, advanced only on the server's acknowledgement.
     started_acked: bool = False
     next_seq: int = 0

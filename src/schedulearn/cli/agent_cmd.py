@@ -44,6 +44,12 @@ class GpuModeOption(StrEnum):
     ENV = "env"
 
 
+class CgroupOption(StrEnum):
+    AUTO = "auto"
+    V1 = "v1"
+    V2 = "v2"
+
+
 class JobsAsOption(StrEnum):
     OWNER = "owner"
     AGENT = "agent"
@@ -187,6 +193,33 @@ def agent(
             "own user (the default otherwise)"
         ),
     ] = None,
+    cgroups: Annotated[
+        CgroupOption,
+        typer.Option(
+            help="Containment of process jobs: each run is its own cgroup (cpus, memory, "
+            "pids and GPU device limits); auto uses v2 where it is the host's hierarchy, "
+            "else the v1 controllers"
+        ),
+    ] = CgroupOption.AUTO,
+    no_cgroups: Annotated[
+        bool,
+        typer.Option(
+            "--no-cgroups",
+            help="Run process jobs uncontained, as process groups (the node reports "
+            "containment none); only where every job's owner is trusted",
+        ),
+    ] = False,
+    job_pids_max: Annotated[
+        int,
+        typer.Option(min=0, help="Most processes and threads one run may have (0: no limit)"),
+    ] = 4096,
+    gpu_device_dir: Annotated[
+        Path | None,
+        typer.Option(
+            hidden=True,
+            help="Device nodes of the virtual GPUs (DIR/nvidiaN), for tests of device rules",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error")] = "info",
     log_disk_max_bytes: Annotated[
         int,
@@ -309,6 +342,9 @@ def agent(
         stop_jobs_on_exit=stop_jobs_on_exit,
         jobs_as=jobs_as,
         log_disk_max_bytes=log_disk_max_bytes,
+        cgroups="off" if no_cgroups else cgroups.value,
+        job_pids_max=job_pids_max,
+        gpu_device_dir=str(gpu_device_dir) if gpu_device_dir is not None else None,
     )
     # Which `python` and PATH jobs get, said before anything runs (issue: a
     # job's interpreter used to be whatever PATH the agent happened to have).

@@ -59,6 +59,8 @@ NODE_COLUMNS: list[Column[NodePublic]] = [
     Column("memory", "MEMORY", lambda n: f"{n.memory_gb:g}G", drop=3),
     Column("runs", "RUNS", lambda n: _runs(n.capabilities), drop=6),
     Column("labels", "LABELS", lambda n: ",".join(n.capabilities.labels) or "-", drop=7),
+    # What confines its jobs (cgroup v1/v2, none): a node running jobs uncontained shows it.
+    Column("containment", "CONTAINMENT", lambda n: n.containment or "-", drop=8),
     Column("holders", "HOLDERS", _holders, shrink=True, min_width=7, drop=2),
 ]
 

@@ -200,6 +200,10 @@ class NodeView:
     # Drained by an admin (`schedulearn nodes drain`): its running jobs go on,
     # no new job starts there (core.eligibility treats it as unavailable).
     drained: bool = field(default=False, metadata=KEPT)
+    # What confines the node's process jobs, as its agent reports it: "cgroup v1",
+    # "cgroup v2", "container" (an agent offering containers only), or "none"
+    # (`--no-cgroups`); "" from an agent older than this field.
+    containment: str = field(default="", metadata=SUBMITTED)
     # Derived in __post_init__; policies read it on every pass, so compute once.
     free_gpu_indices: tuple[int, ...] = field(init=False, default=(), metadata=VIEW)
 

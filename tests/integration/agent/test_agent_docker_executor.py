@@ -302,3 +302,44 @@ def test_gpus_go_as_device_requests_and_an_engine_without_them_says_what_to_chan
             ex.client.close()
 
     run(go())
+
+
+def test_a_container_gets_the_runs_limits_and_an_oom_ends_with_its_reason(
+    engine_url: str | None, node_name: str, store: StateStore, docker_image: str
+) -> None:
+    """Containers keep the engine's cgroup, with the limits a process run gets
+    (issue 33): CPU quota, memory (swap included), pids; and the OOM reason."""
+    executor = DockerExecutor(node_name, base_url=engine_url, pids_max=50)
+    try:
+        # The OOM is tried on Docker only: Podman's Docker-compatible API does not say
+        # OOMKilled here (cgroup v1; its OOM ends as a plain 137, docs/security.md), and
+        # its conmon drops an `oom` file in the working directory of its service.
+        on_docker = engine_url is None
+
+        async def go() -> None:
+            # `dd` reads into a 256 MiB buffer: over a 64 MiB limit.
+            command = "dd if=/dev/zero of=/dev/null bs=256M count=1" if on_docker else "true"
+            hog = job(docker_image, 41, command, cpus=0.5, memory_gb=0.0625)
+            handle = await executor.start(hog, new_record(store, 41))
+            assert handle.record.container_id is not None
+            host = executor.client.api.inspect_container(handle.record.container_id)["HostConfig"]
+            assert host["NanoCpus"] == 500_000_000
+            assert host["Memory"] == host["MemorySwap"] == 64 * 1024**2
+            assert host["PidsLimit"] == 50
+            status = await handle.wait()
+            if not on_docker:
+                return
+            assert status.exit_code == 137
+            assert status.message == "out of memory: limit 0.06 GB"
+            # Within its limit the same job is no OOM.
+            fits = job(docker_image, 42, "dd if=/dev/zero of=/dev/null bs=16M count=1")
+            status = await (await executor.start(fits, new_record(store, 42))).wait()
+            assert (status.exit_code, status.message) == (0, "")
+
+        run(go())
+    finally:
+        for c in executor.client.containers.list(
+            all=True, filters={"label": f"schedulearn.node={node_name}"}
+        ):
+            c.remove(force=True)
+        executor.client.close()

@@ -90,6 +90,9 @@ class ExecutorImpl(Protocol):
     # container runtime it reached ("" for an executor that needs none).
     runs: ExecutorKind
     runtime: str
+    # What confines its runs, as the node reports it: "cgroup v1", "cgroup v2",
+    # "container" (the engine's own cgroup), or "none".
+    containment: str
 
     async def start(
         self, assignment: Assignment, record: JobRecord, account: Account | None = None

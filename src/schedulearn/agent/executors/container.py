@@ -128,6 +128,7 @@ class DockerExecutor:
 
     kind = Executor.DOCKER
     runs = ExecutorKind.CONTAINER
+    containment = "container"
 
     def __init__(
         self,
@@ -138,8 +139,11 @@ class DockerExecutor:
         init: bool = True,
         ulimits: dict[str, tuple[int, int]] | None = None,
         node_env: dict[str, str] | None = None,
+        pids_max: int = 0,
     ) -> None:
         self.node_name = node_name
+        # Each container's pids limit (the agent's --job-pids-max, as process runs get).
+        self.pids_max = pids_max
         # The agent's `--env`: under the job's own env (PATH etc. are the image's).
         self.node_env = dict(node_env or {})
         self.network_mode = network_mode
@@ -229,6 +233,10 @@ class DockerExecutor:
             options["nano_cpus"] = int(assignment.cpus * 1e9)
         if assignment.memory_gb > 0:
             options["mem_limit"] = int(assignment.memory_gb * 1024**3)
+            # Swap counts in the limit: a job cannot page out past it.
+            options["memswap_limit"] = options["mem_limit"]
+        if self.pids_max > 0:
+            options["pids_limit"] = self.pids_max
         if self.ulimits:
             options["ulimits"] = [
                 Ulimit(name=n, soft=s, hard=h) for n, (s, h) in self.ulimits.items()
@@ -394,13 +402,28 @@ class ContainerHandle:
         for _ in range(1000):
             try:
                 result = self.client.api.wait(self.container_id)
-                return ExitStatus(int(result.get("StatusCode", -1)))
+                return ExitStatus(int(result.get("StatusCode", -1)), self._oom_message())
             except docker.errors.NotFound:
                 return ExitStatus(None, "the job's container was removed while it ran")
             except Exception as exc:  # the engine restarted or the socket broke
                 log.warning("waiting for container %s: %s", self.container_id[:12], exc)
                 time.sleep(1.0)
         return ExitStatus(None, "lost contact with the container engine")
+
+    def _oom_message(self) -> str:
+        """ "out of memory: limit 8 GB" when the engine says the OOM killer acted in the
+        container (its own cgroup, limited by `mem_limit`), else ""."""
+        assert self.container_id is not None
+        try:
+            info = self.client.api.inspect_container(self.container_id)
+        except docker.errors.DockerException:
+            return ""
+        if not (info.get("State") or {}).get("OOMKilled"):
+            return ""
+        limit = int((info.get("HostConfig") or {}).get("Memory") or 0)
+        if not limit:
+            return "out of memory"
+        return f"out of memory: limit {round(limit / 1024**3, 2):g} GB"
 
     async def stop(self, grace_seconds: float) -> None:
         if self._status is not None or self.container_id is None:
@@ -503,4 +526,5 @@ def build(config: AgentConfig) -> DockerExecutor:
         init=config.container_init,
         ulimits=config.container_ulimits,
         node_env=config.job_env,
+        pids_max=config.job_pids_max,
     )

@@ -39,11 +39,24 @@ less `SCHEDULEARN_*`, with the job PATH (`--path`, else this interpreter's
 directory first, so a job's `python` is the agent's), the account's
 variables, then the launch plan's (`--env`, the job's env, Schedulearn's).
 
+Containment (`agent.cgroups`): each run gets its own cgroup, with the
+run's `cpus` as a CPU quota, `memory_gb` as a memory limit, the agent's
+pids limit, and no access to the node's other GPUs' device nodes. The
+shim starts gated (`GATED_SHIM`: it reads one line from a pipe before
+anything else); the agent moves it into the cgroup and only then opens
+the gate, so nothing of the job ever runs outside it. A job's processes
+are then exactly the cgroup's members, whatever sessions they make
+(`setsid`). An agent without cgroups (`--no-cgroups`, or none it may
+make) runs the shim ungated, and a run is its process group.
+
 Exit is observed through a pidfd, which works for a child and for a
-re-adopted process alike. Cancel: SIGTERM to the whole group, a grace
-period, then SIGKILL of the group. When the job ends, stray processes
-left in its group are killed too: they would hold GPUs the scheduler is
-about to give to the next job.
+re-adopted process alike. Cancel: SIGTERM to the whole cgroup (and the
+group), a grace period, then SIGKILL of all of it. When the shim ends,
+whatever is left in the cgroup is killed (freeze, kill, thaw; or
+`cgroup.kill`) and the run counts as ended only once the cgroup is
+empty: a stray would hold GPUs the scheduler is about to give to the
+next job. A run the kernel's OOM killer hit ends with the message "out
+of memory: limit N GB".
 """
 
 from __future__ import annotations
@@ -60,8 +73,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import BinaryIO
 
-from schedulearn.agent import accounts, jobenv
+from schedulearn.agent import accounts, cgroupmounts, cgroups, jobenv
 from schedulearn.agent.accounts import Account
+from schedulearn.agent.cgroups import CgroupBackend, CgroupError, Limits, RunCgroup
 from schedulearn.agent.config import AgentConfig
 from schedulearn.agent.executors import holes
 from schedulearn.agent.executors.base import (
@@ -75,6 +89,7 @@ from schedulearn.agent.executors.base import (
     signal_exit_code,
     split_lines,
 )
+from schedulearn.agent.gpus import device_numbers
 from schedulearn.agent.launchers import LaunchError, plan_launch
 from schedulearn.agent.progress import progress_file
 from schedulearn.agent.state import EXIT_FILE, JobRecord
@@ -85,6 +100,16 @@ from schedulearn.protocol import Assignment, Executor, LogStream
 log = logging.getLogger(__name__)
 
 SHIM = 'trap : TERM INT HUP; "$@"; c=$?; printf "%4d\\n" "$c" 1<>"$0"; exit "$c"'
+# Waits on stdin (a pipe) until the agent has put it in the run's cgroup; an
+# agent that died first closes the pipe, and nothing of the job runs.
+GATED_SHIM = "read -r go || exit 125; exec </dev/null; " + SHIM
+# How long an emptied-but-not-yet cgroup is waited for between kill rounds
+# (doubling up to the longest), and how often one that stays full is logged.
+KILL_PAUSE = 0.01
+KILL_PAUSE_MAX = 0.5
+STUCK_LOG_SECONDS = 30.0
+# How long a cgroup is killed at outside the agent's loop before giving up on it.
+EMPTY_NOW_SECONDS = 10.0
 # How often a running job's log files are read; the exit wakes the reader at once.
 POLL_SECONDS = 0.1
 READ_CHUNK = 1 << 20
@@ -133,11 +158,20 @@ class SubprocessExecutor:
         default_workdir: str | None = None,
         path: str | None = None,
         node_env: Mapping[str, str] | None = None,
+        cgroups: CgroupBackend | None = None,
+        pids_max: int = 0,
+        gpu_devices: Mapping[int, tuple[int, int]] | None = None,
     ) -> None:
         """`base_env`: the agent's environment (default: this process's); `path`:
         the job PATH (default: `jobenv.job_path` of `base_env`'s); `node_env`:
-        the agent's `--env` variables."""
+        the agent's `--env` variables; `cgroups`: where runs get their cgroups
+        (None: runs are process groups, uncontained); `pids_max`: each run's
+        pids limit (0: none); `gpu_devices`: each GPU's device number, by index."""
         self.node_name = node_name
+        self.cgroups = cgroups
+        self.containment = f"cgroup {cgroups.version}" if cgroups is not None else "none"
+        self.pids_max = pids_max
+        self.gpu_devices = dict(gpu_devices or {})
         source = os.environ if base_env is None else base_env
         self.path = jobenv.job_path(path, agent_env=source)
         # The agent's own variables less SCHEDULEARN_* (its credential above all).
@@ -191,13 +225,17 @@ class SubprocessExecutor:
         for path in (exit_path, progress):
             if account is not None or os.path.exists(path):
                 accounts.job_file(path, account)
-        argv = ["/bin/sh", "-c", SHIM, exit_path, *plan.argv]
+        # In a thread: on v1, making five directories and moving a process into
+        # each waits on the kernel (RCU) for milliseconds, which the loop need not.
+        cgroup = await asyncio.to_thread(self._cgroup, assignment, record)
+        argv = ["/bin/sh", "-c", SHIM if cgroup is None else GATED_SHIM, exit_path, *plan.argv]
+        gate_read, gate = os.pipe() if cgroup is not None else (subprocess.DEVNULL, -1)
         out = _open_log(log_file(record.job_dir, LogStream.STDOUT))
         err = _open_log(log_file(record.job_dir, LogStream.STDERR))
         try:
             proc = subprocess.Popen(
                 argv,
-                stdin=subprocess.DEVNULL,
+                stdin=gate_read,
                 stdout=out,
                 stderr=err,
                 cwd=workdir,
@@ -211,12 +249,49 @@ class SubprocessExecutor:
                 umask=-1 if account is None else accounts.JOB_UMASK,
             )
         except (OSError, subprocess.SubprocessError) as exc:
+            if cgroup is not None:
+                os.close(gate)
+                cgroup.remove()
             raise StartError(f"could not start the job on {self.node_name!r}: {exc}") from exc
         finally:
             os.close(out)
             os.close(err)
+            if gate_read != subprocess.DEVNULL:
+                os.close(gate_read)
+        if cgroup is not None:
+            try:
+                await asyncio.to_thread(cgroup.add, proc.pid)
+                os.write(gate, b"go\n")
+            except OSError as exc:
+                proc.kill()
+                proc.wait()
+                cgroup.kill_sync(5.0)
+                cgroup.remove()
+                raise StartError(
+                    f"could not put the job in its cgroup on {self.node_name!r}: {exc}"
+                ) from exc
+            finally:
+                os.close(gate)
         record.pid = proc.pid
         return ProcessHandle(record, proc)
+
+    def _cgroup(self, assignment: Assignment, record: JobRecord) -> RunCgroup | None:
+        """The run's cgroup with its limits, named in its record (None: no cgroups)."""
+        if self.cgroups is None:
+            return None
+        own = set(assignment.gpus)
+        limits = Limits(
+            cpus=assignment.cpus,
+            memory_bytes=int(assignment.memory_gb * cgroups.GIB),
+            pids=self.pids_max,
+            denied_devices=tuple(n for i, n in sorted(self.gpu_devices.items()) if i not in own),
+        )
+        try:
+            cgroup = self.cgroups.create(f"{record.job_id}.{record.attempt}", limits)
+        except CgroupError as exc:
+            raise StartError(f"{exc} (node {self.node_name!r})") from exc
+        record.cgroup = list(cgroup.dirs)
+        return cgroup
 
     async def recover(
         self, records: list[JobRecord], new_record: NewRecord | None = None
@@ -226,10 +301,30 @@ class SubprocessExecutor:
             if record.executor is not self.kind:
                 continue
             handles.append(ProcessHandle.adopt(record))
+        self._sweep({d for r in records for d in r.cgroup})
         return handles
 
+    def _sweep(self, named: set[str]) -> None:
+        """Kill and remove the run cgroups under this agent's base that no record
+        names: left by an agent killed between making one and saving its record,
+        or after a record was dropped. Only this agent's runs live there."""
+        if self.cgroups is None:
+            return
+        for cgroup in self.cgroups.runs():
+            if not named.intersection(cgroup.dirs):
+                if not cgroup.empty():
+                    log.warning("killing processes of a run no record names: %s", cgroup.dirs[0])
+                cgroup.empty_and_remove(EMPTY_NOW_SECONDS)
+
+    def describe_containment(self) -> str:
+        """What start-up says of it: the cgroup version, where, and the limits enforced."""
+        if self.cgroups is None:
+            return "none: each run is a process group, without limits (--no-cgroups)"
+        return self.cgroups.describe()
+
     async def close(self) -> None:
-        return None
+        if self.cgroups is not None:
+            self.cgroups.close()
 
 
 class ProgramMemo:
@@ -278,6 +373,8 @@ class ProcessHandle:
         self._exited = asyncio.Event()
         self._pidfd: int | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self.cgroup = RunCgroup(record.cgroup) if record.cgroup else None
+        self._emptying: asyncio.Task[None] | None = None
         if ended is not None:
             self._exited.set()
         elif record.pid is not None:
@@ -292,6 +389,9 @@ class ProcessHandle:
         if record.ended:
             return cls(record, None, ExitStatus(record.exit_code, record.exit_message))
         if record.pid is None:
+            # A gated shim saw its pipe close and ran nothing; empty its cgroup anyway.
+            if record.cgroup:
+                RunCgroup(record.cgroup).empty_and_remove(EMPTY_NOW_SECONDS)
             return cls(
                 record, None, ExitStatus(None, "the agent stopped while it was starting the job")
             )
@@ -325,8 +425,8 @@ class ProcessHandle:
             self._waiter.set_result(None)
 
     def _finish(self) -> None:
-        """The shim has ended: learn the exit code and clear up its group."""
-        if self._status is not None:
+        """The shim has ended: learn the exit code and clear up its group and cgroup."""
+        if self._status is not None or self._emptying is not None:
             return
         returncode = self._proc.wait() if self._proc is not None else None
         code = _read_exit_file(exit_file(self.record))
@@ -342,7 +442,38 @@ class ProcessHandle:
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
-        self._status = ExitStatus(code, message)
+        if self.cgroup is None:
+            self._end(ExitStatus(code, message))
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # built outside the agent's loop: empty it here and now
+            oom = self.cgroup.empty_and_remove(EMPTY_NOW_SECONDS)
+            self._end(ExitStatus(code, f"{oom}; {message}" if oom and message else oom or message))
+            return
+        self._emptying = loop.create_task(self._empty_then_end(self.cgroup, code, message))
+
+    async def _empty_then_end(self, cgroup: RunCgroup, code: int | None, message: str) -> None:
+        """Kill what is left in the cgroup, wait until it is empty, then end the run:
+        only then are its GPUs reported free."""
+        pause, stuck_since = KILL_PAUSE, time.monotonic()
+        while not cgroup.empty():
+            cgroup.kill_round()
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, KILL_PAUSE_MAX)
+            if time.monotonic() - stuck_since > STUCK_LOG_SECONDS:
+                log.warning(
+                    "job %s: its cgroup %s does not empty (a process in uninterruptible "
+                    "sleep?); its GPUs stay held until it does",
+                    self.record.job_id,
+                    cgroup.dirs[0],
+                )
+                stuck_since = time.monotonic()
+        oom = cgroup.finish()
+        self._end(ExitStatus(code, f"{oom}; {message}" if oom and message else oom or message))
+
+    def _end(self, status: ExitStatus) -> None:
+        self._status = status
         self._exited.set()
 
     def _kill_strays(self) -> None:
@@ -371,6 +502,12 @@ class ProcessHandle:
             await self.wait()
 
     def _signal(self, pgid: int, signum: int) -> None:
+        """`signum` to the run: every member of its cgroup, and its process group."""
+        if self.cgroup is not None:
+            if signum == signal.SIGKILL:
+                self.cgroup.kill_round()
+            else:
+                self.cgroup.signal(signum)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signum)
 
@@ -502,7 +639,20 @@ def _read_exit_file(path: str) -> int | None:
 
 
 def build(config: AgentConfig) -> SubprocessExecutor:
-    """The executor as `executors.registry` offers it (host processes need nothing)."""
+    """The executor as `executors.registry` offers it, with its runs' cgroups."""
     return SubprocessExecutor(
-        config.name, default_workdir=config.workdir, path=config.job_path, node_env=config.job_env
+        config.name,
+        default_workdir=config.workdir,
+        path=config.job_path,
+        node_env=config.job_env,
+        cgroups=_containment(config),
+        pids_max=config.job_pids_max,
+        gpu_devices=device_numbers(config.gpu_devices),
     )
+
+
+def _containment(config: AgentConfig) -> CgroupBackend | None:
+    try:
+        return cgroupmounts.for_agent(config)
+    except CgroupError as exc:
+        raise StartError(str(exc)) from exc

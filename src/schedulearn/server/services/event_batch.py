@@ -34,6 +34,7 @@ from sqlmodel import Session, col
 from schedulearn.protocol import Ack, EventKind, JobEventReport, JobState
 from schedulearn.server.bulk import execute_many
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
+from schedulearn.server.services import lifecycle
 from schedulearn.server.states import StaleState, Step, transition_many
 from schedulearn.server.wakeups import Changes
 
@@ -210,11 +211,7 @@ def _exited(
         fields["service_seconds"] = job.service_seconds + ran
         fields["attained_gpu_seconds"] = job.attained_gpu_seconds + ran * held
     if failed_to_start or code != 0:
-        why = (
-            f"failed to start on {part.node}: {report.message}"
-            if failed_to_start
-            else f"exited with code {code} on {part.node}{gang}"
-        )
+        why = lifecycle.exit_why(part.node, code, report.message, gang, failed_to_start)
         to = JobState.FAILED
     else:
         why, to = "", JobState.SUCCEEDED

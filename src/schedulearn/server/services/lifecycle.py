@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlmodel import Session, col
 
-from schedulearn.protocol import JobState, StopReason
+from schedulearn.protocol import OOM_MESSAGE_PREFIX, JobState, StopReason
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.states import transition
 from schedulearn.server.wakeups import Changes
@@ -183,11 +183,8 @@ def part_exited(
             release_reservation(session, job)
             done.update(resume_placement=None, resume_kind=None)
         if failed_to_start or exit_code != 0:
-            why = (
-                f"failed to start on {part.node}: {message}"
-                if failed_to_start
-                else f"exited with code {exit_code} on {part.node}{gang}"
-            )
+            why = exit_why(part.node, exit_code, message, gang, failed_to_start)
+
             if others:
                 why += "; stopping the other parts"
             transition(session, job, JobState.FAILED, now, why, exit_code=exit_code, **done)
@@ -210,6 +207,20 @@ def part_exited(
             **_accrue(job, now),
         )
     return changes
+
+
+def exit_why(
+    node: str, exit_code: int | None, message: str, gang: str = "", failed_to_start: bool = False
+) -> str:
+    """Why a part that ended badly failed its job, as `show` and the history say it.
+
+    A run the kernel's OOM killer ended in its memory limit says so ("out of
+    memory: limit 8 GB (exit code 137 on n1)"), never the bare 137 the kill leaves."""
+    if failed_to_start:
+        return f"failed to start on {node}: {message}"
+    if message.startswith(OOM_MESSAGE_PREFIX):
+        return f"{message.split(';')[0]} (exit code {exit_code} on {node}{gang})"
+    return f"exited with code {exit_code} on {node}{gang}"
 
 
 class LossCause(StrEnum):
