@@ -481,6 +481,11 @@ class GangInfo(_Reply):
     nproc_per_node: int
 
 
+# The server's default `checkpoint_max_bytes`; an agent packs no larger a tar
+# for a server too old to name its limit in the assignment.
+DEFAULT_CHECKPOINT_MAX_BYTES = 2 * 1024**3
+
+
 class CheckpointRef(_Reply):
     """A checkpoint the server holds for a job (uploaded by the agent of an earlier attempt)."""
 
@@ -556,6 +561,12 @@ class Assignment(_Reply):
         default=False,
         description="After a preemption, pack the checkpoint directory and upload it to "
         "the server before reporting the exit (rank 0 of a job without a shared path)",
+    )
+    checkpoint_max_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="The largest checkpoint the server takes: the agent stops packing "
+        "before its tar passes it (None: the server's default)",
     )
     run_as: RunAs | None = Field(
         default=None,

@@ -143,6 +143,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
             checkpoint_dir=settings.checkpoint_dir,
             lease_seconds=settings.lease[0],
             lease_grace_seconds=settings.lease[1],
+            checkpoint_max_bytes=settings.checkpoint_max_bytes,
         ),
     )
     app.state.sl = sl
