@@ -81,7 +81,14 @@ def bootstrap(database: db.Database, settings: ServerSettings, now: float) -> di
 
 def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     clock = clock or SystemClock()
-    database = db.Database(settings.database_url)
+    database = db.Database(
+        settings.database_url,
+        db.Timeouts(
+            connect_seconds=settings.database_connect_timeout_seconds,
+            statement_seconds=settings.database_statement_timeout_seconds,
+            answer_seconds=settings.database_answer_seconds,
+        ),
+    )
     wakeups = Wakeups()
     metrics = Metrics()
 

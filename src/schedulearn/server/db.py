@@ -17,6 +17,16 @@ database that cannot be reached or is full raises `Unavailable`,
 which the API answers with 503 and Retry-After. `classify` says which
 failure is which. Bulk updates lock rows in id order (the fixed lock
 order) so retries stay rare.
+
+A database that is there but does not answer (PostgreSQL frozen: SIGSTOP,
+a hung host, a full network buffer; TCP is still accepted by the kernel,
+so nothing fails) must not hold requests for minutes (`Timeouts`): new
+connections give up after `connect_seconds` (libpq's connect_timeout), a
+statement PostgreSQL runs is cancelled after `statement_seconds` (its
+statement_timeout), and, since a frozen server enforces no timeout of its
+own, `Database.run` answers 503 once the database has answered nothing for
+`answer_seconds` while a query of its is running (`Database.stalled`): a
+busy database that keeps answering other queries is not stalled.
 """
 
 from __future__ import annotations
@@ -24,12 +34,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
 import random
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -76,6 +89,8 @@ _SQLITE_FULL = {sqlite3.SQLITE_FULL}
 _SQLITE_UNREACHABLE = {sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_BUSY}
 CONFLICT_TRIES = 5
 RETRY_AFTER_SECONDS = 2
+# How often a request waiting on PostgreSQL looks whether it has stalled.
+STALL_CHECK_SECONDS = 0.5
 
 
 def classify(exc: BaseException) -> Fault | None:
@@ -138,12 +153,40 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str) -> Engine:
+def private_sqlite_files(path: Path) -> None:
+    """Make the SQLite file (and its folder, if new) the server's alone: the file
+    0600 before SQLite opens it, as SQLite gives its -wal and -shm files the
+    database's mode. They hold every job's secret env (issue 33: a job read
+    another user's secret out of a 0644 WAL). Files an older server left
+    readable by others are closed here."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        try:
+            st = name.stat()
+        except FileNotFoundError:
+            continue
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            name.chmod(0o600)
+            log.warning("%s was readable by other users; made it 0600", name)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """How long PostgreSQL may take (SQLite is a local file: none of these apply)."""
+
+    connect_seconds: float = 3.0  # a new connection (libpq counts whole seconds, at least 2)
+    statement_seconds: float = 30.0  # one statement, cancelled by PostgreSQL (0: none)
+    answer_seconds: float = 4.0  # no answer at all while a query runs: 503 (0: wait)
+
+
+def make_engine(url: str, timeouts: Timeouts | None = None) -> Engine:
+    timeouts = timeouts or Timeouts()
     url = normalise_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            private_sqlite_files(Path(parsed.database))
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 30},
@@ -159,7 +202,18 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+    connect_args: dict[str, Any] = {"connect_timeout": max(2, round(timeouts.connect_seconds))}
+    if timeouts.statement_seconds > 0:
+        ms = round(timeouts.statement_seconds * 1000)
+        connect_args["options"] = f"-c statement_timeout={ms}"
+    return create_engine(
+        url,
+        pool_size=8,
+        max_overflow=8,
+        pool_pre_ping=True,
+        pool_timeout=max(1.0, timeouts.answer_seconds or 30.0),
+        connect_args=connect_args,
+    )
 
 
 # PostgreSQL advisory lock held while a server migrates (any constant
@@ -174,6 +228,8 @@ def _one_at_a_time(conn: Connection) -> None:
     exited ("Application startup failed"). The one that waited then finds
     the schema at head and changes nothing. SQLite has one server per file."""
     if conn.dialect.name == "postgresql":
+        # A migration may rewrite a large table: no statement timeout for it.
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
 
 
@@ -281,12 +337,17 @@ def _name(fn: Callable[..., Any]) -> str:
 class Database:
     """One app's engine and the threads its queries run on."""
 
-    def __init__(self, url: str) -> None:
-        self.engine = make_engine(url)
+    def __init__(self, url: str, timeouts: Timeouts | None = None) -> None:
+        self.timeouts = timeouts or Timeouts()
+        self.engine = make_engine(url, self.timeouts)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self._executor = ThreadPoolExecutor(
             max_workers=1 if self.is_sqlite else 4, thread_name_prefix="db"
         )
+        # For `stalled`: when each running call started, and when one last ended.
+        self._lock = threading.Lock()
+        self._running: dict[int, float] = {}
+        self._last_answer = time.monotonic()
 
     @property
     def backend(self) -> str:
@@ -305,6 +366,17 @@ class Database:
         may have happened, and the client's retry, with its idempotency key,
         is the safe one).
         """
+        token = object()
+        with self._lock:
+            self._running[id(token)] = time.monotonic()
+        try:
+            return self._call(fn, *args)
+        finally:
+            with self._lock:
+                del self._running[id(token)]
+                self._last_answer = time.monotonic()
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
         for attempt in range(1, CONFLICT_TRIES + 1):
             try:
                 with self.session() as session:
@@ -320,10 +392,39 @@ class Database:
                 raise
         raise AssertionError("unreachable: the last try returns or raises")
 
+    def stalled(self) -> float | None:
+        """Seconds the database has answered nothing while a query of ours ran
+        longer than `answer_seconds`, or None (answering, idle, or SQLite)."""
+        limit = self.timeouts.answer_seconds
+        if self.is_sqlite or limit <= 0:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            oldest = min(self._running.values(), default=now)
+            silent = now - max(self._last_answer, oldest)
+        return silent if now - oldest > limit and silent > limit else None
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(session, *args)` on the database threads and await its result."""
+        """Run `fn(session, *args)` on the database threads and await its result;
+        `Unavailable` once the database is `stalled` (a call still queued then never runs)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.call, fn, *args)
+        future = loop.run_in_executor(self._executor, self.call, fn, *args)
+        if self.is_sqlite or self.timeouts.answer_seconds <= 0:
+            return await future
+        while True:
+            done, _ = await asyncio.wait({future}, timeout=STALL_CHECK_SECONDS)
+            if done:
+                return future.result()
+            silent = self.stalled()
+            if silent is not None:
+                future.cancel()
+                raise Unavailable(
+                    f"the database has not answered for {silent:.0f} s (stopped or "
+                    "overloaded); a change sent now may not have been made. Try again in "
+                    f"{RETRY_AFTER_SECONDS} s or later (a submission with the same "
+                    "Idempotency-Key is made once)",
+                    retry_after=RETRY_AFTER_SECONDS,
+                )
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
