@@ -222,20 +222,26 @@ def _check_member(m: tarfile.TarInfo) -> str:
     return name.as_posix()
 
 
-def _parent_fd(root: int, parts: tuple[str, ...], opened: list[int]) -> int:
+Owner = tuple[int, int] | None  # uid, gid for what a restore creates (None: the agent's)
+
+
+def _parent_fd(root: int, parts: tuple[str, ...], opened: list[int], owner: Owner) -> int:
     """Open (making as needed, 0700) the folders `parts` under `root`, never following links."""
     fd = root
     for part in parts:
         with contextlib.suppress(FileExistsError):
             os.mkdir(part, 0o700, dir_fd=fd)
+            if owner is not None:
+                os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
         fd = os.open(part, _DIR_FLAGS, dir_fd=fd)
         opened.append(fd)
     return fd
 
 
-def safe_extract(archive: Path, target: Path) -> int:
+def safe_extract(archive: Path, target: Path, owner: Owner = None) -> int:
     """Unpack `archive` into the empty folder `target`; refuse anything unsafe.
-    How many files it held."""
+    Everything made is `owner`'s (the job's account) from the start. How many
+    files it held."""
     count = 0
     with tarfile.open(archive, "r:*") as tar:
         members = [(m, _check_member(m)) for m in tar.getmembers()]
@@ -248,13 +254,15 @@ def safe_extract(archive: Path, target: Path) -> int:
                 *parents, leaf = name.split("/")
                 opened: list[int] = []
                 try:
-                    parent = _parent_fd(root, tuple(parents), opened)
+                    parent = _parent_fd(root, tuple(parents), opened, owner)
                     if m.isdir():
-                        os.close(_parent_fd(parent, (leaf,), []))
+                        os.close(_parent_fd(parent, (leaf,), [], owner))
                     elif m.issym():
                         os.symlink(m.linkname, leaf, dir_fd=parent)
+                        if owner is not None:
+                            os.chown(leaf, *owner, dir_fd=parent, follow_symlinks=False)
                     else:
-                        count += _write(tar, m, parent, leaf)
+                        count += _write(tar, m, parent, leaf, owner)
                 except FileExistsError as exc:
                     raise CheckpointError(
                         f"the checkpoint holds {m.name!r} twice; refusing to unpack it"
@@ -267,12 +275,14 @@ def safe_extract(archive: Path, target: Path) -> int:
     return count
 
 
-def _write(tar: tarfile.TarFile, m: tarfile.TarInfo, parent: int, leaf: str) -> int:
+def _write(tar: tarfile.TarFile, m: tarfile.TarInfo, parent: int, leaf: str, owner: Owner) -> int:
     src = tar.extractfile(m)
     if src is None:
         return 0
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(leaf, flags, 0o600, dir_fd=parent)
+    if owner is not None:
+        os.fchown(fd, *owner)  # before a byte is written
     with src, open(fd, "wb") as out:
         while chunk := src.read(1024 * 1024):
             out.write(chunk)

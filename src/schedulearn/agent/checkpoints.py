@@ -110,6 +110,12 @@ def pack(checkpoint_dir: Path, into: Path, limit: int = DEFAULT_LIMIT) -> Packed
     return Packed(into, sha256_of(into), into.stat().st_size, result.files, result.left_out)
 
 
+def pack_folder(work: Path) -> Path:
+    """A new folder in `work` for a tar being packed: the agent's alone (0700), so
+    no job can read the tar, or put a link where it will be written."""
+    return Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=work))
+
+
 async def upload(
     client: AgentClient,
     job_id: int,
@@ -123,7 +129,7 @@ async def upload(
 
     The tar is written in a new folder of `work` (the run's directory, the
     agent's) that only the agent can enter (0700), and removed after."""
-    folder = Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=work))
+    folder = pack_folder(work)
     try:
         return await _upload(
             client, job_id, attempt, node, checkpoint_dir, folder, limit or DEFAULT_LIMIT
@@ -174,10 +180,15 @@ async def _upload(
 
 
 async def fetch(
-    client: AgentClient, job_id: int, ref: CheckpointRef, checkpoint_dir: Path
+    client: AgentClient,
+    job_id: int,
+    ref: CheckpointRef,
+    checkpoint_dir: Path,
+    owner: tuple[int, int] | None = None,
 ) -> str | None:
-    """Put the server's checkpoint `ref` in `checkpoint_dir`; a note for the log, or None
-    when the local directory already holds the same or a newer state."""
+    """Put the server's checkpoint `ref` in `checkpoint_dir`, its files `owner`'s (uid,
+    gid: the job's account); a note for the log, or None when the local directory
+    already holds the same or a newer state."""
     if local_attempt(checkpoint_dir) >= ref.attempt and checkpoint_dir.is_dir():
         return None
     checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +221,7 @@ async def fetch(
             ) from exc
         shutil.rmtree(incoming, ignore_errors=True)
         incoming.mkdir()
-        count = await asyncio.to_thread(safe_extract, archive, incoming)
+        count = await asyncio.to_thread(safe_extract, archive, incoming, owner)
         old = checkpoint_dir.with_name(checkpoint_dir.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
         if checkpoint_dir.exists():

@@ -229,7 +229,11 @@ class JobRunner:
         if ref is not None and self.assignment.checkpoint_dir is None:
             try:
                 note = await checkpoints.fetch(
-                    self.ctx.client, self.job_id, ref, Path(record.checkpoint_dir)
+                    self.ctx.client,
+                    self.job_id,
+                    ref,
+                    Path(record.checkpoint_dir),
+                    None if account is None else (account.uid, account.gid),
                 )
             except (checkpoints.CheckpointError, OSError) as exc:
                 message = (

@@ -93,6 +93,20 @@ def test_a_file_of_another_user_is_left_out(tmp_path: Path) -> None:
     assert result.left_out == ["theirs (a file of another user)"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives files to another uid (needs root)")
+def test_a_restore_makes_everything_the_jobs_account_from_the_start(tmp_path: Path) -> None:
+    src = tmp_path / "ckpt"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "w").write_bytes(b"w")
+    (src / "l").symlink_to("sub/w")
+    pack(src, tmp_path / "c.tar", MiB, "too large")
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    assert safe_extract(tmp_path / "c.tar", restored, (65534, 65533)) == 1
+    made = [restored / "sub", restored / "sub" / "w", restored / "l"]
+    assert {(p.lstat().st_uid, p.lstat().st_gid) for p in made} == {(65534, 65533)}
+
+
 @pytest.mark.parametrize(
     ("name", "kind", "linkname"),
     [
@@ -191,3 +205,10 @@ def test_a_checkpoint_of_exactly_the_cap_passes(tmp_path: Path) -> None:
     into.unlink()
     with pytest.raises(TooLarge):
         checkpoints.pack(src, into, size - 1)
+
+
+def test_the_tar_is_packed_in_a_folder_only_the_agent_can_enter(tmp_path: Path) -> None:
+    folder = checkpoints.pack_folder(tmp_path)
+    st = folder.stat()
+    assert folder.parent == tmp_path and stat.S_IMODE(st.st_mode) == 0o700
+    assert st.st_uid == os.geteuid()
