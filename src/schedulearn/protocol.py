@@ -64,6 +64,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -89,17 +90,20 @@ ENV_PROGRESS_FILE = "SCHEDULEARN_PROGRESS_FILE"
 GANG_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK")
 
 
-def _no_nul(value: object) -> None:
+def _no_nul(value: object, where: str = "") -> None:
+    """Refuse a NUL anywhere in `value`, naming where (a field, an env key) so the
+    user knows what to change; a value is never repeated: it may be a secret."""
     if isinstance(value, str):
         if "\x00" in value:
-            raise ValueError("text may not contain NUL characters")
+            raise ValueError(f"{where or 'text'} may not contain NUL characters")
     elif isinstance(value, dict):
         for k, v in value.items():
-            _no_nul(k)
-            _no_nul(v)
+            if isinstance(k, str) and "\x00" in k:
+                raise ValueError(f"{where + ' ' if where else ''}key {k!r} may not contain NUL")
+            _no_nul(v, f"{where}[{k!r}]" if where else str(k))
     elif isinstance(value, list):
         for v in value:
-            _no_nul(v)
+            _no_nul(v, where)
 
 
 # True while a model's validation runs on data its outermost model has
@@ -484,6 +488,11 @@ class GangInfo(_Reply):
     nproc_per_node: int
 
 
+# The server's default `checkpoint_max_bytes`; an agent packs no larger a tar
+# for a server too old to name its limit in the assignment.
+DEFAULT_CHECKPOINT_MAX_BYTES = 2 * 1024**3
+
+
 class CheckpointRef(_Reply):
     """A checkpoint the server holds for a job (uploaded by the agent of an earlier attempt)."""
 
@@ -559,6 +568,12 @@ class Assignment(_Reply):
         default=False,
         description="After a preemption, pack the checkpoint directory and upload it to "
         "the server before reporting the exit (rank 0 of a job without a shared path)",
+    )
+    checkpoint_max_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="The largest checkpoint the server takes: the agent stops packing "
+        "before its tar passes it (None: the server's default)",
     )
     run_as: RunAs | None = Field(
         default=None,
@@ -652,6 +667,24 @@ class EventAcks(_Reply):
 
 # --- user API -----------------------------------------------------------------
 
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def env_key_problem(key: str) -> str | None:
+    """What is wrong with `key` as an environment variable's name, or None."""
+    if not key:
+        return "remove the empty key"
+    if _ENV_KEY.match(key):
+        return None
+    if "=" in key:
+        return "a name cannot hold '='; give KEY and VALUE apart (submit --env KEY=VALUE)"
+    if "\0" in key:
+        return "a name cannot hold a NUL byte"
+    if key[0].isdigit():
+        return "a name cannot start with a digit"
+    return "use letters, digits and '_' only (e.g. MY_VAR)"
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
 _GB_PER_UNIT = {"": 1.0, "k": 1 / 1024**2, "m": 1 / 1024, "g": 1.0, "t": 1024.0}
@@ -708,7 +741,7 @@ class JobSpec(_Request):
         Field(default_factory=dict)
     )
     secret_env: dict[
-        Annotated[str, Field(min_length=1, max_length=200)],
+        Annotated[str, Field(max_length=200)],
         Annotated[str, Field(max_length=10_000)],
     ] = Field(
         default_factory=dict,
@@ -771,13 +804,17 @@ class JobSpec(_Request):
             raise ValueError("deadline must be epoch seconds (or an ISO 8601 time)")
         return value
 
-    @field_validator("secret_env")
+    @field_validator("env", "secret_env")
     @classmethod
-    def _secret_keys_are_names(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = sorted(k for k in value if "=" in k or k != k.strip())
-        if bad:
-            # The key only: the value is the secret.
-            raise ValueError(f"secret_env key {bad[0]!r} is not a variable name")
+    def _env_keys_are_names(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        # Checked here, so the CLI, the API and the web form all refuse a key
+        # the agent could not put in an environment, at submit (it once failed
+        # only when the job started). The key only: a value may be a secret.
+        # (A NUL in a key or value is refused before, by `_no_nul`, naming the key.)
+        for key in value:
+            problem = env_key_problem(key)
+            if problem is not None:
+                raise ValueError(f"{info.field_name} key {key!r} is not a variable name: {problem}")
         return value
 
     @model_validator(mode="after")

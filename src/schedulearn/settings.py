@@ -41,6 +41,24 @@ class ServerSettings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = 8642
+    database_connect_timeout_seconds: float = Field(
+        default=3.0,
+        ge=2,
+        le=300,
+        description="PostgreSQL: a new connection not made in this many seconds fails (503)",
+    )
+    database_statement_timeout_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="PostgreSQL cancels one statement that runs longer (0: no limit)",
+    )
+    database_answer_seconds: float = Field(
+        default=4.0,
+        ge=0,
+        description="PostgreSQL: once the database has answered nothing for this many seconds "
+        "while a query runs (frozen, hung host), requests get 503 with Retry-After and "
+        "/readyz says so (0: wait as long as it takes)",
+    )
     default_policy: str = Field(
         default="fifo", description="Policy in force until an admin sets one"
     )
@@ -91,6 +109,23 @@ class ServerSettings(BaseSettings):
         default=1.0, gt=0, description="Longest sleep of the scheduler loop between passes"
     )
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    header_timeout_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description="A request's headers must arrive whole within this many seconds (else 408)",
+    )
+    body_timeout_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        description="A request's body must arrive within this many seconds, plus one more for "
+        "every body_min_bytes_per_second bytes received (else 408)",
+    )
+    body_min_bytes_per_second: int = Field(default=500, gt=0)
+    max_concurrent_reads: int = Field(
+        default=4,
+        gt=0,
+        description="Reads (GET) worked on at once; more wait their turn (`server.guard`)",
+    )
     max_wait_seconds: float = Field(default=30.0, gt=0, description="Cap on agent long-polls")
     stop_grace_seconds: float = Field(default=10.0, ge=0)
     checkpoint_dir: str | None = Field(

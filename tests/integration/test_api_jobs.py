@@ -221,3 +221,23 @@ def test_health_and_metrics(api: Api) -> None:
     text = api.client.get("/metrics").text
     assert "schedulearn_jobs_submitted_total 3.0" in text
     assert 'schedulearn_jobs{state="pending"} 3.0' in text
+
+
+def test_a_bad_env_key_is_refused_at_submit_naming_the_key(api: Api) -> None:
+    # Refused by the spec's own validation (protocol.JobSpec), so the CLI, the
+    # API and the web form all get it at submit, not when the job starts.
+    for field in ("env", "secret_env"):
+        for key, said in (
+            ("A=B", "a name cannot hold '='"),
+            ("", "remove the empty key"),
+            ("1X", "a name cannot start with a digit"),
+            ("A-B", "letters, digits and '_' only"),
+            ("A\x00B", "may not contain NUL"),
+        ):
+            r = api.post("/api/v1/jobs", json={"command": "true", field: {key: "value-42"}})
+            assert r.status_code == 422, (field, key, r.text)
+            assert repr(key) in r.json()["error"] and said in r.json()["error"], r.text
+            assert "value-42" not in r.text
+    r = api.post("/api/v1/jobs", json={"command": "true", "env": {"OK": "a\x00b"}})
+    assert r.status_code == 422 and "env['OK'] may not contain NUL" in r.json()["error"]
+    assert api.post("/api/v1/jobs", json={"command": "true", "env": {"_OK_1": "x"}}).is_success

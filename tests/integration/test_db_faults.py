@@ -8,6 +8,8 @@ cancel included."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -100,6 +102,63 @@ def test_postgres_stopped_and_restarted_503_then_recovery_with_nothing_lost(
             assert "stopped answering" not in server.log.read_text()
     finally:
         beating.set()
+        server.stop()
+        pg.stop()
+
+
+def _postgres_pids(pg: Postgres) -> list[int]:
+    """The postmaster of `pg` and every process it forked (backends, writers)."""
+    master = int((pg.data / "postmaster.pid").read_text().split()[0])
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # The field after the command's closing parenthesis: state, then ppid.
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == master:
+                children.append(int(stat.parent.name))
+    return [master, *children]
+
+
+@pytest.mark.postgres
+def test_postgres_frozen_gives_503_with_retry_after_and_readyz_says_why(tmp_path: Path) -> None:
+    """SIGSTOP of every PostgreSQL process: the kernel still accepts its TCP
+    connections, so nothing fails by itself (issue 33: no reply in 70 s). With
+    the default timeouts a submission gets 503 with Retry-After in about 4 s."""
+    if not (PG_BIN / "pg_ctl").exists():
+        missing(Dependency.POSTGRES, f"no {PG_BIN / 'pg_ctl'}")
+    pg = RestartablePostgres()
+    server = Served(pg.new_database(), tmp_path / "server.log")
+    frozen: list[int] = []
+    try:
+        server.start()
+        # A client that would wait far longer than the server's timeouts.
+        with server.client(timeout=60) as http:
+            before = http.post("/api/v1/jobs", json={"command": ["true"]}).json()["ids"]
+            frozen = _postgres_pids(pg)
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            started = time.monotonic()
+            down = http.post("/api/v1/jobs", json={"command": ["true"]})
+            took = time.monotonic() - started
+            print(f"a submission to a frozen PostgreSQL answered in {took:.2f} s")
+            assert down.status_code == 503, down.text
+            assert int(down.headers["Retry-After"]) > 0
+            assert "database" in down.json()["error"], down.text
+            assert http.get("/api/v1/jobs").status_code == 503
+            assert http.get("/healthz").status_code == 200  # alive, though not ready
+            not_ready = http.get("/readyz")
+            assert not_ready.status_code == 503 and "Retry-After" in not_ready.headers
+            assert "the database" in not_ready.json()["error"], not_ready.text
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+            frozen = []
+            wait_until(lambda: http.get("/readyz").status_code == 200, 30, "/readyz to say ready")
+            after = http.post("/api/v1/jobs", json={"command": ["true"]})
+            assert after.status_code == 201, after.text
+            assert set(before) | set(after.json()["ids"]) <= ids_of(http)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         server.stop()
         pg.stop()
 

@@ -1,13 +1,14 @@
 """Carrying a job's checkpoint directory through the server (no shared path).
 
 After a preempted run stops, `upload` packs its checkpoint directory into
-a tar (regular files and folders only), hashes it, and streams it to the
-server (`PUT .../jobs/{id}/checkpoint`); the exit is reported only after
-that, so the job returns to the queue with its checkpoint safe. Before a
-run starts, `fetch` downloads the checkpoint the assignment names,
-checks its sha256, and unpacks it in place of the local directory,
-refusing any member that is not a plain file or folder inside it (no
-absolute paths, no `..`, no links or devices).
+a tar (`checkpoint_tar.pack`: by descriptors, never following a link, no
+larger than the server's limit), hashes it, and streams it to the server
+(`PUT .../jobs/{id}/checkpoint`); the exit is reported only after that, so
+the job returns to the queue with its checkpoint safe. Before a run
+starts, `fetch` downloads the checkpoint the assignment names, checks its
+sha256, and unpacks it in place of the local directory
+(`checkpoint_tar.safe_extract`: no absolute paths, no `..`, no devices,
+no links leading outside, no setuid bits).
 
 A marker next to the directory (`<dir>.attempt`) records which attempt's
 state the local directory holds, so a node whose newer checkpoint never
@@ -21,21 +22,24 @@ import asyncio
 import hashlib
 import logging
 import shutil
-import tarfile
+import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from schedulearn.agent import checkpoint_tar
+from schedulearn.agent.checkpoint_tar import CheckpointError, safe_extract
 from schedulearn.agent.client import AgentClient, AuthRejected, ProtocolRefused, Rejected
 from schedulearn.agent.retry import GaveUp, Retry, Temporary
-from schedulearn.protocol import CheckpointRef
+from schedulearn.protocol import DEFAULT_CHECKPOINT_MAX_BYTES, CheckpointRef
 
 log = logging.getLogger(__name__)
 
 UPLOAD_TRIES = 12
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint could not be carried; the message says why and what to do."""
+# The limit of a server too old to say its own: its default.
+DEFAULT_LIMIT = DEFAULT_CHECKPOINT_MAX_BYTES
+# At most this many left-out entries are named in the exit message.
+NAMED = 5
+__all__ = ["CheckpointError", "Packed", "fetch", "pack", "safe_extract", "upload"]
 
 
 class _Damaged(Temporary):
@@ -56,6 +60,7 @@ class Packed:
     sha256: str
     size_bytes: int
     files: int
+    left_out: list[str]
 
 
 def marker(checkpoint_dir: Path) -> Path:
@@ -84,68 +89,65 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def pack(checkpoint_dir: Path, into: Path) -> Packed | None:
-    """The directory as a tar at `into`; None when it holds no file."""
+def too_large_message(limit: int) -> str:
+    return (
+        f"the checkpoint directory is over the server's limit of {limit} bytes "
+        f"({limit / 1024**2:.0f} MiB, counting each file's apparent size, sparse ones "
+        "whole); keep less in it, raise SCHEDULEARN_CHECKPOINT_MAX_BYTES on the server, "
+        "or configure a shared checkpoint path (SCHEDULEARN_CHECKPOINT_DIR)"
+    )
+
+
+def pack(checkpoint_dir: Path, into: Path, limit: int = DEFAULT_LIMIT) -> Packed | None:
+    """The directory as a tar at `into` (see `checkpoint_tar.pack`); None when it
+    holds no file. `into` must be in a folder only the agent can enter."""
     if not checkpoint_dir.is_dir():
         return None
-    files = 0
-    # The directory is the job's account's: a file someone else owns got there
-    # by a hard link (to a file the agent, as root, could read but the job
-    # could not), and is never carried.
-    owner = checkpoint_dir.stat().st_uid
-    with tarfile.open(into, "w") as tar:
-        for path in sorted(checkpoint_dir.rglob("*")):
-            rel = path.relative_to(checkpoint_dir).as_posix()
-            if path.is_symlink():
-                continue  # never carry links: they may point anywhere on this host
-            if path.is_file() and path.stat().st_uid != owner:
-                continue
-            if path.is_file():
-                # A temporary file of a save in progress is not the checkpoint.
-                if path.name.endswith(".tmp") and path.name.startswith("."):
-                    continue
-                tar.add(path, arcname=rel, recursive=False)
-                files += 1
-            elif path.is_dir():
-                tar.add(path, arcname=rel, recursive=False)
-    if files == 0:
+    result = checkpoint_tar.pack(checkpoint_dir, into, limit, too_large_message(limit))
+    if result.files == 0:
         into.unlink(missing_ok=True)
         return None
-    return Packed(into, sha256_of(into), into.stat().st_size, files)
+    return Packed(into, sha256_of(into), into.stat().st_size, result.files, result.left_out)
 
 
-def safe_extract(archive: Path, target: Path) -> int:
-    """Unpack `archive` into the empty folder `target`; refuse anything unsafe."""
-    count = 0
-    with tarfile.open(archive, "r:*") as tar:
-        members = tar.getmembers()
-        for m in members:
-            name = PurePosixPath(m.name)
-            if name.is_absolute() or ".." in name.parts or not (m.isfile() or m.isdir()):
-                raise CheckpointError(
-                    f"the checkpoint holds {m.name!r}, which is not a plain file or folder "
-                    "inside the checkpoint directory; refusing to unpack it"
-                )
-        for m in members:
-            dest = target / m.name
-            if m.isdir():
-                dest.mkdir(parents=True, exist_ok=True)
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            src = tar.extractfile(m)
-            if src is None:
-                continue
-            with src, dest.open("wb") as out:
-                shutil.copyfileobj(src, out, 1024 * 1024)
-            count += 1
-    return count
+def pack_folder(work: Path) -> Path:
+    """A new folder in `work` for a tar being packed: the agent's alone (0700), so
+    no job can read the tar, or put a link where it will be written."""
+    return Path(tempfile.mkdtemp(prefix=".checkpoint-", dir=work))
 
 
 async def upload(
-    client: AgentClient, job_id: int, attempt: int, node: str, checkpoint_dir: Path, work: Path
+    client: AgentClient,
+    job_id: int,
+    attempt: int,
+    node: str,
+    checkpoint_dir: Path,
+    work: Path,
+    limit: int | None = None,
 ) -> str:
-    """Pack and upload; a sentence for the job's exit message. Raises CheckpointError."""
-    packed = await asyncio.to_thread(pack, checkpoint_dir, work / "checkpoint.tar")
+    """Pack and upload; a sentence for the job's exit message. Raises CheckpointError.
+
+    The tar is written in a new folder of `work` (the run's directory, the
+    agent's) that only the agent can enter (0700), and removed after."""
+    folder = pack_folder(work)
+    try:
+        return await _upload(
+            client, job_id, attempt, node, checkpoint_dir, folder, limit or DEFAULT_LIMIT
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _upload(
+    client: AgentClient,
+    job_id: int,
+    attempt: int,
+    node: str,
+    checkpoint_dir: Path,
+    folder: Path,
+    limit: int,
+) -> str:
+    packed = await asyncio.to_thread(pack, checkpoint_dir, folder / "checkpoint.tar", limit)
     if packed is None:
         return "no checkpoint to carry: the checkpoint directory is empty"
     retry = Retry(f"upload the checkpoint of job {job_id}", first=0.5, tries=UPLOAD_TRIES)
@@ -166,17 +168,27 @@ async def upload(
     finally:
         packed.path.unlink(missing_ok=True)
     mark(checkpoint_dir, attempt)
-    return (
+    said = (
         f"checkpoint of attempt {ref.attempt} saved on the server "
         f"({packed.files} files, {packed.size_bytes} bytes, sha256 {packed.sha256[:12]})"
     )
+    if packed.left_out:
+        more = len(packed.left_out) - NAMED
+        named = ", ".join(packed.left_out[:NAMED]) + (f" and {more} more" if more > 0 else "")
+        said += f"; left out: {named}"
+    return said
 
 
 async def fetch(
-    client: AgentClient, job_id: int, ref: CheckpointRef, checkpoint_dir: Path
+    client: AgentClient,
+    job_id: int,
+    ref: CheckpointRef,
+    checkpoint_dir: Path,
+    owner: tuple[int, int] | None = None,
 ) -> str | None:
-    """Put the server's checkpoint `ref` in `checkpoint_dir`; a note for the log, or None
-    when the local directory already holds the same or a newer state."""
+    """Put the server's checkpoint `ref` in `checkpoint_dir`, its files `owner`'s (uid,
+    gid: the job's account); a note for the log, or None when the local directory
+    already holds the same or a newer state."""
     if local_attempt(checkpoint_dir) >= ref.attempt and checkpoint_dir.is_dir():
         return None
     checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -209,7 +221,7 @@ async def fetch(
             ) from exc
         shutil.rmtree(incoming, ignore_errors=True)
         incoming.mkdir()
-        count = await asyncio.to_thread(safe_extract, archive, incoming)
+        count = await asyncio.to_thread(safe_extract, archive, incoming, owner)
         old = checkpoint_dir.with_name(checkpoint_dir.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
         if checkpoint_dir.exists():

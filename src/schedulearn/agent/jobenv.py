@@ -3,8 +3,10 @@ the interpreter a job's `python` is. docs/job-environment.md is the contract.
 
 A process job's environment is built in this order, each later layer winning:
 
-1. the agent's own environment, less every `SCHEDULEARN_*` variable (the
-   node's credential must not reach a job);
+1. from the agent's own environment only the variables of `INHERITED`
+   (locale, time zone, terminal, and the agent's HOME, USER, LOGNAME and
+   SHELL): never anything else of it, so neither the node's credential nor
+   whatever secret the agent's service manager gave it reaches a job;
 2. PATH: the agent's `--path`, else the directory of the interpreter the
    agent runs under (its virtual environment's `bin`) followed by the
    agent's own PATH, so that `python` and `schedulearn` in a job are the
@@ -48,6 +50,13 @@ RESERVED_NAMES = frozenset(
         "PATH",
     }
 )
+# The only variables of the agent's own environment a job gets (an allowlist:
+# an agent's environment holds what its service manager or admin put there,
+# tokens and cloud keys among them). HOME, USER, LOGNAME and SHELL are the
+# account's for a job run as its owner (layer 3 replaces them). Anything else
+# a job needs on this node, the admin gives with `--env`.
+INHERITED = frozenset({"LANG", "LANGUAGE", "TZ", "TERM", "HOME", "USER", "LOGNAME", "SHELL"})
+INHERITED_PREFIXES = ("LC_",)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # How long the startup description may wait for the job's `python` to say its version.
 PROBE_SECONDS = 10.0
@@ -124,10 +133,15 @@ def job_path(
     return default_path(interpreter or sys.executable, source.get("PATH"))
 
 
+def inherited(name: str) -> bool:
+    """Whether a job takes the agent's own value of variable `name` (layer 1)."""
+    return name in INHERITED or name.startswith(INHERITED_PREFIXES)
+
+
 def base_env(path: str, agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Layers 1 and 2: the agent's environment less `SCHEDULEARN_*`, with the job PATH."""
+    """Layers 1 and 2: the allowed part of the agent's environment, with the job PATH."""
     source = os.environ if agent_env is None else agent_env
-    env = {k: v for k, v in source.items() if not k.startswith(RESERVED_PREFIX)}
+    env = {k: v for k, v in source.items() if inherited(k)}
     env["PATH"] = path
     return env
 

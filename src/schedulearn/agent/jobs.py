@@ -218,6 +218,7 @@ class JobRunner:
             await self._finish_unstarted(f"{self._stop_why} before it started")
             return False
         record.upload_checkpoint = self.assignment.upload_checkpoint
+        record.checkpoint_max_bytes = self.assignment.checkpoint_max_bytes
         try:
             account = accounts.for_job(self.ctx.jobs_as, self.assignment, self.ctx.node)
         except AccountError as exc:
@@ -228,7 +229,11 @@ class JobRunner:
         if ref is not None and self.assignment.checkpoint_dir is None:
             try:
                 note = await checkpoints.fetch(
-                    self.ctx.client, self.job_id, ref, Path(record.checkpoint_dir)
+                    self.ctx.client,
+                    self.job_id,
+                    ref,
+                    Path(record.checkpoint_dir),
+                    None if account is None else (account.uid, account.gid),
                 )
             except (checkpoints.CheckpointError, OSError) as exc:
                 message = (
@@ -370,6 +375,7 @@ class JobRunner:
                 self.ctx.node,
                 Path(record.checkpoint_dir),
                 Path(record.job_dir),
+                record.checkpoint_max_bytes,
             )
         except (checkpoints.CheckpointError, OSError) as exc:
             log.warning("job %s: checkpoint upload failed: %s", record.job_id, exc)

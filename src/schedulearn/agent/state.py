@@ -95,6 +95,8 @@ class JobRecord:
     own_checkpoint_dir: bool = True
     # After a preemption, upload the checkpoint dir before reporting the exit.
     upload_checkpoint: bool = False
+    # The server's limit for that upload (None: its default).
+    checkpoint_max_bytes: int | None = None
     # Bytes of the progress file already acknowledged by the server.
     progress_position: int = 0
     # The stop order this run got (kept so a restarted agent still uploads).

@@ -9,6 +9,7 @@ uvicorn and the server come with the `server` extra.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -27,6 +28,9 @@ err = Console(stderr=True)
 
 
 def uvicorn_config(settings: ServerSettings) -> uvicorn.Config:
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    from schedulearn.server.guard import BodyDeadline, ReadTurns, guarded_protocol
     from schedulearn.server.startup import Starting
 
     def build() -> object:
@@ -38,9 +42,27 @@ def uvicorn_config(settings: ServerSettings) -> uvicorn.Config:
     # Listen at once; the app is imported and started behind /healthz
     # (issue 14: a restart answered nothing for 10-18 s on a loaded machine).
     backend = "sqlite" if settings.database_url.startswith("sqlite") else "postgresql"
-    app = Starting(build, {"status": "ok", "database": backend, "policy": settings.default_policy})
+
+    def health_of(app: object) -> dict[str, str]:
+        from schedulearn.server.api.ops import health_of
+
+        return health_of(app)
+
+    starting = Starting(
+        build,
+        {"status": "ok", "database": backend, "policy": settings.default_policy},
+        health_of,
+    )
+    # Slow clients are timed out below the app (`server.guard`), which also
+    # answers /healthz as the bytes arrive.
+    app = BodyDeadline(
+        ReadTurns(starting, settings.max_concurrent_reads),
+        settings.body_timeout_seconds,
+        settings.body_min_bytes_per_second,
+    )
     return uvicorn.Config(
         app,
+        http=guarded_protocol(AutoHTTPProtocol, settings.header_timeout_seconds, starting.health),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -52,16 +74,28 @@ def uvicorn_config(settings: ServerSettings) -> uvicorn.Config:
     )
 
 
+def private_files() -> int:
+    """From now on, every file and folder this process makes is its user's alone
+    (umask 077): the database, its WAL, uploaded checkpoints and logs, the
+    token file. Returns the umask before, for children that are not the server."""
+    return os.umask(0o077)
+
+
 def serve(settings: ServerSettings) -> None:
     """Run the API server and the scheduler until Ctrl-C."""
+    private_files()
     uvicorn.Server(uvicorn_config(settings)).run()
 
 
 class _UpServer(uvicorn.Server):
     """uvicorn, plus the local agent: started once listening, stopped before the server."""
 
-    def __init__(self, config: uvicorn.Config, agent_cmd: list[str], log_path: Path) -> None:
+    def __init__(
+        self, config: uvicorn.Config, agent_cmd: list[str], log_path: Path, agent_umask: int
+    ) -> None:
         super().__init__(config)
+        # The agent's files (and its jobs') keep the user's own umask.
+        self.agent_umask = agent_umask
         self.agent_cmd = agent_cmd
         self.log_path = log_path
         self.agent: subprocess.Popen[bytes] | None = None
@@ -76,7 +110,11 @@ class _UpServer(uvicorn.Server):
         # Its own session: the terminal's Ctrl-C reaches `up` only, which
         # then stops the agent in order.
         self.agent = subprocess.Popen(
-            self.agent_cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self.agent_cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            umask=self.agent_umask,
         )
         threading.Thread(target=self._watch_agent, daemon=True).start()
 
@@ -120,7 +158,7 @@ class _UpServer(uvicorn.Server):
 
 def serve_with_agent(settings: ServerSettings, agent_cmd: list[str], log_path: Path) -> None:
     """Run the server and, once it listens, the local agent; Ctrl-C stops both."""
-    server = _UpServer(uvicorn_config(settings), agent_cmd, log_path)
+    server = _UpServer(uvicorn_config(settings), agent_cmd, log_path, private_files())
     server.run()
     if server.agent and server.agent.poll() is None:
         server.agent.terminate()

@@ -81,7 +81,14 @@ def bootstrap(database: db.Database, settings: ServerSettings, now: float) -> di
 
 def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     clock = clock or SystemClock()
-    database = db.Database(settings.database_url)
+    database = db.Database(
+        settings.database_url,
+        db.Timeouts(
+            connect_seconds=settings.database_connect_timeout_seconds,
+            statement_seconds=settings.database_statement_timeout_seconds,
+            answer_seconds=settings.database_answer_seconds,
+        ),
+    )
     wakeups = Wakeups()
     metrics = Metrics()
 
@@ -144,6 +151,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
             checkpoint_dir=settings.checkpoint_dir,
             lease_seconds=settings.lease[0],
             lease_grace_seconds=settings.lease[1],
+            checkpoint_max_bytes=settings.checkpoint_max_bytes,
         ),
     )
     app.state.sl = sl

@@ -17,6 +17,16 @@ database that cannot be reached or is full raises `Unavailable`,
 which the API answers with 503 and Retry-After. `classify` says which
 failure is which. Bulk updates lock rows in id order (the fixed lock
 order) so retries stay rare.
+
+A database that is there but does not answer (PostgreSQL frozen: SIGSTOP,
+a hung host, a full network buffer; TCP is still accepted by the kernel,
+so nothing fails) must not hold requests for minutes (`Timeouts`): new
+connections give up after `connect_seconds` (libpq's connect_timeout), a
+statement PostgreSQL runs is cancelled after `statement_seconds` (its
+statement_timeout), and, since a frozen server enforces no timeout of its
+own, `Database.run` answers 503 once the database has answered nothing for
+`answer_seconds` while a query of its is running (`Database.stalled`): a
+busy database that keeps answering other queries is not stalled.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import logging
 import random
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,17 +52,16 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
-    create_engine,
-    event,
     inspect,
     text,
 )
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import NullPool
 from sqlmodel import Session
 
+from schedulearn.server.engine import Timeouts, make_engine, normalise_url
 from schedulearn.server.errors import Unavailable
+
+__all__ = ["Database", "Fault", "Timeouts", "classify", "make_engine", "migrate", "normalise_url"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,6 +86,8 @@ _SQLITE_FULL = {sqlite3.SQLITE_FULL}
 _SQLITE_UNREACHABLE = {sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_BUSY}
 CONFLICT_TRIES = 5
 RETRY_AFTER_SECONDS = 2
+# How often a request waiting on PostgreSQL looks whether it has stalled.
+STALL_CHECK_SECONDS = 0.5
 
 
 def classify(exc: BaseException) -> Fault | None:
@@ -130,38 +142,6 @@ def unavailable(exc: BaseException, fault: Fault) -> Unavailable:
     return Unavailable(message, retry_after=RETRY_AFTER_SECONDS)
 
 
-def normalise_url(url: str) -> str:
-    """`postgresql://` and `postgres://` mean psycopg 3 here (not psycopg2)."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
-
-
-def make_engine(url: str) -> Engine:
-    url = normalise_url(url)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(
-            url,
-            connect_args={"check_same_thread": False, "timeout": 30},
-            poolclass=NullPool if parsed.database in (None, "", ":memory:") else None,
-        )
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA busy_timeout=30000")
-            cur.close()
-
-        return engine
-    return create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
-
-
 # PostgreSQL advisory lock held while a server migrates (any constant
 # shared by all replicas, other than the scheduler's LEADER_LOCK).
 MIGRATION_LOCK = 0x5C4EE
@@ -174,6 +154,8 @@ def _one_at_a_time(conn: Connection) -> None:
     exited ("Application startup failed"). The one that waited then finds
     the schema at head and changes nothing. SQLite has one server per file."""
     if conn.dialect.name == "postgresql":
+        # A migration may rewrite a large table: no statement timeout for it.
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
 
 
@@ -281,12 +263,17 @@ def _name(fn: Callable[..., Any]) -> str:
 class Database:
     """One app's engine and the threads its queries run on."""
 
-    def __init__(self, url: str) -> None:
-        self.engine = make_engine(url)
+    def __init__(self, url: str, timeouts: Timeouts | None = None) -> None:
+        self.timeouts = timeouts or Timeouts()
+        self.engine = make_engine(url, self.timeouts)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         self._executor = ThreadPoolExecutor(
             max_workers=1 if self.is_sqlite else 4, thread_name_prefix="db"
         )
+        # For `stalled`: when each running call started, and when one last ended.
+        self._lock = threading.Lock()
+        self._running: dict[int, float] = {}
+        self._last_answer = time.monotonic()
 
     @property
     def backend(self) -> str:
@@ -305,6 +292,17 @@ class Database:
         may have happened, and the client's retry, with its idempotency key,
         is the safe one).
         """
+        token = object()
+        with self._lock:
+            self._running[id(token)] = time.monotonic()
+        try:
+            return self._call(fn, *args)
+        finally:
+            with self._lock:
+                del self._running[id(token)]
+                self._last_answer = time.monotonic()
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
         for attempt in range(1, CONFLICT_TRIES + 1):
             try:
                 with self.session() as session:
@@ -320,10 +318,39 @@ class Database:
                 raise
         raise AssertionError("unreachable: the last try returns or raises")
 
+    def stalled(self) -> float | None:
+        """Seconds the database has answered nothing while a query of ours ran
+        longer than `answer_seconds`, or None (answering, idle, or SQLite)."""
+        limit = self.timeouts.answer_seconds
+        if self.is_sqlite or limit <= 0:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            oldest = min(self._running.values(), default=now)
+            silent = now - max(self._last_answer, oldest)
+        return silent if now - oldest > limit and silent > limit else None
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(session, *args)` on the database threads and await its result."""
+        """Run `fn(session, *args)` on the database threads and await its result;
+        `Unavailable` once the database is `stalled` (a call still queued then never runs)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.call, fn, *args)
+        future = loop.run_in_executor(self._executor, self.call, fn, *args)
+        if self.is_sqlite or self.timeouts.answer_seconds <= 0:
+            return await future
+        while True:
+            done, _ = await asyncio.wait({future}, timeout=STALL_CHECK_SECONDS)
+            if done:
+                return future.result()
+            silent = self.stalled()
+            if silent is not None:
+                future.cancel()
+                raise Unavailable(
+                    f"the database has not answered for {silent:.0f} s (stopped or "
+                    "overloaded); a change sent now may not have been made. Try again in "
+                    f"{RETRY_AFTER_SECONDS} s or later (a submission with the same "
+                    "Idempotency-Key is made once)",
+                    retry_after=RETRY_AFTER_SECONDS,
+                )
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

@@ -45,9 +45,15 @@ FAILED_START_STATUS = 3
 class Starting:
     """ASGI app: serve `build()`'s app once it is built and started; answer health meanwhile."""
 
-    def __init__(self, build: Callable[[], Any], health: dict[str, str]) -> None:
+    def __init__(
+        self,
+        build: Callable[[], Any],
+        health: dict[str, str],
+        health_of: Callable[[Any], dict[str, str]] | None = None,
+    ) -> None:
         self._build = build
         self._health = health  # the /healthz body while starting
+        self._health_of = health_of  # the body once the app (given) is up
         self._app: Any = None
         self._ready: asyncio.Event | None = None
         self._lifespan: contextlib.AbstractAsyncContextManager[Any] | None = None
@@ -73,6 +79,12 @@ class Starting:
                 await _json(send, 503, {"error": "the server failed to start"}, 5)
                 return
         await self._app(scope, receive, send)
+
+    def health(self) -> dict[str, str]:
+        """The /healthz body now: cheap, touches no database (`guard` answers with it)."""
+        if self._app is None or self._health_of is None:
+            return self._health
+        return self._health_of(self._app)
 
     async def _wait_ready(self, limit: float | None) -> bool:
         """Wait for the app (at most `limit` seconds, if given); False if it is still loading."""

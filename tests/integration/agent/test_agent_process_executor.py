@@ -93,7 +93,12 @@ def test_a_job_runs_with_its_output_split_by_stream_and_its_exit_code(store: Sta
 
 def test_the_job_sees_its_environment_but_not_the_agents_secrets(store: StateStore) -> None:
     async def go() -> None:
-        base = {**os.environ, "SCHEDULEARN_AGENT_TOKEN": "secret", "KEEP_ME": "yes"}
+        base = {
+            **os.environ,
+            "SCHEDULEARN_AGENT_TOKEN": "secret",
+            "AWS_SECRET_ACCESS_KEY": "agent-only",
+            "LC_ALL": "C.UTF-8",
+        }
         job = Assignment(
             job_id=6,
             attempt=1,
@@ -112,7 +117,9 @@ def test_the_job_sees_its_environment_but_not_the_agents_secrets(store: StateSto
         assert env["SCHEDULEARN_CHECKPOINT_DIR"] == record.checkpoint_dir
         assert Path(record.checkpoint_dir).is_dir()
         assert env["MY_VAR"] == "x y"
-        assert env["KEEP_ME"] == "yes"
+        # Only the allowlist of the agent's own environment (the locale here).
+        assert env["LC_ALL"] == "C.UTF-8"
+        assert "AWS_SECRET_ACCESS_KEY" not in env
         assert "SCHEDULEARN_AGENT_TOKEN" not in env
 
     run(go())

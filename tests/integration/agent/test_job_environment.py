@@ -7,7 +7,8 @@ that virtual environment.
   schedulearn.runtime` works; the agent says which interpreter that is;
 - `--path` sets the job's PATH (and so which `python` a job gets);
 - `--env KEY=VALUE` reaches every job; the job's own env wins over it, and
-  Schedulearn's variables win over both;
+  Schedulearn's variables win over both; nothing else of the agent's own
+  environment (a secret its service was given) reaches a job;
 - a bad `--env` is refused before the agent starts, saying what to change.
 """
 
@@ -45,11 +46,19 @@ def _plain_env() -> dict[str, str]:
 class ScriptAgent(Proc):
     """`/abs/.venv/bin/schedulearn agent ...` with a PATH that lacks the venv."""
 
-    def __init__(self, server: ServerProc, tmp_path: Path, name: str, *options: str) -> None:
+    def __init__(
+        self,
+        server: ServerProc,
+        tmp_path: Path,
+        name: str,
+        *options: str,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         args = [str(SCRIPT), "agent", "--server", server.url, "--name", name, "--gpus", "1"]
         args += ["--run-jobs-as", "agent", "--state-dir", str(tmp_path / f"state-{name}")]
         args += ["--log-level", "debug", *options]
         env = _plain_env()
+        env.update(extra_env or {})
         env["SCHEDULEARN_JOIN_TOKEN"] = join_token(server.url, name)
         super().__init__(args, tmp_path / f"agent-{name}.log", env)
 
@@ -72,8 +81,8 @@ StartScriptAgent = Callable[..., ScriptAgent]
 def script_agent(server: ServerProc, tmp_path: Path) -> Iterator[StartScriptAgent]:
     started: list[ScriptAgent] = []
 
-    def start(name: str, *options: str) -> ScriptAgent:
-        agent = ScriptAgent(server, tmp_path, name, *options)
+    def start(name: str, *options: str, extra_env: dict[str, str] | None = None) -> ScriptAgent:
+        agent = ScriptAgent(server, tmp_path, name, *options, extra_env=extra_env)
         agent.start()
         started.append(agent)
         return agent
@@ -124,14 +133,17 @@ def test_env_reaches_every_job_under_the_jobs_own_env(
     api: AdminApi, script_agent: StartScriptAgent
 ) -> None:
     options = ("--env", "HF_HOME=/data/hf", "--env", "EQ=a=b", "--env", "SHARED=agent")
-    agent = script_agent("env-node", *options)
+    # What the agent's own environment holds beyond the allowlist (a service
+    # manager's secret) never reaches a job; its locale does.
+    secret = {"CLOUD_SECRET_KEY": "agent-only-4f1c", "LC_ALL": "C.UTF-8"}
+    agent = script_agent("env-node", *options, extra_env=secret)
     wait_until(lambda: api.node("env-node"), 60, "the agent to register", until=bool)
-    show = 'echo "$HF_HOME|$EQ|$SHARED|$SCHEDULEARN_NUM_GPUS"'
+    show = 'echo "$HF_HOME|$EQ|$SHARED|$SCHEDULEARN_NUM_GPUS|$CLOUD_SECRET_KEY|$LC_ALL"'
     state, lines = _run(api, show)
-    assert (state, lines) == ("succeeded", ["/data/hf|a=b|agent|1"])
+    assert (state, lines) == ("succeeded", ["/data/hf|a=b|agent|1||C.UTF-8"])
     # The job's own env wins over --env; Schedulearn's variables win over both.
     state, lines = _run(api, show, env={"SHARED": "job", "SCHEDULEARN_NUM_GPUS": "8"})
-    assert (state, lines) == ("succeeded", ["/data/hf|a=b|job|1"])
+    assert (state, lines) == ("succeeded", ["/data/hf|a=b|job|1||C.UTF-8"])
     assert "every job also gets --env EQ, HF_HOME, SHARED" in agent.log()
 
 

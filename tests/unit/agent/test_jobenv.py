@@ -63,9 +63,25 @@ def test_a_path_needs_absolute_directories(text: str) -> None:
     assert jobenv.check_path("/opt/venv/bin:/usr/bin") == "/opt/venv/bin:/usr/bin"
 
 
-def test_the_base_env_drops_schedulearn_variables_and_sets_path() -> None:
-    agent = {"PATH": "/x", "HOME": "/root", "SCHEDULEARN_AGENT_TOKEN": "secret"}
-    assert jobenv.base_env("/v/bin:/x", agent) == {"PATH": "/v/bin:/x", "HOME": "/root"}
+def test_the_base_env_takes_only_the_allowlist_of_the_agents_env_and_sets_path() -> None:
+    agent = {
+        "PATH": "/x",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TZ": "UTC",
+        "SCHEDULEARN_AGENT_TOKEN": "secret",
+        "AWS_SECRET_ACCESS_KEY": "key",
+        "LD_PRELOAD": "/tmp/evil.so",
+        "PYTHONPATH": "/agent/src",
+    }
+    assert jobenv.base_env("/v/bin:/x", agent) == {
+        "PATH": "/v/bin:/x",
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TZ": "UTC",
+    }
 
 
 def test_layers_env_option_under_the_jobs_env_under_schedulearns() -> None:

@@ -8,6 +8,8 @@ Retry-After, saying which.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Response
 from sqlmodel import Session
 
@@ -28,6 +30,11 @@ def _health(state: AppState) -> Health:
     return Health(
         database=state.db.backend, policy=state.scheduler.spec or state.settings.default_policy
     )
+
+
+def health_of(app: Any) -> dict[str, str]:
+    """The /healthz body of a built app, for `server.guard` (which answers it below the app)."""
+    return _health(app.state.sl).model_dump()
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness: the process serves requests")

@@ -69,6 +69,8 @@ class AgentTiming:
     # of a job stopped when it lapses (`settings.ServerSettings.lease`).
     lease_seconds: float | None = None
     lease_grace_seconds: float = 0.0
+    # The largest checkpoint upload taken: agents stop packing before it.
+    checkpoint_max_bytes: int | None = None
 
     def lease_reply(self) -> dict[str, Any]:
         """The lease fields of a registration or heartbeat reply."""
@@ -387,6 +389,7 @@ def _assignment(
         # downloads it before starting, rank 0 uploads it after a preemption.
         checkpoint=checkpoint if shared is None else None,
         upload_checkpoint=shared is None and job.preemptible and part.rank == 0,
+        checkpoint_max_bytes=timing.checkpoint_max_bytes,
         # An agent started as root runs the job as its owner's unix account.
         run_as=run_as,
     )

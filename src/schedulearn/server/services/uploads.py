@@ -83,7 +83,7 @@ async def receive(
     sha256 = expected.sha256.lower()
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
         raise BadRequest(f"send the {expected.kind}'s sha256 (64 hex digits) in {expected.header}")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # jobs' checkpoints and logs
     fd, name = tempfile.mkstemp(prefix=prefix, suffix=".upload", dir=folder)
     tmp = Path(name)
     digest = hashlib.sha256()
