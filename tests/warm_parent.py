@@ -89,6 +89,7 @@ PRELOAD: dict[str, tuple[str, ...]] = {
     ),
 }
 _WALK = frozenset({"schedulearn.server", "schedulearn.core", "schedulearn.agent"})
+_ARGV_ROOM = 8192  # bytes of argument strings the parent keeps for a command line
 _KNOWN_KEYWORDS = frozenset({"stdin", "stdout", "stderr", "env", "cwd", "start_new_session"})
 _DISABLE_VARIABLE = "SCHEDULEARN_TEST_WARM_PARENT"  # "0": every process exec'd afresh
 
@@ -106,9 +107,27 @@ def popen(args: Sequence[str], **kw: Any) -> subprocess.Popen[bytes]:
     """`subprocess.Popen(args, **kw)`, forked from a warm parent when `args` is
     one of `WARM_COMMANDS` and every keyword is one it passes on."""
     role = _role(args)
-    if role is None or set(kw) - _KNOWN_KEYWORDS or os.environ.get(_DISABLE_VARIABLE) == "0":
+    if (
+        role is None
+        or set(kw) - _KNOWN_KEYWORDS
+        or os.environ.get(_DISABLE_VARIABLE) == "0"
+        or _starts_otherwise(kw.get("env"))
+    ):
         return subprocess.Popen(list(args), **kw)
     return _parents.get(role).spawn(list(args), **kw)
+
+
+def _starts_otherwise(env: Mapping[str, str] | None) -> bool:
+    """Whether `env` sets a variable the interpreter reads only at its start
+    (PYTHONPATH: an earlier release's code, say) unlike this process's: a
+    process forked from the warm parent could not honour it."""
+    if env is None:
+        return False
+    names = {k for k in (*env, *os.environ) if k.startswith("PYTHON")} - _READ_LATER
+    return any(env.get(k) != os.environ.get(k) for k in names)
+
+
+_READ_LATER = frozenset({"PYTHONUNBUFFERED"})  # the forked process's streams heed it
 
 
 class Forked(subprocess.Popen[bytes]):
@@ -180,7 +199,7 @@ class _Parent:
         self.log = self.dir / "parent.log"
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, __file__, role, str(self.socket)],
+                [sys.executable, __file__, role, str(self.socket), "." * _ARGV_ROOM],
                 stdin=subprocess.PIPE,  # its end of file says this process is gone
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -296,7 +315,8 @@ def _serve(role: str, path: str) -> None:
             module = importlib.import_module(name)
             if name in _WALK:
                 for found in pkgutil.walk_packages(module.__path__, name + "."):
-                    importlib.import_module(found.name)
+                    if not found.name.endswith(".__main__"):  # run by -m, never imported
+                        importlib.import_module(found.name)
     if threading.active_count() != 1:
         raise SystemExit(f"importing {PRELOAD[role]} started threads: cannot fork safely")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -398,6 +418,7 @@ def _run_child(request: dict[str, Any], fds: list[int]) -> int:
     sys.stdout = sys.__stdout__ = stream(1, "w", line_buffering=os.isatty(1))
     sys.stderr = sys.__stderr__ = stream(2, "w", errors="backslashreplace", line_buffering=True)
     args: list[str] = request["args"]
+    _show_command_line(args)
     module = args[2]  # [python, "-m", MODULE, ...]
     sys.argv = [module, *args[3:]]  # runpy puts the module's file first, as -m does
     sys.path[0] = os.getcwd()  # as -m does
@@ -421,6 +442,20 @@ def _run_child(request: dict[str, Any], fds: list[int]) -> int:
         code = 1
     _finish()
     return code
+
+
+def _show_command_line(args: list[str]) -> None:
+    """Make /proc/PID/cmdline (what `ps` and a curious job read) the command's
+    own: written over the parent's argument strings, which are padded
+    (`_ARGV_ROOM`) for it, the rest of their room zeroed."""
+    import ctypes
+
+    fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    text = b"\0".join(os.fsencode(a) for a in args) + b"\0"
+    if len(text) > end - start:
+        raise RuntimeError(f"a command line of {len(text)} bytes; the parent keeps {end - start}")
+    ctypes.memmove(start, text.ljust(end - start, b"\0"), end - start)
 
 
 def _finish() -> None:
