@@ -67,7 +67,8 @@ WARM_COMMANDS: dict[tuple[str, ...], str] = {
 # whole (`_WALK`): every module of the server in the server's parent.
 PRELOAD: dict[str, tuple[str, ...]] = {
     "server": (
-        "schedulearn.cli.main",
+        "schedulearn.cli.params",  # what cli.main imports; cli.main itself is run, not imported
+        "typer.core",
         "schedulearn.cli.live",
         "schedulearn.cli.serving",
         "schedulearn.server",
@@ -82,12 +83,16 @@ PRELOAD: dict[str, tuple[str, ...]] = {
         "uvicorn.lifespan.on",
     ),
     "agent": (
-        "schedulearn.cli.main",
+        "schedulearn.cli.params",  # what cli.main imports; cli.main itself is run, not imported
+        "typer.core",
         "schedulearn.cli.agent_cmd",
         "schedulearn.agent",
         "schedulearn.failover",
     ),
 }
+# The modules `-m` executes for those commands: never preloaded (runpy warns
+# when the module it runs was imported before).
+_RUN = frozenset({"schedulearn.cli.main", "schedulearn.agent.__main__"})
 _WALK = frozenset({"schedulearn.server", "schedulearn.core", "schedulearn.agent"})
 _ARGV_ROOM = 8192  # bytes of argument strings the parent keeps for a command line
 _KNOWN_KEYWORDS = frozenset({"stdin", "stdout", "stderr", "env", "cwd", "start_new_session"})
@@ -317,6 +322,8 @@ def _serve(role: str, path: str) -> None:
                 for found in pkgutil.walk_packages(module.__path__, name + "."):
                     if not found.name.endswith(".__main__"):  # run by -m, never imported
                         importlib.import_module(found.name)
+    if loaded := _RUN & set(sys.modules):
+        raise SystemExit(f"preloading {PRELOAD[role]} imported {sorted(loaded)}, which -m runs")
     if threading.active_count() != 1:
         raise SystemExit(f"importing {PRELOAD[role]} started threads: cannot fork safely")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

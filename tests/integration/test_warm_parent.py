@@ -72,6 +72,8 @@ def test_a_forked_process_exit_code_and_output_are_its_own(tmp_path: Path) -> No
     assert isinstance(proc, warm_parent.Forked)
     assert proc.wait(60) == 2  # click's usage error
     assert "No such option" in out.read_text()
+    # As from `python -m`: nothing about a module found imported before it ran.
+    assert "RuntimeWarning" not in out.read_text()
 
 
 def test_an_environment_read_at_interpreter_start_gets_a_fresh_interpreter(
