@@ -14,8 +14,8 @@
   workers' multi-node jobs never rendezvous on the same port.
 - Ctrl-C works in every process the tests start (`_ctrl_c_heard`), even
   when the run itself was started in the background with SIGINT ignored.
-- Parallel runs start the long tests first, by the durations a recorded run
-  measured (`durations.json`; `_cost`): with scripts/test's
+- Parallel runs start the long modules first, by the durations a recorded
+  run measured (`durations.json`; `_cost`): with scripts/test's
   `--maxschedchunk 1` each worker takes the next test when it is free, so
   the run does not end with one worker on a ten-minute test the other
   could have started at the beginning.
@@ -126,14 +126,27 @@ def _cost(item: pytest.Item, recorded: dict[str, float]) -> float:
     return next((cost for prefix, cost in _SECONDS_BY_DIRECTORY if where.startswith(prefix)), 0.05)
 
 
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker, the longest tests first, by their recorded
-    durations (`DURATIONS`). Every worker collects the same list, so the
-    controller hands tests out in this order; a serial run keeps file order."""
-    if _worker_index() is not None:
-        recorded = _recorded_durations()
-        items.sort(key=lambda item: _cost(item, recorded), reverse=True)
+    """In an xdist worker, the longest modules first, by their tests' recorded
+    durations (`DURATIONS`), each module's tests in file order: a module's
+    tests may share a module-scoped cluster and expect its state in that
+    order (tests/e2e/test_cli_everyday.py), and interleaving modules would
+    start such a cluster again for each test. Every worker collects the same
+    list, so the controller hands tests out in this order; a serial run keeps
+    file order."""
+    if _worker_index() is None:
+        return
+    recorded = _recorded_durations()
+    per_module: dict[str, float] = {}
+    for item in items:
+        per_module[_module(item)] = per_module.get(_module(item), 0.0) + _cost(item, recorded)
+    position = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-per_module[_module(item)], position[id(item)]))
 
 
 class _DurationRecord:
