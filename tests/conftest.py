@@ -14,24 +14,33 @@
   workers' multi-node jobs never rendezvous on the same port.
 - Ctrl-C works in every process the tests start (`_ctrl_c_heard`), even
   when the run itself was started in the background with SIGINT ignored.
-- Parallel runs start the long tests first (`_cost`): with scripts/test's
+- Parallel runs start the long modules first, by the durations a recorded
+  run measured (`durations.json`; `_cost`): with scripts/test's
   `--maxschedchunk 1` each worker takes the next test when it is free, so
   the run does not end with one worker on a ten-minute test the other
   could have started at the beginning.
+- Servers and agents the tests start through `cli.localcluster` (and the
+  integration suite's `served` and `agent_support`) are forked from a warm
+  parent that has imported them (`warm_parent`).
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import warm_parent
 from dependencies import REQUIRE_ALL_VARIABLE, Dependency, missing, require_all
+from schedulearn.cli import localcluster
 
 CONTAINER_FIXTURES = frozenset({"docker_image", "podman_url"})
 CONTAINER_LOCK = Path(tempfile.gettempdir()) / "schedulearn-tests-containers.lock"
@@ -70,6 +79,9 @@ def _ctrl_c_heard() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _ctrl_c_heard()
+    record = os.environ.get(RECORD_DURATIONS_VARIABLE)
+    if record and _worker_index() is None:
+        config.pluginmanager.register(_DurationRecord(Path(record)), "duration-record")
     index = _worker_index()
     if index is not None and "SCHEDULEARN_GANG_BASE_PORT" not in os.environ:
         # Servers built or started by this worker inherit it; 20000 + ... stays
@@ -78,32 +90,84 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["SCHEDULEARN_GANG_BASE_PORT"] = str(base)
 
 
-# Rough cost of a test by where it lives: a real cluster, browser or fresh
-# clone costs seconds to minutes; a unit test milliseconds.
-_COST_BY_DIRECTORY = (
-    ("tests/e2e/", 5),
-    ("tests/browser/", 4),
-    ("tests/integration/agent/", 3),
-    ("tests/packaging/", 2),
-    ("tests/integration/", 1),
+# Seconds each test took (setup, call and teardown) in a recorded full run:
+# parallel runs start the longest first. Record it again with
+# `SCHEDULEARN_TEST_RECORD_DURATIONS=tests/durations.json scripts/test`.
+DURATIONS = Path(__file__).with_name("durations.json")
+RECORD_DURATIONS_VARIABLE = "SCHEDULEARN_TEST_RECORD_DURATIONS"
+
+# A test the record does not know yet (new, or renamed): a guess by where it
+# lives. A real cluster, browser or fresh clone costs seconds to minutes; a
+# unit test milliseconds.
+_SECONDS_BY_DIRECTORY = (
+    ("tests/e2e/", 15.0),
+    ("tests/browser/", 8.0),
+    ("tests/integration/agent/", 6.0),
+    ("tests/packaging/", 5.0),
+    ("tests/integration/", 0.5),
 )
-_SLOW_COST = 10  # marked `slow`: minutes each (a fresh clone, a 1,000-job array)
+_SLOW_SECONDS = 60.0  # marked `slow`: a fresh clone, a 1,000-job array, a flood of output
 
 
-def _cost(item: pytest.Item) -> int:
+def _recorded_durations() -> dict[str, float]:
+    try:
+        recorded = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in recorded.items()}
+
+
+def _cost(item: pytest.Item, recorded: dict[str, float]) -> float:
+    if item.nodeid in recorded:
+        return recorded[item.nodeid]
     if item.get_closest_marker("slow") is not None:
-        return _SLOW_COST
+        return _SLOW_SECONDS
     where = item.nodeid
-    return next((cost for prefix, cost in _COST_BY_DIRECTORY if where.startswith(prefix)), 0)
+    return next((cost for prefix, cost in _SECONDS_BY_DIRECTORY if where.startswith(prefix)), 0.05)
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker, the costliest tests first (a stable sort: modules
-    keep their order otherwise). Every worker collects the same list, so the
-    controller hands tests out in this order; a serial run keeps file order."""
-    if _worker_index() is not None:
-        items.sort(key=_cost, reverse=True)
+    """In an xdist worker, the longest modules first, by their tests' recorded
+    durations (`DURATIONS`), each module's tests in file order: a module's
+    tests may share a module-scoped cluster and expect its state in that
+    order (tests/e2e/test_cli_everyday.py), and interleaving modules would
+    start such a cluster again for each test. Every worker collects the same
+    list, so the controller hands tests out in this order; a serial run keeps
+    file order."""
+    if _worker_index() is None:
+        return
+    recorded = _recorded_durations()
+    per_module: dict[str, float] = {}
+    for item in items:
+        per_module[_module(item)] = per_module.get(_module(item), 0.0) + _cost(item, recorded)
+    position = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-per_module[_module(item)], position[id(item)]))
+
+
+class _DurationRecord:
+    """Sums each test's phases as their reports arrive (in the controller of a
+    parallel run too), and writes them, longest first, when the run ends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = {}
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    @pytest.hookimpl
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if _worker_index() is not None or not self.seconds:
+            return
+        ordered = sorted(self.seconds.items(), key=lambda kv: -kv[1])
+        text = json.dumps({k: round(v, 2) for k, v in ordered}, indent=0)
+        self.path.write_text(text + "\n")
 
 
 def _uses_containers(item: pytest.Item) -> bool:
@@ -131,6 +195,20 @@ def _one_container_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[No
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _spawn_warm(self: localcluster.Proc, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    return warm_parent.popen(args, **kw)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _servers_and_agents_from_a_warm_parent() -> Iterator[None]:
+    """`ServerProcess` and `AgentProcess` (`cli.localcluster`) fork from a
+    warm parent (`warm_parent`): a server's start cost 2.7 s of CPU, 2.2 s of
+    it importing what every server imports again."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(localcluster.Proc, "spawn", _spawn_warm)
+        yield
 
 
 @pytest.fixture

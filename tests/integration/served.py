@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 from server_api import ADMIN, AGENT
 
+import warm_parent
 from schedulearn.cli.localcluster import free_port
 from waiting import wait_until
 
@@ -37,7 +38,7 @@ class Served:
 
     def start(self, timeout: float = 60.0) -> Served:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
+            self.proc = warm_parent.popen(
                 [sys.executable, "-m", "schedulearn.cli.main", "server", "--port", str(self.port)],
                 stdout=out, stderr=subprocess.STDOUT, env=self.env,
             )  # fmt: skip

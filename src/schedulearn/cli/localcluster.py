@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -65,10 +66,16 @@ class Proc:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        self.popen = subprocess.Popen(
+        self.popen = self.spawn(
             self.args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.close()
+
+    def spawn(self, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        """Start the process (`subprocess.Popen`). The test suite replaces this to
+        fork servers and agents from a parent that has imported them already
+        (tests/warm_parent.py); nothing else does."""
+        return subprocess.Popen(args, **kw)
 
     @property
     def alive(self) -> bool:

@@ -351,6 +351,9 @@ def simulate(
         if str(json_file) == "-":
             sys.stdout.write(text + "\n")
         else:
+            # Like --plot's folder: `--plot out/ --json out/results.json` on a
+            # fresh clone wrote the JSON first, into a folder not made yet.
+            json_file.parent.mkdir(parents=True, exist_ok=True)
             json_file.write_text(text + "\n")
     if plot is not None:
         from schedulearn.sim.plots import plot_results

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+import warm_parent
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from waiting import wait_until
 
@@ -58,7 +59,7 @@ class Proc:
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:
-            self.popen = subprocess.Popen(
+            self.popen = warm_parent.popen(
                 self.args,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -103,6 +104,7 @@ class ServerProc(Proc):
         log_path: Path,
         port: int | None = None,
         node_timeout: float = 15.0,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -120,6 +122,7 @@ class ServerProc(Proc):
                 "SCHEDULEARN_STOP_GRACE_SECONDS": "2",
                 "SCHEDULEARN_LOG_LEVEL": "warning",
                 "SCHEDULEARN_PRINT_TOKENS": "false",
+                **(env or {}),
             },
         )
 

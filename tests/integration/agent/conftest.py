@@ -79,7 +79,8 @@ def agent_database_url(database_url: str) -> str:
 def server(
     request: pytest.FixtureRequest, agent_database_url: str, tmp_path: Path
 ) -> Iterator[ServerProc]:
-    """Parametrize indirectly with {"node_timeout": seconds} for a quicker node timeout."""
+    """Parametrize indirectly with {"node_timeout": seconds} for a quicker node
+    timeout, or {"env": {...}} for settings of the server's own."""
     options = getattr(request, "param", {})
     proc = ServerProc(agent_database_url, tmp_path / "server.log", **options)
     proc.start_ready()

@@ -87,6 +87,15 @@ def test_plots_and_json_series(tmp_path: Path) -> None:
     assert "fifo" in data["policies_available"]
 
 
+def test_json_goes_into_a_folder_not_made_yet(tmp_path: Path) -> None:
+    # docs/simulator.md's `--plot out/ --json out/results.json` on a fresh clone.
+    out = tmp_path / "out" / "results.json"
+    args = ["simulate", "-w", "poisson:n=5:rate=0.05:duration=60", "-c", "2x8", "-p", "fifo"]
+    result = runner.invoke(app, [*args, "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["results"][0]["policy"] == "fifo"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
