@@ -51,6 +51,8 @@ class PassState:
         # appears once in a pass.
         self.decided: set[int] = set()
         self.decisions: list[Decision] = []
+        # Idle GPUs queues below their guarantee wait for (`fairshare_pass`).
+        self.need: dict[str, int] = {}
         # Non-preemptible copies of running jobs a turn may not preempt, by
         # id (the layer keeps this between passes: the same views recur).
         self.pinned: dict[int, tuple[JobView, JobView]] = {} if pinned is None else pinned
