@@ -126,13 +126,16 @@ class SharePass(ReclaimingPass):
                 return False
             if change >= 0:
                 continue
-            # An inner preemption never takes a queue below its guarantee
-            # (its own queue's jobs included: a job it suspends then never
-            # waits in a queue below its guarantee).
+            if name == mine:
+                # The inner policy reorders its queue's own jobs (tiresias's
+                # least attained service first), but a queue below its
+                # guarantee does not lose GPUs by it.
+                if after < min(s.guaranteed, s.used):
+                    return False
+                continue
+            # Another queue's jobs: never below that queue's guarantee.
             if after < s.guaranteed:
                 return False
-            if name == mine:
-                continue
             # Another queue's jobs: only from a queue over its deserved
             # share, after `min_run` (the reclaim's rule, for the inner
             # policy); in the entitled turn for a queue below its share, in
