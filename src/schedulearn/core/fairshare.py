@@ -29,12 +29,15 @@ One pass:
 
 A turn whose start the rules refuse is run once more without that
 queue if GPUs are free (the inner policy had planned them for it).
-The inner policy's own preemptions stand when they leave the victim's
-queue at or above its guarantee: within one queue, and across queues
-from a queue over its deserved share whose job has run `min_run` (for a
-queue below its share in the entitled turn; among borrowers in the
-borrow turn). Jobs it may not preempt are shown to it as
-non-preemptible, so it plans with what it may do. Every start is a
+The inner policy's own preemptions stand within one queue (it orders
+the queue's own jobs, e.g. tiresias's least attained service first) as
+long as a queue below its guarantee does not lose GPUs by them, and
+across queues from a queue over its deserved share whose job has run
+`min_run`, never below that queue's guarantee (for a queue below its
+share in the entitled turn; among borrowers in the borrow turn). A job
+an inner preemption suspends waits for a later pass. Jobs it may not
+preempt are shown to it as non-preemptible, so it plans with what it
+may do. Every start is a
 whole group with what was preempted or resized for it, checked before
 it is recorded, so no GPU is ever given twice.
 
@@ -60,6 +63,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
+from schedulearn.core.fairshare_book import ShareBook
 from schedulearn.core.fairshare_pass import SharePass
 from schedulearn.core.fairshare_queues import Tenancy, named, shares
 from schedulearn.core.fairshare_state import EPS
@@ -91,6 +95,8 @@ class FairShare:
         self._quiet: tuple[float, tuple[object, ...], float] | None = None
         # Running jobs shown to the inner policy as non-preemptible (`SharePass`).
         self._pinned: dict[int, tuple[JobView, JobView]] = {}
+        # Each queue's counts, recounted only when the snapshot's jobs change.
+        self._book = ShareBook()
 
     @property
     def uses_goodput(self) -> bool:
@@ -163,7 +169,7 @@ class FairShare:
             running = {j.id for j in view.running}
             for job_id in [i for i in pinned if i not in running]:
                 del pinned[job_id]
-        return SharePass(self.inner, self.min_run, view, tenancy, pinned)
+        return SharePass(self.inner, self.min_run, view, tenancy, pinned, self._book)
 
     def _fast(self, view: ClusterView, tenancy: Tenancy) -> list[Decision] | None:
         pending = view.pending

@@ -27,6 +27,7 @@ class SharePass(ReclaimingPass):
 
     def run(self) -> list[Decision]:
         self.reclaim()
+        self.need = self._unmet()
         entitled = self._entitled()
         everyone = {s.name for s in self.book.values() if s.pending > 0}
         if entitled:
@@ -47,6 +48,24 @@ class SharePass(ReclaimingPass):
             if part:
                 out.extend(queue_order(self.inner, self.sub_view(part)).jobs)
         return out
+
+    def _unmet(self) -> dict[str, int]:
+        """GPUs each queue below its guarantee still waits for, counting only
+        waiting jobs that fit in its guarantee: idle GPUs nobody may borrow."""
+        need: dict[str, int] = {}
+        for s in self.book.values():
+            room = s.guaranteed - s.used
+            if room <= 0 or s.pending <= 0:
+                continue
+            fit = 0
+            for j in self.by_queue.get(s.name, ()):
+                if j.gpus <= room and j.id not in self.decided:
+                    fit += j.gpus
+                    if fit >= room:
+                        break
+            if fit:
+                need[s.name] = min(fit, room)
+        return need
 
     def _entitled(self) -> set[str]:
         return {s.name for s in self.book.values() if s.pending > 0 and self.under_share(s)}
@@ -107,13 +126,16 @@ class SharePass(ReclaimingPass):
                 return False
             if change >= 0:
                 continue
-            # An inner preemption never takes a queue below its guarantee
-            # (its own queue's jobs included: a job it suspends then never
-            # waits in a queue below its guarantee).
+            if name == mine:
+                # The inner policy reorders its queue's own jobs (tiresias's
+                # least attained service first), but a queue below its
+                # guarantee does not lose GPUs by it.
+                if after < min(s.guaranteed, s.used):
+                    return False
+                continue
+            # Another queue's jobs: never below that queue's guarantee.
             if after < s.guaranteed:
                 return False
-            if name == mine:
-                continue
             # Another queue's jobs: only from a queue over its deserved
             # share, after `min_run` (the reclaim's rule, for the inner
             # policy); in the entitled turn for a queue below its share, in
@@ -125,6 +147,16 @@ class SharePass(ReclaimingPass):
                 return False
         if job is not None and not borrow and not self.under_share(self.book[job.queue]):
             return False
+        if job is not None and start is not None and self.need:
+            # A start beyond its queue's guarantee borrows: never the idle
+            # GPUs a queue below its guarantee is waiting for.
+            s = self.book[job.queue]
+            n = start.placement.num_gpus
+            if s.used + delta[job.queue] > s.guaranteed:
+                others = sum(k for name, k in self.need.items() if name != job.queue)
+                freed = sum(v.allocated_gpus for v in released)
+                if self.free + freed - n < others:
+                    return False
         # The GPUs it takes must be free once its own releases are done.
         for v in released:
             self.release(v)
@@ -135,6 +167,11 @@ class SharePass(ReclaimingPass):
         return ok
 
     def _apply(self, group: list[Decision]) -> None:
+        last = group[-1]
+        if isinstance(last, Start) and last.job_id in self.pending:
+            name = self.pending[last.job_id].queue
+            if name in self.need:  # its start meets part of what it waited for
+                self.need[name] = max(0, self.need[name] - last.placement.num_gpus)
         for d in group:
             if isinstance(d, Preempt):
                 victim = self.running[d.job_id]

@@ -12,6 +12,7 @@ nothing is ever undone.
 from __future__ import annotations
 
 from schedulearn.core.decisions import Decision, Preempt, Start
+from schedulearn.core.fairshare_book import ShareBook
 from schedulearn.core.fairshare_queues import QueueShare, Tenancy, sweep
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import Policy
@@ -31,6 +32,7 @@ class PassState:
         view: ClusterView,
         tenancy: Tenancy,
         pinned: dict[int, tuple[JobView, JobView]] | None = None,
+        book: ShareBook | None = None,
     ) -> None:
         # Decayed usage, read once: a host's live mapping settles on every read.
         tenancy = Tenancy(tenancy.queues, dict(tenancy.usage), tenancy.half_life)
@@ -39,7 +41,9 @@ class PassState:
         self.view = view
         self.tenancy = tenancy
         # Each queue's share, and its pending jobs in arrival order.
-        self.book, self.by_queue = sweep(view, tenancy)
+        self.book, self.by_queue = (
+            sweep(view, tenancy) if book is None else book.shares(view, tenancy)
+        )
         self.pool = FreePool(view)
         self.free = self.pool.total_free()
         self.nodes = list(view.nodes)
@@ -51,6 +55,8 @@ class PassState:
         # appears once in a pass.
         self.decided: set[int] = set()
         self.decisions: list[Decision] = []
+        # Idle GPUs queues below their guarantee wait for (`fairshare_pass`).
+        self.need: dict[str, int] = {}
         # Non-preemptible copies of running jobs a turn may not preempt, by
         # id (the layer keeps this between passes: the same views recur).
         self.pinned: dict[int, tuple[JobView, JobView]] = {} if pinned is None else pinned
@@ -99,15 +105,16 @@ class PassState:
     def may_preempt(self, job: JobView) -> bool:
         """Could the inner policy's turn preempt `job` (before its group's exact check)?
 
-        Never below the job's queue's guarantee; then a job of a queue with
-        waiting jobs (the inner policy reorders a queue's own jobs), or of
-        a queue over its deserved share that has run `min_run`.
+        A job of a queue with waiting jobs (the inner policy reorders a
+        queue's own jobs, e.g. tiresias's least attained service first), or
+        of a queue over its deserved share that has run `min_run`, never
+        taking that queue below its guarantee.
         """
         owner = self.book[job.queue]
+        if owner.pending > 0:
+            return True  # its own queue's jobs (the group check keeps the queue's GPUs)
         if owner.used - job.allocated_gpus < owner.guaranteed:
             return False
-        if owner.pending > 0:
-            return True
         return owner.used > owner.share + EPS and self.ran_min(job)
 
     def pinned_copy(self, job: JobView) -> JobView:

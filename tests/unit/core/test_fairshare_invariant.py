@@ -4,7 +4,8 @@
 through passes at `now`, `now + min_run / 2`, `now + min_run` and
 `now + 2 min_run + 1` and a second later (each pass's decisions applied, no job ending), so
 jobs started by one pass become preemptible victims in a later one.
-After every pass: a queue below its guarantee with a waiting job that
+After every pass: a queue below its guarantee with a waiting job (not one
+that pass suspended: it waits for the next) that
 fits in the guarantee is not left so while jobs a reclaim may take
 (`test_fairshare.assert_no_reclaim_left`) could make room for it.
 """
