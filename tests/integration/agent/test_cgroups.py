@@ -68,7 +68,7 @@ def _clear(b: CgroupBackend) -> None:
 
 
 @pytest.fixture(params=["v1", "v2"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CgroupBackend]:
+def cgroup_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CgroupBackend]:
     b = _backend(request.param, tmp_path)
     try:
         yield b
@@ -128,13 +128,13 @@ ESCAPE = (
 
 
 def test_a_job_is_in_its_cgroup_before_it_runs_and_a_setsid_child_ends_with_the_cancel(
-    backend: CgroupBackend, store: StateStore, tmp_path: Path
+    cgroup_backend: CgroupBackend, store: StateStore, tmp_path: Path
 ) -> None:
     pidfile = tmp_path / "escaped.pid"
     record = new_record(store, 1)
 
     async def go() -> None:
-        ex = SubprocessExecutor("node-a", cgroups=backend)
+        ex = SubprocessExecutor("node-a", cgroups=cgroup_backend)
         # The job's very first command reads its own cgroup: it is the run's already.
         command = "cat /proc/self/cgroup; " + ESCAPE.format(pidfile=pidfile)
         handle = await ex.start(job(1, command), record)
@@ -160,13 +160,13 @@ def test_a_job_is_in_its_cgroup_before_it_runs_and_a_setsid_child_ends_with_the_
 
 
 def test_a_child_left_behind_by_a_job_that_ended_is_killed_before_the_run_ends(
-    backend: CgroupBackend, store: StateStore, tmp_path: Path
+    cgroup_backend: CgroupBackend, store: StateStore, tmp_path: Path
 ) -> None:
     pidfile = tmp_path / "escaped.pid"
     record = new_record(store, 2)
 
     async def go() -> None:
-        ex = SubprocessExecutor("node-a", cgroups=backend)
+        ex = SubprocessExecutor("node-a", cgroups=cgroup_backend)
         command = f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 1000' & sleep 0.3; exit 4"
         handle = await ex.start(job(2, command), record)
         status = await asyncio.wait_for(handle.wait(), 30)
@@ -179,13 +179,13 @@ def test_a_child_left_behind_by_a_job_that_ended_is_killed_before_the_run_ends(
 
 
 def test_a_restarted_agent_that_adopts_a_run_stops_its_whole_cgroup(
-    backend: CgroupBackend, store: StateStore, tmp_path: Path
+    cgroup_backend: CgroupBackend, store: StateStore, tmp_path: Path
 ) -> None:
     pidfile = tmp_path / "escaped.pid"
     record = new_record(store, 3)
 
     async def start() -> None:
-        ex = SubprocessExecutor("node-a", cgroups=backend)
+        ex = SubprocessExecutor("node-a", cgroups=cgroup_backend)
         await ex.start(job(3, ESCAPE.format(pidfile=pidfile)), record)
         store.save(record)
 
@@ -193,7 +193,9 @@ def test_a_restarted_agent_that_adopts_a_run_stops_its_whole_cgroup(
     escaped = first_line(pidfile)
 
     async def adopt() -> None:
-        (handle,) = await SubprocessExecutor("node-a", cgroups=backend).recover(store.load_all())
+        (handle,) = await SubprocessExecutor("node-a", cgroups=cgroup_backend).recover(
+            store.load_all()
+        )
         assert isinstance(handle, ProcessHandle) and handle.cgroup is not None
         await asyncio.wait_for(handle.stop(grace_seconds=0.2), 30)
         assert not alive(escaped)
@@ -207,13 +209,13 @@ def test_a_restarted_agent_that_adopts_a_run_stops_its_whole_cgroup(
 
 
 def test_the_lease_guard_kills_the_whole_cgroup_of_a_run(
-    backend: CgroupBackend, store: StateStore, tmp_path: Path
+    cgroup_backend: CgroupBackend, store: StateStore, tmp_path: Path
 ) -> None:
     pidfile = tmp_path / "escaped.pid"
     record = new_record(store, 4)
 
     async def start() -> None:
-        await SubprocessExecutor("node-a", cgroups=backend).start(
+        await SubprocessExecutor("node-a", cgroups=cgroup_backend).start(
             job(4, ESCAPE.format(pidfile=pidfile)), record
         )
 
@@ -319,10 +321,10 @@ for path in sys.argv[1:]:
 
 
 def test_only_the_runs_own_gpu_device_node_can_be_opened(
-    backend: CgroupBackend, store: StateStore, gpu_nodes: dict[int, str]
+    cgroup_backend: CgroupBackend, store: StateStore, gpu_nodes: dict[int, str]
 ) -> None:
     """v1: `devices.deny`; v2: a BPF device program (`agent.devicefilter`)."""
-    assert "devices" in backend.enforced, backend.describe()
+    assert "devices" in cgroup_backend.enforced, cgroup_backend.describe()
     numbers = device_numbers(gpu_nodes)
     assert numbers == {0: (NVIDIA_MAJOR, 0), 1: (NVIDIA_MAJOR, 1)}
     command = OPEN_GPUS.format(paths=" ".join(gpu_nodes.values()))
@@ -337,9 +339,9 @@ def test_only_the_runs_own_gpu_device_node_can_be_opened(
 
     async def go() -> None:
         # Without a device rule both nodes reach the (absent) driver: ENXIO, not EPERM.
-        free = await opened(SubprocessExecutor("node-a", cgroups=backend), 8)
+        free = await opened(SubprocessExecutor("node-a", cgroups=cgroup_backend), 8)
         assert free == {gpu_nodes[0]: "ENXIO", gpu_nodes[1]: "ENXIO"}
-        ruled = SubprocessExecutor("node-a", cgroups=backend, gpu_devices=numbers)
+        ruled = SubprocessExecutor("node-a", cgroups=cgroup_backend, gpu_devices=numbers)
         assert await opened(ruled, 9) == {gpu_nodes[0]: "EPERM", gpu_nodes[1]: "ENXIO"}
 
     asyncio.run(go())
@@ -388,12 +390,12 @@ def test_the_v2_device_program_refuses_only_the_listed_character_devices(
 
 
 def test_a_restarted_agent_sweeps_run_cgroups_no_record_names(
-    backend: CgroupBackend, store: StateStore, tmp_path: Path
+    cgroup_backend: CgroupBackend, store: StateStore, tmp_path: Path
 ) -> None:
     """A cgroup of this agent's that no record names (the agent died between making
     it and saving the record) is emptied and removed; one a record names is kept."""
     pidfile = tmp_path / "stray.pid"
-    stray = backend.create("90.1", cgroups.Limits())
+    stray = cgroup_backend.create("90.1", cgroups.Limits())
     proc = subprocess.Popen(
         ["sh", "-c", f"read go; setsid sh -c 'echo $$ > {pidfile}; exec sleep 1000' &"],
         stdin=subprocess.PIPE,
@@ -405,9 +407,9 @@ def test_a_restarted_agent_sweeps_run_cgroups_no_record_names(
     kept = new_record(store, 91)
 
     async def go() -> None:
-        ex = SubprocessExecutor("node-a", cgroups=backend)
+        ex = SubprocessExecutor("node-a", cgroups=cgroup_backend)
         await ex.start(job(91, "sleep 1000"), kept)
-        handles = await SubprocessExecutor("node-a", cgroups=backend).recover([kept])
+        handles = await SubprocessExecutor("node-a", cgroups=cgroup_backend).recover([kept])
         assert not alive(escaped)
         assert not stray.exists()
         assert RunCgroup(kept.cgroup).exists()
