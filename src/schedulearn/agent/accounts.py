@@ -168,16 +168,6 @@ def job_file(path: str | Path, account: Account | None) -> None:
         os.close(fd)
 
 
-def give_tree(root: Path, account: Account | None) -> None:
-    """`give` a directory and everything under it (a checkpoint the agent unpacked)."""
-    if account is None:
-        return
-    give(root, account)
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            os.chown(Path(folder) / name, account.uid, account.gid, follow_symlinks=False)
-
-
 def unreachable_ancestor(path: Path) -> Path | None:
     """The first folder above `path` that other users cannot enter (no x bit for
     others), or None. Jobs run as their owners reach their files under the

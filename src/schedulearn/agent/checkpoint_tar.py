@@ -240,10 +240,19 @@ def _parent_fd(root: int, parts: tuple[str, ...], opened: list[int], owner: Owne
 
 def safe_extract(archive: Path, target: Path, owner: Owner = None) -> int:
     """Unpack `archive` into the empty folder `target`; refuse anything unsafe.
-    Everything made is `owner`'s (the job's account) from the start. How many
-    files it held."""
+    Everything made is `owner`'s (the job's account) from the start, and
+    `target` itself becomes theirs through its open descriptor once it is
+    full: nothing is ever changed by path, which a job could swap for a link
+    while the agent walked it. How many files it held.
+
+    Plain tar only (`pack` writes no other): a compressed member list could
+    be a decompression bomb."""
     count = 0
-    with tarfile.open(archive, "r:*") as tar:
+    try:
+        tar = tarfile.open(archive, "r:")  # noqa: SIM115  # closed by the with below
+    except tarfile.TarError as exc:
+        raise CheckpointError(f"the checkpoint is not a plain tar archive: {exc}") from exc
+    with tar:
         members = [(m, _check_member(m)) for m in tar.getmembers()]
         root = os.open(target, _DIR_FLAGS)
         try:
@@ -270,6 +279,9 @@ def safe_extract(archive: Path, target: Path, owner: Owner = None) -> int:
                 finally:
                     for fd in opened:
                         os.close(fd)
+            if owner is not None:
+                os.fchown(root, *owner)
+            os.fchmod(root, 0o700)
         finally:
             os.close(root)
     return count

@@ -243,9 +243,8 @@ class JobRunner:
                 await self._finish_unstarted(message, kind=EventKind.FAILED_TO_START)
                 return False
             if note:
+                # Unpacked as the job's account's from the start (safe_extract).
                 log.info("job %s: %s", self.job_id, note)
-                # Unpacked by the agent: the files become the job's to read and write.
-                accounts.give_tree(Path(record.checkpoint_dir), account)
         # The record is first written once the run exists (with its pid or
         # container): a record without one could not be found again anyway.
         try:

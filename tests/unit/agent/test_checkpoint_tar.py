@@ -103,8 +103,21 @@ def test_a_restore_makes_everything_the_jobs_account_from_the_start(tmp_path: Pa
     restored = tmp_path / "restored"
     restored.mkdir()
     assert safe_extract(tmp_path / "c.tar", restored, (65534, 65533)) == 1
-    made = [restored / "sub", restored / "sub" / "w", restored / "l"]
+    made = [restored, restored / "sub", restored / "sub" / "w", restored / "l"]
     assert {(p.lstat().st_uid, p.lstat().st_gid) for p in made} == {(65534, 65533)}
+    # The folder itself too (through its descriptor: the agent walks no path
+    # after the restore, which a job could swap for a link to /etc).
+    assert restored.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_compressed_archive_is_not_unpacked(tmp_path: Path) -> None:
+    """pack writes plain tar; a compressed one could be a decompression bomb."""
+    (tmp_path / "f").write_bytes(b"x" * 1000)
+    with tarfile.open(tmp_path / "c.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "f", "f")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(CheckpointError, match="not a plain tar"):
+        safe_extract(tmp_path / "c.tar.gz", tmp_path / "out")
 
 
 @pytest.mark.parametrize(
