@@ -177,12 +177,13 @@ def test_healthz_answers_while_a_thousand_listings_are_in_flight(tmp_path: Path)
     done = tmp_path / "answered"
     done.touch()
     count = 1000
+    listings: subprocess.Popen[str] | None = None
     try:
         server.start()
         with server.client() as http:
             r = http.post("/api/v1/jobs", json={"command": ["true"], "count": 50})
             assert r.status_code == 201, r.text
-        listings: subprocess.Popen[str] = subprocess.Popen(
+        listings = subprocess.Popen(
             [sys.executable, "-c", _LISTINGS, server.url, ADMIN, str(count), str(done)],
             stdout=subprocess.PIPE,
             text=True,
@@ -212,8 +213,9 @@ def test_healthz_answers_while_a_thousand_listings_are_in_flight(tmp_path: Path)
             health.close()
         still_running = listings.poll() is None
     finally:
-        listings.kill()  # what is left of them is not this test's business
-        listings.wait()
+        if listings is not None:  # what is left of them is not this test's business
+            listings.kill()
+            listings.wait()
         server.stop()
     # Printed, not asserted (a loaded machine is slower): bench/healthz_under_load.py
     # measures it. Without turns for reads, one /healthz here waited while 137
