@@ -33,6 +33,7 @@ makes the backend.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -77,11 +78,30 @@ def write(path: str, text: str) -> None:
 
 
 def read(path: str) -> str:
-    """A cgroup file's text; \"\" when it is gone (a removed cgroup reads as empty)."""
+    """A cgroup file's text; \"\" when it is gone (a removed cgroup reads as empty).
+
+    Only a file that is not there (ENOENT, or ENODEV: its cgroup was removed
+    while open) reads as \"\"; any other failure (EACCES, EIO) is raised, so
+    a read that failed is never taken for an empty cgroup.
+    """
     try:
         with open(path) as f:
             return f.read()
-    except OSError:
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        if exc.errno == errno.ENODEV:
+            return ""
+        raise
+
+
+def _read_or_blank(path: str) -> str:
+    """`read`, with \"\" where it fails: for what is only best effort (a kill
+    round's listing, the OOM message), never for whether a cgroup is empty."""
+    try:
+        return read(path)
+    except OSError as exc:
+        log.debug("cannot read %s: %s", path, exc)
         return ""
 
 
@@ -117,18 +137,25 @@ class RunCgroup:
             write(os.path.join(d, "cgroup.procs"), str(pid))
 
     def pids(self) -> set[int]:
+        """The members, as far as they can be listed (every v1 directory holds them all)."""
         found: set[int] = set()
         for d in self.dirs:
-            found.update(int(p) for p in read(os.path.join(d, "cgroup.procs")).split())
+            found.update(int(p) for p in _read_or_blank(os.path.join(d, "cgroup.procs")).split())
         return found
 
     def empty(self) -> bool:
+        """Whether no process is left; a directory that cannot be read counts as
+        not empty: the run must not end, nor its GPUs be freed, on a failed read."""
         for d in self.dirs:
-            events = read(os.path.join(d, "cgroup.events"))
-            if events:
-                if _keyed(events, "populated"):
+            try:
+                events = read(os.path.join(d, "cgroup.events"))
+                if events:
+                    if _keyed(events, "populated"):
+                        return False
+                elif read(os.path.join(d, "cgroup.procs")).strip():
                     return False
-            elif read(os.path.join(d, "cgroup.procs")).strip():
+            except OSError as exc:
+                log.debug("cannot tell whether the cgroup %s is empty: %s", d, exc)
                 return False
         return True
 
@@ -152,7 +179,7 @@ class RunCgroup:
             # Frozen within a few ms; a task in uninterruptible sleep may keep it
             # FREEZING, and the kill goes on regardless (the next round catches any fork).
             deadline = time.monotonic() + 0.5
-            while read(freezer).strip() == "FREEZING" and time.monotonic() < deadline:
+            while _read_or_blank(freezer).strip() == "FREEZING" and time.monotonic() < deadline:
                 time.sleep(0.005)
         self.signal(signal.SIGKILL)
         if freezer is not None:
@@ -174,16 +201,16 @@ class RunCgroup:
         memory.oom_control on v1)."""
         events = self._find("memory.events")
         if events is not None:
-            return _keyed(read(events), "oom_kill")
+            return _keyed(_read_or_blank(events), "oom_kill")
         control = self._find("memory.oom_control")
-        return _keyed(read(control), "oom_kill") if control is not None else 0
+        return _keyed(_read_or_blank(control), "oom_kill") if control is not None else 0
 
     def memory_limit(self) -> int:
         """The memory limit in bytes (0: none)."""
         for name in ("memory.max", "memory.limit_in_bytes"):
             path = self._find(name)
             if path is not None:
-                text = read(path).strip()
+                text = _read_or_blank(path).strip()
                 if text.isdigit() and int(text) < 1 << 62:
                     return int(text)
         return 0

@@ -30,7 +30,7 @@ import pytest
 from dependencies import need_root
 from schedulearn.agent import cgroupmounts, cgroups
 from schedulearn.agent.cgroups import CgroupBackend, CgroupError, RunCgroup, V1Cgroups
-from schedulearn.agent.executors.base import OutputLine
+from schedulearn.agent.executors.base import OutputLine, StartError
 from schedulearn.agent.executors.process import ProcessHandle, SubprocessExecutor
 from schedulearn.agent.gpus import VirtualGpus, device_numbers
 from schedulearn.agent.leaseguard import Run, _Log, stop
@@ -387,6 +387,56 @@ def test_the_v2_device_program_refuses_only_the_listed_character_devices(
         cgroup.kill_sync(5)
         cgroup.remove()
         _clear(b)
+
+
+class _RunCgroupThatWillNotGo:
+    """The real backend, but each run's cgroup also names a directory that is not
+    there (so moving the shim in fails after its real directories took it) and
+    holds a child cgroup (so removing it fails with EBUSY)."""
+
+    def __init__(self, real: CgroupBackend) -> None:
+        self.real = real
+        self.version = real.version
+        self.enforced = real.enforced
+        self.children: list[str] = []
+
+    def create(self, name: str, limits: cgroups.Limits) -> RunCgroup:
+        made = self.real.create(name, limits)
+        child = os.path.join(made.dirs[0], "child")
+        os.mkdir(child)
+        self.children.append(child)
+        return RunCgroup([*made.dirs, os.path.join(made.dirs[0], "gone")])
+
+    def runs(self) -> list[RunCgroup]:
+        return self.real.runs()
+
+    def describe(self) -> str:
+        return self.real.describe()
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_a_start_that_fails_reports_its_own_error_when_the_cgroup_will_not_go(
+    cgroup_backend: CgroupBackend, store: StateStore
+) -> None:
+    """The start's error is what the agent reports, not the cgroup's EBUSY after it."""
+    backend = _RunCgroupThatWillNotGo(cgroup_backend)
+    record = new_record(store, 95)
+
+    async def go() -> None:
+        ex = SubprocessExecutor("node-a", cgroups=backend)
+        with pytest.raises(StartError, match="could not put the job in its cgroup"):
+            await ex.start(job(95, "sleep 1000"), record)
+        # What did start was killed: the cgroup is empty, though it is still there.
+        assert RunCgroup(record.cgroup[:-1]).empty()
+        assert RunCgroup(record.cgroup[:-1]).exists()
+
+    try:
+        asyncio.run(go())
+    finally:
+        for child in backend.children:
+            os.rmdir(child)
 
 
 def test_a_restarted_agent_sweeps_run_cgroups_no_record_names(

@@ -110,6 +110,8 @@ KILL_PAUSE_MAX = 0.5
 STUCK_LOG_SECONDS = 30.0
 # How long a cgroup is killed at outside the agent's loop before giving up on it.
 EMPTY_NOW_SECONDS = 10.0
+# How long the cgroup of a job that failed to start is killed at.
+START_KILL_SECONDS = 5.0
 # How often a running job's log files are read; the exit wakes the reader at once.
 POLL_SECONDS = 0.1
 READ_CHUNK = 1 << 20
@@ -251,7 +253,7 @@ class SubprocessExecutor:
         except (OSError, subprocess.SubprocessError) as exc:
             if cgroup is not None:
                 os.close(gate)
-                cgroup.remove()
+                await _discard(cgroup)
             raise StartError(f"could not start the job on {self.node_name!r}: {exc}") from exc
         finally:
             os.close(out)
@@ -265,8 +267,7 @@ class SubprocessExecutor:
             except OSError as exc:
                 proc.kill()
                 proc.wait()
-                cgroup.kill_sync(5.0)
-                cgroup.remove()
+                await _discard(cgroup)
                 raise StartError(
                     f"could not put the job in its cgroup on {self.node_name!r}: {exc}"
                 ) from exc
@@ -300,8 +301,10 @@ class SubprocessExecutor:
         for record in records:
             if record.executor is not self.kind:
                 continue
-            handles.append(ProcessHandle.adopt(record))
-        self._sweep({d for r in records for d in r.cgroup})
+            handles.append(await ProcessHandle.adopt(record))
+        # In a thread: emptying a cgroup waits (up to EMPTY_NOW_SECONDS each), and
+        # the agent's loop keeps its heartbeats and lease renewals meanwhile.
+        await asyncio.to_thread(self._sweep, {d for r in records for d in r.cgroup})
         return handles
 
     def _sweep(self, named: set[str]) -> None:
@@ -384,14 +387,17 @@ class ProcessHandle:
                 self._finish()
 
     @classmethod
-    def adopt(cls, record: JobRecord) -> ProcessHandle:
+    async def adopt(cls, record: JobRecord) -> ProcessHandle:
         """A handle for a run an earlier agent process started."""
         if record.ended:
             return cls(record, None, ExitStatus(record.exit_code, record.exit_message))
         if record.pid is None:
-            # A gated shim saw its pipe close and ran nothing; empty its cgroup anyway.
+            # A gated shim saw its pipe close and ran nothing; empty its cgroup anyway
+            # (in a thread: it waits, and the loop does not).
             if record.cgroup:
-                RunCgroup(record.cgroup).empty_and_remove(EMPTY_NOW_SECONDS)
+                await asyncio.to_thread(
+                    RunCgroup(record.cgroup).empty_and_remove, EMPTY_NOW_SECONDS
+                )
             return cls(
                 record, None, ExitStatus(None, "the agent stopped while it was starting the job")
             )
@@ -458,7 +464,9 @@ class ProcessHandle:
         only then are its GPUs reported free."""
         pause, stuck_since = KILL_PAUSE, time.monotonic()
         while not cgroup.empty():
-            cgroup.kill_round()
+            # In a thread: a v1 round waits for the freezer (up to half a second,
+            # again each round for a stuck cgroup); heartbeats must not wait with it.
+            await asyncio.to_thread(cgroup.kill_round)
             await asyncio.sleep(pause)
             pause = min(pause * 2, KILL_PAUSE_MAX)
             if time.monotonic() - stuck_since > STUCK_LOG_SECONDS:
@@ -469,7 +477,7 @@ class ProcessHandle:
                     cgroup.dirs[0],
                 )
                 stuck_since = time.monotonic()
-        oom = cgroup.finish()
+        oom = await asyncio.to_thread(cgroup.finish)  # rmdir waits on the kernel (v1)
         self._end(ExitStatus(code, f"{oom}; {message}" if oom and message else oom or message))
 
     def _end(self, status: ExitStatus) -> None:
@@ -491,23 +499,24 @@ class ProcessHandle:
         pgid = self.record.pid
         if self._status is not None or pgid is None:
             return
-        self._signal(pgid, signal.SIGTERM)
+        await self._signal(pgid, signal.SIGTERM)
         try:
             await asyncio.wait_for(asyncio.shield(self.wait()), timeout=max(0.0, grace_seconds))
         except TimeoutError:
             log.info(
                 "job %s ignored SIGTERM for %.1fs; killing it", self.record.job_id, grace_seconds
             )
-            self._signal(pgid, signal.SIGKILL)
+            await self._signal(pgid, signal.SIGKILL)
             await self.wait()
 
-    def _signal(self, pgid: int, signum: int) -> None:
+    async def _signal(self, pgid: int, signum: int) -> None:
         """`signum` to the run: every member of its cgroup, and its process group."""
         if self.cgroup is not None:
+            # In a thread: a v1 kill round waits for the freezer.
             if signum == signal.SIGKILL:
-                self.cgroup.kill_round()
+                await asyncio.to_thread(self.cgroup.kill_round)
             else:
-                self.cgroup.signal(signum)
+                await asyncio.to_thread(self.cgroup.signal, signum)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signum)
 
@@ -611,6 +620,16 @@ class _FileTail:
         if self._writer is not None:
             os.close(self._writer)
             self._writer = None
+
+
+async def _discard(cgroup: RunCgroup) -> None:
+    """Empty and remove the cgroup of a run that did not start, in a thread (it
+    waits). It never raises: the start's own error is what the caller reports,
+    and a cgroup that will not go (EBUSY) is logged, not raised in its place."""
+    try:
+        await asyncio.to_thread(cgroup.empty_and_remove, START_KILL_SECONDS)
+    except Exception:
+        log.exception("could not clear the cgroup %s of a job that did not start", cgroup.dirs[0])
 
 
 def _open_log(path: str) -> int:
