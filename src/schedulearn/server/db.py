@@ -13,8 +13,9 @@ conditions in the statements keep concurrent writers honest.
 `Database.call` is the one transaction wrapper: a transaction that fails
 on a deadlock or a serialization failure (PostgreSQL) is rolled back and
 run again from the start, a few times with a short jittered pause; a
-database that cannot be reached or is full raises `Unavailable`,
-which the API answers with 503 and Retry-After. `classify` says which
+database that cannot be reached or is full, a statement cancelled by
+statement_timeout and a pool with no connection free in time raise
+`Unavailable`, which the API answers with 503 and Retry-After. `classify` says which
 failure is which. Bulk updates lock rows in id order (the fixed lock
 order) so retries stay rare.
 
@@ -56,6 +57,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
 from schedulearn.server.engine import Timeouts, make_engine, normalise_url
@@ -74,11 +76,19 @@ class Fault(enum.Enum):
     CONFLICT = "conflict"  # deadlock / serialization failure: run the transaction again
     UNREACHABLE = "unreachable"  # down, restarting, refusing connections
     FULL = "full"  # no disk space (or another resource) left
+    SLOW = "slow"  # statement_timeout cancelled it, or no pooled connection came free
+
+
+# The faults a caller gets 503 with Retry-After for (the others are retried or a bug).
+UNAVAILABLE = frozenset({Fault.UNREACHABLE, Fault.FULL, Fault.SLOW})
 
 
 # PostgreSQL SQLSTATEs (appendix A of its manual).
 _CONFLICT_STATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 _FULL_STATES = {"53100", "53200", "53300"}  # disk_full, out_of_memory, too_many_connections
+# query_canceled: statement_timeout (`Timeouts.statement_seconds`) or pg_cancel_backend.
+# Not class 57P: the server is up, the statement took too long; nothing was committed.
+_SLOW_STATES = {"57014"}
 # Connection exceptions (class 08), operator intervention (57P0x: shut down,
 # crashed, starting up), system errors (class 58: I/O).
 _UNREACHABLE_PREFIXES = ("08", "57P", "58")
@@ -96,6 +106,8 @@ def classify(exc: BaseException) -> Fault | None:
     Takes SQLAlchemy's wrapped errors and the drivers' own (raised by code
     that uses a raw connection, like the scheduler's leader lock).
     """
+    if isinstance(exc, PoolTimeout):  # every pooled connection busy for `pool_timeout`
+        return Fault.SLOW
     if isinstance(exc, DBAPIError):
         orig: BaseException | None = exc.orig
         invalidated = exc.connection_invalidated
@@ -115,6 +127,8 @@ def classify(exc: BaseException) -> Fault | None:
         return Fault.CONFLICT
     if state in _FULL_STATES:
         return Fault.FULL
+    if state in _SLOW_STATES:
+        return Fault.SLOW
     if state and state.startswith(_UNREACHABLE_PREFIXES):
         return Fault.UNREACHABLE
     if invalidated:
@@ -126,13 +140,18 @@ def classify(exc: BaseException) -> Fault | None:
 
 
 def unavailable(exc: BaseException, fault: Fault) -> Unavailable:
-    """The 503 a caller gets for an unreachable or full database, saying why."""
+    """The 503 a caller gets for an unreachable, full or slow database, saying why."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     cause = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     if fault is Fault.FULL:
         message = (
             f"the database is full ({cause}); nothing was changed. An admin must free space "
             f"(disk or database); try again in {RETRY_AFTER_SECONDS} s or later"
+        )
+    elif fault is Fault.SLOW:
+        message = (
+            f"the database did not answer in time ({cause}); nothing was changed. "
+            f"Try again in {RETRY_AFTER_SECONDS} s or later"
         )
     else:
         message = (
@@ -313,7 +332,7 @@ class Database:
                     log.info("%s: %s; running it again", _name(fn), exc)
                     time.sleep(random.uniform(0.5, 1.5) * 0.01 * 2**attempt)
                     continue
-                if fault in (Fault.UNREACHABLE, Fault.FULL):
+                if fault in UNAVAILABLE:
                     raise unavailable(exc, fault) from exc
                 raise
         raise AssertionError("unreachable: the last try returns or raises")
