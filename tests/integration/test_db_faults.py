@@ -127,7 +127,8 @@ def _postgres_pids(pg: Postgres) -> list[int]:
 def test_postgres_frozen_gives_503_with_retry_after_and_readyz_says_why(tmp_path: Path) -> None:
     """SIGSTOP of every PostgreSQL process: the kernel still accepts its TCP
     connections, so nothing fails by itself (issue 33: no reply in 70 s). With
-    the default timeouts a submission gets 503 with Retry-After in about 4 s."""
+    the default timeouts a submission gets 503 with Retry-After in about 5 s
+    (4 s with no answer, then a 1 s probe that gets none either)."""
     if not (PG_BIN / "pg_ctl").exists():
         missing(Dependency.POSTGRES, f"no {PG_BIN / 'pg_ctl'}")
     pg = RestartablePostgres()
@@ -191,6 +192,22 @@ def test_a_statement_past_statement_timeout_is_503_with_retry_after(
         assert "did not answer in time" in raised.value.message
         assert "statement timeout" in raised.value.message, raised.value.message
         assert asyncio.run(database.run(_sleep(0))) == 0  # the database itself is fine
+    finally:
+        database.close()
+
+
+@pytest.mark.postgres
+def test_one_slow_query_on_a_healthy_postgres_is_answered_not_503(
+    postgres_server: Postgres,
+) -> None:
+    """A query longer than `answer_seconds`, with nothing else finishing meanwhile,
+    is slow, not stalled: the database answers a probe, so the request waits for
+    its result (under the statement timeout) instead of getting 503."""
+    database = Database(
+        postgres_server.new_database(), Timeouts(answer_seconds=1, statement_seconds=30)
+    )
+    try:
+        assert asyncio.run(database.run(_sleep(3))) == 3
     finally:
         database.close()
 

@@ -26,8 +26,10 @@ connections give up after `connect_seconds` (libpq's connect_timeout), a
 statement PostgreSQL runs is cancelled after `statement_seconds` (its
 statement_timeout), and, since a frozen server enforces no timeout of its
 own, `Database.run` answers 503 once the database has answered nothing for
-`answer_seconds` while a query of its is running (`Database.stalled`): a
-busy database that keeps answering other queries is not stalled.
+`answer_seconds` while a query of its is running (`Database.stalled`) and
+a `SELECT 1` on a new connection gets no answer within `PROBE_SECONDS`
+(`Database.answers`): a busy database that keeps answering other queries,
+or one slow query on a database that answers the probe, is not stalled.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,6 +100,8 @@ CONFLICT_TRIES = 5
 RETRY_AFTER_SECONDS = 2
 # How often a request waiting on PostgreSQL looks whether it has stalled.
 STALL_CHECK_SECONDS = 0.5
+# How long a seemingly stalled PostgreSQL has to answer `SELECT 1` on a new connection.
+PROBE_SECONDS = 1.0
 
 
 def classify(exc: BaseException) -> Fault | None:
@@ -293,6 +297,13 @@ class Database:
         self._lock = threading.Lock()
         self._running: dict[int, float] = {}
         self._last_answer = time.monotonic()
+        # `answers`: its own thread and unpooled engine, so a probe never waits
+        # behind the queries it is asking about (nor for their pooled connections).
+        self._probe: Future[None] | None = None
+        self._probe_engine = (
+            None if self.is_sqlite else make_engine(url, self.timeouts, pooled=False)
+        )
+        self._probe_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="db-probe")
 
     @property
     def backend(self) -> str:
@@ -349,9 +360,29 @@ class Database:
             silent = now - max(self._last_answer, oldest)
         return silent if now - oldest > limit and silent > limit else None
 
+    def _ping(self) -> None:
+        assert self._probe_engine is not None
+        with self._probe_engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        with self._lock:
+            self._last_answer = time.monotonic()  # answering: `stalled` starts over
+
+    async def answers(self) -> bool:
+        """Whether PostgreSQL answers `SELECT 1` on a new connection within
+        `PROBE_SECONDS`. Requests waiting at once share one probe; a probe still
+        hanging (a frozen server enforces no timeout) is waited on, not repeated."""
+        with self._lock:
+            probe = self._probe
+            if probe is None or probe.done():
+                probe = self._probe = self._probe_executor.submit(self._ping)
+        # asyncio.wait, not wait_for: the probe is shared and must not be cancelled.
+        done, _ = await asyncio.wait({asyncio.wrap_future(probe)}, timeout=PROBE_SECONDS)
+        return bool(done) and probe.exception() is None
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(session, *args)` on the database threads and await its result;
-        `Unavailable` once the database is `stalled` (a call still queued then never runs)."""
+        `Unavailable` once the database is `stalled` and no longer `answers` (a call
+        still queued then never runs)."""
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._executor, self.call, fn, *args)
         if self.is_sqlite or self.timeouts.answer_seconds <= 0:
@@ -361,7 +392,7 @@ class Database:
             if done:
                 return future.result()
             silent = self.stalled()
-            if silent is not None:
+            if silent is not None and not await self.answers():
                 future.cancel()
                 raise Unavailable(
                     f"the database has not answered for {silent:.0f} s (stopped or "
@@ -373,4 +404,8 @@ class Database:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        # A probe hanging on a frozen server ends by its connect_timeout; not waited for.
+        self._probe_executor.shutdown(wait=False)
         self.engine.dispose()
+        if self._probe_engine is not None:
+            self._probe_engine.dispose()
