@@ -56,8 +56,8 @@ class ServerSettings(BaseSettings):
         default=4.0,
         ge=0,
         description="PostgreSQL: once the database has answered nothing for this many seconds "
-        "while a query runs (frozen, hung host), requests get 503 with Retry-After and "
-        "/readyz says so (0: wait as long as it takes)",
+        "while a query runs (frozen, hung host) and a 1 s SELECT 1 probe gets no answer, "
+        "requests get 503 with Retry-After and /readyz says so (0: wait as long as it takes)",
     )
     default_policy: str = Field(
         default="fifo", description="Policy in force until an admin sets one"

@@ -7,13 +7,14 @@ cancel included."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -21,10 +22,14 @@ import pytest
 from pg_server import PG_BIN, Postgres
 from served import Served
 from server_api import ADMIN
+from sqlalchemy import text
+from sqlmodel import Session
 
 from dependencies import Dependency, missing, need_root
 from schedulearn.cli.client import Client
 from schedulearn.protocol import JobSpec
+from schedulearn.server.db import Database, Timeouts
+from schedulearn.server.errors import Unavailable
 from waiting import wait_until
 
 
@@ -122,7 +127,8 @@ def _postgres_pids(pg: Postgres) -> list[int]:
 def test_postgres_frozen_gives_503_with_retry_after_and_readyz_says_why(tmp_path: Path) -> None:
     """SIGSTOP of every PostgreSQL process: the kernel still accepts its TCP
     connections, so nothing fails by itself (issue 33: no reply in 70 s). With
-    the default timeouts a submission gets 503 with Retry-After in about 4 s."""
+    the default timeouts a submission gets 503 with Retry-After in about 5 s
+    (4 s with no answer, then a 1 s probe that gets none either)."""
     if not (PG_BIN / "pg_ctl").exists():
         missing(Dependency.POSTGRES, f"no {PG_BIN / 'pg_ctl'}")
     pg = RestartablePostgres()
@@ -161,6 +167,71 @@ def test_postgres_frozen_gives_503_with_retry_after_and_readyz_says_why(tmp_path
                 os.kill(pid, signal.SIGCONT)
         server.stop()
         pg.stop()
+
+
+def _sleep(seconds: float) -> Callable[[Session], float]:
+    def fn(session: Session) -> float:
+        session.execute(text("SELECT pg_sleep(:s)"), {"s": seconds})
+        return seconds
+
+    return fn
+
+
+@pytest.mark.postgres
+def test_a_statement_past_statement_timeout_is_503_with_retry_after(
+    postgres_server: Postgres,
+) -> None:
+    """PostgreSQL cancels it (SQLSTATE 57014, query_canceled): the request's
+    path (`Database.run`) says Unavailable, which the API answers 503 with
+    Retry-After, not 500 "internal error"."""
+    database = Database(postgres_server.new_database(), Timeouts(statement_seconds=1))
+    try:
+        with pytest.raises(Unavailable) as raised:
+            asyncio.run(database.run(_sleep(3)))
+        assert raised.value.retry_after > 0
+        assert "did not answer in time" in raised.value.message
+        assert "statement timeout" in raised.value.message, raised.value.message
+        assert asyncio.run(database.run(_sleep(0))) == 0  # the database itself is fine
+    finally:
+        database.close()
+
+
+@pytest.mark.postgres
+def test_one_slow_query_on_a_healthy_postgres_is_answered_not_503(
+    postgres_server: Postgres,
+) -> None:
+    """A query longer than `answer_seconds`, with nothing else finishing meanwhile,
+    is slow, not stalled: the database answers a probe, so the request waits for
+    its result (under the statement timeout) instead of getting 503."""
+    database = Database(
+        postgres_server.new_database(), Timeouts(answer_seconds=1, statement_seconds=30)
+    )
+    try:
+        assert asyncio.run(database.run(_sleep(3))) == 3
+    finally:
+        database.close()
+
+
+@pytest.mark.postgres
+def test_no_pooled_connection_free_in_time_is_503_with_retry_after(
+    postgres_server: Postgres,
+) -> None:
+    """Every connection of the pool held elsewhere (the pool waits `answer_seconds`
+    for one): SQLAlchemy's pool TimeoutError is Unavailable, not a 500."""
+    database = Database(postgres_server.new_database(), Timeouts(answer_seconds=1))
+    try:
+        with contextlib.ExitStack() as held:
+            pool = database.engine.pool
+            # QueuePool has no public getter for its overflow limit.
+            while pool.checkedout() < pool.size() + pool._max_overflow:  # type: ignore[attr-defined]
+                held.enter_context(database.engine.connect())
+            with pytest.raises(Unavailable) as raised:
+                database.call(_sleep(0))
+            assert raised.value.retry_after > 0
+            assert "did not answer in time" in raised.value.message, raised.value.message
+        assert database.call(_sleep(0)) == 0  # connections free again: it works
+    finally:
+        database.close()
 
 
 def heartbeats(url: str, stop: threading.Event) -> None:

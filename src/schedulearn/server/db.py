@@ -13,8 +13,9 @@ conditions in the statements keep concurrent writers honest.
 `Database.call` is the one transaction wrapper: a transaction that fails
 on a deadlock or a serialization failure (PostgreSQL) is rolled back and
 run again from the start, a few times with a short jittered pause; a
-database that cannot be reached or is full raises `Unavailable`,
-which the API answers with 503 and Retry-After. `classify` says which
+database that cannot be reached or is full, a statement cancelled by
+statement_timeout and a pool with no connection free in time raise
+`Unavailable`, which the API answers with 503 and Retry-After. `classify` says which
 failure is which. Bulk updates lock rows in id order (the fixed lock
 order) so retries stay rare.
 
@@ -25,8 +26,10 @@ connections give up after `connect_seconds` (libpq's connect_timeout), a
 statement PostgreSQL runs is cancelled after `statement_seconds` (its
 statement_timeout), and, since a frozen server enforces no timeout of its
 own, `Database.run` answers 503 once the database has answered nothing for
-`answer_seconds` while a query of its is running (`Database.stalled`): a
-busy database that keeps answering other queries is not stalled.
+`answer_seconds` while a query of its is running (`Database.stalled`) and
+a `SELECT 1` on a new connection gets no answer within `PROBE_SECONDS`
+(`Database.answers`): a busy database that keeps answering other queries,
+or one slow query on a database that answers the probe, is not stalled.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,6 +59,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
 from schedulearn.server.engine import Timeouts, make_engine, normalise_url
@@ -74,11 +78,19 @@ class Fault(enum.Enum):
     CONFLICT = "conflict"  # deadlock / serialization failure: run the transaction again
     UNREACHABLE = "unreachable"  # down, restarting, refusing connections
     FULL = "full"  # no disk space (or another resource) left
+    SLOW = "slow"  # statement_timeout cancelled it, or no pooled connection came free
+
+
+# The faults a caller gets 503 with Retry-After for (the others are retried or a bug).
+UNAVAILABLE = frozenset({Fault.UNREACHABLE, Fault.FULL, Fault.SLOW})
 
 
 # PostgreSQL SQLSTATEs (appendix A of its manual).
 _CONFLICT_STATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 _FULL_STATES = {"53100", "53200", "53300"}  # disk_full, out_of_memory, too_many_connections
+# query_canceled: statement_timeout (`Timeouts.statement_seconds`) or pg_cancel_backend.
+# Not class 57P: the server is up, the statement took too long; nothing was committed.
+_SLOW_STATES = {"57014"}
 # Connection exceptions (class 08), operator intervention (57P0x: shut down,
 # crashed, starting up), system errors (class 58: I/O).
 _UNREACHABLE_PREFIXES = ("08", "57P", "58")
@@ -88,6 +100,8 @@ CONFLICT_TRIES = 5
 RETRY_AFTER_SECONDS = 2
 # How often a request waiting on PostgreSQL looks whether it has stalled.
 STALL_CHECK_SECONDS = 0.5
+# How long a seemingly stalled PostgreSQL has to answer `SELECT 1` on a new connection.
+PROBE_SECONDS = 1.0
 
 
 def classify(exc: BaseException) -> Fault | None:
@@ -96,6 +110,8 @@ def classify(exc: BaseException) -> Fault | None:
     Takes SQLAlchemy's wrapped errors and the drivers' own (raised by code
     that uses a raw connection, like the scheduler's leader lock).
     """
+    if isinstance(exc, PoolTimeout):  # every pooled connection busy for `pool_timeout`
+        return Fault.SLOW
     if isinstance(exc, DBAPIError):
         orig: BaseException | None = exc.orig
         invalidated = exc.connection_invalidated
@@ -115,6 +131,8 @@ def classify(exc: BaseException) -> Fault | None:
         return Fault.CONFLICT
     if state in _FULL_STATES:
         return Fault.FULL
+    if state in _SLOW_STATES:
+        return Fault.SLOW
     if state and state.startswith(_UNREACHABLE_PREFIXES):
         return Fault.UNREACHABLE
     if invalidated:
@@ -126,13 +144,18 @@ def classify(exc: BaseException) -> Fault | None:
 
 
 def unavailable(exc: BaseException, fault: Fault) -> Unavailable:
-    """The 503 a caller gets for an unreachable or full database, saying why."""
+    """The 503 a caller gets for an unreachable, full or slow database, saying why."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     cause = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     if fault is Fault.FULL:
         message = (
             f"the database is full ({cause}); nothing was changed. An admin must free space "
             f"(disk or database); try again in {RETRY_AFTER_SECONDS} s or later"
+        )
+    elif fault is Fault.SLOW:
+        message = (
+            f"the database did not answer in time ({cause}); nothing was changed. "
+            f"Try again in {RETRY_AFTER_SECONDS} s or later"
         )
     else:
         message = (
@@ -274,6 +297,13 @@ class Database:
         self._lock = threading.Lock()
         self._running: dict[int, float] = {}
         self._last_answer = time.monotonic()
+        # `answers`: its own thread and unpooled engine, so a probe never waits
+        # behind the queries it is asking about (nor for their pooled connections).
+        self._probe: Future[None] | None = None
+        self._probe_engine = (
+            None if self.is_sqlite else make_engine(url, self.timeouts, pooled=False)
+        )
+        self._probe_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="db-probe")
 
     @property
     def backend(self) -> str:
@@ -313,7 +343,7 @@ class Database:
                     log.info("%s: %s; running it again", _name(fn), exc)
                     time.sleep(random.uniform(0.5, 1.5) * 0.01 * 2**attempt)
                     continue
-                if fault in (Fault.UNREACHABLE, Fault.FULL):
+                if fault in UNAVAILABLE:
                     raise unavailable(exc, fault) from exc
                 raise
         raise AssertionError("unreachable: the last try returns or raises")
@@ -330,9 +360,29 @@ class Database:
             silent = now - max(self._last_answer, oldest)
         return silent if now - oldest > limit and silent > limit else None
 
+    def _ping(self) -> None:
+        assert self._probe_engine is not None
+        with self._probe_engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        with self._lock:
+            self._last_answer = time.monotonic()  # answering: `stalled` starts over
+
+    async def answers(self) -> bool:
+        """Whether PostgreSQL answers `SELECT 1` on a new connection within
+        `PROBE_SECONDS`. Requests waiting at once share one probe; a probe still
+        hanging (a frozen server enforces no timeout) is waited on, not repeated."""
+        with self._lock:
+            probe = self._probe
+            if probe is None or probe.done():
+                probe = self._probe = self._probe_executor.submit(self._ping)
+        # asyncio.wait, not wait_for: the probe is shared and must not be cancelled.
+        done, _ = await asyncio.wait({asyncio.wrap_future(probe)}, timeout=PROBE_SECONDS)
+        return bool(done) and probe.exception() is None
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(session, *args)` on the database threads and await its result;
-        `Unavailable` once the database is `stalled` (a call still queued then never runs)."""
+        `Unavailable` once the database is `stalled` and no longer `answers` (a call
+        still queued then never runs)."""
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._executor, self.call, fn, *args)
         if self.is_sqlite or self.timeouts.answer_seconds <= 0:
@@ -342,7 +392,7 @@ class Database:
             if done:
                 return future.result()
             silent = self.stalled()
-            if silent is not None:
+            if silent is not None and not await self.answers():
                 future.cancel()
                 raise Unavailable(
                     f"the database has not answered for {silent:.0f} s (stopped or "
@@ -354,4 +404,8 @@ class Database:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        # A probe hanging on a frozen server ends by its connect_timeout; not waited for.
+        self._probe_executor.shutdown(wait=False)
         self.engine.dispose()
+        if self._probe_engine is not None:
+            self._probe_engine.dispose()

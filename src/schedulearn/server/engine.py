@@ -52,7 +52,9 @@ class Timeouts:
     answer_seconds: float = 4.0  # no answer at all while a query runs: 503 (0: wait)
 
 
-def make_engine(url: str, timeouts: Timeouts | None = None) -> Engine:
+def make_engine(url: str, timeouts: Timeouts | None = None, *, pooled: bool = True) -> Engine:
+    """The engine of `url`; with `pooled=False` (PostgreSQL) every connect opens a
+    new connection, closed when given back (`Database`'s stall probe)."""
     timeouts = timeouts or Timeouts()
     url = normalise_url(url)
     parsed = make_url(url)
@@ -78,6 +80,8 @@ def make_engine(url: str, timeouts: Timeouts | None = None) -> Engine:
     if timeouts.statement_seconds > 0:
         ms = round(timeouts.statement_seconds * 1000)
         connect_args["options"] = f"-c statement_timeout={ms}"
+    if not pooled:
+        return create_engine(url, poolclass=NullPool, connect_args=connect_args)
     return create_engine(
         url,
         pool_size=8,

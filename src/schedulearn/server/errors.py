@@ -19,6 +19,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -136,12 +137,13 @@ def install(app: FastAPI) -> None:
         return error_json(400, f"a value is out of range or malformed: {exc.orig}")
 
     @app.exception_handler(DBAPIError)
-    async def _database(request: Request, exc: DBAPIError) -> JSONResponse:
+    @app.exception_handler(PoolTimeout)
+    async def _database(request: Request, exc: DBAPIError | PoolTimeout) -> JSONResponse:
         # A query that ran outside `Database.call` (which classifies its own).
-        from schedulearn.server.db import Fault, classify, unavailable
+        from schedulearn.server.db import UNAVAILABLE, classify, unavailable
 
         fault = classify(exc)
-        if fault in (Fault.UNREACHABLE, Fault.FULL):
+        if fault in UNAVAILABLE:
             return await _service(request, unavailable(exc, fault))
         return await _crash(request, exc)
 
