@@ -53,7 +53,7 @@ class ServerSettings(BaseSettings):
         description="PostgreSQL cancels one statement that runs longer (0: no limit)",
     )
     database_answer_seconds: float = Field(
-        default=4.0,
+        default=3.0,
         ge=0,
         description="PostgreSQL: once the database has answered nothing for this many seconds "
         "while a query runs (frozen, hung host) and a 1 s SELECT 1 probe gets no answer, "

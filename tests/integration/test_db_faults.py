@@ -127,8 +127,8 @@ def _postgres_pids(pg: Postgres) -> list[int]:
 def test_postgres_frozen_gives_503_with_retry_after_and_readyz_says_why(tmp_path: Path) -> None:
     """SIGSTOP of every PostgreSQL process: the kernel still accepts its TCP
     connections, so nothing fails by itself (issue 33: no reply in 70 s). With
-    the default timeouts a submission gets 503 with Retry-After in about 5 s
-    (4 s with no answer, then a 1 s probe that gets none either)."""
+    the default timeouts a submission gets 503 with Retry-After in about 4 s
+    (3 s with no answer, then a 1 s probe that gets none either)."""
     if not (PG_BIN / "pg_ctl").exists():
         missing(Dependency.POSTGRES, f"no {PG_BIN / 'pg_ctl'}")
     pg = RestartablePostgres()
@@ -216,7 +216,7 @@ def test_one_slow_query_on_a_healthy_postgres_is_answered_not_503(
 def test_no_pooled_connection_free_in_time_is_503_with_retry_after(
     postgres_server: Postgres,
 ) -> None:
-    """Every connection of the pool held elsewhere (the pool waits `answer_seconds`
+    """Every connection of the pool held elsewhere (the pool waits `answer_seconds`, at least 4 s,
     for one): SQLAlchemy's pool TimeoutError is Unavailable, not a 500."""
     database = Database(postgres_server.new_database(), Timeouts(answer_seconds=1))
     try:

@@ -49,7 +49,7 @@ class Timeouts:
 
     connect_seconds: float = 3.0  # a new connection (libpq counts whole seconds, at least 2)
     statement_seconds: float = 30.0  # one statement, cancelled by PostgreSQL (0: none)
-    answer_seconds: float = 4.0  # no answer at all while a query runs: 503 (0: wait)
+    answer_seconds: float = 3.0  # no answer at all while a query runs: 503 (0: wait)
 
 
 def make_engine(url: str, timeouts: Timeouts | None = None, *, pooled: bool = True) -> Engine:
@@ -87,6 +87,8 @@ def make_engine(url: str, timeouts: Timeouts | None = None, *, pooled: bool = Tr
         pool_size=8,
         max_overflow=8,
         pool_pre_ping=True,
-        pool_timeout=max(1.0, timeouts.answer_seconds or 30.0),
+        # A request that waits this long for a connection gets 503 (4 s as
+        # before the stall probe: a busy pool is not a frozen database).
+        pool_timeout=max(4.0, timeouts.answer_seconds) if timeouts.answer_seconds else 30.0,
         connect_args=connect_args,
     )
