@@ -21,9 +21,14 @@ from pathlib import Path
 import httpx
 import pytest
 from pg_server import Postgres
+from sqlalchemy import create_engine, event, text
 
 from schedulearn.cli.localcluster import ServerProcess
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
+from schedulearn.server.app import bootstrap
+from schedulearn.server.auth import hash_token
+from schedulearn.server.db import Database, migrate
+from schedulearn.settings import ServerSettings
 from waiting import wait_until
 
 pytestmark = pytest.mark.postgres
@@ -133,3 +138,44 @@ def test_a_revoked_token_ends_on_every_replica(
         wait_until(lambda: _whoami(b, token) == 401, 30, "replica B to drop the revoked token")
     r = httpx.get(f"{b.url}/api/v1/whoami", headers=_auth(token), timeout=30)
     assert r.status_code == 401 and "revoked" in r.json()["error"]
+
+
+def test_replicas_starting_at_once_store_the_settings_tokens_once(
+    postgres_server: Postgres,
+) -> None:
+    """Two replicas given the same tokens, starting at once, each store them: the
+    one whose insert comes second finds the row stored and starts (it failed
+    with a unique violation on `ix_token_hash`, and the replica exited).
+
+    The other replica's insert is made, on its own connection, just before this
+    replica's own INSERT of the admin token: the moment the two raced in CI.
+    """
+    url = postgres_server.new_database()
+    settings = ServerSettings(database_url=url, admin_token=ADMIN, agent_token=AGENT)
+    database = Database(url)
+    rival = create_engine(url)
+    raced: list[str] = []
+
+    def other_replica_first(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if not raced and statement.startswith("INSERT INTO token"):
+            raced.append(statement)
+            with rival.begin() as other:
+                other.execute(
+                    text(
+                        'INSERT INTO token (hash, "user", role, name, created_at) '
+                        "VALUES (:hash, 'admin', 'admin', 'from the settings', 0)"
+                    ),
+                    {"hash": hash_token(ADMIN)},
+                )
+
+    try:
+        migrate(database.engine)
+        event.listen(database.engine, "before_cursor_execute", other_replica_first)
+        assert bootstrap(database, settings, 1.0) == {}
+        assert raced  # the race did happen
+        with rival.connect() as conn:
+            stored = conn.execute(text("SELECT role, count(*) FROM token GROUP BY role"))
+            assert dict(stored.tuples().all()) == {"admin": 1, "agent": 1}
+    finally:
+        database.engine.dispose()
+        rival.dispose()

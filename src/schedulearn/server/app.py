@@ -20,6 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from sqlalchemy.exc import IntegrityError
 
 import schedulearn
 from schedulearn.clock import Clock, SystemClock
@@ -66,6 +67,19 @@ def bootstrap(database: db.Database, settings: ServerSettings, now: float) -> di
     token file. Never printed.
     """
     db.migrate(database.engine)
+    # Replicas starting at once on one PostgreSQL each store the settings'
+    # tokens (and their users): the second insert of the same row fails on
+    # its unique index. It was stored, by the other replica: read again.
+    try:
+        return _store_tokens(database, settings, now)
+    except IntegrityError:
+        log.info("another replica stored the same tokens at once; reading them again")
+        return _store_tokens(database, settings, now)
+
+
+def _store_tokens(
+    database: db.Database, settings: ServerSettings, now: float
+) -> dict[auth.Role, str]:
     made: dict[auth.Role, str] = {}
     with database.session() as session:
         for role, given in (
