@@ -14,7 +14,13 @@ the layer still decides from the snapshot alone.
 
 from __future__ import annotations
 
-from schedulearn.core.fairshare_queues import QueueShare, Tenancy, fill
+from schedulearn.core.fairshare_queues import (
+    QueueShare,
+    Tenancy,
+    book,
+    held_by_queue,
+    pending_by_queue,
+)
 from schedulearn.core.views import ClusterView, JobView
 
 
@@ -37,38 +43,12 @@ class ShareBook:
     ) -> tuple[dict[str, QueueShare], dict[str, list[JobView]]]:
         """Every queue's share for this pass, and its pending jobs in the view's order."""
         if view.running is not self._running:
-            held: dict[str, list[int]] = {}
-            for job in view.running:
-                mine = held.get(job.queue)
-                if mine is None:
-                    mine = held[job.queue] = [0, 0]
-                n = job.allocated_gpus
-                mine[0] += n
-                if not job.preemptible:
-                    mine[1] += n
-            self._held = {q: (a, b) for q, (a, b) in held.items()}
+            self._held = held_by_queue(view.running)
             self._running = view.running
         if view.pending is not self._pending:
-            by_queue: dict[str, list[JobView]] = {}
-            for job in view.pending:
-                mine_p = by_queue.get(job.queue)
-                if mine_p is None:
-                    mine_p = by_queue[job.queue] = []
-                mine_p.append(job)
-            self._by_queue = by_queue
-            self._waiting = {q: sum(j.gpus for j in js) for q, js in by_queue.items()}
+            self._by_queue = pending_by_queue(view.pending)
+            self._waiting = {q: sum(j.gpus for j in js) for q, js in self._by_queue.items()}
             self._pending = view.pending
-        out: dict[str, QueueShare] = {q.name: QueueShare(q) for q in tenancy.queues}
-        for name, (used, pinned) in self._held.items():
-            s = out.get(name)
-            if s is None:
-                s = out[name] = QueueShare(tenancy.queue(name))
-            s.used, s.pinned = used, pinned
-        for name, gpus in self._waiting.items():
-            s = out.get(name)
-            if s is None:
-                s = out[name] = QueueShare(tenancy.queue(name))
-            s.pending = gpus
-        fill(out.values(), view.total_gpus, tenancy.usage)
+        out = book(view, tenancy, self._held, self._waiting)
         # The pass reads the lists and never changes them: shared, not copied.
         return out, self._by_queue

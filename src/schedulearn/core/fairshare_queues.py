@@ -285,28 +285,59 @@ def sweep(
     view: ClusterView, tenancy: Tenancy
 ) -> tuple[dict[str, QueueShare], dict[str, list[JobView]]]:
     """`shares`, and each queue's pending jobs in the view's order, in one sweep of the jobs."""
-    out: dict[str, QueueShare] = {q.name: QueueShare(q) for q in tenancy.queues}
-    for job in view.running:
-        s = out.get(job.queue)
-        if s is None:
-            s = out[job.queue] = QueueShare(tenancy.queue(job.queue))
+    by_queue = pending_by_queue(view.pending)
+    waiting = {q: sum(j.gpus for j in jobs) for q, jobs in by_queue.items()}
+    return book(view, tenancy, held_by_queue(view.running), waiting), by_queue
+
+
+def held_by_queue(running: Iterable[JobView]) -> dict[str, tuple[int, int]]:
+    """Per queue: the GPUs its running jobs hold, and of those the non-preemptible ones."""
+    held: dict[str, list[int]] = {}
+    for job in running:
+        mine = held.get(job.queue)
+        if mine is None:
+            mine = held[job.queue] = [0, 0]
         n = job.allocated_gpus
-        s.used += n
+        mine[0] += n
         if not job.preemptible:
-            s.pinned += n
+            mine[1] += n
+    return {q: (used, pinned) for q, (used, pinned) in held.items()}
+
+
+def pending_by_queue(pending: Iterable[JobView]) -> dict[str, list[JobView]]:
+    """Per queue: its pending jobs, in the order given."""
     by_queue: dict[str, list[JobView]] = {}
-    for job in view.pending:
+    for job in pending:
         mine = by_queue.get(job.queue)
         if mine is None:
             mine = by_queue[job.queue] = []
         mine.append(job)
-    for name, jobs in by_queue.items():
+    return by_queue
+
+
+def book(
+    view: ClusterView,
+    tenancy: Tenancy,
+    held: Mapping[str, tuple[int, int]],
+    waiting: Mapping[str, int],
+) -> dict[str, QueueShare]:
+    """Every queue with jobs or a guarantee, from the GPUs it holds (`held_by_queue`)
+    and the GPUs its pending jobs ask for, its share filled."""
+    out: dict[str, QueueShare] = {q.name: QueueShare(q) for q in tenancy.queues}
+
+    def share(name: str) -> QueueShare:
         s = out.get(name)
         if s is None:
             s = out[name] = QueueShare(tenancy.queue(name))
-        s.pending = sum(j.gpus for j in jobs)
+        return s
+
+    for name, (used, pinned) in held.items():
+        s = share(name)
+        s.used, s.pinned = used, pinned
+    for name, gpus in waiting.items():
+        share(name).pending = gpus
     fill(out.values(), view.total_gpus, tenancy.usage)
-    return out, by_queue
+    return out
 
 
 def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
