@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import re
 import secrets
 import shutil
@@ -39,7 +38,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2e_cluster import ADMIN, Cluster
+from e2e_cluster import Cluster
+from tenants import Tenant
 
 from dependencies import need_root
 from schedulearn.cli.localcluster import AgentProcess
@@ -54,31 +54,12 @@ def _as_root() -> None:
     need_root("makes unix accounts and runs an agent as root")
 
 
-class Tenant:
-    """A unix account and the server user of the same name, with a token of its own."""
+class HostTenant(Tenant):
+    """A tenant whose processes on the host the tests look for."""
 
-    def __init__(self, name: str, cluster: Cluster) -> None:
-        entry = pwd.getpwnam(name)
-        self.name, self.uid = name, entry.pw_uid
-        self.home = Path(entry.pw_dir)
-        made = httpx.post(
-            f"{cluster.server.url}/api/v1/tokens",
-            json={"user": name, "role": "user"},
-            headers={"Authorization": f"Bearer {ADMIN}"},
-            timeout=10,
-        )
-        assert made.status_code == 201, made.text
-        self.token = made.json()["token"]
-        self.http = httpx.Client(
-            base_url=f"{cluster.server.url}/api/v1",
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=10,
-        )
-
-    def submit(self, command: str, **spec: object) -> int:
-        r = self.http.post("/jobs", json={"gpus": 1, "command": command, **spec})
-        assert r.status_code in (200, 201), r.text
-        return int(r.json()["ids"][0])
+    def run(self, command: str, **spec: object) -> int:
+        """Submit `command` as a 1-GPU job (unless `spec` says otherwise); its id."""
+        return self.submit(command=command, **spec)
 
     def leftovers(self) -> dict[int, str]:
         """This account's live processes: pid -> command line and cgroups (for a message)."""
@@ -113,8 +94,8 @@ class Tenant:
 class Site:
     cluster: Cluster
     agent: AgentProcess
-    a: Tenant
-    b: Tenant
+    a: HostTenant
+    b: HostTenant
     devices: Path
     root: Path
 
@@ -163,7 +144,12 @@ def site() -> Iterator[Site]:
         cluster.agents["n1"] = agent
         cluster.wait_nodes(1)
         yield Site(
-            cluster, agent, Tenant(names[0], cluster), Tenant(names[1], cluster), devices, root
+            cluster,
+            agent,
+            HostTenant(names[0], cluster),
+            HostTenant(names[1], cluster),
+            devices,
+            root,
         )
     finally:
         cluster.stop()
@@ -207,7 +193,7 @@ def _lines(file: Path) -> int:
 
 def test_a_setsid_child_is_gone_when_its_job_shows_cancelled(site: Site) -> None:
     file = site.a.home / "cancel-beats"
-    job = site.a.submit(_escape(file))
+    job = site.a.run(_escape(file))
     site.cluster.wait_state(job, {"running"})
     # It runs, outside the job's session, and writes: it could outlive a group kill.
     wait_until(lambda: _lines(file), 30, "the escaped child's first lines", until=lambda n: n >= 3)
@@ -225,7 +211,7 @@ def test_a_memory_hog_ends_with_the_out_of_memory_reason_and_the_node_stays_up(
     site: Site,
 ) -> None:
     hog = "/usr/bin/python3 -c 'b = bytearray(1 << 30); print(len(b))'"
-    job = site.a.submit(hog, memory="256M")
+    job = site.a.run(hog, memory="256M")
     done = site.cluster.wait_final([job])[job]
     assert done.state == "failed"
     reason = "out of memory: limit 0.25 GB"
@@ -237,7 +223,7 @@ def test_a_memory_hog_ends_with_the_out_of_memory_reason_and_the_node_stays_up(
     assert reason in _job_page(site, job)
     # The node is up and runs the next job.
     assert site.agent.alive
-    after = site.b.submit("echo still-here")
+    after = site.b.run("echo still-here")
     assert site.cluster.wait_final([after])[after].state == "succeeded"
 
 
@@ -255,7 +241,7 @@ def _job_page(site: Site, job: int) -> str:
 
 def test_a_fork_bomb_ends_only_its_own_job(site: Site) -> None:
     # `exec`: the bomb's shell needs no fork of its own once the bomb is going.
-    bomb = site.a.submit("b() { b | b & }; b; exec sleep 100000", cpus=0.5)
+    bomb = site.a.run("b() { b | b & }; b; exec sleep 100000", cpus=0.5)
     site.cluster.wait_state(bomb, {"running"})
     # Its forks hit the run's pids limit ("Cannot fork") ...
     wait_until(
@@ -264,7 +250,7 @@ def test_a_fork_bomb_ends_only_its_own_job(site: Site) -> None:
     )  # fmt: skip
     # ... while B's job beside it on the same node forks 200 times and succeeds.
     forks = 'i=0; while [ $i -lt 200 ]; do /bin/true; i=$((i+1)); done; echo "forked $i"'
-    beside = site.b.submit(forks)
+    beside = site.b.run(forks)
     assert site.cluster.wait_final([beside])[beside].state == "succeeded"
     assert "forked 200" in site.cluster.log_text(beside)
     with site.cluster.client() as admin:
@@ -288,7 +274,7 @@ for i in (0, 1):
 
 
 def test_a_job_cannot_open_a_gpu_it_was_not_given(site: Site) -> None:
-    job = site.a.submit(OPEN_GPUS.format(dev=site.devices))
+    job = site.a.run(OPEN_GPUS.format(dev=site.devices))
     done = site.cluster.wait_final([job])[job]
     assert done.state == "succeeded", done.message
     (own,) = (done.placement or {})["n1"]
@@ -345,7 +331,7 @@ def test_after_the_agent_is_killed_the_escaped_child_ends_with_the_lease_and_no_
     site: Site,
 ) -> None:
     file = site.a.home / "lease-beats"
-    job = site.a.submit(_escape(file), max_restarts=3)
+    job = site.a.run(_escape(file), max_restarts=3)
     site.cluster.wait_state(job, {"running"})
     wait_until(lambda: _lines(file), 30, "the first copy's lines", until=lambda n: n >= 3)
     site.agent.kill()  # as a crash would: the agent's lease guard is all that is left

@@ -22,7 +22,6 @@ Needs root (to make accounts and start the agent as root), as CI runs.
 from __future__ import annotations
 
 import os
-import pwd
 import secrets
 import shutil
 import subprocess
@@ -30,9 +29,9 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from e2e_cluster import ADMIN, Cluster
+from e2e_cluster import Cluster
+from tenants import Tenant
 
 from dependencies import Dependency, missing, need_root
 from schedulearn.cli.localcluster import AgentProcess
@@ -46,32 +45,6 @@ TEST_IMAGE = "schedulearn-test-busybox:latest"  # what docker_engine.sh builds
 @pytest.fixture(autouse=True)
 def _as_root() -> None:
     need_root("makes unix accounts and runs an agent as root")
-
-
-class Tenant:
-    """A unix account and the server user of the same name, with a token of its own."""
-
-    def __init__(self, name: str, cluster: Cluster) -> None:
-        entry = pwd.getpwnam(name)
-        self.name, self.uid, self.gid = name, entry.pw_uid, entry.pw_gid
-        self.home = Path(entry.pw_dir)
-        made = httpx.post(
-            f"{cluster.server.url}/api/v1/tokens",
-            json={"user": name, "role": "user"},
-            headers={"Authorization": f"Bearer {ADMIN}"},
-            timeout=10,
-        )
-        assert made.status_code == 201, made.text
-        self.http = httpx.Client(
-            base_url=f"{cluster.server.url}/api/v1",
-            headers={"Authorization": f"Bearer {made.json()['token']}"},
-            timeout=10,
-        )
-
-    def submit(self, **spec: object) -> int:
-        r = self.http.post("/jobs", json={"gpus": 1, **spec})
-        assert r.status_code in (200, 201), r.text
-        return int(r.json()["ids"][0])
 
 
 @pytest.fixture
