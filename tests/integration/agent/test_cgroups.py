@@ -29,7 +29,7 @@ import pytest
 
 from dependencies import need_root
 from schedulearn.agent import cgroupmounts, cgroups
-from schedulearn.agent.cgroups import CgroupBackend, CgroupError, RunCgroup, V1Cgroups
+from schedulearn.agent.cgroups import CgroupBackend, CgroupError, RunCgroup
 from schedulearn.agent.executors.base import OutputLine, StartError
 from schedulearn.agent.executors.process import ProcessHandle, SubprocessExecutor
 from schedulearn.agent.gpus import VirtualGpus, device_numbers
@@ -57,13 +57,8 @@ def _backend(version: str, tmp_path: Path) -> CgroupBackend:
 
 def _clear(b: CgroupBackend) -> None:
     """Whatever a failed test left in the backend's cgroups is killed and removed."""
-    bases = list(b.bases.values()) if isinstance(b, V1Cgroups) else [getattr(b, "base", "")]
-    names = {n for base in bases if os.path.isdir(base) for n in os.listdir(base)}
-    for name in names:
-        left = RunCgroup([os.path.join(base, name) for base in bases])
-        if os.path.isdir(left.dirs[0]) and os.path.exists(f"{left.dirs[0]}/cgroup.procs"):
-            left.kill_sync(10)
-            left.remove()
+    for left in b.runs():
+        left.empty_and_remove(10)
     b.close()
 
 
