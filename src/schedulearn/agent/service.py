@@ -14,7 +14,8 @@ import logging
 import signal
 
 from schedulearn.agent.config import AgentConfig
-from schedulearn.agent.daemon import Agent, AgentError, check_jobs_as
+from schedulearn.agent.daemon import Agent, check_jobs_as
+from schedulearn.agent.errors import AgentError
 from schedulearn.agent.executors import registry
 from schedulearn.agent.executors.base import ExecutorImpl, StartError
 from schedulearn.agent.gpus import GpuDiscoveryError, GpuSource, discover_gpus

@@ -12,7 +12,8 @@ from agent_support import AGENT_TOKEN, AdminApi, ServerProc, wait_until
 
 from schedulearn.agent.client import AgentClient
 from schedulearn.agent.config import AgentConfig
-from schedulearn.agent.daemon import Agent, AgentError
+from schedulearn.agent.daemon import Agent
+from schedulearn.agent.errors import AgentError
 from schedulearn.agent.gpus import discover_gpus
 from schedulearn.agent.service import build_executors
 from schedulearn.protocol import OLDEST_PROTOCOL, PROTOCOL_VERSION

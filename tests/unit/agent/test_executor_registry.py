@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from schedulearn.agent.config import AgentConfig
-from schedulearn.agent.daemon import AgentError
+from schedulearn.agent.errors import AgentError
 from schedulearn.agent.executors import registry
 from schedulearn.agent.service import build_executors
 from schedulearn.core.capabilities import ExecutorKind, NodeCapabilities
