@@ -232,7 +232,7 @@ def agent(
 ) -> None:
     """Run the node agent: register this host's GPUs, run the jobs the server sends."""
     with loading():
-        from schedulearn.agent import credential
+        from schedulearn.agent import jobenv
         from schedulearn.agent.accounts import JobsAs, default_jobs_as
         from schedulearn.agent.config import (
             AgentConfig,
@@ -241,83 +241,29 @@ def agent(
             default_state_dir,
             host_cpus,
             host_memory_gb,
-            parse_ulimit,
         )
-        from schedulearn.agent.daemon import AgentError
+        from schedulearn.agent.errors import AgentError
         from schedulearn.agent.service import run_agent
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # One line per HTTP request would drown the agent's own messages.
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    for flag, param, instead in (
-        ("--token", "token", "--token-file or SCHEDULEARN_AGENT_TOKEN"),
-        ("--join-token", "join_token", "--join-token-file or SCHEDULEARN_JOIN_TOKEN"),
-    ):
-        source = ctx.get_parameter_source(param)
-        if source is not None and source.name == "COMMANDLINE":
-            typer.echo(ARGV_WARNING.format(flag=flag, instead=instead), err=True)
+    _set_up_logging(log_level)
+    _warn_of_secrets_on_argv(ctx)
     # Not handed down to jobs (the executors strip SCHEDULEARN_* too).
     for name_ in ("SCHEDULEARN_AGENT_TOKEN", "SCHEDULEARN_JOIN_TOKEN"):
         os.environ.pop(name_, None)
-    from schedulearn.agent import jobenv
-
-    try:
-        extra_env = jobenv.parse_env(job_env or [])
-        if job_path is not None:
-            jobenv.check_path(job_path)
-    except jobenv.JobEnvError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    extra_env = _job_env(job_env, job_path)
     node = name or default_name()
     jobs_as = JobsAs(run_jobs_as.value) if run_jobs_as else default_jobs_as()
     where = state_dir or default_state_dir(node, jobs_as is JobsAs.OWNER)
-    try:
-        if join_token_file is not None:
-            join_token = credential.read_secret_file(join_token_file, "join token")
-        if token_file is not None:
-            token = credential.read_secret_file(token_file, "token")
-        if not join_token and not token:
-            stored = credential.load(where)
-            if stored is not None:
-                if stored.node != node:
-                    raise typer.BadParameter(
-                        f"the credential in {credential.path_in(where)} is node "
-                        f"{stored.node!r}'s, not {node!r}; pass --name {stored.node} or "
-                        "another --state-dir"
-                    )
-                token = stored.credential
-    except credential.CredentialError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    if not server or (token is None and not join_token):
-        saved_server, saved_token = _from_config_file()
-        server = server or ([saved_server] if saved_server else None)
-        token = token or (None if join_token else saved_token)
-    if not server:
-        raise typer.BadParameter("give the server's URL with --server or SCHEDULEARN_SERVER")
-    from schedulearn.failover import ServerListError, parse_servers
-
-    try:
-        servers = parse_servers(server)
-    except ServerListError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--server") from None
+    token, join_token = _credential(node, where, token, token_file, join_token, join_token_file)
+    servers, token = _servers(server, token, join_token)
     if not token and not join_token:
         raise typer.BadParameter(
             f"this node has no credential (none stored in {where}); an admin runs "
             f"`schedulearn node add {node}`, and you start the agent with that join token "
             "in a file: --join-token-file PATH (or SCHEDULEARN_JOIN_TOKEN)"
         )
-    try:
-        ulimits = dict(parse_ulimit(u) for u in container_ulimit or [])
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--container-ulimit") from None
-    from schedulearn.core.capabilities import labels_of
-
-    try:
-        labels = tuple(sorted(labels_of(label or [])))
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--label") from None
+    ulimits = _ulimits(container_ulimit)
+    labels = _labels(label)
     config = AgentConfig(
         server=",".join(servers),  # the agent's client fails over along the list
         token=token or "",
@@ -362,6 +308,109 @@ def agent(
     except AgentError as exc:
         typer.echo(f"schedulearn agent: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def _set_up_logging(log_level: str) -> None:
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per HTTP request would drown the agent's own messages.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _warn_of_secrets_on_argv(ctx: typer.Context) -> None:
+    """Warn when a secret was given on the command line (every local user can read it)."""
+    for flag, param, instead in (
+        ("--token", "token", "--token-file or SCHEDULEARN_AGENT_TOKEN"),
+        ("--join-token", "join_token", "--join-token-file or SCHEDULEARN_JOIN_TOKEN"),
+    ):
+        source = ctx.get_parameter_source(param)
+        if source is not None and source.name == "COMMANDLINE":
+            typer.echo(ARGV_WARNING.format(flag=flag, instead=instead), err=True)
+
+
+def _job_env(job_env: list[str] | None, job_path: str | None) -> dict[str, str]:
+    """The `--env` variables of every job, after checking them and `--path`."""
+    from schedulearn.agent import jobenv
+
+    try:
+        extra_env = jobenv.parse_env(job_env or [])
+        if job_path is not None:
+            jobenv.check_path(job_path)
+    except jobenv.JobEnvError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return extra_env
+
+
+def _credential(
+    node: str,
+    where: Path,
+    token: str | None,
+    token_file: Path | None,
+    join_token: str | None,
+    join_token_file: Path | None,
+) -> tuple[str | None, str | None]:
+    """(token, join token): a secret's file wins over its flag or variable; with
+    neither secret given, the credential stored in `where` (steps 1-3 of the
+    module docstring; `_servers` does step 4)."""
+    from schedulearn.agent import credential
+
+    try:
+        if join_token_file is not None:
+            join_token = credential.read_secret_file(join_token_file, "join token")
+        if token_file is not None:
+            token = credential.read_secret_file(token_file, "token")
+        if not join_token and not token:
+            stored = credential.load(where)
+            if stored is not None:
+                if stored.node != node:
+                    raise typer.BadParameter(
+                        f"the credential in {credential.path_in(where)} is node "
+                        f"{stored.node!r}'s, not {node!r}; pass --name {stored.node} or "
+                        "another --state-dir"
+                    )
+                token = stored.credential
+    except credential.CredentialError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return token, join_token
+
+
+def _servers(
+    server: list[str] | None, token: str | None, join_token: str | None
+) -> tuple[tuple[str, ...], str | None]:
+    """The servers' URLs, and the token: what is missing of either is read from
+    the CLI's config file (its token only when no join token was given)."""
+    if not server or (token is None and not join_token):
+        saved_server, saved_token = _from_config_file()
+        server = server or ([saved_server] if saved_server else None)
+        token = token or (None if join_token else saved_token)
+    if not server:
+        raise typer.BadParameter("give the server's URL with --server or SCHEDULEARN_SERVER")
+    from schedulearn.failover import ServerListError, parse_servers
+
+    try:
+        return parse_servers(server), token
+    except ServerListError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--server") from None
+
+
+def _ulimits(container_ulimit: list[str] | None) -> dict[str, tuple[int, int]]:
+    from schedulearn.agent.config import parse_ulimit
+
+    try:
+        return dict(parse_ulimit(u) for u in container_ulimit or [])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--container-ulimit") from None
+
+
+def _labels(label: list[str] | None) -> tuple[str, ...]:
+    from schedulearn.core.capabilities import labels_of
+
+    try:
+        return tuple(sorted(labels_of(label or [])))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--label") from None
 
 
 def register(app: typer.Typer) -> None:

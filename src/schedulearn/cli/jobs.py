@@ -48,6 +48,7 @@ from schedulearn.cli.table import Column, FormatError, parse_format, print_table
 if TYPE_CHECKING:
     from schedulearn.cli.client import Client
     from schedulearn.cli.replies import JobRow
+    from schedulearn.protocol import JobSpec
 
 __all__ = [
     "JsonOpt",
@@ -248,20 +249,7 @@ def submit(
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a job: `schedulearn submit --gpus 2 -- python train.py`."""
-    import yaml
-    from pydantic import ValidationError
-
-    from schedulearn.protocol import JobSpec
-
-    data: dict[str, Any] = {}
-    if file is not None:
-        try:
-            loaded = yaml.safe_load(file.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise typer.BadParameter(f"cannot read {file}: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise typer.BadParameter(f"{file} must hold one job spec (a mapping)")
-        data.update(loaded)
+    data = _spec_file(file) if file is not None else {}
     if command:
         # One argument with spaces is a shell line; several are an argv list.
         data["command"] = command[0] if len(command) == 1 and " " in command[0] else command
@@ -301,13 +289,7 @@ def submit(
         data["workdir"] = os.getcwd()
     if (follow or wait) and data.get("count", 1) > 1:
         raise typer.BadParameter("--follow and --wait take one job, not an array")
-    try:
-        spec = JobSpec.model_validate(data)
-    except ValidationError as exc:
-        for e in exc.errors():
-            loc = ".".join(str(x) for x in e["loc"])
-            error(f"{loc}: {e['msg']}")
-        raise typer.Exit(2) from None
+    spec = _job_spec(data)
     with connect(server, token) as client:
         reply = client.submit(spec)
         ids = reply.ids
@@ -321,6 +303,34 @@ def submit(
             raise typer.Exit(stream_to_end(client, ids[0]))
         if wait:
             raise typer.Exit(wait_for_end(client, ids[0]))
+
+
+def _spec_file(file: Path) -> dict[str, Any]:
+    """The job spec in a YAML or JSON file, as a mapping the flags then override."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(file.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(f"cannot read {file}: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise typer.BadParameter(f"{file} must hold one job spec (a mapping)")
+    return dict(loaded)
+
+
+def _job_spec(data: dict[str, Any]) -> JobSpec:
+    """The spec validated; each error printed with where it is, then exit 2."""
+    from pydantic import ValidationError
+
+    from schedulearn.protocol import JobSpec
+
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        for e in exc.errors():
+            loc = ".".join(str(x) for x in e["loc"])
+            error(f"{loc}: {e['msg']}")
+        raise typer.Exit(2) from None
 
 
 MineOpt = Annotated[bool, typer.Option("--mine", help="Only your own jobs")]

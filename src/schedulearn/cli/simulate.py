@@ -23,7 +23,10 @@ if TYPE_CHECKING:
     from rich.progress import TaskID
     from rich.table import Table
 
+    from schedulearn.sim.jobs import Workload
     from schedulearn.sim.results import SimResult
+    from schedulearn.sim.runner import SpeedOptions
+    from schedulearn.sim.tenant_runs import TenantRun
 
 PROGRESS_FROM_JOBS = 2000
 
@@ -242,14 +245,11 @@ def simulate(
 ) -> None:
     # The simulator and Rich load here, when the command runs: `simulate --help`
     # (and every other command) starts without them.
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from schedulearn.core.registry import UnknownPolicyError, available
+    from schedulearn.core.registry import UnknownPolicyError
     from schedulearn.sim.engine import PolicyError
     from schedulearn.sim.jobs import SimInputError
-    from schedulearn.sim.runner import SpeedOptions, cluster_for, run_all, run_parallel
-    from schedulearn.sim.tenant_runs import TenantRun, simulate_tenants
-    from schedulearn.sim.tenants import render as render_fairness
+    from schedulearn.sim.runner import cluster_for, run_all, run_parallel
+    from schedulearn.sim.tenant_runs import simulate_tenants
     from schedulearn.sim.workloads.constraints import with_constraints
     from schedulearn.sim.workloads.spec import parse_workload
 
@@ -258,35 +258,9 @@ def simulate(
         workloads = [w for text in workload for w in parse_workload(text, seed)]
         if constraint:
             workloads = [with_constraints(w, constraint, constrained, seed) for w in workloads]
-        if tenants is None and (min_run is not None or half_life is not None):
-            raise SimInputError("--min-run and --half-life apply to queues; add --tenants")
-        if tenants is not None and (len(workloads) > 1 or round_seconds is not None):
-            raise SimInputError("--tenants runs one workload without --round; give one --workload")
-        if round_seconds is not None and not round_seconds > 0:
-            raise SimInputError(
-                f"--round must be a positive number of seconds, not {round_seconds}"
-            )
-        if processes is not None and processes < 1:
-            raise SimInputError(f"--processes must be 1 or more, not {processes}")
-        given = {
-            name
-            for name, value in (
-                ("--restart-cost", restart_cost),
-                ("--efficiency", efficiency),
-                ("--spread-penalty", spread_penalty),
-                ("--gpu-speed", gpu_speed or None),
-            )
-            if value is not None
-        }
-        defaults = SpeedOptions()
-        speed = SpeedOptions(
-            apps=apps,
-            efficiency=defaults.efficiency if efficiency is None else efficiency,
-            spread_penalty=defaults.spread_penalty if spread_penalty is None else spread_penalty,
-            restart_cost=defaults.restart_cost if restart_cost is None else restart_cost,
-            gpu_speed=gpu_speed,
-            artifact_time=artifact_time,
-            given=frozenset(given),
+        _check_combinations(len(workloads), tenants, min_run, half_life, round_seconds, processes)
+        speed = _speed_options(
+            apps, restart_cost, efficiency, spread_penalty, gpu_speed, artifact_time
         )
         policies = policy.split(",")
         big = max(len(w) for w in workloads) >= PROGRESS_FROM_JOBS
@@ -307,60 +281,144 @@ def simulate(
             # Several workloads: one process per run.
             results = run_parallel(workloads, policies, cluster, speed, round_seconds, processes)
         elif big and not quiet:
-            with Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed:,.0f}/{task.total:,.0f} jobs"),
-                TimeElapsedColumn(),
-                console=err,
-                transient=True,
-            ) as bar:
-                tasks: dict[str, TaskID] = {}
-
-                def report(label: str, done: int, total: int) -> None:
-                    if label not in tasks:
-                        tasks[label] = bar.add_task(label, total=total)
-                    bar.update(tasks[label], completed=done)
-
-                results = run_all(workloads, policies, cluster, speed, report, round_seconds)
+            results = _run_with_progress(workloads, policies, cluster, speed, round_seconds)
         else:
             results = run_all(workloads, policies, cluster, speed, round_seconds=round_seconds)
     except (SimInputError, UnknownPolicyError, PolicyError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     if not quiet:
-        out.print(render_table(results))
-        stuck = [r for r in results if r.summary.unfinished]
-        for r in stuck:
-            err.print(
-                f"[yellow]warning:[/yellow] {r.policy} left {r.summary.unfinished} jobs of "
-                f"{r.workload} unfinished (it started nothing while they waited)",
-                highlight=False,
-            )
-        for run in fair:
-            out.print(f"\n{run.shared.policy}: per queue (ratio: mean JCT shared / alone)")
-            out.print(render_fairness(run.fairness), highlight=False)
+        _print_results(out, results, fair)
     if json_file is not None:
-        payload = {
-            "policies_available": available(),
-            "results": [r.to_dict(jobs=jobs_json) for r in results],
-        }
-        if fair:
-            payload["fairness"] = {run.shared.policy: run.fairness.to_dict() for run in fair}
-        text = json.dumps(payload, indent=2)
-        if str(json_file) == "-":
-            sys.stdout.write(text + "\n")
-        else:
-            # Like --plot's folder: `--plot out/ --json out/results.json` on a
-            # fresh clone wrote the JSON first, into a folder not made yet.
-            json_file.parent.mkdir(parents=True, exist_ok=True)
-            json_file.write_text(text + "\n")
+        _write_json(json_file, results, fair, jobs_json)
     if plot is not None:
         from schedulearn.sim.plots import plot_results
 
         for path in plot_results(results, plot):
             if not quiet:
                 err.print(f"wrote {path}", highlight=False)
+
+
+def _check_combinations(
+    workloads: int,
+    tenants: str | None,
+    min_run: float | None,
+    half_life: float | None,
+    round_seconds: float | None,
+    processes: int | None,
+) -> None:
+    """`SimInputError` for options that do not go together or out of range."""
+    from schedulearn.sim.jobs import SimInputError
+
+    if tenants is None and (min_run is not None or half_life is not None):
+        raise SimInputError("--min-run and --half-life apply to queues; add --tenants")
+    if tenants is not None and (workloads > 1 or round_seconds is not None):
+        raise SimInputError("--tenants runs one workload without --round; give one --workload")
+    if round_seconds is not None and not round_seconds > 0:
+        raise SimInputError(f"--round must be a positive number of seconds, not {round_seconds}")
+    if processes is not None and processes < 1:
+        raise SimInputError(f"--processes must be 1 or more, not {processes}")
+
+
+def _speed_options(
+    apps: Path | None,
+    restart_cost: float | None,
+    efficiency: float | None,
+    spread_penalty: float | None,
+    gpu_speed: str,
+    artifact_time: bool,
+) -> SpeedOptions:
+    """The speed model's options; `given` names the ones set on the command line."""
+    from schedulearn.sim.runner import SpeedOptions
+
+    given = {
+        name
+        for name, value in (
+            ("--restart-cost", restart_cost),
+            ("--efficiency", efficiency),
+            ("--spread-penalty", spread_penalty),
+            ("--gpu-speed", gpu_speed or None),
+        )
+        if value is not None
+    }
+    defaults = SpeedOptions()
+    return SpeedOptions(
+        apps=apps,
+        efficiency=defaults.efficiency if efficiency is None else efficiency,
+        spread_penalty=defaults.spread_penalty if spread_penalty is None else spread_penalty,
+        restart_cost=defaults.restart_cost if restart_cost is None else restart_cost,
+        gpu_speed=gpu_speed,
+        artifact_time=artifact_time,
+        given=frozenset(given),
+    )
+
+
+def _run_with_progress(
+    workloads: list[Workload],
+    policies: list[str],
+    cluster: str | None,
+    speed: SpeedOptions,
+    round_seconds: float | None,
+) -> list[SimResult]:
+    """`run_all` with a progress bar per run on stderr (for big workloads)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from schedulearn.sim.runner import run_all
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} jobs"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def report(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total)
+            bar.update(tasks[label], completed=done)
+
+        return run_all(workloads, policies, cluster, speed, report, round_seconds)
+
+
+def _print_results(out: Console, results: list[SimResult], fair: list[TenantRun]) -> None:
+    """The table, a warning per run that left jobs unfinished, and the per-queue reports."""
+    from schedulearn.sim.tenants import render as render_fairness
+
+    out.print(render_table(results))
+    stuck = [r for r in results if r.summary.unfinished]
+    for r in stuck:
+        err.print(
+            f"[yellow]warning:[/yellow] {r.policy} left {r.summary.unfinished} jobs of "
+            f"{r.workload} unfinished (it started nothing while they waited)",
+            highlight=False,
+        )
+    for run in fair:
+        out.print(f"\n{run.shared.policy}: per queue (ratio: mean JCT shared / alone)")
+        out.print(render_fairness(run.fairness), highlight=False)
+
+
+def _write_json(
+    json_file: Path, results: list[SimResult], fair: list[TenantRun], jobs_json: bool
+) -> None:
+    from schedulearn.core.registry import available
+
+    payload = {
+        "policies_available": available(),
+        "results": [r.to_dict(jobs=jobs_json) for r in results],
+    }
+    if fair:
+        payload["fairness"] = {run.shared.policy: run.fairness.to_dict() for run in fair}
+    text = json.dumps(payload, indent=2)
+    if str(json_file) == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        # Like --plot's folder: `--plot out/ --json out/results.json` on a
+        # fresh clone wrote the JSON first, into a folder not made yet.
+        json_file.parent.mkdir(parents=True, exist_ok=True)
+        json_file.write_text(text + "\n")
 
 
 def register(app: typer.Typer) -> None:
