@@ -14,7 +14,7 @@ import asyncio
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -36,16 +36,36 @@ def _message(what: str, timeout: float, last: object, error: BaseException | Non
 _NOTHING: Any = object()
 
 
+@overload
+def wait_until(
+    read: Callable[[], T | None],
+    timeout: float = 10.0,
+    what: str = "",
+    *,
+    ignore: tuple[type[BaseException], ...] = (),
+    every: float = EVERY,
+) -> T: ...
+@overload
 def wait_until(
     read: Callable[[], T],
     timeout: float = 10.0,
     what: str = "",
     *,
-    until: Callable[[T], object] = bool,
+    until: Callable[[T], object],
     ignore: tuple[type[BaseException], ...] = (),
     every: float = EVERY,
-) -> T:
-    """Call `read()` until `until(value)` holds (by default: the value is truthy).
+) -> T: ...
+def wait_until(
+    read: Callable[[], Any],
+    timeout: float = 10.0,
+    what: str = "",
+    *,
+    until: Callable[[Any], object] = bool,
+    ignore: tuple[type[BaseException], ...] = (),
+    every: float = EVERY,
+) -> Any:
+    """Call `read()` until `until(value)` holds (by default: the value is truthy,
+    so never None: the first overload says so to the type checker).
 
     Returns that value. Exceptions of the types in `ignore` (a server not
     answering yet) count as "not yet"; any other propagates. On timeout

@@ -173,9 +173,13 @@ def _run_child(request: dict[str, Any], fds: list[int]) -> int:
         raw = open(fd, mode + "b", buffering=0 if unbuffered and mode == "w" else -1, closefd=False)  # noqa: SIM115
         return io.TextIOWrapper(raw, encoding="utf-8", write_through=unbuffered, **kw)
 
-    sys.stdin = sys.__stdin__ = stream(0, "r")
-    sys.stdout = sys.__stdout__ = stream(1, "w", line_buffering=os.isatty(1))
-    sys.stderr = sys.__stderr__ = stream(2, "w", errors="backslashreplace", line_buffering=True)
+    # The child's own streams, as its interpreter's start would have made them
+    # (typeshed marks the __std*__ originals Final: nothing else may replace them).
+    sys.stdin = sys.__stdin__ = stream(0, "r")  # type: ignore[misc]
+    sys.stdout = sys.__stdout__ = stream(1, "w", line_buffering=os.isatty(1))  # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = stream(  # type: ignore[misc]
+        2, "w", errors="backslashreplace", line_buffering=True
+    )
     args: list[str] = request["args"]
     _show_command_line(args)
     module = args[2]  # [python, "-m", MODULE, ...]

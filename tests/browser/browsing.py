@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -21,13 +21,17 @@ import httpx
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 from waiting import wait_until
 
+if TYPE_CHECKING:
+    # Only for types: a run without Playwright still imports this module.
+    from playwright.sync_api import Browser, Page, ViewportSize
+
 CHROMIUM = os.environ.get("SCHEDULEARN_CHROMIUM", "/usr/bin/chromium")
 _REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = _REPO / os.environ.get("SCHEDULEARN_SCREENSHOT_DIR", "out/screenshots")
 ADMIN = "browser-admin-token"
 AGENT = "browser-agent-token"
-VIEWPORT = {"width": 1440, "height": 900}
-PHONE = {"width": 390, "height": 844}  # an iPhone 12-14's CSS pixels
+VIEWPORT: ViewportSize = {"width": 1440, "height": 900}
+PHONE: ViewportSize = {"width": 390, "height": 844}  # an iPhone 12-14's CSS pixels
 
 
 @dataclass
@@ -69,7 +73,9 @@ class Cluster:
             reply.raise_for_status()
             return dict(reply.json())
 
-    def wait_job(self, job_id: int, done: Callable[[dict[str, object]], bool], timeout: float = 30):
+    def wait_job(
+        self, job_id: int, done: Callable[[dict[str, object]], bool], timeout: float = 30
+    ) -> dict[str, object]:
         return wait_until(
             lambda: self.job(job_id), timeout, f"job {job_id} to get there", until=done
         )
@@ -115,16 +121,16 @@ class Cluster:
 class Visitor:
     """A signed-in browser page, and every URL its context requested."""
 
-    page: object
+    page: Page
     requested: list[str]
     failed: list[str]
     script_errors: list[str]
 
 
 def open_visitor(
-    browser: object, base_url: str, token: str | None, viewport: dict[str, int] | None = None
+    browser: Browser, base_url: str, token: str | None, viewport: ViewportSize | None = None
 ) -> Visitor:
-    context = browser.new_context(  # type: ignore[attr-defined]  # `browser` is typed `object` here; it is Playwright's Browser
+    context = browser.new_context(
         viewport=viewport or VIEWPORT, locale="en-GB", accept_downloads=True
     )
     context.set_default_timeout(15_000)
@@ -176,25 +182,25 @@ class Visits:
     """Opens browser contexts on one server; each checks, at the end, that its
     pages requested nothing from any other host."""
 
-    def __init__(self, browser: object, base_url: str) -> None:
+    def __init__(self, browser: Browser, base_url: str) -> None:
         self.browser = browser
         self.base_url = base_url
         self.opened: list[Visitor] = []
 
-    def __call__(self, token: str | None, viewport: dict[str, int] | None = None) -> Visitor:
+    def __call__(self, token: str | None, viewport: ViewportSize | None = None) -> Visitor:
         visitor = open_visitor(self.browser, self.base_url, token, viewport)
         self.opened.append(visitor)
         return visitor
 
     def close_and_check(self) -> None:
         for visitor in self.opened:
-            visitor.page.context.close()  # type: ignore[attr-defined]  # Visitor.page is typed `object`; it is Playwright's Page
+            visitor.page.context.close()
         for visitor in self.opened:
             assert_only_server(visitor, self.base_url)
 
 
-def screenshot(page: object, name: str) -> Path:
+def screenshot(page: Page, name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]  # `page` is typed `object`; it is Playwright's Page
+    page.screenshot(path=str(path), full_page=True)
     return path

@@ -16,12 +16,16 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from browsing import ADMIN, AGENT, CHROMIUM, Cluster, Visits
 
 from dependencies import Dependency, missing
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +97,7 @@ def cluster() -> Iterator[Cluster]:
 # running on the main thread while it lives, and later test directories call
 # asyncio.run(), which refuses to start inside a running loop.
 @pytest.fixture(scope="module")
-def browser(chromium_path: str) -> Iterator[object]:
+def browser(chromium_path: str) -> Iterator[Browser]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -108,7 +112,7 @@ def browser(chromium_path: str) -> Iterator[object]:
 
 
 @pytest.fixture
-def visit(browser: object, cluster: Cluster) -> Iterator[Visits]:
+def visit(browser: Browser, cluster: Cluster) -> Iterator[Visits]:
     """`visit(token)` -> a fresh browser context signed in with `token` (None: not signed in)."""
     visits = Visits(browser, cluster.url)
     yield visits
@@ -133,7 +137,7 @@ def empty_server() -> Iterator[ServerProcess]:
 
 
 @pytest.fixture
-def visit_empty(browser: object, empty_server: ServerProcess) -> Iterator[Visits]:
+def visit_empty(browser: Browser, empty_server: ServerProcess) -> Iterator[Visits]:
     visits = Visits(browser, empty_server.url)
     yield visits
     visits.close_and_check()

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from browsing import ADMIN, AGENT, Cluster, Visits, screenshot
-from playwright.sync_api import expect
+from playwright.sync_api import Browser, expect
 
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 
@@ -59,7 +59,7 @@ def teams() -> Iterator[Cluster]:
 
 
 def test_the_queues_page_shows_use_guarantee_and_share_over_time(
-    teams: Cluster, browser: object
+    teams: Cluster, browser: Browser
 ) -> None:
     spec = {"command": "sleep 600", "gpus": 1, "preemptible": True}
     held = [teams.submit("ana", name=f"a{i}", **spec) for i in range(4)]  # her default: team-a
@@ -138,5 +138,5 @@ def test_with_no_queue_the_page_says_how_to_add_one(visit_empty: Visits) -> None
     headers = {"Authorization": f"Bearer {ADMIN}"}
     httpx.get(f"{base}/api/v1/queues", headers=headers, timeout=120).raise_for_status()
     visitor = visit_empty(ADMIN)
-    visitor.page.goto(f"{base}/ui/queues")  # type: ignore[attr-defined]  # Visitor.page is typed `object`; it is Playwright's Page
-    expect(visitor.page.get_by_test_id("queues-empty")).to_contain_text("schedulearn queue add")  # type: ignore[attr-defined]  # Visitor.page is typed `object` (Playwright's Page), so expect() picks no locator overload
+    visitor.page.goto(f"{base}/ui/queues")
+    expect(visitor.page.get_by_test_id("queues-empty")).to_contain_text("schedulearn queue add")

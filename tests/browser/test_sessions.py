@@ -9,7 +9,7 @@ import re
 import httpx
 import pytest
 from browsing import ADMIN, Visits
-from playwright.sync_api import expect
+from playwright.sync_api import Cookie, Page, expect
 
 from schedulearn.cli.localcluster import ServerProcess
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
@@ -27,13 +27,13 @@ def _token(server: ServerProcess, user: str) -> tuple[int, str]:
     return int(reply.json()["id"]), str(reply.json()["token"])
 
 
-def _session_cookie(page: object) -> dict[str, object]:
-    cookies = page.context.cookies()  # type: ignore[attr-defined]  # `page` is typed `object`; it is Playwright's Page
+def _session_cookie(page: Page) -> Cookie:
+    cookies = page.context.cookies()
     found = [c for c in cookies if c["name"] == "sl_session"]
     assert len(found) == 1, cookies
     cookie = found[0]
     assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
-    return dict(cookie)
+    return cookie
 
 
 def test_a_signed_out_cookie_gets_401_in_another_browser(
@@ -48,7 +48,20 @@ def test_a_signed_out_cookie_gets_401_in_another_browser(
     expect(page).to_have_url(re.compile(r"/ui/login"))
     # Someone who copied the cookie before sign-out replays it in their own browser.
     thief = visit_empty(None).page
-    thief.context.add_cookies([cookie])
+    thief.context.add_cookies(
+        [
+            {
+                "name": cookie["name"],
+                "value": cookie["value"],
+                "domain": cookie["domain"],
+                "path": cookie["path"],
+                "expires": cookie["expires"],
+                "httpOnly": cookie["httpOnly"],
+                "secure": cookie["secure"],
+                "sameSite": cookie["sameSite"],
+            }
+        ]
+    )
     response = thief.goto(f"{empty_server.url}/ui/jobs")
     assert response is not None and response.status == 401
     expect(thief.get_by_test_id("login-error")).to_contain_text("session has ended")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlmodel import Session
 
 from schedulearn.protocol import JobState, PolicyForecast, PolicyPreview, ProgressPublic
 from schedulearn.server import db
@@ -126,7 +127,9 @@ def database(tmp_path: Path) -> db.Database:
     return database
 
 
-def _job(session, job_id: int, gpus: int, submitted: float, steps: list[tuple[float, str]]):  # type: ignore[no-untyped-def]  # `session` is SQLModel's Session, the return a Job row; left untyped (tests are outside mypy's packages)
+def _job(
+    session: Session, job_id: int, gpus: int, submitted: float, steps: list[tuple[float, str]]
+) -> None:
     state = steps[-1][1] if steps else "pending"
     started = next((at for at, s in steps if s == "running"), None)
     ended = steps[-1][0] if JobState(state).is_final else None
@@ -135,7 +138,7 @@ def _job(session, job_id: int, gpus: int, submitted: float, steps: list[tuple[fl
             id=job_id,
             name=f"j{job_id}",
             user="u",
-            state=state,
+            state=JobState(state),
             command="x",
             gpus=gpus,
             submitted_at=submitted,
@@ -146,7 +149,11 @@ def _job(session, job_id: int, gpus: int, submitted: float, steps: list[tuple[fl
     )
     previous = "pending"
     for at, to in steps:
-        session.add(JobTransition(job_id=job_id, at=at, from_state=previous, to_state=to))
+        session.add(
+            JobTransition(
+                job_id=job_id, at=at, from_state=JobState(previous), to_state=JobState(to)
+            )
+        )
         previous = to
 
 

@@ -201,7 +201,12 @@ def test_switching_the_policy_asks_first(cluster: Cluster, visit: Visits) -> Non
 
     # The typed spec is what the question names; accepting switches.
     page.fill("#f-spec", "fifo:backfill=true")
-    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+
+    def accept(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", accept)
     page.get_by_test_id("switch").click()
     expect(page.locator(".notice")).to_contain_text("Policy switched to fifo:backfill=true")
     assert f"from {before} to fifo:backfill=true" in asked[1]

@@ -136,7 +136,8 @@ class Cluster:
 
     def log_text(self, job_id: int) -> str:
         with self.client() as c:
-            lines, after = [], 0
+            lines: list[str] = []
+            after = 0
             while True:
                 page = c.logs(job_id, after)
                 if not page.lines:

@@ -87,7 +87,7 @@ def live_cluster(root: Path, agents: dict[str, int], **server_env: str) -> Itera
 def wait_for(what: str, probe: Callable[[], T | None], cluster: Cluster, timeout: float) -> T:
     """Poll `probe` until it returns something truthy; on timeout say what and show the logs."""
     try:
-        return wait_until(probe, timeout, what)  # type: ignore[return-value]  # wait_until returns the probe's value once it holds (never None then); typed T | None
+        return wait_until(probe, timeout, what)
     except Timeout as exc:
         raise Timeout(f"{exc}\n{cluster.logs()}") from None
 

@@ -22,8 +22,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal, TypeVar
 
 import pytest
 from e2e_cluster import ADMIN, AGENT, FINAL
@@ -31,6 +32,8 @@ from e2e_cluster import ADMIN, AGENT, FINAL
 from schedulearn.cli.client import Client
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 from schedulearn.protocol import JobPublic
+
+T = TypeVar("T")
 
 # The last commit of Schedulearn 0.1.0 before the upgrade-safe protocol (issue
 # 10): its CLI and agent send no protocol header and refuse unknown reply
@@ -164,7 +167,13 @@ def cluster(previous_src: Path, tmp_path: Path) -> Iterator[tuple[ServerProcess,
         server.kill()
 
 
-def _wait(server: ServerProcess, agent: AgentProcess, check, what: str):  # type: ignore[no-untyped-def]  # `check` left untyped (tests are outside mypy's packages)
+def _wait(
+    server: ServerProcess,
+    agent: AgentProcess,
+    check: Callable[[Client], T | Literal[False] | None],
+    what: str,
+) -> T:
+    """The first truthy value of `check` (retried until the deadline)."""
     deadline = time.monotonic() + 90
     with Client(server.url, ADMIN) as client:
         while time.monotonic() < deadline:

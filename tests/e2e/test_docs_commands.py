@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from doc_blocks import Block, Mode, blocks, documents
@@ -76,13 +77,13 @@ def _clone(into: Path) -> Path:
         if source.is_file():
             (clone / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, clone / name)
-    quiet = {"capture_output": True, "check": True, "cwd": clone}
-    subprocess.run(["git", "init", "-q"], **quiet)  # type: ignore[call-overload]  # kwargs
-    subprocess.run(["git", "add", "-A"], **quiet)  # type: ignore[call-overload]  # kwargs
-    subprocess.run(  # type: ignore[call-overload]  # kwargs
-        ["git", "-c", "user.name=docs", "-c", "user.email=docs@example.com", "commit", "-qm", "x"],
-        **quiet,
-    )
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], capture_output=True, check=True, cwd=clone)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=docs", "-c", "user.email=docs@example.com", "commit", "-qm", "x")
     return clone
 
 
@@ -119,10 +120,10 @@ def _user(home: Path, clone: Path, uv_cache: str) -> dict[str, str]:
 
 
 def _shell(
-    command: str, env: dict[str, str], cwd: Path, trace: str, **popen: object
+    command: str, env: dict[str, str], cwd: Path, trace: str, **popen: Any
 ) -> subprocess.Popen[str]:
     """`command` in a new session; all it starts inherits `TRACE=trace` (see `_reap`)."""
-    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]  # popen kwargs
+    return subprocess.Popen(
         ["bash", "-e", "-o", "pipefail", "-c", command],
         env={**env, TRACE: trace},
         cwd=cwd,

@@ -58,8 +58,8 @@ def test_fifty_mixed_jobs_finish_and_never_share_a_gpu(cluster: Cluster) -> None
         # The span from the first part's start to the last part's end covers
         # every part, so it is a safe (wider) interval for each GPU the job held.
         span = (min(float(s) for _g, _n, s in parts), max(ends), job_id)
-        for node, gpus in job.placement.items():
-            for g in gpus:
+        for node, held in job.placement.items():
+            for g in held:
                 intervals.setdefault((node, g), []).append(span)
         assert job.started_at is not None and job.ended_at is not None
     for (node, g), spans in intervals.items():
@@ -70,8 +70,8 @@ def test_fifty_mixed_jobs_finish_and_never_share_a_gpu(cluster: Cluster) -> None
     by_gpu: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
     for job_id, job in jobs.items():
         assert job.placement and job.started_at and job.ended_at
-        for node, gpus in job.placement.items():
-            for g in gpus:
+        for node, held in job.placement.items():
+            for g in held:
                 by_gpu.setdefault((node, g), []).append((job.started_at, job.ended_at, job_id))
     for spans in by_gpu.values():
         spans.sort()

@@ -78,7 +78,9 @@ def test_plain_jobs_run_borrow_and_are_requeued_with_a_reason_once_queues_exist(
         # team-a wants its guarantee: after the grace, two borrowers are requeued.
         with cluster.client() as c:
             mine = c.submit(
-                JobSpec(name="a", command=["sleep", "600"], gpus=2, queue="team-a")
+                JobSpec.model_validate(
+                    {"name": "a", "command": ["sleep", "600"], "gpus": 2, "queue": "team-a"}
+                )
             ).ids[0]
         cluster.wait_state(mine, {"running"}, timeout=60)
         victims = [i for i in plain if job(cluster, i).preemptions == 1]
@@ -107,6 +109,6 @@ def test_plain_jobs_run_borrow_and_are_requeued_with_a_reason_once_queues_exist(
         # `submit --follow` of a job that must wait says why instead of hanging silently.
         with pytest.raises(subprocess.TimeoutExpired) as waited:
             cluster.cli("submit", "--follow", "--gpus", "1", "--", "echo", "late", timeout=15)
-        said = waited.value.stderr or b""  # bytes on a timeout, even with text=True
-        said = said.decode() if isinstance(said, bytes) else said
+        err = waited.value.stderr or b""  # bytes on a timeout, even with text=True
+        said = err.decode() if isinstance(err, bytes) else err
         assert "has not started yet (pending" in said and "not while" in said, said

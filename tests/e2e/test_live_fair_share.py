@@ -39,13 +39,15 @@ def used(cluster: Cluster) -> dict[str, int]:
 
 def backlog(cluster: Cluster, queue: str, command: list[str], count: int) -> list[int]:
     with cluster.client() as c:
-        spec = JobSpec(
-            name=f"{queue}-{command[-1]}",
-            command=command,
-            gpus=1,
-            preemptible=True,
-            queue=queue,
-            count=count,
+        spec = JobSpec.model_validate(
+            {
+                "name": f"{queue}-{command[-1]}",
+                "command": command,
+                "gpus": 1,
+                "preemptible": True,
+                "queue": queue,
+                "count": count,
+            }
         )
         return c.submit(spec).ids
 
@@ -143,7 +145,7 @@ def test_three_queues_get_their_guarantees_lend_idle_gpus_and_take_them_back(
         cluster.settle()
         with cluster.client() as c:
             victims = [j for j in borrowers if c.job(j.id).preemptions > before[j.id]]
-        assert len(victims) == 2, [(j.id, j.queue) for j in borrowers]
+        assert len(victims) == 2, [(j.id, j.model_dump()["queue"]) for j in borrowers]
         for i in back:
             cluster.wait_state(i, {"running"}, timeout=60)
         assert used(cluster) == GUARANTEES

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -63,33 +64,37 @@ def test_a_queue_below_its_guarantee_takes_gpus_back_and_the_victim_resumes(
         with cluster.client() as c:
             a_ids = [
                 c.submit(
-                    JobSpec(
-                        name=f"a{i}",
-                        command=digits_command(*A_ARGS, "--sleep-per-step", "0.03"),
-                        gpus=2,
-                        preemptible=True,
-                        queue="A",
+                    JobSpec.model_validate(
+                        {
+                            "name": f"a{i}",
+                            "command": digits_command(*A_ARGS, "--sleep-per-step", "0.03"),
+                            "gpus": 2,
+                            "preemptible": True,
+                            "queue": "A",
+                        }
                     )
                 ).ids[0]
                 for i in range(2)
             ]
+
+        def an_epoch_done(job_id: int) -> bool:
+            progress = job(cluster, job_id).progress
+            return progress is not None and (progress.epoch or 0) >= 1
+
         for a in a_ids:
-            wait_for(
-                f"job {a} to finish an epoch",
-                lambda a=a: (p := job(cluster, a).progress) and (p.epoch or 0) >= 1,
-                cluster,
-                timeout=90,
-            )
+            wait_for(f"job {a} to finish an epoch", partial(an_epoch_done, a), cluster, timeout=90)
         listed = json.loads(cluster.cli("queue", "list", "--json").stdout)["items"]
         assert {q["name"]: q["used"] for q in listed} == {"A": 4, "B": 0}
         with cluster.client() as c:
             b_id = c.submit(
-                JobSpec(
-                    name="b",
-                    command=digits_command("--epochs", "2", "--sleep-per-step", "0.02"),
-                    gpus=2,
-                    preemptible=True,
-                    queue="B",
+                JobSpec.model_validate(
+                    {
+                        "name": "b",
+                        "command": digits_command("--epochs", "2", "--sleep-per-step", "0.02"),
+                        "gpus": 2,
+                        "preemptible": True,
+                        "queue": "B",
+                    }
                 )
             ).ids[0]
         b = cluster.wait_state(b_id, {"running", "succeeded"}, timeout=60)
@@ -102,8 +107,9 @@ def test_a_queue_below_its_guarantee_takes_gpus_back_and_the_victim_resumes(
             history(cluster, i) for i in jobs
         ]
         # B ran in the victim's gap: the victim started again only after B had begun.
-        assert jobs[b_id].started_at is not None and jobs[victim].started_at is not None
-        assert jobs[victim].started_at > jobs[b_id].started_at
+        b_began, victim_began = jobs[b_id].started_at, jobs[victim].started_at
+        assert b_began is not None and victim_began is not None
+        assert victim_began > b_began
         log = cluster.log_text(victim)
         (stopped,) = STOPPED.findall(log)
         (resumed,) = RESUMED.findall(log)

@@ -26,7 +26,7 @@ from live_examples import (
 )
 
 from dependencies import Dependency, need_module
-from schedulearn.protocol import JobSpec
+from schedulearn.protocol import JobSpec, Launcher
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def test_a_torchrun_job_moves_between_agents_and_ends_with_unmoved_weights(
                     name="torch",
                     command=[sys.executable, str(SCRIPT), *ARGS, "--sleep-per-step", "0.03"],
                     gpus=2,
-                    launcher="torchrun",
+                    launcher=Launcher.TORCHRUN,
                     preemptible=True,
                 )
             ).ids[0]

@@ -149,7 +149,6 @@ def settings(database_url: str) -> ServerSettings:
         database_url=database_url,
         admin_token=ADMIN,
         agent_token=AGENT,
-        print_tokens=False,
         heartbeat_seconds=0.5,
         # A `WireAgent` sends heartbeats only when a test says so: a short
         # timeout would take its node down on a loaded host, mid-test. Tests

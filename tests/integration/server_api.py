@@ -3,8 +3,10 @@ with those tokens at hand."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
 
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from httpx import Response
 
@@ -13,6 +15,26 @@ from waiting import wait_until
 
 ADMIN = "admin-token-for-tests"
 AGENT = "agent-token-for-tests"
+
+T = TypeVar("T")
+
+
+def app_state(client: TestClient) -> AppState:
+    """The state (`server.state.AppState`) of the app a TestClient drives."""
+    app = client.app
+    assert isinstance(app, FastAPI), app
+    state: AppState = app.state.sl
+    return state
+
+
+@overload
+def on_app_loop(client: TestClient, call: Callable[[], Awaitable[T]]) -> T: ...
+@overload
+def on_app_loop(client: TestClient, call: Callable[[], T]) -> T: ...
+def on_app_loop(client: TestClient, call: Callable[[], Any]) -> Any:
+    """`call()` on the app's event loop (the TestClient must be entered)."""
+    assert client.portal is not None, "the TestClient is not entered (`with TestClient(...)`)"
+    return client.portal.call(call)
 
 
 class Api:
@@ -26,19 +48,21 @@ class Api:
         self._nodes: dict[str, dict[str, str]] = {}
 
     def get(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> Response:
-        return self.client.get(path, headers=headers or self.admin, **kw)
+        response: Response = self.client.get(path, headers=headers or self.admin, **kw)
+        return response
 
     def post(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> Response:
-        return self.client.post(path, headers=headers or self.admin, **kw)
+        response: Response = self.client.post(path, headers=headers or self.admin, **kw)
+        return response
 
     def put(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> Response:
-        return self.client.put(path, headers=headers or self.admin, **kw)
+        response: Response = self.client.put(path, headers=headers or self.admin, **kw)
+        return response
 
     @property
     def state(self) -> AppState:
         """The app's state (`server.state.AppState`)."""
-        state: AppState = self.client.app.state.sl  # type: ignore[attr-defined]  # app is an ASGI callable to TestClient; ours is FastAPI
-        return state
+        return app_state(self.client)
 
     def call_asgi(
         self, asgi: Any, method: str, path: str, headers: dict[str, str], body: bytes = b""
@@ -74,7 +98,7 @@ class Api:
 
             await asgi(scope, receive, send)
 
-        self.client.portal.call(run)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; the fixture is inside
+        on_app_loop(self.client, run)
         return int(sent[0]["status"]), b"".join(m.get("body", b"") for m in sent[1:])
 
     def settle(self) -> None:
@@ -85,9 +109,9 @@ class Api:
         the scheduler looked. Two completed rounds: the first may have begun
         before the call, the second began after the first ended.
         """
-        scheduler = self.client.app.state.sl.scheduler  # type: ignore[attr-defined]  # app is an ASGI callable to TestClient; ours is FastAPI
+        scheduler = self.state.scheduler
         seen = scheduler.passes
-        self.client.portal.call(scheduler.wakeups.wake_scheduler)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; the fixture is inside
+        on_app_loop(self.client, scheduler.wakeups.wake_scheduler)
         wait_until(
             lambda: scheduler.passes,
             10,

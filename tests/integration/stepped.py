@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fastapi.testclient import TestClient
-from server_api import Api
+from server_api import Api, on_app_loop
 
 from schedulearn.clock import ManualClock
 from schedulearn.protocol import JobPublic
@@ -45,7 +45,7 @@ class Stepped:
 
     def schedule(self) -> Round:
         """One scheduling round (reap silent nodes, then a policy pass), now."""
-        round_: Round = self.client.portal.call(self.scheduler.run_once)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; this runs inside it
+        round_: Round = on_app_loop(self.client, self.scheduler.run_once)
         return round_
 
     def job(self, job_id: int) -> JobPublic:
@@ -69,5 +69,5 @@ def stepped_app(settings: ServerSettings, start: float = T0) -> Iterator[Stepped
     with TestClient(create_app(settings, clock=clock)) as client:
         app = Stepped(client, clock)
         # The loop is the app's; the test drives the rounds instead.
-        client.portal.call(app.scheduler.stop)  # type: ignore[union-attr]  # portal is None outside `with TestClient`; this runs inside it
+        on_app_loop(client, app.scheduler.stop)
         yield app

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from server_api import ADMIN
+from server_api import ADMIN, app_state
 
 from schedulearn.clock import ManualClock
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, RunAs
@@ -46,7 +46,7 @@ class Site:
         return r.json()["id"], r.json()["token"]
 
     def whoami(self, token: str) -> int:
-        return self.client.get("/api/v1/whoami", headers=_auth(token)).status_code
+        return int(self.client.get("/api/v1/whoami", headers=_auth(token)).status_code)
 
 
 @pytest.fixture
@@ -207,7 +207,7 @@ def test_unix_account_of_is_the_name_unless_set_and_none_for_no_record_or_disabl
     site.client.post(
         "/api/v1/users", headers=ADMIN_H, json={"name": "fay", "unix_account": "f_a-y"}
     )
-    database = site.client.app.state.sl.db  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
+    database = app_state(site.client).db
     with database.session() as session:
         assert users.unix_account_of(session, "erin") == RunAs(account="erin", allow_root=False)
         assert users.unix_account_of(session, "fay") == RunAs(account="f_a-y", allow_root=False)
@@ -291,7 +291,7 @@ def _sign_in(client: TestClient, token: str) -> str:
     assert cookie and token not in cookie
     set_cookie = r.headers["set-cookie"].lower()
     assert "httponly" in set_cookie and "samesite=lax" in set_cookie
-    return cookie
+    return str(cookie)
 
 
 def _as(client: TestClient, cookie: str) -> TestClient:
@@ -302,7 +302,7 @@ def _as(client: TestClient, cookie: str) -> TestClient:
 
 
 def _page(client: TestClient, cookie: str) -> int:
-    return _as(client, cookie).get("/ui/jobs", follow_redirects=False).status_code
+    return int(_as(client, cookie).get("/ui/jobs", follow_redirects=False).status_code)
 
 
 def test_a_signed_out_cookie_gets_401_at_once(site: Site) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from server_api import Api
 from wire_agent import WireAgent
 
@@ -12,9 +14,10 @@ from schedulearn.protocol import (
     JobPublic,
     SubmitReply,
 )
+from schedulearn.settings import ServerSettings
 
 
-def submit(api, body: dict, headers=None) -> SubmitReply:  # type: ignore[no-untyped-def]  # `api`, `body`, `headers` left untyped (tests are outside mypy's packages)
+def submit(api: Api, body: dict[str, object], headers: dict[str, str] | None = None) -> SubmitReply:
     r = api.post("/api/v1/jobs", headers=headers, json=body)
     assert r.status_code == 201, r.text
     return SubmitReply.model_validate(r.json())
@@ -156,7 +159,7 @@ def test_errors_are_json(api: Api) -> None:
     assert r.status_code == 422 and "nope" in r.json()["error"]
 
 
-def test_oversized_body_gets_413(api, settings) -> None:  # type: ignore[no-untyped-def]  # `api` and `settings` fixtures left untyped (tests are outside mypy's packages)
+def test_oversized_body_gets_413(api: Api, settings: ServerSettings) -> None:
     big = {
         "command": "x",
         "env": {f"K{i}": "v" * 9000 for i in range(settings.max_body_bytes // 9000 + 2)},
@@ -165,7 +168,7 @@ def test_oversized_body_gets_413(api, settings) -> None:  # type: ignore[no-unty
     assert r.status_code == 413 and "limit" in r.json()["error"]
 
     # Without a Content-Length (chunked), the limit holds too.
-    def chunks():  # type: ignore[no-untyped-def]  # a generator body for the streamed request; left untyped
+    def chunks() -> Iterator[bytes]:
         for _ in range(settings.max_body_bytes // 65536 + 2):
             yield b" " * 65536
 

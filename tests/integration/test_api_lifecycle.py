@@ -11,10 +11,12 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 from server_api import Api
+from sqlmodel import Session
 from wire_agent import WireAgent
 
-from schedulearn.protocol import JobPublic
+from schedulearn.protocol import JobEvent, JobEventReport, JobPublic
 from schedulearn.server import create_app
+from schedulearn.server.wakeups import Changes
 from schedulearn.settings import ServerSettings
 from waiting import wait_until
 
@@ -32,7 +34,7 @@ def wait_state(api: Api, job_id: int, *states: str, timeout: float = 10.0) -> Jo
     )
 
 
-def submit(api, **body) -> int:  # type: ignore[no-untyped-def]  # `api` and `**body` left untyped (tests are outside mypy's packages)
+def submit(api: Api, **body: object) -> int:
     r = api.post("/api/v1/jobs", json={"command": "x", **body})
     assert r.status_code == 201, r.text
     return int(r.json()["ids"][0])
@@ -40,14 +42,16 @@ def submit(api, **body) -> int:  # type: ignore[no-untyped-def]  # `api` and `**
 
 def history(api: Api, job_id: int) -> list[str]:
     """The job's states as seen from outside, via its message trail in the DB."""
-    from sqlmodel import Session, select
+    from sqlmodel import Session, col, select
 
     from schedulearn.server.models import JobTransition
 
     engine = api.state.db.engine
     with Session(engine) as s:
         rows = s.exec(
-            select(JobTransition).where(JobTransition.job_id == job_id).order_by(JobTransition.id)
+            select(JobTransition)
+            .where(col(JobTransition.job_id) == job_id)
+            .order_by(col(JobTransition.id))
         ).all()
     return [r.to_state for r in rows]
 
@@ -117,7 +121,7 @@ def test_failure_and_cancel(api: Api) -> None:
     assert (
         failed.state == "failed"
         and failed.exit_code == 3
-        and "exited with code 3" in failed.message
+        and "exited with code 3" in (failed.message or "")
     )
     r = api.post(f"/api/v1/jobs/{long}/cancel")
     assert r.json()["state"] == "cancelled"
@@ -169,7 +173,7 @@ def test_gang_over_two_nodes_and_its_failure(api: Api) -> None:
     n2.start(job2, b1.attempt)
     n1.exit(job2, b1.attempt, 1)
     failed = job(api, job2)
-    assert failed.state == "failed" and "stopping the other parts" in failed.message
+    assert failed.state == "failed" and "stopping the other parts" in (failed.message or "")
     stops = n2.work_until(lambda b: b.stops).stops
     assert [(s.job_id, s.reason) for s in stops] == [(job2, "gang_failed")]
 
@@ -215,8 +219,8 @@ def test_silent_node_loses_its_jobs_which_are_requeued(reaping_api: Api) -> None
     # and the message tells the loss apart from a failure.
     again = wait_state(api, job_id, "pending")
     assert again.restarts == 0
-    assert "its node went down: loss 2 of at most 20" in again.message
-    assert "not counted against max_restarts" in again.message
+    assert "its node went down: loss 2 of at most 20" in (again.message or "")
+    assert "not counted against max_restarts" in (again.message or "")
 
 
 def test_reregistration_adopts_running_and_loses_vanished(api: Api) -> None:
@@ -249,7 +253,7 @@ def test_preempt_returns_job_to_queue(api: Api) -> None:
     assert job(api, slow).state == "preempting"
     node.exit(slow, a.attempt, -15)
     back = wait_state(api, slow, "pending")
-    assert back.message.startswith("preempted")
+    assert (back.message or "").startswith("preempted")
     b = node.work_until(lambda b: b.starts).starts[0]
     assert b.job_id == quick
 
@@ -376,7 +380,9 @@ def test_a_batch_of_events_moves_each_job_on(api: Api) -> None:
     assert {s.job_id for s in node.work_until(lambda w: len(w.starts) == 2).starts} == {d, e}
 
 
-def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(api, monkeypatch) -> None:  # type: ignore[no-untyped-def]  # `api` and `monkeypatch` left untyped (tests are outside mypy's packages)
+def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from schedulearn.server.services import agents, event_batch
 
     node = WireAgent(api, "n1", gpus=3)
@@ -385,12 +391,14 @@ def test_an_event_that_fails_costs_the_rest_of_its_batch_nothing(api, monkeypatc
     node.work_until(lambda w: len(w.starts) == 3)
     real, real_batch = agents._apply_event, event_batch.record
 
-    def failing_for_b(session, job_id, event, now):  # type: ignore[no-untyped-def]  # stands in for the service function it patches, whatever its signature
+    def failing_for_b(session: Session, job_id: int, event: JobEvent, now: float) -> Changes:
         if job_id == b:
             raise RuntimeError("the database failed on this one")
         return real(session, job_id, event, now)
 
-    def batch_failing_with_b(session, reports, now):  # type: ignore[no-untyped-def]  # stands in for the service function it patches, whatever its signature
+    def batch_failing_with_b(
+        session: Session, reports: list[JobEventReport], now: float
+    ) -> event_batch.BatchPlan:
         plan = real_batch(session, reports, now)  # its statements run, then are rolled back
         if any(r.job_id == b for r in reports):
             raise RuntimeError("the database failed on the batch")

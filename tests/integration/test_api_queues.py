@@ -92,10 +92,11 @@ def test_submissions_go_to_the_named_or_default_queue_of_members_only(qapi: Api)
     add_queue(qapi, name="team-a", guaranteed={"": 1}, users=["alice"], default_for=["alice"])
     add_queue(qapi, name="open", guaranteed={"": 1})
     alice, bob = qapi.user_token("alice"), qapi.user_token("bob")
-    assert job(qapi, submit(qapi, alice)).queue == "team-a"  # her default
-    assert job(qapi, submit(qapi, alice, queue="open")).queue == "open"
-    assert job(qapi, submit(qapi, bob)).queue == "default"  # no default: best-effort
-    assert job(qapi, submit(qapi, bob, queue="open")).queue == "open"  # no members: open
+    assert job(qapi, submit(qapi, alice)).model_dump()["queue"] == "team-a"  # her default
+    assert job(qapi, submit(qapi, alice, queue="open")).model_dump()["queue"] == "open"
+    # Bob has no default queue: best-effort; "open" has no members: open to all.
+    assert job(qapi, submit(qapi, bob)).model_dump()["queue"] == "default"
+    assert job(qapi, submit(qapi, bob, queue="open")).model_dump()["queue"] == "open"
     refused = qapi.post("/api/v1/jobs", headers=bob, json={"command": "x", "queue": "team-a"})
     assert refused.status_code == 403
     assert "queue set team-a --add-user bob" in refused.json()["error"]
@@ -128,8 +129,8 @@ def test_a_queue_below_its_guarantee_preempts_the_queue_over_it(qapi: Api) -> No
     why = job(qapi, extra).waiting_reason or ""
     assert "A uses 2 of its 2 guaranteed GPUs" in why and "other queues are waiting" in why, why
     attempts = {s.job_id: s.attempt for s in starts}
-    for s in stops:
-        node.exit(s.job_id, attempts[s.job_id], -15)
+    for stop in stops:
+        node.exit(stop.job_id, attempts[stop.job_id], -15)
     b_start = node.work_until(lambda b: any(s.job_id == b_job for s in b.starts)).starts
     (mine,) = [s for s in b_start if s.job_id == b_job]
     node.start(b_job, mine.attempt)
@@ -222,8 +223,8 @@ def test_a_non_preemptible_borrower_is_requeued_and_says_who_took_its_gpus(qapi:
     victims = {s.job_id for s in stops}
     assert victims <= set(plain)
     attempts = {s.job_id: s.attempt for s in starts}
-    for s in stops:
-        node.exit(s.job_id, attempts[s.job_id], -15)
+    for stop in stops:
+        node.exit(stop.job_id, attempts[stop.job_id], -15)
     node.work_until(lambda b: any(s.job_id == mine for s in b.starts))
     line = (
         f"requeued: team-a took back 1 GPU default had borrowed, for job {mine}; "

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from httpx import Response
 from server_api import Api
 from wire_agent import WireAgent
 
@@ -29,7 +30,6 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
         database_url=database_url,
         admin_token=ADMIN,
         agent_token=AGENT,
-        print_tokens=False,
         heartbeat_seconds=0.5,
         node_timeout_seconds=5.0,
         tick_seconds=0.2,
@@ -49,13 +49,14 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return out.getvalue()
 
 
-def _put(api, job_id: int, attempt: int, body: bytes, sha: str | None = None):  # type: ignore[no-untyped-def]  # `api` and the return (httpx.Response) left untyped (tests are outside mypy's packages)
-    return api.client.put(
+def _put(api: Api, job_id: int, attempt: int, body: bytes, sha: str | None = None) -> Response:
+    response: Response = api.client.put(
         f"/api/v1/agent/jobs/{job_id}/checkpoint",
         params={"attempt": attempt, "node": "n1"},
         headers={**api.node("n1"), "X-Checkpoint-Sha256": sha or hashlib.sha256(body).hexdigest()},
         content=body,
     )
+    return response
 
 
 def _running_job(api: Api) -> tuple[WireAgent, int, int]:

@@ -22,7 +22,7 @@ import pytest
 from pg_server import PG_BIN, Postgres
 from served import Served
 from server_api import ADMIN
-from sqlalchemy import text
+from sqlalchemy import QueuePool, text
 from sqlmodel import Session
 
 from dependencies import Dependency, missing, need_root
@@ -222,8 +222,9 @@ def test_no_pooled_connection_free_in_time_is_503_with_retry_after(
     try:
         with contextlib.ExitStack() as held:
             pool = database.engine.pool
+            assert isinstance(pool, QueuePool), pool
             # QueuePool has no public getter for its overflow limit.
-            while pool.checkedout() < pool.size() + pool._max_overflow:  # type: ignore[attr-defined]
+            while pool.checkedout() < pool.size() + pool._max_overflow:
                 held.enter_context(database.engine.connect())
             with pytest.raises(Unavailable) as raised:
                 database.call(_sleep(0))

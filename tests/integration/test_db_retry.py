@@ -42,7 +42,7 @@ def test_a_deadlock_victim_is_run_again_and_both_commit(postgres_server: Postgre
         for thread in threads:
             thread.join(timeout=60)
         with database.engine.connect() as conn:
-            values = dict(conn.execute(text("SELECT id, v FROM t")).tuples().all())
+            values: dict[int, int] = dict(conn.execute(text("SELECT id, v FROM t")).tuples().all())
         assert values == {1: 2, 2: 2}  # each transaction committed exactly once
         assert sum(tries.values()) == 3  # the victim ran twice
     finally:

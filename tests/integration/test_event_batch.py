@@ -6,27 +6,35 @@ event by event, gangs and preemptions through lifecycle's own rules, and
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from server_api import Api
-from sqlalchemy import event, select
-from sqlmodel import Session
+from sqlalchemy import Connection, event, select
+from sqlmodel import Session, col
 from test_api_lifecycle import history, job, submit
 from wire_agent import WireAgent
 
-from schedulearn.protocol import EventKind, JobEventReport, JobState
+from schedulearn.protocol import Ack, EventKind, JobEventReport, JobState
 from schedulearn.server.models import Allocation, Job
 from schedulearn.server.services import agents
 from schedulearn.server.states import IllegalTransition, StaleState, Step, transition_many
 
 
-def record_counting(api, reports: list[JobEventReport]):  # type: ignore[no-untyped-def]  # `api` and the return left untyped (tests are outside mypy's packages)
+def record_counting(api: Api, reports: list[JobEventReport]) -> tuple[list[Ack], list[str]]:
     """Record `reports` as the events route does, in a session of our own; returns
     (the acks, the statements this session ran: an executemany is one)."""
     engine = api.state.db.engine
     seen: list[str] = []
 
-    def count(conn, cursor, statement, params, context, executemany):  # type: ignore[no-untyped-def]  # SQLAlchemy's before_cursor_execute listener, called with its own types
+    def count(
+        conn: Connection,
+        cursor: Any,
+        statement: str,
+        params: Any,
+        context: Any,
+        executemany: bool,
+    ) -> None:
         seen.append(statement)
 
     with Session(engine, expire_on_commit=False) as session:
@@ -86,7 +94,7 @@ def test_a_gang_in_a_batch_follows_lifecycle(api: Api) -> None:
     n2.events((gang2, 1, "started", None))
     n1.events((gang2, 1, "started", None), (gang2, 1, "exited", 1))
     failed = job(api, gang2)
-    assert failed.state == "failed" and "stopping the other parts" in failed.message
+    assert failed.state == "failed" and "stopping the other parts" in (failed.message or "")
     stops = n2.work_until(lambda b: b.stops).stops
     assert [(x.job_id, x.reason) for x in stops] == [(gang2, "gang_failed")]
 
@@ -149,7 +157,9 @@ def test_transition_many_is_fenced_on_the_state_it_was_read_in(api: Api) -> None
             ],
         )
         s.commit()
-        row = s.execute(select(Job.state, Job.started_at, Job.ended_at).where(Job.id == a)).one()
+        row = s.execute(
+            select(col(Job.state), col(Job.started_at), col(Job.ended_at)).where(col(Job.id) == a)
+        ).one()
     assert tuple(row) == ("succeeded", 2.0, 3.0)
     assert history(api, a) == ["assigned", "running", "succeeded"]
     assert history(api, b) == ["assigned"]

@@ -4,6 +4,7 @@ another spec is refused; arrays and YAML bodies count too."""
 
 from __future__ import annotations
 
+from httpx import Response
 from server_api import Api
 
 from schedulearn.protocol import JobSpec
@@ -26,7 +27,7 @@ def total(api: Api) -> int:
     return int(api.get("/api/v1/jobs").json()["total"])
 
 
-def submit(api: Api, body: dict[str, object], key: str | None):  # type: ignore[no-untyped-def]  # the return (httpx.Response) left untyped (tests are outside mypy's packages)
+def submit(api: Api, body: dict[str, object], key: str | None) -> Response:
     headers = {**api.admin, **({"Idempotency-Key": key} if key else {})}
     return api.post("/api/v1/jobs", headers=headers, json=body)
 

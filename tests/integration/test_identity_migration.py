@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic.config import Config
 from alembic.runtime.environment import EnvironmentContext
+from alembic.runtime.migration import MigrationContext, RevisionStep
 from alembic.script import ScriptDirectory
 
 from schedulearn.server import auth, db
@@ -20,7 +21,7 @@ def _upgrade_to(database: db.Database, target: str) -> None:
     cfg.set_main_option("script_location", str(db.MIGRATIONS))
     script = ScriptDirectory.from_config(cfg)
 
-    def revisions(rev, _context):  # type: ignore[no-untyped-def]  # Alembic's revision callback, called by Alembic with its own types
+    def revisions(rev: str, _context: MigrationContext) -> list[RevisionStep]:
         return script._upgrade_revs(target, rev)
 
     with (

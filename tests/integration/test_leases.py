@@ -237,7 +237,7 @@ def test_a_gang_runs_again_only_once_its_other_parts_have_stopped(app: Stepped) 
         spare.heartbeat()
     app.schedule()  # reaps `a`
     job = app.job(job_id)
-    assert job.state == "lost" and "once its other 1 part(s) have stopped" in job.message
+    assert job.state == "lost" and "once its other 1 part(s) have stopped" in (job.message or "")
     (order,) = b.work(wait=0).stops
     assert (order.job_id, order.attempt, order.reason) == (job_id, 1, "lost")
     app.schedule()

@@ -9,6 +9,7 @@ import hashlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from server_api import Api
@@ -17,6 +18,7 @@ from wire_agent import WireAgent
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from schedulearn.server import db
 from schedulearn.server.services import full_logs, logs
+from schedulearn.server.services.uploads import Upload
 from schedulearn.settings import ServerSettings
 
 CAP = 64 * 1024
@@ -30,7 +32,6 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
         database_url=database_url,
         admin_token=ADMIN,
         agent_token=AGENT,
-        print_tokens=False,
         heartbeat_seconds=0.5,
         node_timeout_seconds=5.0,
         tick_seconds=0.2,
@@ -51,7 +52,9 @@ def running_job(api: Api) -> tuple[WireAgent, int, int]:
     return node, job_id, start.attempt
 
 
-def send(api, node: WireAgent, job_id: int, attempt: int, texts: list[str], first: int):  # type: ignore[no-untyped-def]  # `api` and the return left untyped (tests are outside mypy's packages)
+def send(
+    api: Api, node: WireAgent, job_id: int, attempt: int, texts: list[str], first: int
+) -> dict[str, Any]:
     body = {
         "attempt": attempt,
         "node": node.name,
@@ -61,7 +64,7 @@ def send(api, node: WireAgent, job_id: int, attempt: int, texts: list[str], firs
     headers = {**node.headers, PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
     r = api.post(f"/api/v1/agent/jobs/{job_id}/logs", headers=headers, json=body)
     assert r.status_code == 200, r.text
-    return r.json()
+    return dict(r.json())
 
 
 def stored_lines(api: Api, job_id: int) -> list[str]:
@@ -150,7 +153,7 @@ def test_an_upload_sent_again_while_the_first_still_arrives_keeps_every_line(
     spool = b"".join(f"o1.000000 {t}\n".encode() for t in printed)
     sha256 = hashlib.sha256(spool).hexdigest()
 
-    async def both() -> list[full_logs.Upload]:
+    async def both() -> list[Upload]:
         first_half_written, go_on = asyncio.Event(), asyncio.Event()
 
         async def slow() -> AsyncIterator[bytes]:
@@ -162,7 +165,7 @@ def test_an_upload_sent_again_while_the_first_still_arrives_keeps_every_line(
         async def whole() -> AsyncIterator[bytes]:
             yield spool
 
-        def receive(body: AsyncIterator[bytes]) -> asyncio.Task[full_logs.Upload]:
+        def receive(body: AsyncIterator[bytes]) -> asyncio.Task[Upload]:
             return asyncio.create_task(
                 full_logs.receive(body, store, job_id, attempt, node.name, sha256, 1 << 30, None)
             )
@@ -188,8 +191,8 @@ def test_an_upload_sent_again_while_the_first_still_arrives_keeps_every_line(
     assert [p.name for p in (store / f"job-{job_id}").iterdir()] == [f"attempt-{attempt}.log"]
 
 
-def test_retention_deletes_the_logs_of_old_jobs_only(  # type: ignore[no-untyped-def]  # fixtures left untyped (tests are outside mypy's packages)
-    api, database_url: str, tmp_path: Path
+def test_retention_deletes_the_logs_of_old_jobs_only(
+    api: Api, database_url: str, tmp_path: Path
 ) -> None:
     node, job_id, attempt = running_job(api)
     send(api, node, job_id, attempt, ["kept while it runs"], 0)

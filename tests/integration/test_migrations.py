@@ -103,7 +103,7 @@ def test_a_new_database_is_built_from_the_models_as_the_revisions_would_make_it(
         upgraded.close()
 
 
-def test_sqlite_runs_in_wal_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]  # `tmp_path` left untyped (tests are outside mypy's packages)
+def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
     database = db.Database(f"sqlite:///{tmp_path / 'x.db'}")
     try:
         with database.engine.connect() as conn:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from httpx import Response
 from server_api import Api
 from sqlmodel import Session, select
 
@@ -35,8 +36,9 @@ def _add(api: Api, name: str, **body: object) -> str:
     return str(r.json()["join_token"])
 
 
-def _join(api: Api, token: str):  # type: ignore[no-untyped-def]  # the return (httpx.Response) left untyped (tests are outside mypy's packages)
-    return api.client.post("/api/v1/agent/join", json={"join_token": token})
+def _join(api: Api, token: str) -> Response:
+    response: Response = api.client.post("/api/v1/agent/join", json={"join_token": token})
+    return response
 
 
 def test_a_join_token_expires(timed: Api, clock: ManualClock) -> None:

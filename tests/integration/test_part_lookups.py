@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import Connection, event
 from sqlmodel import Session
 
 from schedulearn.protocol import EventKind, JobEventReport
@@ -38,7 +39,14 @@ def plans_of(database: Database, lookup: Callable[[Session], object]) -> list[st
     """The SQLite plan of every statement `lookup` sends, one line per step."""
     sent: list[str] = []
 
-    def capture(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]  # SQLAlchemy's event signature
+    def capture(
+        conn: Connection,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        context: Any,
+        executemany: bool,
+    ) -> None:
         sent.append(statement)
 
     event.listen(database.engine, "before_cursor_execute", capture)

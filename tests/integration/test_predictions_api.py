@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 
 import pytest
 from server_api import ADMIN, Api
@@ -12,6 +13,7 @@ from stepped import stepped_app
 from wire_agent import WireAgent
 
 from schedulearn.protocol import JobList, JobPublic, PolicyPreview
+from schedulearn.settings import ServerSettings
 from waiting import wait_until
 
 
@@ -29,7 +31,7 @@ def fresh_forecasts(request: pytest.FixtureRequest) -> None:
         api.state.predictions.slow_seconds = math.inf
 
 
-def submit(api, **body) -> int:  # type: ignore[no-untyped-def]  # `api` and `**body` left untyped (tests are outside mypy's packages)
+def submit(api: Api, **body: object) -> int:
     r = api.post("/api/v1/jobs", json={"command": ["sleep", "1"], **body})
     assert r.status_code == 201, r.text
     return int(r.json()["ids"][0])
@@ -39,6 +41,10 @@ def job(api: Api, job_id: int) -> JobPublic:
     r = api.get(f"/api/v1/jobs/{job_id}")
     assert r.status_code == 200, r.text
     return JobPublic.model_validate(r.json())
+
+
+def job_state(api: Api, job_id: int) -> str:
+    return str(job(api, job_id).state)
 
 
 def busy_gpu(api: Api, seconds: float = 100) -> tuple[int, float]:
@@ -53,7 +59,7 @@ def busy_gpu(api: Api, seconds: float = 100) -> tuple[int, float]:
     return blocker, began
 
 
-def preview(api, headers=None, **params) -> PolicyPreview:  # type: ignore[no-untyped-def]  # `api`, `headers`, `**params` left untyped (tests are outside mypy's packages)
+def preview(api: Api, headers: dict[str, str] | None = None, **params: str) -> PolicyPreview:
     r = api.get("/api/v1/policy/preview", headers=headers, params=params)
     assert r.status_code == 200, r.text
     return PolicyPreview.model_validate(r.json())
@@ -95,7 +101,7 @@ def test_a_job_of_unknown_duration_is_said_to_be_unknown(api: Api) -> None:
     assert waiting.predicted_start_at is None and waiting.predicted_end_at is None
 
 
-def test_history_of_the_same_name_gives_an_estimate(settings) -> None:  # type: ignore[no-untyped-def]  # `settings` fixture left untyped (tests are outside mypy's packages)
+def test_history_of_the_same_name_gives_an_estimate(settings: ServerSettings) -> None:
     # On a manual clock: the run lasts exactly 0.3 s, whatever the machine's speed.
     with stepped_app(settings) as app:
         node = WireAgent(app.api, "n1", gpus=1)
@@ -134,7 +140,8 @@ def test_preview_shows_srtf_below_fifo_for_short_jobs_behind_a_long_one(api: Api
     # Both drain the same work on one GPU: ~100 s left + 1020 s.
     assert fifo.makespan == pytest.approx(1120, abs=3)
     assert srtf.makespan == pytest.approx(1120, abs=3)
-    assert srtf.mean_jct < fifo.mean_jct - 400  # type: ignore[operator]  # mean_jct is None only with no predicted job; this queue has some
+    assert srtf.mean_jct is not None and fifo.mean_jct is not None
+    assert srtf.mean_jct < fifo.mean_jct - 400
     assert fifo.utilisation == pytest.approx(1.0, abs=0.01)
 
     # The default preview lists every registered policy, the one in force marked.
@@ -150,7 +157,8 @@ def test_preview_follows_the_queue(api: Api) -> None:
     before = preview(api, policies="fifo").policies[0]
     submit(api, estimated_duration=500)
     after = preview(api, policies="fifo").policies[0]
-    assert after.makespan == pytest.approx(before.makespan + 500, abs=3)  # type: ignore[operator]  # makespan is None only with no predicted job; this queue has some
+    assert before.makespan is not None
+    assert after.makespan == pytest.approx(before.makespan + 500, abs=3)
 
 
 def test_preview_is_open_to_users_and_refuses_unknown_policies(api: Api) -> None:
@@ -239,7 +247,9 @@ def test_the_web_pages_show_the_predictions(api: Api) -> None:
     assert row and f"~{clock}" in row.group(0)
 
 
-def test_reported_progress_extrapolates_a_running_jobs_end(settings) -> None:  # type: ignore[no-untyped-def]  # `settings` fixture left untyped (tests are outside mypy's packages)
+def test_reported_progress_extrapolates_a_running_jobs_end(
+    settings: ServerSettings,
+) -> None:
     from schedulearn.protocol import ProgressBatch, ProgressReport
 
     with stepped_app(settings) as app:
@@ -287,9 +297,7 @@ def test_a_job_its_queue_holds_back_is_not_predicted_to_start_on_free_gpus(api: 
         node.start(s.job_id, s.attempt)
     began = time.time()
     for i in held:
-        wait_until(
-            lambda i=i: job(api, i).state, 10, "team-a's jobs to run", until="running".__eq__
-        )
+        wait_until(partial(job_state, api, i), 10, "team-a's jobs to run", until="running".__eq__)
     waiting = submit(api, name="a2", queue="team-a", gpus=1, estimated_duration=10)
     w = job(api, waiting)
     assert w.state == "pending"

@@ -9,6 +9,7 @@ from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.core import ClusterView, Decision, Placement, Preempt, Resize
+from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.server import db
 from schedulearn.server.models import Job
 from schedulearn.server.services import scheduling
@@ -19,6 +20,9 @@ class Rogue:
 
     name: ClassVar[str] = "rogue"
     tick_seconds: ClassVar[float | None] = 1.0
+
+    def order(self, view: ClusterView) -> QueueOrder:
+        return arrival_order(view, "in arrival order")
 
     def decide(self, view: ClusterView) -> list[Decision]:
         out: list[Decision] = []

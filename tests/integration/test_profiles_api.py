@@ -16,7 +16,7 @@ from schedulearn.protocol import ProfileList, ProgressBatch, ProgressReport
 from schedulearn.server.services import profiles
 
 
-def listed(api, headers=None) -> ProfileList:  # type: ignore[no-untyped-def]  # `api` and `headers` left untyped (tests are outside mypy's packages)
+def listed(api: Api, headers: dict[str, str] | None = None) -> ProfileList:
     r = api.get("/api/v1/profiles", headers=headers)
     assert r.status_code == 200, r.text
     return ProfileList.model_validate(r.json())
@@ -36,7 +36,7 @@ def report(api: Api, job_id: int, attempt: int, samples: float, expect: int = 20
     assert r.status_code == expect, r.text
 
 
-def running_job(api, node: WireAgent, **spec) -> tuple[int, int]:  # type: ignore[no-untyped-def]  # `api` and `**spec` left untyped (tests are outside mypy's packages)
+def running_job(api: Api, node: WireAgent, **spec: object) -> tuple[int, int]:
     r = api.post("/api/v1/jobs", json={"command": ["python", "train.py"], **spec})
     assert r.status_code == 201, r.text
     job_id = r.json()["ids"][0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 from pg_server import Postgres
-from server_api import Api
+from server_api import Api, app_state
 from wire_agent import WireAgent
 
 from schedulearn.server import create_app
@@ -29,10 +29,10 @@ def test_one_replica_holds_the_scheduler_lock(
         replicas = (first, second)
 
         def leaders() -> list[bool]:
-            return sorted(c.app.state.sl.scheduler._leader_conn is not None for c in replicas)  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
+            return sorted(app_state(c).scheduler._leader_conn is not None for c in replicas)
 
         def both_tried() -> bool:
-            return all(c.app.state.sl.scheduler.passes >= 1 for c in replicas)  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
+            return all(app_state(c).scheduler.passes >= 1 for c in replicas)
 
         # Both have run a scheduling round (each asked for the lock), so the
         # split below is final, not a moment before the second one asks.
@@ -57,7 +57,7 @@ def test_a_stopped_scheduler_gives_up_the_lock(
     if not settings.database_url.startswith("postgresql"):
         settings = settings.model_copy(update={"database_url": postgres_server.new_database()})
     with TestClient(create_app(settings)) as client:
-        scheduler = client.app.state.sl.scheduler  # type: ignore[attr-defined]  # TestClient types app as an ASGI callable; ours is the FastAPI app with its state
+        scheduler = app_state(client).scheduler
         wait_until(lambda: scheduler._leader_conn is not None, 10, "the replica to lead")
         assert client.portal is not None
         client.portal.call(scheduler.stop)

@@ -17,11 +17,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from pg_server import Postgres
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import Connection, create_engine, event, text
 
 from schedulearn.cli.localcluster import ServerProcess
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
@@ -156,7 +157,14 @@ def test_replicas_starting_at_once_store_the_settings_tokens_once(
     rival = create_engine(url)
     raced: list[str] = []
 
-    def other_replica_first(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+    def other_replica_first(
+        conn: Connection,
+        cursor: Any,
+        statement: str,
+        parameters: Any,
+        context: Any,
+        executemany: bool,
+    ) -> None:
         if not raced and statement.startswith("INSERT INTO token"):
             raced.append(statement)
             with rival.begin() as other:

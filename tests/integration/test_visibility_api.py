@@ -16,12 +16,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from httpx import Response
 from server_api import Api
 from wire_agent import WireAgent
 
 from schedulearn.protocol import (
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
+    Assignment,
     JobPublic,
     ProgressBatch,
     ProgressReport,
@@ -49,7 +51,6 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
         database_url=database_url,
         admin_token=ADMIN,
         agent_token=AGENT,
-        print_tokens=False,
         heartbeat_seconds=0.5,
         node_timeout_seconds=5.0,
         tick_seconds=0.2,
@@ -61,9 +62,10 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
 # This release's protocol: a call without the header is answered as protocol 1,
 # whose replies leave out `details_hidden` and `secret_env_keys`.
 CURRENT = {PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
+Headers = dict[str, str]
 
 
-def _tokens(api):  # type: ignore[no-untyped-def]  # `api` and the return left untyped (tests are outside mypy's packages)
+def _tokens(api: Api) -> tuple[Headers, Headers, Headers]:
     """Alice's, Bob's and the admin's headers, speaking this release's protocol."""
     return (
         {**api.user_token("alice"), **CURRENT},
@@ -81,14 +83,14 @@ def _tar(data: bytes) -> bytes:
     return out.getvalue()
 
 
-def _alices_running_job(api):  # type: ignore[no-untyped-def]  # `api` and the return left untyped (tests are outside mypy's packages)
+def _alices_running_job(api: Api) -> tuple[Headers, Headers, int, Assignment, Response]:
     """Alice's job, running on n1, with a log line, progress and a checkpoint."""
     alice, bob, _ = _tokens(api)
     node = WireAgent(api, "n1", gpus=2)
     node.register()
     submitted = api.post("/api/v1/jobs", headers=alice, json=SPEC)
     assert submitted.status_code == 201, submitted.text
-    job_id = submitted.json()["ids"][0]
+    job_id = int(submitted.json()["ids"][0])
     # Polled as an agent of this release (WireAgent speaks protocol 1, whose
     # agents get secret_env folded into env).
     r = api.get(

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from schedulearn.protocol import (
     EventAcks,
+    EventKind,
     GpuInfo,
     Heartbeat,
     HeartbeatReply,
@@ -45,7 +46,7 @@ class WireAgent:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def register(self, running: list[tuple[int, int]] = ()) -> RegistrationReply:  # type: ignore[assignment]  # () as an immutable default for a list parameter the method only reads
+    def register(self, running: Sequence[tuple[int, int]] = ()) -> RegistrationReply:
         body = NodeRegistration(
             name=self.name,
             gpus=[
@@ -124,7 +125,7 @@ class WireAgent:
         body = JobEvent(
             attempt=attempt,
             node=self.name,
-            kind=kind,
+            kind=EventKind(kind),
             exit_code=exit_code,
             message=message,
             at=time.time(),
@@ -140,14 +141,19 @@ class WireAgent:
             self.running[job_id] = attempt
         else:
             self.running.pop(job_id, None)
-        return r.json()
+        return dict(r.json())
 
     def events(self, *events: tuple[int, int, str, int | None]) -> EventAcks:
         """(job_id, attempt, kind, exit_code) events in one batch, as an agent sends them."""
         body = {
             "events": [
                 JobEventReport(
-                    job_id=j, attempt=a, node=self.name, kind=k, exit_code=c, at=time.time()
+                    job_id=j,
+                    attempt=a,
+                    node=self.name,
+                    kind=EventKind(k),
+                    exit_code=c,
+                    at=time.time(),
                 ).model_dump(mode="json")
                 for j, a, k, c in events
             ]

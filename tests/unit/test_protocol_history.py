@@ -25,7 +25,8 @@ class JobPublic(protocol.JobPublic):
 
 
 class JobList(protocol.JobList):
-    items: list[JobPublic]  # type: ignore[assignment]  # narrows the field of the older model on purpose (an old release's reply)
+    # Narrowed on purpose: FastAPI then sends the later release's field too.
+    items: list[JobPublic]  # type: ignore[assignment]  # a list of the subclass
 
 
 def _job(**extra: object) -> dict[str, object]:
@@ -74,7 +75,8 @@ def test_hidden_details_reach_protocol_1_as_empty_values_it_accepts() -> None:
     assert set(old) <= REPLY_FIELDS[1]["JobPublic"]
     # A job shown whole keeps its values.
     whole = json.loads(protocol.JobPublic.model_validate(_job()).model_dump_json())
-    assert downgrade(protocol.JobPublic, whole, 1)["command"] == ["true"]  # type: ignore[index]  # downgrade() returns JSON (object); a job's wire form is a dict
+    shown = downgrade(protocol.JobPublic, whole, 1)
+    assert isinstance(shown, dict) and shown["command"] == ["true"]
 
 
 def test_only_models_that_gained_a_field_are_rewritten() -> None:
@@ -101,7 +103,9 @@ def _app() -> FastAPI:
 
     @app.get("/api/v1/jobs/7/logs")
     async def follow() -> StreamingResponse:
-        line = protocol.LogLinePublic(seq=1, attempt=1, stream="stdout", text="hi", at=1.0)
+        line = protocol.LogLinePublic(
+            seq=1, attempt=1, stream=protocol.LogStream.STDOUT, text="hi", at=1.0
+        )
         end = JobPublic.model_validate(_job())
 
         def events() -> Iterator[str]:

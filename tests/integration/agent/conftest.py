@@ -103,7 +103,13 @@ def api(server: ServerProc) -> Iterator[AdminApi]:
 def start_agent(server: ServerProc, tmp_path: Path) -> Iterator[StartAgent]:
     started: list[AgentProc] = []
 
-    def start(name: str = "n1", gpus: int = 4, extra: tuple[str, ...] = (), **kw: str) -> AgentProc:
+    def start(
+        name: str = "n1",
+        gpus: int = 4,
+        extra: tuple[str, ...] = (),
+        token: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> AgentProc:
         agent = AgentProc(
             server.url,
             name,
@@ -111,7 +117,8 @@ def start_agent(server: ServerProc, tmp_path: Path) -> Iterator[StartAgent]:
             tmp_path / f"agent-{name}.log",
             gpus=gpus,
             extra=extra,
-            **kw,
+            token=token,
+            env=env,
         )
         agent.start()
         started.append(agent)

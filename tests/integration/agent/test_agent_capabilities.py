@@ -17,7 +17,9 @@ import sys
 from typing import Any
 
 import pytest
-from agent_support import ADMIN_TOKEN, AdminApi, ServerProc, StartAgent, wait_until
+from agent_support import ADMIN_TOKEN, AdminApi, ServerProc, StartAgent
+
+from waiting import wait_until
 
 
 def registered(api: AdminApi, name: str) -> dict[str, Any]:

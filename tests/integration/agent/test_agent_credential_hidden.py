@@ -10,7 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from agent_support import AdminApi, ServerProc, StartAgent, join_token, wait_until
+from agent_support import AdminApi, ServerProc, StartAgent, join_token
+
+from waiting import wait_until
 
 
 def _credential(server: ServerProc, node: str) -> str:

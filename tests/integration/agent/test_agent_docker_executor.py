@@ -76,7 +76,12 @@ def new_record(store: StateStore, job_id: int, attempt: int = 1) -> JobRecord:
 
 def job(docker_image: str, job_id: int, command: str | list[str], **kw: Any) -> Assignment:
     return Assignment(
-        job_id=job_id, attempt=1, image=docker_image, executor="docker", command=command, **kw
+        job_id=job_id,
+        attempt=1,
+        image=docker_image,
+        executor=Executor.DOCKER,
+        command=command,
+        **kw,
     )
 
 
@@ -276,7 +281,7 @@ def test_a_missing_image_or_no_image_is_refused_with_what_to_change(
         missing = Assignment(job_id=36, attempt=1, image="no-such-image:never", command="true")
         with pytest.raises(StartError, match="docker load"):
             await executor.start(missing, new_record(store, 36))
-        no_image = Assignment(job_id=37, attempt=1, command="true", executor="docker")
+        no_image = Assignment(job_id=37, attempt=1, command="true", executor=Executor.DOCKER)
         with pytest.raises(StartError, match="give the job an image"):
             await executor.start(no_image, new_record(store, 37))
 

@@ -152,7 +152,9 @@ def test_a_restarted_agent_readopts_its_running_job(
     )
     api.wait_state(job_id, {"running"})
     wait_until(lambda: "before" in api.texts(job_id), 10, "the first lines")
-    pid = int(line_starting(api, job_id, "pid ").split()[1])  # type: ignore[union-attr]  # None only if the job printed no pid line, and then the test fails here as it should
+    line = line_starting(api, job_id, "pid ")
+    assert line is not None, api.texts(job_id)
+    pid = int(line.split()[1])
 
     settle(agent, api, job_id)
     agent.kill()  # SIGKILL: the agent cannot tidy up; the job must live on

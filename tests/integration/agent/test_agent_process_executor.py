@@ -19,7 +19,7 @@ from schedulearn.agent.executors import process
 from schedulearn.agent.executors.base import MAX_LINE_CHARS, OutputLine, RunHandle, StartError
 from schedulearn.agent.executors.process import SubprocessExecutor
 from schedulearn.agent.state import JobRecord, StateStore
-from schedulearn.protocol import Assignment, Executor
+from schedulearn.protocol import Assignment, Executor, Launcher
 from waiting import wait_until, wait_until_async
 
 T = TypeVar("T")
@@ -157,7 +157,7 @@ def test_an_unknown_program_is_refused_with_what_to_change(store: StateStore) ->
         job = Assignment(job_id=10, attempt=1, command=["no-such-program-xyz", "--flag"])
         with pytest.raises(StartError, match="'no-such-program-xyz' was not found"):
             await executor().start(job, new_record(store, 10))
-        torch = Assignment(job_id=11, attempt=1, command=["train.py"], launcher="torchrun")
+        torch = Assignment(job_id=11, attempt=1, command=["train.py"], launcher=Launcher.TORCHRUN)
         with pytest.raises(StartError, match="'torchrun' was not found"):
             # A job PATH without this environment's bin (where CI's torch wheel puts torchrun).
             await executor(path="/usr/bin:/bin").start(torch, new_record(store, 11))

@@ -25,7 +25,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -52,11 +52,12 @@ def accounts() -> Iterator[tuple[pwd.struct_passwd, pwd.struct_passwd]]:
             subprocess.run(["userdel", "-r", "-f", name], capture_output=True)
 
 
-def _renameat2() -> ctypes._CFuncPtr:
+def _renameat2() -> Callable[..., int]:
     libc = ctypes.CDLL(None, use_errno=True)
     fn = libc.renameat2
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    return fn  # type: ignore[no-any-return]
+    renameat2: Callable[..., int] = fn
+    return renameat2
 
 
 def test_the_swap_race_leaks_nothing_of_another_user(

@@ -50,9 +50,16 @@ def _starts(api: AdminApi, job_id: int) -> list[str]:
     return [t["text"] for t in api.logs(job_id) if t["text"].startswith("start step=")]
 
 
+def _field(pattern: str, line: str) -> str:
+    """What `pattern`'s group matched in `line` (a start line prints every field)."""
+    found = re.search(pattern, line)
+    assert found is not None, (pattern, line)
+    return found.group(1)
+
+
 def _sizes(starts: list[str]) -> list[int]:
     """The GPU count of each run, in order, from its start lines."""
-    return [int(re.search(r"gpus=(\d+)", s).group(1)) for s in starts]  # type: ignore[union-attr]  # every start line carries gpus= (the job prints it); no match fails the test anyway
+    return [int(_field(r"gpus=(\d+)", s)) for s in starts]
 
 
 def test_a_moved_job_continues_on_another_agent(
@@ -136,10 +143,10 @@ def test_elastic_fifo_grows_and_shrinks_a_job_through_checkpoints(
         sizes.insert(0, 1)  # that first run printed nothing
     assert sizes[:3] == [1, 3, 1], starts
     for s, n in zip(starts, _sizes(starts), strict=True):
-        cuda = re.search(r"cuda=(\S*)", s).group(1)  # type: ignore[union-attr]  # every start line carries cuda= (the job prints it); no match fails the test anyway
+        cuda = _field(r"cuda=(\S*)", s)
         assert len(cuda.split(",")) == n and f"world={n}" in s, s
     # Each restart resumed where the last one stopped.
-    steps = [int(re.search(r"step=(\d+)", s).group(1)) for s in starts]  # type: ignore[union-attr]  # every start line carries step= (the job prints it); no match fails the test anyway
+    steps = [int(_field(r"step=(\d+)", s)) for s in starts]
     assert steps == sorted(steps) and steps[-1] > 0, starts
     history = messages(api, job)
     assert "resizing from 1 to 3 GPUs" in history and "resizing from 3 to 1 GPUs" in history

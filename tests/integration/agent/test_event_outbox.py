@@ -13,6 +13,7 @@ from schedulearn.agent.client import AgentClient
 from schedulearn.agent.outbox import EventOutbox
 from schedulearn.protocol import (
     EventKind,
+    Executor,
     GpuInfo,
     JobEventReport,
     NodeRegistration,
@@ -28,7 +29,7 @@ def report(job_id: int, kind: EventKind, exit_code: int | None = None) -> JobEve
 async def _place(client: AgentClient, api: AdminApi, jobs: int) -> list[int]:
     """Register node n1 by hand and take the starts of `jobs` one-GPU jobs."""
     gpus = [GpuInfo(index=i) for i in range(jobs)]
-    await client.register(NodeRegistration(name="n1", gpus=gpus, executors=["subprocess"]))  # type: ignore[list-item]  # a plain string where the model takes the Executor enum; pydantic validates it, as on the wire
+    await client.register(NodeRegistration(name="n1", gpus=gpus, executors=[Executor.SUBPROCESS]))
     ids = [api.submit(command="true", gpus=1) for _ in range(jobs)]
     started: list[int] = []
     deadline = time.time() + 20

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from agent_support import ADMIN_TOKEN, AdminApi, ServerProc, join_token, wait_until
+from agent_support import ADMIN_TOKEN, AdminApi, ServerProc, join_token
 
 from schedulearn.protocol import (
     EventKind,
@@ -34,6 +34,7 @@ from schedulearn.protocol import (
     ProgressReport,
     WorkBatch,
 )
+from waiting import wait_until
 
 AGENT = "/api/v1/agent"
 
@@ -95,7 +96,9 @@ def _tar(data: bytes) -> bytes:
     return out.getvalue()
 
 
-def _put_checkpoint(who: Node, job_id: int, attempt: int, body: bytes, node: str = ""):  # type: ignore[no-untyped-def]  # the return (httpx.Response) left untyped (tests are outside mypy's packages)
+def _put_checkpoint(
+    who: Node, job_id: int, attempt: int, body: bytes, node: str = ""
+) -> httpx.Response:
     return who.http.put(
         f"/jobs/{job_id}/checkpoint",
         params={"attempt": str(attempt), "node": node},

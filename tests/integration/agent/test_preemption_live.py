@@ -5,6 +5,7 @@ are never touched."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from waiting import wait_until
 
 
 @pytest.fixture
-def live_server(agent_database_url: str, tmp_path: Path) -> ServerProc:
+def live_server(agent_database_url: str, tmp_path: Path) -> Iterator[ServerProc]:
     proc = start_server(
         agent_database_url,
         tmp_path / "server.log",
@@ -33,7 +34,7 @@ def live_server(agent_database_url: str, tmp_path: Path) -> ServerProc:
 
 
 @pytest.fixture
-def live_api(live_server: ServerProc) -> AdminApi:
+def live_api(live_server: ServerProc) -> Iterator[AdminApi]:
     client = AdminApi(live_server.url)
     yield client
     client.close()

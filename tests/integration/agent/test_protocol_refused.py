@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from agent_support import AGENT_TOKEN, AdminApi, ServerProc, wait_until
+from agent_support import AGENT_TOKEN, AdminApi, ServerProc
 
 from schedulearn.agent.client import AgentClient
 from schedulearn.agent.config import AgentConfig
@@ -17,6 +17,7 @@ from schedulearn.agent.errors import AgentError
 from schedulearn.agent.gpus import discover_gpus
 from schedulearn.agent.service import build_executors
 from schedulearn.protocol import OLDEST_PROTOCOL, PROTOCOL_VERSION
+from waiting import wait_until
 
 
 def _agent_of_protocol(server: ServerProc, tmp_path: Path, version: int) -> AgentConfig:

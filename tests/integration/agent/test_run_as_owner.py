@@ -29,14 +29,16 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from agent_support import AGENT_TOKEN, AdminApi, AgentProc, ServerProc, wait_until
+from agent_support import AGENT_TOKEN, AdminApi, AgentProc, ServerProc
 
 from dependencies import Dependency, missing, need_root
 from schedulearn.agent.executors.process import is_job_shim
 from schedulearn.agent.state import StateStore
+from waiting import wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -137,8 +139,8 @@ def _end_jobs(state_dir: Path) -> None:
             subprocess.run(["docker", "rm", "-f", record.container_id], capture_output=True)
 
 
-def _registered(api: AdminApi, name: str, account: str | None = None) -> dict[str, object]:
-    def ready() -> dict[str, object] | None:
+def _registered(api: AdminApi, name: str, account: str | None = None) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
         node = api.node(name)
         if node is None:
             return None
@@ -187,7 +189,7 @@ def test_jobs_run_as_their_owners_and_cannot_reach_each_other(
     alice_name, bob_name = make_account(), make_account()
     agent = root_agent()
     node = _registered(api, "n1", bob_name)
-    accounts = node["capabilities"]["accounts"]  # type: ignore[index]  # parsed JSON typed as object; capabilities is a JSON object
+    accounts = node["capabilities"]["accounts"]
     assert alice_name in accounts and bob_name in accounts and "root" in accounts
     alice = User(alice_name, server.url, _token(api, alice_name))
     bob = User(bob_name, server.url, _token(api, bob_name))
@@ -383,7 +385,7 @@ def test_an_agent_started_as_an_ordinary_user_runs_every_job_as_itself(
     agent = subprocess.Popen(base, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         node = _registered(api, "plain")
-        assert node["capabilities"]["accounts"] is None  # type: ignore[index]  # parsed JSON typed as object; capabilities is a JSON object
+        assert node["capabilities"]["accounts"] is None
         bob = User(bob_name, server.url, _token(api, bob_name))
         job = bob.submit(command='echo "uid=$(id -u)"')
         api.wait_state(job, ["succeeded"])

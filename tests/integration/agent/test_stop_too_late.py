@@ -19,7 +19,7 @@ from schedulearn.agent.executors.process import SubprocessExecutor
 from schedulearn.agent.jobs import JobRunner, RunnerContext
 from schedulearn.agent.outbox import EventOutbox
 from schedulearn.agent.state import JobRecord, StateStore
-from schedulearn.protocol import GpuInfo, NodeRegistration, StopReason
+from schedulearn.protocol import Assignment, Executor, GpuInfo, NodeRegistration, StopReason
 
 
 async def _run(api: AdminApi, server: ServerProc, tmp_path: Path, stop_first: bool) -> str:
@@ -29,7 +29,7 @@ async def _run(api: AdminApi, server: ServerProc, tmp_path: Path, stop_first: bo
     client = AgentClient(server.url, AGENT_TOKEN)
     outbox = EventOutbox(client)
     try:
-        node = NodeRegistration(name="n1", gpus=[GpuInfo(index=0)], executors=["subprocess"])  # type: ignore[list-item]  # a plain string where the model takes the Executor enum; pydantic validates it, as on the wire
+        node = NodeRegistration(name="n1", gpus=[GpuInfo(index=0)], executors=[Executor.SUBPROCESS])
         await client.register(node)
         set_policy(api, "srtf")
         go = tmp_path / "go"
@@ -39,7 +39,7 @@ async def _run(api: AdminApi, server: ServerProc, tmp_path: Path, stop_first: bo
             command=["sh", "-c", script], gpus=1, preemptible=True, estimated_duration=3600
         )
         deadline = time.time() + 20
-        starts = []
+        starts: list[Assignment] = []
         while not starts and time.time() < deadline:
             starts = (await client.work("n1", 2.0)).starts
         (assignment,) = starts

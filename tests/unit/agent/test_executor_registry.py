@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,14 +19,14 @@ from schedulearn.core.capabilities import ExecutorKind, NodeCapabilities
 from schedulearn.protocol import Executor
 
 
-def config(tmp_path: Path, **fields: object) -> AgentConfig:
+def config(tmp_path: Path, **fields: Any) -> AgentConfig:
     return AgentConfig(
         server="http://127.0.0.1:1",
         token="t",
         name="n1",
         state_dir=tmp_path,
         address="127.0.0.1",
-        **fields,  # type: ignore[arg-type]  # test-given keyword fields of mixed types for AgentConfig
+        **fields,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import pytest
 import typer
 from typer._coercion import build_runtime_param
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup, TyperOption
 from typer.testing import CliRunner
 
 from schedulearn.cli import params
@@ -114,8 +114,9 @@ def test_the_plain_converter_returns_what_typers_adapter_returns(kind: type, val
     app.command()(one)
     command = typer.main.get_command(app)
     (option,) = [p for p in command.params if p.name == "x"]
+    assert isinstance(option, TyperOption)
     ctx = typer.Context(command)
-    want = build_runtime_param(option.type_descriptor).coerce(value, param=option, ctx=ctx)  # type: ignore[attr-defined]  # a Typer parameter
+    want = build_runtime_param(option.type_descriptor).coerce(value, param=option, ctx=ctx)
     assert params.plain_kind(option) == (kind, False)
     got = params.PlainValue(kind, many=False).convert(value)
     assert got == want and type(got) is type(want)
@@ -135,10 +136,10 @@ def test_only_plain_parameters_are_installed() -> None:
     command = group.commands["go"]
     ctx = typer.Context(command)
     params.install_tree(command, ctx)
-    installed = {
-        p.name: type(p._runtime_param).__name__  # type: ignore[attr-defined]  # Typer's slot
-        for p in command.get_params(ctx)
-    }
+    every = command.get_params(ctx)
+    typers = [p for p in every if isinstance(p, TyperOption | TyperArgument)]
+    assert len(typers) == len(every)
+    installed = {p.name: type(p._runtime_param).__name__ for p in typers}
     assert installed == {
         "name": "PlainValue",
         "count": "PlainValue",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from schedulearn import protocol
 from schedulearn.cli import client, config
@@ -77,7 +78,7 @@ def _comparable(hint: Any) -> Any:
         return frozenset(_comparable(a) for a in typing.get_args(hint))
     if origin is not None:
         return (origin, tuple(_comparable(a) for a in typing.get_args(hint)))
-    if isinstance(hint, type) and issubclass(hint, protocol.BaseModel):
+    if isinstance(hint, type) and issubclass(hint, BaseModel):
         return "model"
     return hint
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from schedulearn.core import (
     ClusterView,
@@ -36,10 +37,10 @@ def node(
     return NodeView.new(name, gpus, gpu_type=gpu_type, cpus=cpus, memory_gb=memory_gb)
 
 
-def job(job_id: int, gpus: int = 1, submitted_at: float | None = None, **fields: object) -> JobView:
+def job(job_id: int, gpus: int = 1, submitted_at: float | None = None, **fields: Any) -> JobView:
     """A pending job; it arrives at `submitted_at` (default: its id, in seconds)."""
     at = float(job_id) if submitted_at is None else submitted_at
-    return JobView(id=job_id, submitted_at=at, gpus=gpus, **fields)  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
+    return JobView(id=job_id, submitted_at=at, gpus=gpus, **fields)
 
 
 def place(parts: Mapping[str, Iterable[int]] | Placement) -> Placement:
@@ -59,11 +60,11 @@ class Scenario:
         j: JobView,
         parts: Mapping[str, Iterable[int]] | Placement,
         started_at: float = 0.0,
-        **fields: object,
+        **fields: Any,
     ) -> JobView:
         """Put `j` on `parts` as if it had started at `started_at`."""
         placement = place(parts)
-        running = replace(j, placement=placement, started_at=started_at, **fields)  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
+        running = replace(j, placement=placement, started_at=started_at, **fields)
         self.ledger.apply([Start(j.id, placement)], {j.id: running})
         self.running.append(running)
         return running

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -43,7 +44,7 @@ def elastic_job(
     *,
     most_gpus: int,
     widest: int,
-    fields: Mapping[str, st.SearchStrategy[object]],
+    fields: Mapping[str, st.SearchStrategy[Any]],
 ) -> JobView:
     """A job of 0..`most_gpus` GPUs, arrived before `NOW`; one with GPUs may be elastic
     (a range up to `widest`). `fields` are the other `JobView` fields, drawn in order."""
@@ -55,7 +56,7 @@ def elastic_job(
         gpus=gpus,
         min_gpus=draw(st.integers(1, gpus)) if elastic else None,
         max_gpus=draw(st.integers(gpus, widest)) if elastic else None,
-        **{name: draw(strategy) for name, strategy in fields.items()},  # type: ignore[arg-type]  # the caller names JobView fields and draws values of their types
+        **{name: draw(strategy) for name, strategy in fields.items()},
     )
 
 

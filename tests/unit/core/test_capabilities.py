@@ -10,6 +10,8 @@ on the wrong node" is not passed by never placing anything.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -52,8 +54,8 @@ BOTH = frozenset({ExecutorKind.PROCESS, ExecutorKind.CONTAINER})
 DOCKER = NodeCapabilities(executors=BOTH, container_runtime="docker 27.1")
 
 
-def job(job_id: int = 1, gpus: int = 1, **fields: object) -> JobView:
-    return JobView(id=job_id, submitted_at=float(job_id), gpus=gpus, **fields)  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
+def job(job_id: int = 1, gpus: int = 1, **fields: Any) -> JobView:
+    return JobView(id=job_id, submitted_at=float(job_id), gpus=gpus, **fields)
 
 
 def node(name: str, gpus: int = 4, caps: NodeCapabilities = PLAIN, gpu_type: str = "") -> NodeView:

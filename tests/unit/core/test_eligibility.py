@@ -8,6 +8,7 @@ and nothing is placed on a drained node.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -17,8 +18,8 @@ from schedulearn.core.eligibility import schedulable, set_aside
 POLICIES = available()
 
 
-def _job(job_id: int, **kw: object) -> JobView:
-    return JobView(id=job_id, submitted_at=float(job_id), gpus=1, **kw)  # type: ignore[arg-type]  # test values
+def _job(job_id: int, **kw: Any) -> JobView:
+    return JobView(id=job_id, submitted_at=float(job_id), gpus=1, **kw)
 
 
 def _view(

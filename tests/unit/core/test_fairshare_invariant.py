@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from core_scenario import Scenario, node, preempts, starts
@@ -81,8 +82,8 @@ def test_no_queue_is_left_below_its_guarantee_across_passes(
 # --- the counterexamples Hypothesis found when suspended jobs were not judged ---
 
 
-def _preemptible(job_id: int, gpus: int, queue: str, **fields: object) -> JobView:
-    return JobView(id=job_id, submitted_at=0.0, gpus=gpus, queue=queue, preemptible=True, **fields)  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
+def _preemptible(job_id: int, gpus: int, queue: str, **fields: Any) -> JobView:
+    return JobView(id=job_id, submitted_at=0.0, gpus=gpus, queue=queue, preemptible=True, **fields)
 
 
 def test_srtf_inside_a_queue_does_not_strand_the_job_it_suspends() -> None:

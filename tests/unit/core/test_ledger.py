@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedulearn.core import GpuLedger, InvalidDecision, JobView, Preempt, Resize, Start
+from schedulearn.core.decisions import Decision
 
 
 def running(j: JobView, parts: dict[str, list[int]]) -> JobView:
@@ -44,9 +45,9 @@ def test_a_held_gpu_cannot_be_given_in_a_later_pass() -> None:
 def test_a_pass_is_atomic_preemptions_included() -> None:
     ledger = GpuLedger([node("a", 2)])
     victim = running(job(1, preemptible=True), {"a": [0]})
-    ledger.apply([Start(1, victim.placement)], {1: victim})  # type: ignore[arg-type]  # Start wants a Placement; running() set one, but JobView types it Placement | None
+    ledger.apply([Start(1, place({"a": [0]}))], {1: victim})
     before = holders(ledger)
-    bad = [Preempt(1), Start(2, place({"a": [0]})), Start(3, place({"a": [0]}))]
+    bad: list[Decision] = [Preempt(1), Start(2, place({"a": [0]})), Start(3, place({"a": [0]}))]
     with pytest.raises(InvalidDecision):
         ledger.apply(bad, {1: victim, 2: job(2), 3: job(3)})
     assert holders(ledger) == before
@@ -55,7 +56,7 @@ def test_a_pass_is_atomic_preemptions_included() -> None:
 def test_a_preempted_jobs_gpus_may_go_to_another_job_in_the_same_pass() -> None:
     ledger = GpuLedger([node("a", 1)])
     victim = running(job(1, preemptible=True), {"a": [0]})
-    ledger.apply([Start(1, victim.placement)], {1: victim})  # type: ignore[arg-type]  # Start wants a Placement; running() set one, but JobView types it Placement | None
+    ledger.apply([Start(1, place({"a": [0]}))], {1: victim})
     ledger.apply([Preempt(1), Start(2, place({"a": [0]}))], {1: victim, 2: job(2)})
     assert ledger.holder("a", 0) == 2
     assert ledger.placement_of(1) is None
@@ -64,7 +65,7 @@ def test_a_preempted_jobs_gpus_may_go_to_another_job_in_the_same_pass() -> None:
 def test_non_preemptible_jobs_cannot_be_preempted_or_resized() -> None:
     ledger = GpuLedger([node("a", 2)])
     fixed = running(job(1, min_gpus=1, max_gpus=2), {"a": [0]})
-    ledger.apply([Start(1, fixed.placement)], {1: fixed})  # type: ignore[arg-type]  # Start wants a Placement; running() set one, but JobView types it Placement | None
+    ledger.apply([Start(1, place({"a": [0]}))], {1: fixed})
     with pytest.raises(InvalidDecision, match="not preemptible"):
         ledger.apply([Preempt(1)], {1: fixed})
     with pytest.raises(InvalidDecision, match="not preemptible"):
@@ -142,7 +143,9 @@ decision_specs = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(passes=st.lists(decision_specs, min_size=1, max_size=12), data=st.data())
-def test_random_passes_never_give_a_gpu_twice(passes: list, data: st.DataObject) -> None:
+def test_random_passes_never_give_a_gpu_twice(
+    passes: list[list[tuple[str, int, list[tuple[str, int]]]]], data: st.DataObject
+) -> None:
     ledger = GpuLedger(NODES)
     specs = {
         i: job(
@@ -157,7 +160,7 @@ def test_random_passes_never_give_a_gpu_twice(passes: list, data: st.DataObject)
         for i in range(1, 7)
     }
     for spec in passes:
-        decisions = []
+        decisions: list[Decision] = []
         for kind, job_id, gpus in spec:
             parts: dict[str, list[int]] = {}
             for name, index in gpus:
@@ -185,11 +188,11 @@ def test_random_passes_never_give_a_gpu_twice(passes: list, data: st.DataObject)
         state = holders(ledger)
         seen: dict[tuple[str, int], int] = {}
         for i in specs:
-            placement = ledger.placement_of(i)
-            if placement is None:
+            held = ledger.placement_of(i)
+            if held is None:
                 continue
-            assert specs[i].least_gpus <= placement.num_gpus <= specs[i].most_gpus
-            for name, indices in placement:
+            assert specs[i].least_gpus <= held.num_gpus <= specs[i].most_gpus
+            for name, indices in held:
                 for g in indices:
                     assert (name, g) not in seen, (
                         f"GPU {name}:{g} given to {seen[(name, g)]} and {i}"

@@ -59,7 +59,8 @@ def test_a_gang_needs_all_of_its_gpus_now() -> None:
 def test_pack_prefers_one_node_and_falls_back_to_a_gang() -> None:
     pool = FreePool((busy(node("a", 4), 0), node("b", 2), node("c", 2)))
     assert pool.pack(job(1, gpus=3)) == place({"a": [1, 2, 3]})
-    assert pool.pack(job(1, gpus=4)).num_nodes == 2  # type: ignore[union-attr]  # pack() is None only when the job does not fit; it fits here
+    gang = pool.pack(job(1, gpus=4))
+    assert gang is not None and gang.num_nodes == 2
     assert pool.pack(job(1, gpus=1)) == place({"b": [0]})  # best fit among singles
 
 

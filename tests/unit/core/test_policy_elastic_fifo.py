@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from core_scenario import Scenario, job, node, place, resizes, starts
 
 from schedulearn.core import create
+from schedulearn.core.views import JobView
 
 
-def elastic(job_id: int, least: int, most: int, **fields: object):  # type: ignore[no-untyped-def]  # the return (JobView) left untyped (tests are outside mypy's packages)
+def elastic(job_id: int, least: int, most: int, **fields: Any) -> JobView:
     return job(job_id, gpus=least, min_gpus=least, max_gpus=most, preemptible=True, **fields)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from core_scenario import Scenario, job, node, place, started_ids, starts
 
 from schedulearn.core import create
+from schedulearn.core.views import JobView
 
 
 def test_starts_in_arrival_order_on_the_tightest_node() -> None:
@@ -38,7 +39,7 @@ def test_empty_queue_decides_nothing() -> None:
     assert s.decide(create("fifo"), 0, []) == []
 
 
-def _blocked_head() -> tuple[Scenario, list]:
+def _blocked_head() -> tuple[Scenario, list[JobView]]:
     """Four GPUs; a running job holds 3 until t=100; the head wants 4."""
     s = Scenario(node("a", 4))
     s.run(job(90, gpus=3, estimated_duration=100.0), {"a": [0, 1, 2]}, started_at=0.0)

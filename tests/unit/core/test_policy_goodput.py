@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from core_scenario import Scenario, job, node, place, preempts, resizes, starts
@@ -24,7 +25,7 @@ def sample(nodes: int, replicas: int, atomic: int = 128) -> StepSample:
     return StepSample(nodes, replicas, atomic, compute + net, net)
 
 
-def adaptive(job_id: int, gpus: int = 1, most: int = 16, **fields: object) -> JobView:
+def adaptive(job_id: int, gpus: int = 1, most: int = 16, **fields: Any) -> JobView:
     return job(job_id, gpus=gpus, min_gpus=1, max_gpus=most, preemptible=True, **fields)
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from schedulearn.core import UnknownPolicyError, available, create, registry
+from schedulearn.core.policies.fifo import Fifo
+from schedulearn.core.policies.srtf import Srtf
 from schedulearn.core.policy import Policy
 from schedulearn.core.policy_options import guess
 
@@ -69,8 +71,10 @@ def test_a_malformed_option_says_how_to_write_it() -> None:
 
 def test_options_reach_the_policy() -> None:
     policy = create("srtf:margin=0.5:min_gain=10:preempt=false")
-    assert (policy.margin, policy.min_gain, policy.preempt) == (0.5, 10.0, False)  # type: ignore[attr-defined]  # create() returns the Policy protocol; this policy has these options
-    assert create("fifo", backfill=True).backfill is True  # type: ignore[attr-defined]  # create() returns the Policy protocol; fifo has backfill
+    assert isinstance(policy, Srtf)
+    assert (policy.margin, policy.min_gain, policy.preempt) == (0.5, 10.0, False)
+    fifo = create("fifo", backfill=True)
+    assert isinstance(fifo, Fifo) and fifo.backfill is True
 
 
 def test_options_of_lists_defaults() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from schedulearn.server.services.durations import (
@@ -15,7 +17,7 @@ from schedulearn.server.services.durations import (
 )
 
 
-def facts(**kw: object) -> JobFacts:
+def facts(**kw: Any) -> JobFacts:
     base: dict[str, object] = {
         "id": 1,
         "user": "ann",
@@ -24,7 +26,7 @@ def facts(**kw: object) -> JobFacts:
         "estimated_duration": None,
         "service_seconds": 0.0,
     }
-    return JobFacts(**{**base, **kw})  # type: ignore[arg-type]  # test-built keyword arguments of mixed types for a frozen dataclass
+    return JobFacts(**{**base, **kw})
 
 
 @pytest.mark.parametrize(
@@ -56,9 +58,10 @@ def test_progress_beats_the_estimate_which_beats_history() -> None:
     running = facts(
         estimated_duration=600.0, service_seconds=100.0, progress={"epoch": 1, "total_epochs": 2}
     )
-    assert estimate(running, history) is not None
-    assert estimate(running, history).source is DurationSource.PROGRESS  # type: ignore[union-attr]  # estimate() is None only without history; this test gives some
-    assert estimate(running, history).seconds == 200.0  # type: ignore[union-attr]  # estimate() is None only without history; this test gives some
+    got = estimate(running, history)
+    assert got is not None
+    assert got.source is DurationSource.PROGRESS
+    assert got.seconds == 200.0
     given = estimate(facts(estimated_duration=600.0), history)
     assert given is not None and (given.seconds, given.source) == (600.0, DurationSource.ESTIMATE)
     learned = estimate(facts(), history)

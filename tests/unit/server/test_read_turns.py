@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from schedulearn.server.guard import ReadTurns
 
@@ -22,7 +23,7 @@ class Counting:
         self.most = 0
         self.done = 0
 
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.now += 1
         self.most = max(self.most, self.now)
         try:
@@ -37,22 +38,22 @@ class Counting:
         self.done += 1
 
 
-def _scope(method: str, path: str = "/api/v1/jobs") -> dict[str, object]:
+def _scope(method: str, path: str = "/api/v1/jobs") -> Scope:
     return {"type": "http", "method": method, "path": path}
 
 
-async def _noop_receive() -> dict[str, object]:
+async def _noop_receive() -> Message:
     return {"type": "http.request", "body": b""}
 
 
-async def _run(app: ReadTurns, scopes: list[dict[str, object]]) -> list[BaseException | None]:
-    sent: list[dict[str, object]] = []
+async def _run(app: ReadTurns, scopes: list[Scope]) -> list[BaseException | None]:
+    sent: list[Message] = []
 
-    async def send(message: dict[str, object]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     return await asyncio.gather(
-        *(app(s, _noop_receive, send) for s in scopes),  # type: ignore[arg-type]
+        *(app(s, _noop_receive, send) for s in scopes),
         return_exceptions=True,
     )
 

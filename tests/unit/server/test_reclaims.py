@@ -5,6 +5,7 @@ GPUs, and says a non-preemptible job starts again from the beginning."""
 from __future__ import annotations
 
 from schedulearn.core import JobView, Preempt, Start
+from schedulearn.core.decisions import Decision
 from schedulearn.core.views import Placement
 from schedulearn.server.services.reclaims import notes
 
@@ -30,7 +31,7 @@ def test_the_line_names_the_queue_and_the_job_that_took_the_gpus() -> None:
         10: JobView(id=10, submitted_at=5.0, gpus=3, queue="team-a"),
         11: JobView(id=11, submitted_at=5.0, gpus=1, queue="team-b"),
     }
-    decisions = [
+    decisions: list[Decision] = [
         Preempt(1, reclaimed_by="team-a"),
         Preempt(2, reclaimed_by="team-a"),
         Preempt(3),  # not a reclaim: the generic line stays

@@ -5,7 +5,7 @@ must be placed on one side or the other."""
 from __future__ import annotations
 
 from schedulearn.core.views import JobView, Role, declared
-from schedulearn.protocol import JobPublic, JobState
+from schedulearn.protocol import JobPublic, JobState, Launcher
 from schedulearn.server.auth import Caller
 from schedulearn.server.auth import Role as TokenRole
 from schedulearn.server.services.visibility import DETAILS, may_see_details, public_view
@@ -29,7 +29,7 @@ def _job() -> JobPublic:
         id=12, name="run", user="alice", state=JobState.RUNNING, command=["python", "t.py"],
         image=None, gpus=1, min_gpus=None, max_gpus=None, cpus=0.0, memory_gb=0.0,
         gpu_type=None, priority=0, deadline=None, estimated_duration=None, model=None,
-        preemptible=False, env={"K": "v"}, workdir="/w", shm_size=None, launcher="none",
+        preemptible=False, env={"K": "v"}, workdir="/w", shm_size=None, launcher=Launcher.NONE,
         array_id=None, array_index=None, max_restarts=3, restarts=0, attempt=1,
         submitted_at=1.0, started_at=2.0, ended_at=None, exit_code=None, message="m",
         placement={"n1": [0]}, progress=None, secret_env_keys=["TOKEN"],

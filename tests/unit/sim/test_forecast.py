@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from schedulearn.core import available, create, queue_order
@@ -19,19 +21,19 @@ def node(
     return NodeView(name, views, 48.0, 128.0, 48.0, 128.0, healthy)
 
 
-def running(job_id: int, node_name: str, gpus: list[int], ran: float, **kw: object) -> JobView:
+def running(job_id: int, node_name: str, gpus: list[int], ran: float, **kw: Any) -> JobView:
     return JobView(
         id=job_id,
         submitted_at=NOW - ran - 10,
         gpus=len(gpus),
         placement=Placement.single(node_name, gpus),
         started_at=NOW - ran,
-        **kw,  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
+        **kw,
     )
 
 
-def pending(job_id: int, gpus: int, waited: float = 5.0, **kw: object) -> JobView:
-    return JobView(id=job_id, submitted_at=NOW - waited, gpus=gpus, **kw)  # type: ignore[arg-type]  # test-given keyword fields of mixed types for the view
+def pending(job_id: int, gpus: int, waited: float = 5.0, **kw: Any) -> JobView:
+    return JobView(id=job_id, submitted_at=NOW - waited, gpus=gpus, **kw)
 
 
 def test_fifo_queue_behind_a_running_job() -> None:
@@ -44,10 +46,11 @@ def test_fifo_queue_behind_a_running_job() -> None:
         (running(1, "a", [0, 1, 2, 3], ran=100),),
     )
     f = forecast(view, {1: 300.0, 2: 50.0, 3: 100.0}, create("fifo"))
-    assert f.of(1) is not None and f.of(1).start == NOW - 100  # type: ignore[union-attr]  # of(1) is checked not None on the left of the `and`; mypy does not narrow a call
+    first = f.of(1)
+    assert first is not None and first.start == NOW - 100
     assert f.jobs[1].end == pytest.approx(NOW + 200)
-    assert (f.jobs[2].start, f.jobs[2].end) == (pytest.approx(NOW + 200), pytest.approx(NOW + 250))
-    assert (f.jobs[3].start, f.jobs[3].end) == (pytest.approx(NOW + 200), pytest.approx(NOW + 300))
+    assert f.jobs[2].start == pytest.approx(NOW + 200) and f.jobs[2].end == pytest.approx(NOW + 250)
+    assert f.jobs[3].start == pytest.approx(NOW + 200) and f.jobs[3].end == pytest.approx(NOW + 300)
     s = f.summary
     assert (s.jobs, s.predicted, s.unknown) == (3, 3, 0)
     assert s.makespan == pytest.approx(300)
@@ -83,7 +86,8 @@ def test_work_already_done_counts_for_a_preempted_job() -> None:
 def test_an_overdue_job_is_taken_as_nearly_done() -> None:
     view = ClusterView(NOW, (node("a", 1, {0: 1}),), (), (running(1, "a", [0], ran=500),))
     f = forecast(view, {1: 100.0}, create("fifo"))
-    assert NOW < f.jobs[1].end <= NOW + 1.0  # type: ignore[operator]  # end is None only for a job never predicted; job 1 is
+    end = f.jobs[1].end
+    assert end is not None and NOW < end <= NOW + 1.0
 
 
 def test_srtf_predicts_a_lower_mean_jct_than_fifo_for_short_jobs_behind_a_long_one() -> None:
@@ -97,7 +101,8 @@ def test_srtf_predicts_a_lower_mean_jct_than_fifo_for_short_jobs_behind_a_long_o
     fifo = forecast(view, durations, create("fifo")).summary
     srtf = forecast(view, durations, create("srtf")).summary
     assert fifo.makespan == pytest.approx(srtf.makespan)
-    assert srtf.mean_jct < fifo.mean_jct  # type: ignore[operator]  # mean_jct is None only with no predicted job; this queue has some
+    assert srtf.mean_jct is not None and fifo.mean_jct is not None
+    assert srtf.mean_jct < fifo.mean_jct
     # fifo: 1000, 1010, 1020 (+ waits); srtf: 10, 20, 1020.
     assert fifo.mean_jct == pytest.approx((1003 + 1012 + 1021) / 3)
     assert srtf.mean_jct == pytest.approx((12 + 21 + 1023) / 3)

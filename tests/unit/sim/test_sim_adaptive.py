@@ -15,7 +15,7 @@ from schedulearn.sim import parse_cluster
 from schedulearn.sim.engine import Simulator
 from schedulearn.sim.goodput_feed import GoodputFeed
 from schedulearn.sim.jobs import SimInputError, SimJob, Workload
-from schedulearn.sim.measured import MeasuredSpeed
+from schedulearn.sim.measured import EpochCurve, MeasuredSpeed
 from schedulearn.sim.runner import SpeedOptions, adapt, run_all
 from schedulearn.sim.runstate import RunState
 from schedulearn.sim.speed import ClusterShape
@@ -79,7 +79,9 @@ def test_an_adaptive_job_is_never_slower_than_at_its_initial_batch(apps: Path) -
     four = Placement.single("n0", [0, 1, 2, 3])
     assert speed.curve(free, four, shape).seconds_to(0.0, work) < t_free / 2
     # The batch grows as training goes on (the gradient noise rises).
-    choices = speed.curve(free, four, shape).choices  # type: ignore[attr-defined]  # the Curve protocol has no .choices; this speed model's curve does
+    curve = speed.curve(free, four, shape)
+    assert isinstance(curve, EpochCurve)
+    choices = curve.choices
     assert choices[-1][0] > choices[0][0]
 
 

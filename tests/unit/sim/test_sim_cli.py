@@ -165,7 +165,10 @@ def test_several_workloads_run_in_parallel_with_a_mean_row(tmp_path: Path, trace
     one = runner.invoke(
         app, [*args, "--cluster", "8x4", "--policy", "fifo,goodput", "--processes", "1"]
     )
-    strip = lambda out: [r.rsplit("│", 2)[0] for r in out.splitlines() if "│" in r]  # noqa: E731
+
+    def strip(out: str) -> list[str]:
+        return [r.rsplit("│", 2)[0] for r in out.splitlines() if "│" in r]
+
     assert strip(one.output) == strip(result.output)
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from schedulearn.core import create
 from schedulearn.core.views import JobView, Placement
 from schedulearn.sim import LinearSpeed, SimInputError, SimJob, Workload, parse_cluster, simulate
+from schedulearn.sim.results import SimResult
 from schedulearn.sim.runstate import running_view, stopped_view
 
 
@@ -15,8 +18,8 @@ def jobs(*specs: tuple[float, int, float]) -> Workload:
     return Workload("hand", tuple(SimJob(i, s, g, d) for i, (s, g, d) in enumerate(specs)))
 
 
-def ends(result: object) -> dict[int, float | None]:
-    return {r.id: r.end for r in result.records}  # type: ignore[attr-defined]  # `result` is typed `object` here; it is the simulator's result, with .records
+def ends(result: SimResult) -> dict[int, float | None]:
+    return {r.id: r.end for r in result.records}
 
 
 def test_fifo_queues_the_second_job_until_the_first_ends() -> None:
@@ -187,14 +190,18 @@ def test_free_counts_handed_to_policies_match_the_nodes() -> None:
     # The engine passes ClusterView.free_counts, kept up to date incrementally;
     # a policy that checks them on every pass sees them agree with the nodes.
     from schedulearn.core.decisions import Decision
+    from schedulearn.core.policy import QueueOrder
     from schedulearn.core.views import ClusterView
 
     inner = create("tiresias:threshold=200")
     seen = []
 
     class Checking:
-        name = "checking"
-        tick_seconds = inner.tick_seconds
+        name: ClassVar[str] = "checking"
+        tick_seconds: ClassVar[float | None] = inner.tick_seconds
+
+        def order(self, view: ClusterView) -> QueueOrder:
+            return inner.order(view)
 
         def decide(self, view: ClusterView) -> list[Decision]:
             assert view.free_counts == tuple(n.num_free_gpus for n in view.nodes)

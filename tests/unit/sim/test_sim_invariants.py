@@ -128,8 +128,8 @@ def check_run(cluster: ClusterSpec, workload: Workload, speed: LinearSpeed, poli
             assert all(nodes[n].gpu_type == job.gpu_type for n, g in s.placement if g)
         per_job[s.job_id].append(s)
     for jid, segs in per_job.items():
-        for a, b in pairwise(segs):
-            assert b.start >= a.end - EPS, f"job {jid} ran twice at once"
+        for before, after in pairwise(segs):
+            assert after.start >= before.end - EPS, f"job {jid} ran twice at once"
 
     # Every job completes exactly once, after its submission, with all its work done.
     records = {r.id: r for r in result.records}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -30,7 +31,7 @@ def queue_file(tmp_path: Path, half_life: str = "") -> Path:
     return path
 
 
-def simulate(*args: str) -> tuple[str, dict[str, object]]:
+def simulate(*args: str) -> tuple[str, dict[str, Any]]:
     result = runner.invoke(app, ["simulate", *args, "--processes", "1", "--json", "-"])
     assert result.exit_code == 0, result.output
     text = result.output
@@ -44,10 +45,10 @@ def test_a_queue_file_gives_b_its_guarantee_back_and_the_report_says_so(
     args = ["-w", str(trace), "-c", "1x4", "--tenants", str(queues), "--min-run", "0"]
     text, data = simulate(*args)
     assert "fifo+queues: per queue" in text
-    (result,) = data["results"]  # type: ignore[misc]  # parsed JSON (object); the CLI's --json output has this shape
+    (result,) = data["results"]
     assert result["policy"] == "fifo+queues"
     assert result["summary"]["preemptions"] >= 1  # a gave 2 GPUs back to b at once
-    fair = data["fairness"]["fifo+queues"]  # type: ignore[index]  # parsed JSON (object); the CLI's --json output has this shape
+    fair = data["fairness"]["fifo+queues"]
     by = {q["queue"]: q for q in fair["queues"]}
     assert by["a"]["guaranteed"] == by["b"]["guaranteed"] == 2
     assert by["a"]["jobs"] == 4 and by["b"]["jobs"] == 2
@@ -57,7 +58,7 @@ def test_a_queue_file_gives_b_its_guarantee_back_and_the_report_says_so(
 
     # A minimum run time longer than b's wait holds the reclaim back.
     text, data = simulate(*args[:-1], "3000")
-    fair = data["fairness"]["fifo+queues"]  # type: ignore[index]  # parsed JSON (object); the CLI's --json output has this shape
+    fair = data["fairness"]["fifo+queues"]
     by = {q["queue"]: q for q in fair["queues"]}
     assert by["b"]["mean_jct"] > 2000
 
@@ -66,7 +67,7 @@ def test_philly_tenants_share_the_cluster_by_gpu_hours(tmp_path: Path) -> None:
     text, data = simulate(
         "-w", str(philly_csv(tmp_path)), "-c", "1x4", "--tenants", "philly", "--half-life", "0"
     )
-    fair = data["fairness"]["fifo+queues"]  # type: ignore[index]  # parsed JSON (object); the CLI's --json output has this shape
+    fair = data["fairness"]["fifo+queues"]
     # a has 28,800 of the 29,000 GPU-seconds: all 4 GPUs by largest remainder.
     assert {q["queue"]: q["guaranteed"] for q in fair["queues"]} == {"a": 4, "b": 0}
     assert "Jain's index over per-queue slowdowns" in text
