@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from schedulearn.agent import lease as leases
@@ -55,9 +55,6 @@ class Runners:
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._by_job
-
-    def __iter__(self) -> Iterator[JobRunner]:
-        return iter(list(self._by_job.values()))
 
     def reports(self) -> list[RunningJobReport]:
         return [r.report() for r in self._by_job.values()]
