@@ -186,6 +186,13 @@ class ViewReader(Generic[V]):
     ) -> None:
         self.view = view
         self.names: tuple[str, ...] = declared(view, *STORED)
+        missing = [n for n in self.names if n not in table.c]
+        if missing:
+            raise LookupError(
+                f"the {table.name} table has no column for the declared field(s) "
+                f"{', '.join(missing)} of {view.__name__}: run scripts/new-field "
+                "(docs/adding-a-field.md)"
+            )
         self.columns: tuple[sa.Column[Any], ...] = tuple(table.c[n] for n in self.names)
         codec = Codec(view, self.names)
         merged = {n: codec.loader(n) for n in codec.json_fields}
