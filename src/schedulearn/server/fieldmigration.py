@@ -68,6 +68,18 @@ def pending() -> list[Any]:
         return list(compare_metadata(MigrationContext.configure(conn), SQLModel.metadata))
 
 
+def describe(change: Any) -> str:
+    """One change `pending` found, in words: "add column job.project"."""
+    if (
+        isinstance(change, tuple)
+        and len(change) == 4
+        and change[0] in ("add_column", "remove_column")
+    ):
+        verb, _, table, column = change
+        return f"{verb.replace('_', ' ')} {table}.{column.name}"
+    return repr(change)  # an index, a type, a table: Alembic's own form
+
+
 def generate(message: str, directory: Path = VERSIONS) -> Path | None:
     """Write the revision the table models need (None: they need none)."""
     from alembic import command
@@ -102,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.step == "check":
         problems = [f"{p} is stale: run scripts/new-field" for p in fieldcode.stale()]
-        problems += [f"no revision makes {change}: run scripts/new-field" for change in pending()]
+        problems += [f"no revision makes '{describe(c)}': run scripts/new-field" for c in pending()]
         for problem in problems:
             print(problem, file=sys.stderr)
         return 1 if problems else 0
