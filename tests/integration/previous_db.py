@@ -78,9 +78,7 @@ def build(url: str) -> dict[str, Any]:
             session.add(TenantQueue(name="team-a"))
             session.commit()
             ann = Caller("ann", CallerRole.USER)
-            results = jobs.submit(
-                session, [(JobSpec.model_validate(s), ann) for s in SPECS], NOW
-            )
+            results = jobs.submit(session, [(JobSpec.model_validate(s), ann) for s in SPECS], NOW)
             ids = [j.id for r in results if isinstance(r, jobs.Submitted) for j in r.jobs]
             assert len(ids) == len(SPECS) + 2, results  # the array is three jobs
             registration = NodeRegistration.model_validate(
@@ -106,8 +104,7 @@ def build(url: str) -> dict[str, Any]:
             node = nodes.list_nodes(session, {}).items[0]
             shown = {
                 "jobs": {
-                    str(i): jobs.show(session, i, "fifo", NOW).model_dump(mode="json")
-                    for i in ids
+                    str(i): jobs.show(session, i, "fifo", NOW).model_dump(mode="json") for i in ids
                 },
                 "nodes": [node.model_dump(mode="json")],
             }

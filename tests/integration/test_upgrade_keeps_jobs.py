@@ -22,9 +22,9 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from previous_source import source_at
 from sqlmodel import SQLModel
 
+from previous_source import source_at
 from schedulearn.server import db, models  # noqa: F401  (registers the tables)
 from schedulearn.server.services import jobs, nodes, snapshot
 
