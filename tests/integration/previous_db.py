@@ -12,12 +12,14 @@ job reach are then written as that release's scheduler and agents write
 them. OUT.json gets what that release showed of every job and node
 (`JobPublic`, `NodePublic`, as JSON) and every row of `job` and `node`.
 
-It uses only what the previous release had; move it on with
-`PREVIOUS_SCHEMA` when that release's API changes.
+It runs on the code of 0.1.0 too (`RELEASE_0_1_0`): a field or a model
+that code lacks is left out (`_known`), as its clients could not send it.
+Keep it to what both have, or name what differs as `_known` does.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from typing import Any
@@ -25,12 +27,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import select
 
-from schedulearn.protocol import JobSpec, NodeRegistration
+from schedulearn.protocol import JobSpec, JobState, NodeRegistration
 from schedulearn.server import db
 from schedulearn.server.auth import Caller
 from schedulearn.server.auth import Role as CallerRole
-from schedulearn.server.models import Job, TenantQueue
+from schedulearn.server.models import Job
 from schedulearn.server.services import agents, jobs, nodes
+
+try:
+    from schedulearn.server.models import TenantQueue
+except ImportError:  # 0.1.0: no queues, and no `queue` field to name one
+    TenantQueue = None  # type: ignore[assignment,misc]  # absent in that release
 
 NOW = 1_000_000.0
 SPECS: list[dict[str, Any]] = [
@@ -65,6 +72,20 @@ SPECS: list[dict[str, Any]] = [
 ]
 
 
+def _known(model: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """The values a model of this release has fields for."""
+    return {k: v for k, v in values.items() if k in model.model_fields}
+
+
+def _show(session: Any, job_id: int) -> dict[str, Any]:
+    if len(inspect.signature(jobs.show).parameters) == 2:  # 0.1.0: show(session, job_id)
+        shown = jobs.show(session, job_id)  # type: ignore[call-arg]  # that release's signature
+    else:
+        shown = jobs.show(session, job_id, "fifo", NOW)
+    dumped: dict[str, Any] = shown.model_dump(mode="json")
+    return dumped
+
+
 def _rows(conn: sa.Connection, table: str) -> list[dict[str, Any]]:
     result = conn.execute(sa.text(f'SELECT * FROM "{table}" ORDER BY 1'))
     return [dict(row._mapping) for row in result]
@@ -75,37 +96,41 @@ def build(url: str) -> dict[str, Any]:
     try:
         db.migrate(database.engine)
         with database.session() as session:
-            session.add(TenantQueue(name="team-a"))
-            session.commit()
+            if TenantQueue is not None:
+                session.add(TenantQueue(name="team-a"))
+                session.commit()
             ann = Caller("ann", CallerRole.USER)
-            results = jobs.submit(session, [(JobSpec.model_validate(s), ann) for s in SPECS], NOW)
+            specs = [(JobSpec.model_validate(_known(JobSpec, s)), ann) for s in SPECS]
+            results = jobs.submit(session, specs, NOW)
             ids = [j.id for r in results if isinstance(r, jobs.Submitted) for j in r.jobs]
             assert len(ids) == len(SPECS) + 2, results  # the array is three jobs
             registration = NodeRegistration.model_validate(
-                {
-                    "name": "gpu-1",
-                    "gpus": [{"index": 0, "type": "a100"}, {"index": 1, "type": "a100"}],
-                    "cpus": 32,
-                    "memory_gb": 256,
-                    "capabilities": {"executors": ["process", "container"], "labels": ["ib"]},
-                    "containment": "cgroup v2",
-                }
+                _known(
+                    NodeRegistration,
+                    {
+                        "name": "gpu-1",
+                        "gpus": [{"index": 0, "type": "a100"}, {"index": 1, "type": "a100"}],
+                        "cpus": 32,
+                        "memory_gb": 256,
+                        "capabilities": {"executors": ["process", "container"], "labels": ["ib"]},
+                        "containment": "cgroup v2",
+                    },
+                )
             )
             timing = agents.AgentTiming(1.0, 5.0, 1.0, 29500, None)
             agents.register(session, registration, NOW, timing)
             by_name = {j.name: j for j in session.exec(select(Job)).all()}
             runs, finished, held = by_name["runs"], by_name["finished"], by_name["held"]
-            runs.state, runs.placement, runs.started_at = "running", {"gpu-1": [0]}, NOW + 5
+            runs.state, runs.placement, runs.started_at = JobState.RUNNING, {"gpu-1": [0]}, NOW + 5
             runs.attempt, runs.preemptions, runs.service_seconds = 2, 1, 40.0
-            finished.state, finished.exit_code, finished.ended_at = "succeeded", 0, NOW + 9
+            finished.state, finished.exit_code, finished.ended_at = JobState.SUCCEEDED, 0, NOW + 9
             finished.started_at, finished.message = NOW + 2, "exit 0"
-            held.held = True
+            if hasattr(held, "held"):  # 0.1.0 had no holds
+                held.held = True
             session.commit()
             node = nodes.list_nodes(session, {}).items[0]
             shown = {
-                "jobs": {
-                    str(i): jobs.show(session, i, "fifo", NOW).model_dump(mode="json") for i in ids
-                },
+                "jobs": {str(i): _show(session, i) for i in ids},
                 "nodes": [node.model_dump(mode="json")],
             }
         with database.engine.connect() as conn:

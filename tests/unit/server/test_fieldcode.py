@@ -13,6 +13,7 @@ import pytest
 from schedulearn.core.capabilities import NodeCapabilities
 from schedulearn.core.views import Role
 from schedulearn.server import fieldcode, fieldmigration
+from schedulearn.server.declared import STORED
 
 
 def test_the_blocks_of_declared_fields_are_current() -> None:
@@ -57,7 +58,7 @@ class Wire(BaseModel):
 
 
 def test_a_table_block_gets_every_stored_field_the_class_does_not_spell_out() -> None:
-    target = fieldcode.Target("m.py", "Row", _View, fieldcode.STORED, table=True)
+    target = fieldcode.Target("m.py", "Row", _View, STORED, table=True)
     block = fieldcode.render(_SOURCE, target).split("class Wire")[0]
     assert block.splitlines()[-6:-2] == [
         '    ratio: float | None = column(_View, "ratio")',
@@ -79,7 +80,7 @@ def test_a_wire_block_names_a_type_the_module_must_import() -> None:
 
 
 def test_a_class_without_its_block_is_refused_with_the_lines_to_add() -> None:
-    target = fieldcode.Target("m.py", "Row", _View, fieldcode.STORED, table=True)
+    target = fieldcode.Target("m.py", "Row", _View, STORED, table=True)
     without = _SOURCE.replace("    # End of the declared fields.\n", "", 1)
     with pytest.raises(fieldcode.FieldCodeError, match="end the class body with the two lines"):
         fieldcode.render(without, target)
