@@ -15,6 +15,14 @@ does not speak this agent's protocol version: stop and say which to
 upgrade), `Rejected` (this request will never succeed; a 403 about one
 job's report is one of these: that report is dropped, the agent goes on).
 
+Before its first call the client asks the server which protocol versions
+it speaks (`protocol_calls`' probe). An older server gets each call at its
+own newest version, without the report fields it does not know (logged
+once each); a call it does not know at all raises `ProtocolRefused`
+naming its version. A server that answers a refusal with another range
+than the one probed (it was downgraded or upgraded meanwhile) is probed
+again, and the call retried.
+
 `join` exchanges a one-time join token for the node's credential, which
 `set_token` then puts on every later call.
 
@@ -32,6 +40,7 @@ shared database, so every replica accepts it.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -64,6 +73,7 @@ from schedulearn.protocol import (
     RegistrationReply,
     WorkBatch,
 )
+from schedulearn.protocol_calls import PROBE_PATH, NotKnown, Peer, parse_range, probe_range
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +129,58 @@ class AgentClient:
         # judged once, as httpx reads the proxy settings once.
         self._lean = KeepAliveClient(headers, timeout)
         self._lean_bases = {a + AGENT_PREFIX for a in self.rotation.addresses if lean_for(a)}
+        self._protocol = protocol
+        self._peer: Peer | None = None  # what the server speaks, once probed
+        self._left_out: set[str] = set()  # fields an older server was not sent (logged once)
+
+    async def peer(self) -> Peer:
+        """What the server speaks (asked once, by `GET /api/v1/protocol`)."""
+        if self._peer is None:
+
+            async def probe(base: str) -> tuple[int, int]:
+                url = base[: -len(AGENT_PREFIX)] + PROBE_PATH
+                try:
+                    response = await self._http.get(url)
+                except httpx.HTTPError as exc:
+                    raise ServerUnavailable(f"GET {PROBE_PATH}: {exc!r}") from exc
+                header = response.headers.get(SERVER_PROTOCOL_HEADER)
+                if header is None and response.status_code >= 500:
+                    raise ServerUnavailable(f"GET {PROBE_PATH}: HTTP {response.status_code}")
+                return probe_range(response.status_code, header)
+
+            self._learn(*await self._failover(probe))
+        assert self._peer is not None
+        return self._peer
+
+    def _learn(self, oldest: int, newest: int) -> None:
+        self._peer = Peer(oldest, newest, self._protocol, "agent")
+        speak = str(self._peer.speak if self._peer.refusal() is None else self._protocol)
+        for headers in (self._http.headers, self._lean.headers):
+            headers[PROTOCOL_HEADER] = speak
+        if self._peer.speak < self._protocol:
+            log.warning(
+                "the server speaks protocol %s, older than this agent's %s: "
+                "speaking %s to it (upgrade the server for what it lacks)",
+                self._peer.speaks, self._protocol, self._peer.speak,
+            )  # fmt: skip
+
+    async def _judged(
+        self, method: str, path: str, params: dict[str, str] | None, body: BaseModel | None
+    ) -> tuple[dict[str, str] | None, str | None]:
+        """The query and JSON body of a call as the server's version takes them."""
+        peer = await self.peer()
+        if peer.newest >= peer.ours:
+            return params, None if body is None else body.model_dump_json()
+        data = None if body is None else body.model_dump(mode="json")
+        try:
+            out = peer.outgoing(method, AGENT_PREFIX + path, params, data, lossy=True)
+        except NotKnown as exc:
+            raise ProtocolRefused(400, str(exc)) from None
+        for what in set(out.left_out) - self._left_out:
+            self._left_out.add(what)
+            log.warning("not sent to the server of protocol %s: %s", peer.speaks, what)
+        content = None if out.body is None else json.dumps(out.body, separators=(",", ":"))
+        return out.params, content
 
     async def _failover(self, attempt: Callable[[str], Awaitable[T]]) -> T:
         """`attempt(base_url)` on the current address, then on each next one while
@@ -217,12 +279,14 @@ class AgentClient:
                 while chunk := src.read(1024 * 1024):
                     yield chunk
 
+        params, _ = await self._judged("PUT", url, {"attempt": str(attempt), "node": node}, None)
+
         async def put(base: str) -> M:
             try:
                 response = await self._http.put(
                     base + url,
                     content=chunks(),  # a fresh read of the file on each address
-                    params={"attempt": str(attempt), "node": node},
+                    params=params,
                     headers={**headers, "Content-Length": str(size)},
                     timeout=httpx.Timeout(600.0, connect=15.0),
                 )
@@ -235,6 +299,7 @@ class AgentClient:
     async def get_checkpoint(self, job_id: int, dest: Path) -> str:
         """Download the job's checkpoint to `dest`; returns the sha256 of what arrived."""
         url = f"/jobs/{job_id}/checkpoint"
+        await self._judged("GET", url, None, None)
 
         async def get(base: str) -> str:
             digest = hashlib.sha256()
@@ -263,15 +328,30 @@ class AgentClient:
             message = _error_message(response)
             if status == 401 or (status == 403 and path in _NODE_PATHS):
                 raise AuthRejected(status, message)
-            # Names in lower case: httpx's headers and `Reply`'s both match that.
-            if SERVER_PROTOCOL_HEADER.lower() in response.headers:
-                raise ProtocolRefused(status, message)
+            self._refused_for_protocol(response, status, message)
             raise Rejected(status, message)
         try:
             return reply.model_validate_json(response.content)
         except ValidationError as exc:
             # A server of another version: retrying will not help.
             raise Rejected(status, f"unexpected reply to {method} {path}: {exc}") from exc
+
+    def _refused_for_protocol(
+        self, response: httpx.Response | Reply, status: int, message: str
+    ) -> None:
+        """Raise when `response` refuses the protocol version this call was sent with."""
+        # Names in lower case: httpx's headers and `Reply`'s both match that.
+        speaks = parse_range(response.headers.get(SERVER_PROTOCOL_HEADER.lower()))
+        sent = int(self._http.headers.get(PROTOCOL_HEADER, self._protocol))
+        if status != 400 or speaks is None or speaks[0] <= sent <= speaks[1]:
+            return  # every reply of protocol 3 on carries the range: not a refusal
+        known = self._peer
+        self._learn(*speaks)
+        changed = known is None or (known.oldest, known.newest) != speaks
+        if changed and self._peer is not None and self._peer.refusal() is None:
+            # The server changed since the probe: send again at its version.
+            raise ServerUnavailable(f"the server now speaks protocol {self._peer.speaks}")
+        raise ProtocolRefused(status, message)
 
     async def _call(
         self,
@@ -282,7 +362,7 @@ class AgentClient:
         params: dict[str, str] | None = None,
         timeout: float | None = None,
     ) -> M:
-        content = None if body is None else body.model_dump_json()
+        params, content = await self._judged(method, path, params, body)
         headers = None if body is None else {"Content-Type": "application/json"}
 
         async def send(base: str) -> M:
