@@ -169,8 +169,8 @@ def record_problem(wire: Schema) -> str | None:
         return None
     return (
         f"protocol-{wire.get('protocol')}.json was edited by hand: its calls and models "
-        f"have digest {actual}, its record says {expected}; regenerate it with "
-        "scripts/wire-schema (a new version, or --note for a compatible change)"
+        f"have digest {actual}, its record says {expected}; a wire changes through "
+        "scripts/wire-schema only (a new version, or --note for a compatible change)"
     )
 
 
@@ -193,7 +193,7 @@ class Change:
 def changes(old: Schema, new: Schema) -> list[Change]:
     """What changed from wire `old` to wire `new` (both `compact` forms)."""
     found: list[Change] = []
-    replies, requests = _roles(new)
+    replies, requests = roles(new)
     old_calls, new_calls = old["calls"], new["calls"]
     for call in sorted(old_calls.keys() - new_calls.keys()):
         found.append(Change(call, "call removed", False))
@@ -254,7 +254,7 @@ def _model_changes(
     return found
 
 
-def _roles(wire: Schema) -> tuple[set[str], set[str]]:
+def roles(wire: Schema) -> tuple[set[str], set[str]]:
     """The models reachable from replies, and from requests (bodies and parameters)."""
     models = wire["models"]
 

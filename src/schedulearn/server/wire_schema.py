@@ -80,12 +80,16 @@ def openapi_of_commit(commit: str, repo: Path) -> dict[str, Any]:
 
 
 def record(version: int, wire: protocol_schema.Schema, **origin: str) -> protocol_schema.Schema:
-    """A new version's file: its wire and the digest it was made with."""
+    """A new version's file: its wire, the digest it was made with, and what
+    changed since the version before (for people; the tests read the wires)."""
+    previous = protocol_schema.checked_in(version - 1)
+    since = [] if previous is None else protocol_schema.changes(previous, wire)
     return {
         "protocol": version,
         **origin,
         "made": protocol_schema.digest(wire),
         "notes": [],
+        "changes_since_previous": [str(change) for change in since],
         "calls": wire["calls"],
         "models": wire["models"],
     }
@@ -104,26 +108,34 @@ def update(wire: protocol_schema.Schema, version: int, note: str | None) -> tupl
         write(version, record(version, wire))
         return 0, f"wrote {path} (protocol {version}, new)"
     current = json.loads(path.read_text(encoding="utf-8"))
+    problem = protocol_schema.record_problem(current)
+    if problem is not None:
+        return 1, f"{problem}; restore it from git first (git checkout -- {path})"
     found = protocol_schema.changes(current, wire)
     if not found:
         return 0, f"{path} is up to date"
-    listing = "\n".join(f"  {c}" for c in found)
-    if not all(c.compatible for c in found):
-        return 1, (
-            f"the wire differs from {path}, and not compatibly:\n{listing}\n"
-            f"raise PROTOCOL_VERSION in schedulearn/protocol.py (and cli/client.py) to "
-            f"{version + 1}, declare the calls it adds in protocol_calls.SINCE, and run "
-            "scripts/wire-schema again"
-        )
-    if not note:
-        return 1, (
-            f"the wire differs from {path}, compatibly:\n{listing}\n"
-            "record it with scripts/wire-schema --note 'what changed and why no peer "
-            "notices', or raise PROTOCOL_VERSION"
-        )
+    if not note or not all(c.compatible for c in found):
+        return 1, advice(path.name, found, version)
     notes = [*current.get("notes", []), {"note": note, "digest": protocol_schema.digest(wire)}]
     write(version, {**current, "notes": notes, "calls": wire["calls"], "models": wire["models"]})
     return 0, f"wrote {path} with the note ({len(found)} compatible changes)"
+
+
+def advice(name: str, found: list[protocol_schema.Change], version: int) -> str:
+    """What to do when the live wire differs from version `version`'s file `name`."""
+    listing = "\n".join(f"  {c}" for c in found)
+    if not all(c.compatible for c in found):
+        return (
+            f"the wire differs from {name}, and not compatibly:\n{listing}\n"
+            f"raise PROTOCOL_VERSION in schedulearn/protocol.py (and cli/client.py) to "
+            f"{version + 1}, declare the calls it adds in protocol_calls.SINCE, and run "
+            "scripts/wire-schema to write its file"
+        )
+    return (
+        f"the wire differs from {name}, compatibly:\n{listing}\n"
+        "record it with scripts/wire-schema --note 'what changed and why no peer "
+        f"notices', or raise PROTOCOL_VERSION to {version + 1}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
