@@ -67,26 +67,24 @@ def _fetch(commit: str) -> list[str]:
     return tried
 
 
-@pytest.fixture(scope="module")
-def previous_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's `src` folder, unpacked from git history."""
+def unpack(commit: str, root: Path, what: str = "the previous release") -> Path:
+    """The `src` folder of `commit` (`what` it is, for messages), unpacked into `root`."""
     if _git("rev-parse", "--git-dir").returncode != 0:
         pytest.fail(
-            f"{REPO} is not a git checkout, so the previous release ({PREVIOUS_RELEASE}) "
+            f"{REPO} is not a git checkout, so {what} ({commit}) "
             "cannot be taken from its history; run the compatibility test from a clone"
         )
-    if not _have(PREVIOUS_RELEASE):
-        tried = _fetch(PREVIOUS_RELEASE)
-        if not _have(PREVIOUS_RELEASE):
+    if not _have(commit):
+        tried = _fetch(commit)
+        if not _have(commit):
             pytest.fail(
-                f"this clone lacks commit {PREVIOUS_RELEASE} (the previous release) and "
+                f"this clone lacks commit {commit} ({what}) and "
                 f"could not fetch it ({'; '.join(tried) or 'no git remote'}). Fetch it with "
-                f"`git fetch origin {PREVIOUS_RELEASE}` (or `git fetch --unshallow`), "
+                f"`git fetch origin {commit}` (or `git fetch --unshallow`), "
                 "then run the test again"
             )
-    root = tmp_path_factory.mktemp("previous-release")
     archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE, "src"],
+        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "src"],
         capture_output=True,
         check=True,
         timeout=120,
@@ -95,6 +93,12 @@ def previous_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = root / "src"
     assert (src / "schedulearn" / "protocol.py").is_file()
     return src
+
+
+@pytest.fixture(scope="module")
+def previous_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The previous release's `src` folder, unpacked from git history."""
+    return unpack(PREVIOUS_RELEASE, tmp_path_factory.mktemp("previous-release"))
 
 
 def _old_env(src: Path, root: Path) -> dict[str, str]:
