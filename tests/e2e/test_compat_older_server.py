@@ -18,14 +18,12 @@ from pathlib import Path
 
 import pytest
 from e2e_cluster import AGENT, FINAL, Cluster
-from test_compat import PREVIOUS_RELEASE, unpack
+from test_compat import FIRST_PROTOCOL_2, PREVIOUS_RELEASE, unpack
 
 from schedulearn.cli.client import ProtocolTooOld
 from schedulearn.cli.localcluster import AgentProcess
 from schedulearn.protocol import PROTOCOL_VERSION
 
-# The first commit whose server spoke protocol 2 (what `protocol-2.json` records).
-FIRST_PROTOCOL_2 = "89869a0820907ddc2924070624767a784eba6fa6"
 OLDER = {1: (PREVIOUS_RELEASE, "the previous release"), 2: (FIRST_PROTOCOL_2, "protocol 2")}
 
 
