@@ -90,7 +90,9 @@ def probe_range(status: int, header: str | None) -> tuple[int, int]:
     found = parse_range(header)
     if found is not None:
         return found
-    # No header at all: a release before protocol 2 (it ignores the client's).
+    # No header at all (0.1.0 answers a bare 404): a release before protocol 2,
+    # which ignores the client's header. The caller has taken 502-504 for
+    # "unavailable" before asking.
     return (1, 1)
 
 

@@ -144,7 +144,7 @@ class AgentClient:
                 except httpx.HTTPError as exc:
                     raise ServerUnavailable(f"GET {PROBE_PATH}: {exc!r}") from exc
                 header = response.headers.get(SERVER_PROTOCOL_HEADER)
-                if header is None and response.status_code >= 500:
+                if header is None and response.status_code in (502, 503, 504):
                     raise ServerUnavailable(f"GET {PROBE_PATH}: HTTP {response.status_code}")
                 return probe_range(response.status_code, header)
 

@@ -154,7 +154,8 @@ class Client:
 
             response = self._send("GET", PROBE_PATH[len(API_PREFIX) :])
             header = response.headers.get(SERVER_PROTOCOL_HEADER.lower())
-            if header is None and response.status_code >= 500:
+            if header is None and response.status_code in (502, 503, 504):
+                # Unavailable (past the retries): what it speaks is still unknown.
                 raise ApiError(response.status_code, _message(response))
             oldest, newest = probe_range(response.status_code, header)
             self._peer = Peer(oldest, newest, self._protocol, "CLI")
