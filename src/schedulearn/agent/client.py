@@ -139,11 +139,8 @@ class AgentClient:
 
             async def probe(base: str) -> tuple[int, int]:
                 url = base[: -len(AGENT_PREFIX)] + PROBE_PATH
-                try:
-                    response = await self._http.get(url)
-                except httpx.HTTPError as exc:
-                    raise ServerUnavailable(f"GET {PROBE_PATH}: {exc!r}") from exc
-                header = response.headers.get(SERVER_PROTOCOL_HEADER)
+                response = await self._send(base, "GET", url, None, None, None, None)
+                header = response.headers.get(SERVER_PROTOCOL_HEADER.lower())
                 if header is None and response.status_code in (502, 503, 504):
                     raise ServerUnavailable(f"GET {PROBE_PATH}: HTTP {response.status_code}")
                 return probe_range(response.status_code, header)
@@ -366,26 +363,39 @@ class AgentClient:
         headers = None if body is None else {"Content-Type": "application/json"}
 
         async def send(base: str) -> M:
-            response: httpx.Response | Reply
-            try:
-                if base in self._lean_bases:
-                    response = await self._lean.request(
-                        method, base + path, content, headers, params, timeout
-                    )
-                else:
-                    response = await self._http.request(
-                        method,
-                        base + path,
-                        content=content,
-                        headers=headers,
-                        params=params,
-                        timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
-                    )
-            except (httpx.HTTPError, HttpFailure) as exc:
-                raise ServerUnavailable(f"{method} {path}: {exc!r}") from exc
+            response = await self._send(
+                base, method, base + path, content, headers, params, timeout
+            )
             return self._reply(response, method, path, reply)
 
         return await self._failover(send)
+
+    async def _send(
+        self,
+        base: str,
+        method: str,
+        url: str,
+        content: str | None,
+        headers: dict[str, str] | None,
+        params: dict[str, str] | None,
+        timeout: float | None,
+    ) -> httpx.Response | Reply:
+        """One JSON request to `url` (on the address `base`), over the lean client
+        where no proxy or TLS asks for httpx."""
+        try:
+            if base in self._lean_bases:
+                return await self._lean.request(method, url, content, headers, params, timeout)
+            return await self._http.request(
+                method,
+                url,
+                content=content,
+                headers=headers,
+                params=params,
+                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+            )
+        except (httpx.HTTPError, HttpFailure) as exc:
+            path = url[len(base) - len(AGENT_PREFIX) :]
+            raise ServerUnavailable(f"{method} {path}: {exc!r}") from exc
 
 
 def _error_message(response: httpx.Response | Reply) -> str:
