@@ -242,7 +242,9 @@ class _Judge:
 
     def _lacking(self, what: str, value: Any, default: Any) -> None:
         """A part of the call the server's version lacks: left out, or refused."""
-        if value is None or value == default or value in ([], {}) or str(value) == str(default):
+        # A query value is text ("30" for 30): compared as text too.
+        same = value == default or (default is not None and str(value) == str(default))
+        if value is None or value in ([], {}) or same:
             return  # the server assumes the same
         if self.lossy:
             self.left_out.append(what)
