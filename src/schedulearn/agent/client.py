@@ -40,7 +40,6 @@ shared database, so every replica accepts it.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -51,6 +50,7 @@ from pydantic import BaseModel, ValidationError
 from schedulearn.agent.http import httpx
 from schedulearn.agent.keepalive import HttpFailure, KeepAliveClient, Reply, lean_for
 from schedulearn.agent.retry import Retry, Temporary
+from schedulearn.agent.speaking import Speaking
 from schedulearn.failover import PREFER_HEADER, Rotation, parse_servers
 from schedulearn.protocol import (
     AGENT_PREFIX,
@@ -73,7 +73,7 @@ from schedulearn.protocol import (
     RegistrationReply,
     WorkBatch,
 )
-from schedulearn.protocol_calls import PROBE_PATH, NotKnown, Peer, parse_range, probe_range
+from schedulearn.protocol_calls import PROBE_PATH, NotKnown, Peer, probe_range
 
 log = logging.getLogger(__name__)
 
@@ -129,37 +129,22 @@ class AgentClient:
         # judged once, as httpx reads the proxy settings once.
         self._lean = KeepAliveClient(headers, timeout)
         self._lean_bases = {a + AGENT_PREFIX for a in self.rotation.addresses if lean_for(a)}
-        self._protocol = protocol
-        self._peer: Peer | None = None  # what the server speaks, once probed
-        self._left_out: set[str] = set()  # fields an older server was not sent (logged once)
+        self._speaking = Speaking(protocol, (self._http.headers, self._lean.headers))
 
     async def peer(self) -> Peer:
         """What the server speaks (asked once, by `GET /api/v1/protocol`)."""
-        if self._peer is None:
+        if self._speaking.peer is not None:
+            return self._speaking.peer
 
-            async def probe(base: str) -> tuple[int, int]:
-                url = base[: -len(AGENT_PREFIX)] + PROBE_PATH
-                response = await self._send(base, "GET", url, None, None, None, None)
-                header = response.headers.get(SERVER_PROTOCOL_HEADER.lower())
-                if header is None and response.status_code in (502, 503, 504):
-                    raise ServerUnavailable(f"GET {PROBE_PATH}: HTTP {response.status_code}")
-                return probe_range(response.status_code, header)
+        async def probe(base: str) -> tuple[int, int]:
+            url = base[: -len(AGENT_PREFIX)] + PROBE_PATH
+            response = await self._send(base, "GET", url, None, None, None, None)
+            header = response.headers.get(SERVER_PROTOCOL_HEADER.lower())
+            if header is None and response.status_code in (502, 503, 504):
+                raise ServerUnavailable(f"GET {PROBE_PATH}: HTTP {response.status_code}")
+            return probe_range(response.status_code, header)
 
-            self._learn(*await self._failover(probe))
-        assert self._peer is not None
-        return self._peer
-
-    def _learn(self, oldest: int, newest: int) -> None:
-        self._peer = Peer(oldest, newest, self._protocol, "agent")
-        speak = str(self._peer.speak if self._peer.refusal() is None else self._protocol)
-        for headers in (self._http.headers, self._lean.headers):
-            headers[PROTOCOL_HEADER] = speak
-        if self._peer.speak < self._protocol:
-            log.warning(
-                "the server speaks protocol %s, older than this agent's %s: "
-                "speaking %s to it (upgrade the server for what it lacks)",
-                self._peer.speaks, self._protocol, self._peer.speak,
-            )  # fmt: skip
+        return self._speaking.learn(*await self._failover(probe))
 
     async def _judged(
         self, method: str, path: str, params: dict[str, str] | None, body: BaseModel | None
@@ -170,14 +155,9 @@ class AgentClient:
             return params, None if body is None else body.model_dump_json()
         data = None if body is None else body.model_dump(mode="json")
         try:
-            out = peer.outgoing(method, AGENT_PREFIX + path, params, data, lossy=True)
+            return self._speaking.judged(peer, method, path, params, data)
         except NotKnown as exc:
             raise ProtocolRefused(400, str(exc)) from None
-        for what in set(out.left_out) - self._left_out:
-            self._left_out.add(what)
-            log.warning("not sent to the server of protocol %s: %s", peer.speaks, what)
-        content = None if out.body is None else json.dumps(out.body, separators=(",", ":"))
-        return out.params, content
 
     async def _failover(self, attempt: Callable[[str], Awaitable[T]]) -> T:
         """`attempt(base_url)` on the current address, then on each next one while
@@ -325,30 +305,21 @@ class AgentClient:
             message = _error_message(response)
             if status == 401 or (status == 403 and path in _NODE_PATHS):
                 raise AuthRejected(status, message)
-            self._refused_for_protocol(response, status, message)
+            # Names in lower case: httpx's headers and `Reply`'s both match that.
+            refused = self._speaking.refused(
+                status, response.headers.get(SERVER_PROTOCOL_HEADER.lower())
+            )
+            if refused is False:
+                # The server changed since the probe: sent again at its version.
+                raise ServerUnavailable(f"{method} {path}: the server's protocol changed")
+            if refused:
+                raise ProtocolRefused(status, message)
             raise Rejected(status, message)
         try:
             return reply.model_validate_json(response.content)
         except ValidationError as exc:
             # A server of another version: retrying will not help.
             raise Rejected(status, f"unexpected reply to {method} {path}: {exc}") from exc
-
-    def _refused_for_protocol(
-        self, response: httpx.Response | Reply, status: int, message: str
-    ) -> None:
-        """Raise when `response` refuses the protocol version this call was sent with."""
-        # Names in lower case: httpx's headers and `Reply`'s both match that.
-        speaks = parse_range(response.headers.get(SERVER_PROTOCOL_HEADER.lower()))
-        sent = int(self._http.headers.get(PROTOCOL_HEADER, self._protocol))
-        if status != 400 or speaks is None or speaks[0] <= sent <= speaks[1]:
-            return  # every reply of protocol 3 on carries the range: not a refusal
-        known = self._peer
-        self._learn(*speaks)
-        changed = known is None or (known.oldest, known.newest) != speaks
-        if changed and self._peer is not None and self._peer.refusal() is None:
-            # The server changed since the probe: send again at its version.
-            raise ServerUnavailable(f"the server now speaks protocol {self._peer.speaks}")
-        raise ProtocolRefused(status, message)
 
     async def _call(
         self,
