@@ -28,8 +28,13 @@ request needs a default, so that requests of older clients stay valid.
 
 Clients and agents send `PROTOCOL_HEADER: <PROTOCOL_VERSION>` on every
 call. The protocol version is one whole number, raised by one whenever a
-release changes the wire in a way a peer could notice (a field added,
-a meaning changed). A server speaks every version from `OLDEST_PROTOCOL`
+release changes the wire in a way a peer could notice (a call or a request
+field added, a field removed, a meaning changed). The wire of each version
+is checked in (`schedulearn/wire/protocol-<N>.json`, see
+`schedulearn.protocol_schema`), and tests/unit/test_wire_schema.py fails
+when this module's models or the routes differ from the current one; a
+client learns the server's version once and gates each call on it
+(`schedulearn.protocol_calls`). A server speaks every version from `OLDEST_PROTOCOL`
 to its own `PROTOCOL_VERSION`, and refuses a call outside that range with
 a 400 that names both (`protocol_refusal`):
 
@@ -37,8 +42,10 @@ a 400 that names both (`protocol_refusal`):
   it needs (a field it relies on was removed or changed its meaning);
   upgrade the client. A release raises `OLDEST_PROTOCOL` only for such a
   change; adding fields never needs it.
-- a client newer than the server: it may send fields this server does not
-  know; upgrade the server (servers first, then agents and CLIs).
+- a client newer than the server: refused only when it sends the version
+  it speaks; a client of protocol 3 or later speaks the server's newest
+  version instead, for every call that version knows, and refuses the
+  rest itself, naming the server's version (`protocol_calls`).
 
 A call without the header is taken as protocol `UNVERSIONED_PROTOCOL` (1):
 what releases before the header spoke, whose clients (the CLI and agent of
@@ -192,11 +199,16 @@ class _Reply(_Wire):
 # --- protocol version -----------------------------------------------------------
 
 PROTOCOL_HEADER = "Schedulearn-Protocol"
-# On a refusal, the server's range ("1..2"), so a client can tell it from other 400s.
+# The server's range ("1..3") on every /api/ reply (protocol 3 on; protocol 2
+# servers send it on a refusal only), so a client learns what the server speaks.
 SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
 # 1: releases up to 0.1.0, which sent no header and refused unknown reply fields.
 # 2: replies tolerate unknown fields; clients send PROTOCOL_HEADER.
-PROTOCOL_VERSION = 2
+# 3: every /api/ reply carries SERVER_PROTOCOL_HEADER, and GET /api/v1/protocol
+#    answers it; the calls and fields added after 2 (schedulearn/wire/protocol-3.json
+#    has the whole wire; protocol_calls.SINCE the calls). A client learns the
+#    server's version once and sends an older server only what it knows.
+PROTOCOL_VERSION = 3
 OLDEST_PROTOCOL = 1
 UNVERSIONED_PROTOCOL = 1
 
@@ -219,6 +231,13 @@ def protocol_of(header: str | None) -> int:
             f"the {PROTOCOL_HEADER} header must be a whole number such as "
             f"{PROTOCOL_VERSION}; got {header[:50]!r}"
         ) from None
+
+
+class ProtocolRange(_Reply):
+    """What `GET /api/v1/protocol` answers: the versions this server speaks."""
+
+    oldest: int
+    newest: int
 
 
 def protocol_refusal(header: str | None, caller: str) -> str | None:
