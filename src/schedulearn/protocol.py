@@ -8,15 +8,16 @@ This module owns the shape of every message that crosses the network:
 - the user API's request and response bodies (job specs, job and node
   listings, policy, errors), so the CLI reads typed objects too.
 
-It imports only pydantic, the standard library, `core.views` and
-`core.goodput` (the goodput record a job's progress report carries),
-never the server or the agent. The job and node fields a policy reads are
-declared once on `core.views.JobView` and `NodeView`: `JobSpec`,
-`JobPublic`, `NodeRegistration` and `NodePublic` get each declared field
-they do not spell out themselves (`_declare`), so a new field reaches
-the wire with no edit here. Times are seconds since the epoch (floats), as everywhere
-else in Schedulearn. The `attempt` number on every job report lets the
-server ignore reports from an older run of a job that was requeued.
+It imports only pydantic, the standard library and `core` (the goodput
+record a job's progress report carries), never the server or the agent.
+The job and node fields a policy reads are declared once on
+`core.views.JobView` and `NodeView`: `JobSpec`, `JobPublic`,
+`NodeRegistration` and `NodePublic` carry each declared field they do not
+spell out themselves in a block at the end of the class, which
+`scripts/new-field` writes (`server.fieldcode`). Times are seconds since
+the epoch (floats), as everywhere else in Schedulearn. The `attempt`
+number on every job report lets the server ignore reports from an older
+run of a job that was requeued.
 
 Upgrades. Every model is either a request (`_Request`: what a client or
 an agent sends; unknown fields are refused, so a typo in a job spec fails
@@ -27,8 +28,13 @@ request needs a default, so that requests of older clients stay valid.
 
 Clients and agents send `PROTOCOL_HEADER: <PROTOCOL_VERSION>` on every
 call. The protocol version is one whole number, raised by one whenever a
-release changes the wire in a way a peer could notice (a field added,
-a meaning changed). A server speaks every version from `OLDEST_PROTOCOL`
+release changes the wire in a way a peer could notice (a call or a request
+field added, a field removed, a meaning changed). The wire of each version
+is checked in (`schedulearn/wire/protocol-<N>.json`, see
+`schedulearn.protocol_schema`), and tests/unit/test_wire_schema.py fails
+when this module's models or the routes differ from the current one; a
+client learns the server's version once and gates each call on it
+(`schedulearn.protocol_calls`). A server speaks every version from `OLDEST_PROTOCOL`
 to its own `PROTOCOL_VERSION`, and refuses a call outside that range with
 a 400 that names both (`protocol_refusal`):
 
@@ -36,8 +42,10 @@ a 400 that names both (`protocol_refusal`):
   it needs (a field it relies on was removed or changed its meaning);
   upgrade the client. A release raises `OLDEST_PROTOCOL` only for such a
   change; adding fields never needs it.
-- a client newer than the server: it may send fields this server does not
-  know; upgrade the server (servers first, then agents and CLIs).
+- a client newer than the server: refused only when it sends the version
+  it speaks; a client of protocol 3 or later speaks the server's newest
+  version instead, for every call that version knows, and refuses the
+  rest itself, naming the server's version (`protocol_calls`).
 
 A call without the header is taken as protocol `UNVERSIONED_PROTOCOL` (1):
 what releases before the header spoke, whose clients (the CLI and agent of
@@ -50,14 +58,12 @@ replies to them every field protocol 1 did not have
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import types
 import typing
 from contextvars import ContextVar
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -68,10 +74,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 
 from schedulearn.core.goodput import GoodputReport
-from schedulearn.core.views import JobView, NodeView, Role, declared
 
 API_PREFIX = "/api/v1"
 AGENT_PREFIX = "/api/v1/agent"
@@ -195,11 +199,16 @@ class _Reply(_Wire):
 # --- protocol version -----------------------------------------------------------
 
 PROTOCOL_HEADER = "Schedulearn-Protocol"
-# On a refusal, the server's range ("1..2"), so a client can tell it from other 400s.
+# The server's range ("1..3") on every /api/ reply (protocol 3 on; protocol 2
+# servers send it on a refusal only), so a client learns what the server speaks.
 SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
 # 1: releases up to 0.1.0, which sent no header and refused unknown reply fields.
 # 2: replies tolerate unknown fields; clients send PROTOCOL_HEADER.
-PROTOCOL_VERSION = 2
+# 3: every /api/ reply carries SERVER_PROTOCOL_HEADER, and GET /api/v1/protocol
+#    answers it; the calls and fields added after 2 (schedulearn/wire/protocol-3.json
+#    has the whole wire; protocol_calls.SINCE the calls). A client learns the
+#    server's version once and sends an older server only what it knows.
+PROTOCOL_VERSION = 3
 OLDEST_PROTOCOL = 1
 UNVERSIONED_PROTOCOL = 1
 
@@ -222,6 +231,13 @@ def protocol_of(header: str | None) -> int:
             f"the {PROTOCOL_HEADER} header must be a whole number such as "
             f"{PROTOCOL_VERSION}; got {header[:50]!r}"
         ) from None
+
+
+class ProtocolRange(_Reply):
+    """What `GET /api/v1/protocol` answers: the versions this server speaks."""
+
+    oldest: int
+    newest: int
 
 
 def protocol_refusal(header: str | None, caller: str) -> str | None:
@@ -251,46 +267,10 @@ Small = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 # --- declared fields (core.views) -------------------------------------------
 
-
-def _wire_type(annotation: Any) -> Any:
-    """The wire form of a declared field's type: text and integers bounded
-    (as every hand-written field is), containers element by element."""
-    if annotation is str:
-        return Annotated[str, Field(max_length=1000)]
-    if annotation is int:
-        return Small
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (tuple, list, frozenset, set) and args:
-        inner = tuple(_wire_type(a) if a is not Ellipsis else a for a in args)
-        return origin[inner]  # a generic alias rebuilt at runtime
-    if origin in (typing.Union, types.UnionType):
-        return typing.Union[tuple(_wire_type(a) for a in args)]  # noqa: UP007  # built at runtime
-    return annotation
-
-
-def _declare(model: type[BaseModel], view: type, *roles: Role) -> None:
-    """Give `model` every field of `view` with one of `roles` that it does not
-    spell out (as a field, or as a property that computes it)."""
-    hints = typing.get_type_hints(view)
-    fields = {f.name: f for f in dataclasses.fields(view)}
-    added = False
-    for name in declared(view, *roles):
-        if name in model.model_fields or hasattr(model, name):
-            continue
-        f = fields[name]
-        if f.default is not dataclasses.MISSING:
-            info = FieldInfo.from_annotated_attribute(_wire_type(hints[name]), f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            info = FieldInfo.from_annotated_attribute(
-                _wire_type(hints[name]), Field(default_factory=f.default_factory)
-            )
-        else:
-            info = FieldInfo.from_annotation(_wire_type(hints[name]))
-        model.__pydantic_fields__[name] = info
-        added = True
-    if added:
-        # Rebuilt from the fields now (still deferred: built on first use).
-        model.model_rebuild(force=True)
+# Declared text fields on the wire, bounded as every hand-written field is
+# (declared integers are `Small`). The blocks of declared fields at the end
+# of JobSpec, JobPublic, NodeRegistration and NodePublic use them.
+BoundedText = Annotated[str, Field(max_length=1000)]
 
 
 # --- enums --------------------------------------------------------------------
@@ -433,8 +413,8 @@ class NodeRegistration(_Request):
             raise ValueError(f"GPU indices must be distinct; got {sorted(indices)}")
         return self
 
-
-_declare(NodeRegistration, NodeView, Role.SUBMITTED)
+    # Declared on core.views.NodeView: written by scripts/new-field, do not edit.
+    # End of the declared fields.
 
 
 class RegistrationReply(_Reply):
@@ -860,8 +840,9 @@ class JobSpec(_Request):
             return self.deadline.timestamp()
         return self.deadline
 
-
-_declare(JobSpec, JobView, Role.SUBMITTED)
+    # Declared on core.views.JobView: written by scripts/new-field, do not edit.
+    queue: BoundedText = ""
+    # End of the declared fields.
 
 
 class JobPublic(_Reply):
@@ -950,8 +931,13 @@ class JobPublic(_Reply):
         "then null (hidden, not empty)",
     )
 
-
-_declare(JobPublic, JobView, Role.SUBMITTED, Role.KEPT)
+    # Declared on core.views.JobView: written by scripts/new-field, do not edit.
+    constraints: tuple[BoundedText, ...] = ()
+    queue: BoundedText = ""
+    array_size: Small | None = None
+    array_limit: Small | None = None
+    held: bool = False
+    # End of the declared fields.
 
 
 class JobUpdate(_Request):
@@ -1019,8 +1005,8 @@ class NodePublic(_Reply):
     )
     containment: str = Field(default="", description=CONTAINMENT_DESCRIPTION)
 
-
-_declare(NodePublic, NodeView, Role.SUBMITTED, Role.KEPT)
+    # Declared on core.views.NodeView: written by scripts/new-field, do not edit.
+    # End of the declared fields.
 
 
 class NodeList(_Reply):

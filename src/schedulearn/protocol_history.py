@@ -4,7 +4,11 @@ Clients of protocol 1 (Schedulearn 0.1.0's CLI and agent) refuse any reply
 field they do not know. `REPLY_FIELDS[1]` lists, per reply model, the
 fields protocol 1 had (taken from commit fe41f5c's `protocol.py`), and
 `downgrade` leaves every other field out of a reply body, so a field added
-since then never reaches them. Nothing here needs editing when a field is
+since then never reaches them. Clients of protocols 1 and 2 also get
+stand-ins for values they required and a newer server may send as null
+(`NOT_NULL`). The whole wire of each version is checked in
+(`schedulearn/wire/protocol-<N>.json`); `tests/unit/test_wire_schema.py`
+checks these tables against it. Nothing here needs editing when a field is
 added: the table is a record of the past. A new table is added only when
 a later version's clients turn out to refuse unknown fields too (none do:
 from protocol 2 on, replies ignore them).
@@ -96,27 +100,34 @@ REPLY_FIELDS: dict[int, Known] = {
 # Fields protocol 1 required to be non-null that a newer reply may send as null
 # (a job's details, hidden from callers other than its owner and admins): a
 # client of protocol 1 gets these stand-ins, read as "nothing shown".
-NOT_NULL: dict[int, Mapping[str, Mapping[str, object]]] = {
-    1: {"JobPublic": {"command": "", "env": {}, "message": ""}},
+# Protocol 2's clients tolerate unknown fields but still required these three
+# (protocol-2.json: JobPublic's command, env and message are not nullable).
+_HIDDEN_DETAILS: Mapping[str, Mapping[str, object]] = {
+    "JobPublic": {"command": "", "env": {}, "message": ""}
 }
+NOT_NULL: dict[int, Mapping[str, Mapping[str, object]]] = {1: _HIDDEN_DETAILS, 2: _HIDDEN_DETAILS}
 # Mappings a version's clients lack, folded into one they know (model ->
-# lacking field -> known field): an agent of protocol 1 gets a job's
+# lacking field -> known field): an agent of protocol 1 or 2 gets a job's
 # `secret_env` in its `env`, so the job still sees its variables.
-FOLDED: dict[int, Mapping[str, Mapping[str, str]]] = {
-    1: {"Assignment": {"secret_env": "env"}},
-}
+_SECRET_ENV: Mapping[str, Mapping[str, str]] = {"Assignment": {"secret_env": "env"}}
+FOLDED: dict[int, Mapping[str, Mapping[str, str]]] = {1: _SECRET_ENV, 2: _SECRET_ENV}
+
+
+# The versions whose clients get rewritten replies.
+DOWNGRADED = frozenset(REPLY_FIELDS) | frozenset(NOT_NULL) | frozenset(FOLDED)
 
 
 def needs_downgrade(model: type[BaseModel], version: int) -> bool:
-    """Whether a `model` reply may hold a field clients of `version` do not know."""
-    known = REPLY_FIELDS.get(version)
-    return known is not None and _needs(model, version)
+    """Whether a `model` reply may hold what clients of `version` cannot read."""
+    return version in DOWNGRADED and _needs(model, version)
 
 
 @cache
 def _needs(model: type[BaseModel], version: int) -> bool:
-    names = REPLY_FIELDS[version].get(model.__name__)
+    names = REPLY_FIELDS.get(version, {}).get(model.__name__)
     if names is not None and not names.issuperset(model.model_fields):
+        return True
+    if model.__name__ in NOT_NULL.get(version, {}) or model.__name__ in FOLDED.get(version, {}):
         return True
     return any(
         _needs(sub, version)
@@ -128,10 +139,10 @@ def _needs(model: type[BaseModel], version: int) -> bool:
 
 def downgrade(model: type[BaseModel], data: object, version: int) -> object:
     """`data` (a `model` reply as parsed JSON) without the fields `version` does not know."""
-    known = REPLY_FIELDS.get(version)
-    if known is None:
+    if version not in DOWNGRADED:
         return data
-    return _model(model, data, _Old(known, NOT_NULL.get(version, {}), FOLDED.get(version, {})))
+    known = _Old(REPLY_FIELDS.get(version, {}), NOT_NULL.get(version, {}), FOLDED.get(version, {}))
+    return _model(model, data, known)
 
 
 class _Old:

@@ -1,5 +1,9 @@
 """The previous release's CLI and agent against this release's server.
 
+Run twice: with the previous release (0.1.0, protocol 1) and with the first
+commit of protocol 2 (`OLDER_CLIENTS`). The reverse, this release's CLI and
+agent against those servers, is test_compat_older_server.
+
 The previous release's source is taken from git history (`PREVIOUS_RELEASE`)
 into a temporary folder, and its `schedulearn` package runs from there
 (PYTHONPATH first, this environment's third-party packages behind it):
@@ -8,7 +12,8 @@ follows a cancel; its CLI submits, lists, shows, prints logs and cancels.
 All against a `schedulearn server` process of this checkout.
 
 The previous release sends no protocol header and refuses reply fields
-it does not know, so this is what keeps a new server serving protocol 1.
+it does not know, so this is what keeps a new server serving protocol 1;
+protocol 2's clients send the header and ignore unknown fields.
 
 A clone without that commit (a shallow CI clone) fetches it from its
 remote; when that fails the test fails and says what to run. It never
@@ -70,26 +75,24 @@ def _fetch(commit: str) -> list[str]:
     return tried
 
 
-@pytest.fixture(scope="module")
-def previous_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's `src` folder, unpacked from git history."""
+def unpack(commit: str, root: Path, what: str = "the previous release") -> Path:
+    """The `src` folder of `commit` (`what` it is, for messages), unpacked into `root`."""
     if _git("rev-parse", "--git-dir").returncode != 0:
         pytest.fail(
-            f"{REPO} is not a git checkout, so the previous release ({PREVIOUS_RELEASE}) "
+            f"{REPO} is not a git checkout, so {what} ({commit}) "
             "cannot be taken from its history; run the compatibility test from a clone"
         )
-    if not _have(PREVIOUS_RELEASE):
-        tried = _fetch(PREVIOUS_RELEASE)
-        if not _have(PREVIOUS_RELEASE):
+    if not _have(commit):
+        tried = _fetch(commit)
+        if not _have(commit):
             pytest.fail(
-                f"this clone lacks commit {PREVIOUS_RELEASE} (the previous release) and "
+                f"this clone lacks commit {commit} ({what}) and "
                 f"could not fetch it ({'; '.join(tried) or 'no git remote'}). Fetch it with "
-                f"`git fetch origin {PREVIOUS_RELEASE}` (or `git fetch --unshallow`), "
+                f"`git fetch origin {commit}` (or `git fetch --unshallow`), "
                 "then run the test again"
             )
-    root = tmp_path_factory.mktemp("previous-release")
     archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE, "src"],
+        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "src"],
         capture_output=True,
         check=True,
         timeout=120,
@@ -98,6 +101,28 @@ def previous_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = root / "src"
     assert (src / "schedulearn" / "protocol.py").is_file()
     return src
+
+
+# The older clients this server must serve, by the protocol they speak: the
+# previous release, and the first commit of protocol 2 (replies tolerate unknown
+# fields, but hidden details must not be null and secret_env is unknown to it).
+FIRST_PROTOCOL_2 = "89869a0820907ddc2924070624767a784eba6fa6"
+OLDER_CLIENTS = {1: PREVIOUS_RELEASE, 2: FIRST_PROTOCOL_2}
+
+
+@pytest.fixture(scope="module", params=sorted(OLDER_CLIENTS), ids=lambda v: f"protocol-{v}")
+def previous_protocol(request: pytest.FixtureRequest) -> int:
+    """The protocol of the older release whose CLI and agent a test runs."""
+    version: int = request.param
+    return version
+
+
+@pytest.fixture(scope="module")
+def previous_src(previous_protocol: int, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """That older release's `src` folder, unpacked from git history."""
+    commit = OLDER_CLIENTS[previous_protocol]
+    what = f"the last release of protocol {previous_protocol}"
+    return unpack(commit, tmp_path_factory.mktemp(f"protocol-{previous_protocol}"), what)
 
 
 def _old_env(src: Path, root: Path) -> dict[str, str]:
@@ -189,16 +214,16 @@ def _wait(
 
 
 def test_the_test_runs_the_previous_release_and_not_this_checkout(
-    previous_src: Path, tmp_path: Path
+    previous_src: Path, previous_protocol: int, tmp_path: Path
 ) -> None:
     where = subprocess.run(
         [sys.executable, "-c", "import schedulearn, schedulearn.protocol as p; "
-         "print(schedulearn.__file__); print(hasattr(p, 'PROTOCOL_HEADER'))"],
+         "print(schedulearn.__file__); print(getattr(p, 'PROTOCOL_VERSION', 1))"],
         capture_output=True, text=True, env=_old_env(previous_src, tmp_path), check=True,
     )  # fmt: skip
-    path, has_header = where.stdout.split()
+    path, version = where.stdout.split()
     assert Path(path).is_relative_to(previous_src)
-    assert has_header == "False"  # the release before protocol versions
+    assert int(version) == previous_protocol  # 1: the release before protocol versions
 
 
 def test_the_previous_releases_agent_and_cli_work_against_this_server(

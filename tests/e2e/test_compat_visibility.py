@@ -1,9 +1,10 @@
-"""The visibility model with the previous release's CLI and agent (protocol 1).
+"""The visibility model with the previous release's CLI and agent (protocol 1),
+and those of protocol 2 (`test_compat.OLDER_CLIENTS`).
 
-Protocol 1 clients refuse a null command or env; to one of them another
+Protocol 1 and 2 clients refuse a null command or env; to one of them another
 user's job comes with those fields empty (`protocol_history.NOT_NULL`), so
 the old CLI still lists and shows it, with nothing of its details. A
-protocol 1 agent knows no `secret_env`: it gets the secrets in `env`
+protocol 1 or 2 agent knows no `secret_env`: it gets the secrets in `env`
 (`protocol_history.FOLDED`), so the job still sees them.
 """
 
@@ -15,7 +16,14 @@ from pathlib import Path
 
 import httpx
 from e2e_cluster import ADMIN
-from test_compat import OldCli, _submitted, _wait, cluster, previous_src  # noqa: F401
+from test_compat import (  # noqa: F401
+    OldCli,
+    _submitted,
+    _wait,
+    cluster,
+    previous_protocol,
+    previous_src,
+)
 
 from schedulearn.cli.client import Client
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess

@@ -17,7 +17,7 @@ import typing
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 from sqlalchemy import update
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Session
@@ -38,8 +38,8 @@ from schedulearn.protocol import (
     JobSpec,
     NodePublic,
     NodeRegistration,
-    _declare,
 )
+from schedulearn.server import fieldcode
 from schedulearn.server.auth import Caller
 from schedulearn.server.auth import Role as CallerRole
 from schedulearn.server.declared import unwrap
@@ -175,22 +175,42 @@ def test_the_wire_models_carry_every_shown_field() -> None:
             assert on_model, f"{model.__name__} lacks the declared field {name}"
 
 
-def test_a_declared_field_a_model_does_not_spell_out_is_added() -> None:
-    @dataclasses.dataclass(frozen=True)
-    class View:
-        queue: str = dataclasses.field(default="default", metadata={"role": Role.SUBMITTED})
-        tags: tuple[str, ...] = dataclasses.field(default=(), metadata={"role": Role.SUBMITTED})
-        fraction: float = dataclasses.field(default=0.0, metadata={"role": Role.VIEW})
+@dataclasses.dataclass(frozen=True)
+class _View:
+    name: str = dataclasses.field(default="", metadata={"role": Role.SUBMITTED})
+    queue: str = dataclasses.field(default="default", metadata={"role": Role.SUBMITTED})
+    tags: tuple[str, ...] = dataclasses.field(default=(), metadata={"role": Role.SUBMITTED})
+    fraction: float = dataclasses.field(default=0.0, metadata={"role": Role.VIEW})
 
-    class Model(BaseModel):
-        name: str = ""
 
-    _declare(Model, View, Role.SUBMITTED)
-    got = Model.model_validate({"queue": "gpu-a", "tags": ["x"]})
-    assert (got.queue, got.tags) == ("gpu-a", ("x",))  # type: ignore[attr-defined]  # Model gains `queue` and `tags` from _declare at run time; mypy sees only `name`
-    assert "fraction" not in Model.model_fields
+_MODEL_SOURCE = """
+from pydantic import BaseModel
+from schedulearn.protocol import BoundedText, Small
+
+
+class Model(BaseModel):
+    name: str = ""
+
+    # Declared on core.views._View: written by scripts/new-field, do not edit.
+    # End of the declared fields.
+"""
+
+
+def test_a_declared_field_a_model_does_not_spell_out_is_written_into_it() -> None:
+    target = fieldcode.Target("model.py", "Model", _View, (Role.SUBMITTED,), table=False)
+    source = fieldcode.render(_MODEL_SOURCE, target)
+    assert 'queue: BoundedText = "default"' in source
+    assert "tags: tuple[BoundedText, ...] = ()" in source
+    assert "name: BoundedText" not in source  # spelled out by the model
+    assert "fraction" not in source  # a VIEW field is not submitted
+    assert fieldcode.render(source, target) == source  # written once, then current
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "model.py", "exec", dont_inherit=True), namespace)
+    model = namespace["Model"]
+    got = model.model_validate({"queue": "gpu-a", "tags": ["x"]})
+    assert (got.queue, got.tags) == ("gpu-a", ("x",))
     with pytest.raises(ValueError, match="at most 1000"):
-        Model.model_validate({"queue": "q" * 1001})
+        model.model_validate({"queue": "q" * 1001})
 
 
 # --- the live system: spec -> row -> view -> public ------------------------------

@@ -1,4 +1,4 @@
-"""The Alembic migrations (and the declared-columns step) create the schema the models describe."""
+"""The Alembic migrations create the schema the models describe, and only they change it."""
 
 from __future__ import annotations
 
@@ -7,16 +7,17 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.operations import Operations
 from pg_server import Postgres
 from sqlalchemy import inspect
-from sqlmodel import SQLModel
+from sqlmodel import SQLModel, select
 
-from schedulearn.server import db, models  # noqa: F401  (registers the tables)
-from schedulearn.server.declared import add_missing_columns
+from schedulearn.server import db, models  # models: registers the tables
 from waiting import wait_until
 
 
@@ -112,53 +113,76 @@ def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
         database.close()
 
 
-def test_a_declared_column_the_database_lacks_is_added_at_start(empty_database_url: str) -> None:
-    """A field declared after the database was made becomes a column at the
-    next start, keeping the rows it had (no migration file)."""
+def _upgrade_to(engine: sa.Engine, target: str) -> None:
+    """Alembic's upgrade to `target`: the revisions alone (env.py adds nothing)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(db.MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, target)
+
+
+def test_a_database_the_revisions_made_gets_the_declared_columns_with_their_defaults(
+    empty_database_url: str,
+) -> None:
+    """0013 adds the columns earlier servers added at start to a database that
+    lacks them (the revisions alone made it), and old rows get the defaults."""
     database = db.Database(empty_database_url)
     try:
+        _upgrade_to(database.engine, "0012_log_seq_bigint")
+        with database.engine.begin() as conn:
+            assert "queue" not in {c["name"] for c in inspect(conn).get_columns("job")}
+            conn.execute(
+                sa.text(
+                    'INSERT INTO job (name, "user", state, command, image, executor, gpus, cpus,'
+                    " memory_gb, priority, preemptible, env, launcher, max_restarts, restarts,"
+                    " node_losses, attempt, submitted_at, queued_at, service_seconds,"
+                    " attained_gpu_seconds, preemptions, migrations, resizes, message) VALUES"
+                    " ('old', 'ann', 'pending', '[\"true\"]', NULL, 'subprocess', 1, 0, 0, 0,"
+                    " false, '{}', 'none', 3, 0, 0, 0, 5.0, 5.0, 0, 0, 0, 0, 0, '')"
+                )
+            )
+            conn.execute(sa.text("INSERT INTO node (name, address, cpus, memory_gb, executors,"
+                                 " healthy, registered_at, last_seen) VALUES"
+                                 " ('n1', 'h', 8, 64, '[]', true, 1, 1)"))  # fmt: skip
         db.migrate(database.engine)
-        with database.engine.begin() as conn:
-            conn.execute(sa.text("INSERT INTO setting (key, value) VALUES ('k', 'v')"))
-        later = sa.MetaData()
-        sa.Table(
-            "setting",
-            later,
-            sa.Column("key", sa.String, primary_key=True),
-            sa.Column("value", sa.String, nullable=False),
-            sa.Column("note", sa.String, nullable=True),
-            sa.Column("weight", sa.Integer, nullable=False, server_default="3"),
-            sa.Column("on", sa.Boolean, nullable=False, server_default=sa.false()),
-        )
-        with database.engine.begin() as conn:
-            added = add_missing_columns(conn, later)
-            assert add_missing_columns(conn, later) == []  # idempotent
-        assert added == ["setting.note", "setting.weight", "setting.on"]
+        with database.session() as session:
+            job = session.exec(select(models.Job)).one()
+            node = session.exec(select(models.Node)).one()
+            kept = (job.name, job.user, job.submitted_at)
+            added = (job.queue, job.held, job.constraints, job.array_size, job.secret_env)
+            node_added = (node.drained, node.containment, node.capabilities["executors"])
+        assert kept == ("old", "ann", 5.0)
+        assert added == ("", False, [], None, None)
+        assert node_added == (False, "", ["process"])
         with database.engine.connect() as conn:
-            row = conn.execute(sa.text('SELECT key, note, weight, "on" FROM setting')).one()
-        assert tuple(row) == ("k", None, 3, False)
+            assert compare_metadata(MigrationContext.configure(conn), SQLModel.metadata) == []
     finally:
         database.close()
 
 
-def test_a_missing_column_without_a_default_is_refused_with_what_to_do(
-    database_url: str,
+def test_a_server_start_changes_a_database_at_the_newest_revision_in_no_way(
+    empty_database_url: str,
 ) -> None:
-    database = db.Database(database_url)
+    """Only the revisions change a schema: a database at the newest revision that
+    lacks a column of the models (a field declared with no revision) stays so."""
+    database = db.Database(empty_database_url)
     try:
-        db.migrate(database.engine)
-        later = sa.MetaData()
-        sa.Table(
-            "setting",
-            later,
-            sa.Column("key", sa.String, primary_key=True),
-            sa.Column("weight", sa.Integer, nullable=False),
-        )
+        db.run_revisions(database.engine)
         with (
             database.engine.begin() as conn,
-            pytest.raises(RuntimeError, match="give the field a default"),
+            Operations.context(MigrationContext.configure(conn)) as op,
+            op.batch_alter_table("job") as batch,
         ):
-            add_missing_columns(conn, later)
+            batch.drop_column("held")
+
+        def diff() -> list[Any]:
+            with database.engine.connect() as conn:
+                return list(compare_metadata(MigrationContext.configure(conn), SQLModel.metadata))
+
+        assert [d[0] for d in diff()] == ["add_column"]  # what an earlier server added at start
+        db.migrate(database.engine)
+        assert [(d[0], d[2], d[3].name) for d in diff()] == [("add_column", "job", "held")]
     finally:
         database.close()
 

@@ -96,15 +96,41 @@ def server_process(tmp_path: Path, database_url: str) -> Iterator[ServerProcess]
         server.kill()
 
 
-def test_the_cli_client_sends_its_version_and_shows_the_refusal(
+def test_a_newer_cli_speaks_this_servers_version_and_an_older_one_is_refused(
     server_process: ServerProcess,
 ) -> None:
     with Client(server_process.url, ADMIN) as client:
         assert client.jobs().total == 0
+        assert client.peer().speak == PROTOCOL_VERSION
+    # A CLI of a later protocol learns this server's range and speaks its newest
+    # version, so its calls are served (protocol_calls).
     newer = Client(server_process.url, ADMIN, protocol=PROTOCOL_VERSION + 1)
-    with newer, pytest.raises(ApiError) as refused:
-        newer.jobs()
+    with newer:
+        assert newer.jobs().total == 0
+        peer = newer.peer()
+        assert (peer.oldest, peer.newest, peer.speak) == (
+            OLDEST_PROTOCOL,
+            PROTOCOL_VERSION,
+            PROTOCOL_VERSION,
+        )
+    # One older than the server serves is refused by the server, which says so.
+    older = Client(server_process.url, ADMIN, protocol=OLDEST_PROTOCOL - 1)
+    with older, pytest.raises(ApiError) as refused:
+        older.jobs()
     assert refused.value.status == 400
-    assert refused.value.message.startswith(
-        f"this CLI speaks protocol {PROTOCOL_VERSION + 1}, this server speaks {SPEAKS}"
+    assert refused.value.message == (
+        f"this CLI speaks protocol {OLDEST_PROTOCOL - 1}, this server speaks {SPEAKS}; "
+        "upgrade the CLI"
     )
+
+
+def test_every_api_reply_says_what_the_server_speaks_and_the_probe_answers_it(api: Api) -> None:
+    for path, status in (("/api/v1/jobs", 200), ("/api/v1/jobs/999", 404)):
+        r = api.get(path, headers=_as(api, str(PROTOCOL_VERSION)))
+        assert (r.status_code, r.headers[SERVER_PROTOCOL_HEADER]) == (status, SPEAKS)
+    # The probe needs no token and no version.
+    r = api.get("/api/v1/protocol", headers={})
+    assert r.status_code == 200
+    assert r.json() == {"oldest": OLDEST_PROTOCOL, "newest": PROTOCOL_VERSION}
+    assert r.headers[SERVER_PROTOCOL_HEADER] == SPEAKS
+    assert SERVER_PROTOCOL_HEADER not in api.get("/healthz", headers={}).headers

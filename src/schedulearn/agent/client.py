@@ -15,6 +15,14 @@ does not speak this agent's protocol version: stop and say which to
 upgrade), `Rejected` (this request will never succeed; a 403 about one
 job's report is one of these: that report is dropped, the agent goes on).
 
+Before its first call the client asks the server which protocol versions
+it speaks (`protocol_calls`' probe). An older server gets each call at its
+own newest version, without the report fields it does not know (logged
+once each); a call it does not know at all raises `ProtocolRefused`
+naming its version. A server that answers a refusal with another range
+than the one probed (it was downgraded or upgraded meanwhile) is probed
+again, and the call retried.
+
 `join` exchanges a one-time join token for the node's credential, which
 `set_token` then puts on every later call.
 
@@ -42,6 +50,7 @@ from pydantic import BaseModel, ValidationError
 from schedulearn.agent.http import httpx
 from schedulearn.agent.keepalive import HttpFailure, KeepAliveClient, Reply, lean_for
 from schedulearn.agent.retry import Retry, Temporary
+from schedulearn.agent.speaking import Speaking
 from schedulearn.failover import PREFER_HEADER, Rotation, parse_servers
 from schedulearn.protocol import (
     AGENT_PREFIX,
@@ -64,6 +73,7 @@ from schedulearn.protocol import (
     RegistrationReply,
     WorkBatch,
 )
+from schedulearn.protocol_calls import PROBE_PATH, NotKnown, Peer, probe_range
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +129,35 @@ class AgentClient:
         # judged once, as httpx reads the proxy settings once.
         self._lean = KeepAliveClient(headers, timeout)
         self._lean_bases = {a + AGENT_PREFIX for a in self.rotation.addresses if lean_for(a)}
+        self._speaking = Speaking(protocol, (self._http.headers, self._lean.headers))
+
+    async def peer(self) -> Peer:
+        """What the server speaks (asked once, by `GET /api/v1/protocol`)."""
+        if self._speaking.peer is not None:
+            return self._speaking.peer
+
+        async def probe(base: str) -> tuple[int, int]:
+            url = base[: -len(AGENT_PREFIX)] + PROBE_PATH
+            response = await self._send(base, "GET", url, None, None, None, None)
+            header = response.headers.get(SERVER_PROTOCOL_HEADER.lower())
+            if header is None and response.status_code in (502, 503, 504):
+                raise ServerUnavailable(f"GET {PROBE_PATH}: HTTP {response.status_code}")
+            return probe_range(response.status_code, header)
+
+        return self._speaking.learn(*await self._failover(probe))
+
+    async def _judged(
+        self, method: str, path: str, params: dict[str, str] | None, body: BaseModel | None
+    ) -> tuple[dict[str, str] | None, str | None]:
+        """The query and JSON body of a call as the server's version takes them."""
+        peer = await self.peer()
+        if peer.newest >= peer.ours:
+            return params, None if body is None else body.model_dump_json()
+        data = None if body is None else body.model_dump(mode="json")
+        try:
+            return self._speaking.judged(peer, method, path, params, data)
+        except NotKnown as exc:
+            raise ProtocolRefused(400, str(exc)) from None
 
     async def _failover(self, attempt: Callable[[str], Awaitable[T]]) -> T:
         """`attempt(base_url)` on the current address, then on each next one while
@@ -217,12 +256,14 @@ class AgentClient:
                 while chunk := src.read(1024 * 1024):
                     yield chunk
 
+        params, _ = await self._judged("PUT", url, {"attempt": str(attempt), "node": node}, None)
+
         async def put(base: str) -> M:
             try:
                 response = await self._http.put(
                     base + url,
                     content=chunks(),  # a fresh read of the file on each address
-                    params={"attempt": str(attempt), "node": node},
+                    params=params,
                     headers={**headers, "Content-Length": str(size)},
                     timeout=httpx.Timeout(600.0, connect=15.0),
                 )
@@ -235,6 +276,7 @@ class AgentClient:
     async def get_checkpoint(self, job_id: int, dest: Path) -> str:
         """Download the job's checkpoint to `dest`; returns the sha256 of what arrived."""
         url = f"/jobs/{job_id}/checkpoint"
+        await self._judged("GET", url, None, None)
 
         async def get(base: str) -> str:
             digest = hashlib.sha256()
@@ -264,7 +306,13 @@ class AgentClient:
             if status == 401 or (status == 403 and path in _NODE_PATHS):
                 raise AuthRejected(status, message)
             # Names in lower case: httpx's headers and `Reply`'s both match that.
-            if SERVER_PROTOCOL_HEADER.lower() in response.headers:
+            refused = self._speaking.refused(
+                status, response.headers.get(SERVER_PROTOCOL_HEADER.lower())
+            )
+            if refused is False:
+                # The server changed since the probe: sent again at its version.
+                raise ServerUnavailable(f"{method} {path}: the server's protocol changed")
+            if refused:
                 raise ProtocolRefused(status, message)
             raise Rejected(status, message)
         try:
@@ -282,30 +330,43 @@ class AgentClient:
         params: dict[str, str] | None = None,
         timeout: float | None = None,
     ) -> M:
-        content = None if body is None else body.model_dump_json()
+        params, content = await self._judged(method, path, params, body)
         headers = None if body is None else {"Content-Type": "application/json"}
 
         async def send(base: str) -> M:
-            response: httpx.Response | Reply
-            try:
-                if base in self._lean_bases:
-                    response = await self._lean.request(
-                        method, base + path, content, headers, params, timeout
-                    )
-                else:
-                    response = await self._http.request(
-                        method,
-                        base + path,
-                        content=content,
-                        headers=headers,
-                        params=params,
-                        timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
-                    )
-            except (httpx.HTTPError, HttpFailure) as exc:
-                raise ServerUnavailable(f"{method} {path}: {exc!r}") from exc
+            response = await self._send(
+                base, method, base + path, content, headers, params, timeout
+            )
             return self._reply(response, method, path, reply)
 
         return await self._failover(send)
+
+    async def _send(
+        self,
+        base: str,
+        method: str,
+        url: str,
+        content: str | None,
+        headers: dict[str, str] | None,
+        params: dict[str, str] | None,
+        timeout: float | None,
+    ) -> httpx.Response | Reply:
+        """One JSON request to `url` (on the address `base`), over the lean client
+        where no proxy or TLS asks for httpx."""
+        try:
+            if base in self._lean_bases:
+                return await self._lean.request(method, url, content, headers, params, timeout)
+            return await self._http.request(
+                method,
+                url,
+                content=content,
+                headers=headers,
+                params=params,
+                timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+            )
+        except (httpx.HTTPError, HttpFailure) as exc:
+            path = url[len(base) - len(AGENT_PREFIX) :]
+            raise ServerUnavailable(f"{method} {path}: {exc!r}") from exc
 
 
 def _error_message(response: httpx.Response | Reply) -> str:

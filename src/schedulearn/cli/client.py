@@ -4,9 +4,12 @@ Each method returns a `schedulearn.protocol` model, imported when the
 method first runs; `whoami` and `job_rows` (what `schedulearn whoami` and
 `jobs` read) return `cli.replies` dataclasses instead, so those commands
 never load pydantic (issue 15: CLI start-up). Every call carries the
-protocol version (`PROTOCOL_HEADER`); a server that does not speak it
-answers 400 with both versions named. Errors become `ApiError` with the
-server's own message (which says what to change).
+protocol version (`PROTOCOL_HEADER`). Before its first call a client asks
+the server which versions it speaks (the probe of `protocol_calls`); to an
+older server it speaks that server's newest version, for every call that
+version knows, and refuses the others itself with a `ProtocolTooOld`
+naming the server's version and what to upgrade. Errors become `ApiError`
+with the server's own message (which says what to change).
 
 A call the server could not take (503 with Retry-After: its database is
 down or full, nothing was changed) or could not be reached for (connection
@@ -59,13 +62,15 @@ if TYPE_CHECKING:
         UserPublic,
         UserUpdate,
     )
+    from schedulearn.protocol_calls import Peer
 
 # The same as `schedulearn.protocol`'s (tests/unit/cli/test_replies.py checks):
 # the wire models are imported by the methods that read them, not here, so
 # that a command which reads none (`jobs`, `whoami`) never loads pydantic.
 API_PREFIX = "/api/v1"
 PROTOCOL_HEADER = "Schedulearn-Protocol"
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
+SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 T = TypeVar("T")
@@ -105,6 +110,13 @@ class ApiError(Exception):
         self.message = message
 
 
+class ProtocolTooOld(ApiError):
+    """The server is older than this CLI and lacks what a call needs; nothing was sent."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, message)
+
+
 class Client:
     def __init__(
         self,
@@ -123,6 +135,8 @@ class Client:
         # `server` may list several replicas (comma-separated): see `cli.http`.
         self._http = Http(server, headers, timeout)
         self.server = ",".join(self._http.rotation.addresses)
+        self._protocol = protocol
+        self._peer: Peer | None = None  # what the server speaks, once probed
 
     def close(self) -> None:
         self._http.close()
@@ -133,8 +147,51 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def peer(self) -> Peer:
+        """What the server speaks (asked once, by `GET /api/v1/protocol`)."""
+        if self._peer is None:
+            from schedulearn.protocol_calls import PROBE_PATH, Peer, probe_range
+
+            response = self._send("GET", PROBE_PATH[len(API_PREFIX) :])
+            header = response.headers.get(SERVER_PROTOCOL_HEADER.lower())
+            if header is None and response.status_code in (502, 503, 504):
+                # Unavailable (past the retries): what it speaks is still unknown.
+                raise ApiError(response.status_code, _message(response))
+            oldest, newest = probe_range(response.status_code, header)
+            self._peer = Peer(oldest, newest, self._protocol, "CLI")
+            if self._peer.speak != self._protocol and self._peer.refusal() is None:
+                self._http.headers[PROTOCOL_HEADER] = str(self._peer.speak)
+        return self._peer
+
+    def _judged(self, method: str, path: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """`kwargs` of a call as the server's version takes them (`protocol_calls`)."""
+        peer = self.peer()
+        if peer.newest >= peer.ours:
+            return kwargs
+        from schedulearn.protocol_calls import NotKnown
+
+        try:
+            out = peer.outgoing(method, API_PREFIX + path, kwargs.get("params"), kwargs.get("json"))
+        except NotKnown as exc:
+            raise ProtocolTooOld(str(exc)) from None
+        judged = dict(kwargs)
+        if "params" in kwargs:
+            judged["params"] = out.params
+        if "json" in kwargs:
+            judged["json"] = out.body
+        return judged
+
     def _call(self, method: str, path: str, *, idempotent: bool = False, **kwargs: Any) -> Response:
-        """One API call, tried again while the server is unavailable (see the module docstring)."""
+        """One API call, judged against the server's version, then sent."""
+        response = self._send(
+            method, path, idempotent=idempotent, **self._judged(method, path, kwargs)
+        )
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, _message(response))
+        return response
+
+    def _send(self, method: str, path: str, *, idempotent: bool = False, **kwargs: Any) -> Response:
+        """One request, tried again while the server is unavailable (see the module docstring)."""
         repeatable = idempotent or method in _SAFE_METHODS
         backoff = _Backoff(first=0.2, cap=5.0)
         deadline = time.monotonic() + self.retry_seconds
@@ -167,8 +224,6 @@ class Client:
                     time.sleep(min(_retry_after(response) or backoff.next_delay(), left))
                     continue
             self._http.succeeded()
-            if response.status_code >= 400:
-                raise ApiError(response.status_code, _message(response))
             return response
 
     def _reply(self, read: Callable[[object], T], method: str, path: str, **kwargs: Any) -> T:
@@ -270,6 +325,7 @@ class Client:
 
     def full_log(self, job_id: int) -> Iterator[bytes]:
         """The job's whole output as plain text, in chunks (`GET .../logs/full`)."""
+        self._judged("GET", f"/jobs/{job_id}/logs/full", {})
         try:
             with self._http.stream("GET", f"{API_PREFIX}/jobs/{job_id}/logs/full") as response:
                 if response.status_code >= 400:
@@ -283,6 +339,7 @@ class Client:
         from schedulearn.protocol import JobPublic, LogLinePublic
 
         params: dict[str, int | str] = {"after": after, "follow": "true"}
+        params = self._judged("GET", f"/jobs/{job_id}/logs", {"params": params})["params"]
         try:
             with self._http.stream(
                 "GET", f"{API_PREFIX}/jobs/{job_id}/logs", params=params

@@ -186,26 +186,18 @@ def migrate(engine: Engine) -> None:
     """Bring the schema to the newest revision (idempotent; run at start).
 
     A database already at the newest revision skips Alembic, whose import
-    alone is a large share of a server's start-up: only the declared
-    columns step runs (what Alembic's env.py runs after the revisions).
-    A new database (no table at all) is built from the models and stamped
-    at the newest revision, Alembic's own recipe for a database made from
-    scratch: running every revision on it was a third of a server's first
-    start. tests/integration/test_migrations.py checks that the revisions
-    and the models make the same schema. Any other database is upgraded
-    by its revisions (`run_revisions`).
+    alone is a large share of a server's start-up, and is left as it is:
+    the schema changes only by the revisions (a declared field's column
+    too: `scripts/new-field` generates its revision). A new database (no
+    table at all) is built from the models and stamped at the newest
+    revision, Alembic's own recipe for a database made from scratch:
+    running every revision on it was a third of a server's first start.
+    tests/integration/test_migrations.py checks that the revisions and the
+    models make the same schema. Any other database is upgraded by its
+    revisions (`run_revisions`).
     """
     head = head_revision()
     if _at_head(engine, head):
-        from sqlmodel import SQLModel
-
-        from schedulearn.server import models  # noqa: F401  (registers the tables)
-        from schedulearn.server.declared import add_missing_columns
-
-        with engine.begin() as conn:
-            _one_at_a_time(conn)
-            for added in add_missing_columns(conn, SQLModel.metadata):
-                log.info("added the declared column %s", added)
         return
     with engine.begin() as conn:
         _one_at_a_time(conn)

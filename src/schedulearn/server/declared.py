@@ -4,14 +4,15 @@
 each with its `Role` (see docs/adding-a-field.md). This module derives
 from them, by name:
 
-- `columns_base`: a SQLModel base class with one column per stored
-  field (`server.models` builds `Job` and `Node` on it; a column the
-  model spells out itself wins);
+- `column`: the column of one stored field, which the table models'
+  blocks of declared fields (written by `server.fieldcode`) call;
 - `ViewReader`: rows (column tuples or ORM objects) to views, with the
   column list built from the field names, so a pass reads thousands of
-  jobs without the ORM and never by position;
-- `add_missing_columns`: the migration step that adds a declared column
-  an existing database lacks, so a new field needs no migration file.
+  jobs without the ORM and never by position.
+
+A new field's column reaches existing databases through an Alembic
+revision that `scripts/new-field` generates (`server.fieldmigration`);
+the server changes a schema only by running the revisions.
 
 Types map to columns as: int, float, str, bool and str enums to their
 scalar column (nullable when the field is `X | None`); anything else
@@ -26,14 +27,12 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
 from pydantic import TypeAdapter
-from sqlalchemy.engine import Connection
 from sqlalchemy.types import TypeDecorator
-from sqlmodel import Field, SQLModel
-from sqlmodel.main import SQLModelMetaclass
+from sqlmodel import Field
 
 from schedulearn.core.views import Role, declared
 
@@ -109,37 +108,36 @@ def _column_type(annotation: Any) -> Any:
     return sa.JSON
 
 
-def columns_base(view: type, name: str) -> type[SQLModel]:
-    """A (non-table) SQLModel with a column for every stored field of `view`.
+def is_json(annotation: Any) -> bool:
+    """Is a field of this type kept in a JSON column (not a scalar or a str enum)?"""
+    return _column_type(annotation) is sa.JSON
 
-    The table model inherits it; a field it declares itself overrides the
-    derived one (for a primary key, an index, or a different default).
+
+def column(view: type, name: str) -> Any:
+    """The column of the stored field `name` of `view`, as a SQLModel `Field`.
+
+    The table models' blocks of declared fields (written by
+    `server.fieldcode`) call it: the column's type, nullability and the
+    default old rows got when it was added follow the declaration.
     """
-    hints = _hints(view)
-    annotations: dict[str, Any] = {}
-    namespace: dict[str, Any] = {"__module__": __name__, "__annotations__": annotations}
-    fields = {f.name: f for f in dataclasses.fields(view)}
-    for field_name in declared(view, *STORED):
-        f = fields[field_name]
-        annotation = hints[field_name]
-        _, nullable = unwrap(annotation)
-        default = _default(f)
-        kwargs: dict[str, Any] = {"nullable": nullable}
-        column_type = _column_type(annotation)
-        if column_type is not None:
-            kwargs["sa_type"] = column_type
-        server = _server_default(default, annotation)
-        if server is not None:
-            kwargs["sa_column_kwargs"] = {"server_default": server}
-        annotations[field_name] = Any if column_type is sa.JSON else annotation
-        if default is dataclasses.MISSING:
-            default = ...  # required
-        elif column_type is sa.JSON:
-            default = _dump(annotation, default)
-        namespace[field_name] = Field(default=default, **kwargs)
-    # The metaclass builds the model class; mypy sees only its own type.
-    base = cast("type[SQLModel]", SQLModelMetaclass(name, (SQLModel,), namespace))
-    return base
+    if name not in declared(view, *STORED):
+        raise KeyError(f"{view.__name__} declares no stored field {name!r}")
+    f = {f.name: f for f in dataclasses.fields(view)}[name]
+    annotation = _hints(view)[name]
+    _, nullable = unwrap(annotation)
+    default = _default(f)
+    kwargs: dict[str, Any] = {"nullable": nullable}
+    column_type = _column_type(annotation)
+    if column_type is not None:
+        kwargs["sa_type"] = column_type
+    server = _server_default(default, annotation)
+    if server is not None:
+        kwargs["sa_column_kwargs"] = {"server_default": server}
+    if default is dataclasses.MISSING:
+        default = ...  # required
+    elif column_type is sa.JSON:
+        default = _dump(annotation, default)
+    return Field(default=default, **kwargs)
 
 
 def _dump(annotation: Any, value: Any) -> Any:
@@ -188,6 +186,13 @@ class ViewReader(Generic[V]):
     ) -> None:
         self.view = view
         self.names: tuple[str, ...] = declared(view, *STORED)
+        missing = [n for n in self.names if n not in table.c]
+        if missing:
+            raise LookupError(
+                f"the {table.name} table has no column for the declared field(s) "
+                f"{', '.join(missing)} of {view.__name__}: run scripts/new-field "
+                "(docs/adding-a-field.md)"
+            )
         self.columns: tuple[sa.Column[Any], ...] = tuple(table.c[n] for n in self.names)
         codec = Codec(view, self.names)
         merged = {n: codec.loader(n) for n in codec.json_fields}
@@ -207,35 +212,3 @@ class ViewReader(Generic[V]):
 
     def from_object(self, obj: object, **computed: Any) -> V:
         return self.from_row([getattr(obj, n) for n in self.names], **computed)
-
-
-def add_missing_columns(connection: Connection, metadata: sa.MetaData) -> list[str]:
-    """Add every column of `metadata` that an existing table lacks.
-
-    Run after the Alembic migrations: a field declared in `core.views`
-    becomes a column here without a migration file. Only columns that
-    can be added to a table with rows qualify (nullable, or with a
-    server default); any other missing column is an error that says so.
-    Returns "table.column" for each column added.
-    """
-    inspector = sa.inspect(connection)
-    existing_tables = set(inspector.get_table_names())
-    added: list[str] = []
-    for table in metadata.sorted_tables:
-        if table.name not in existing_tables:
-            continue
-        have = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name in have:
-                continue
-            if not column.nullable and column.server_default is None:
-                raise RuntimeError(
-                    f"column {table.name}.{column.name} is missing from the database and is "
-                    "NOT NULL without a default: give the field a default (or make it "
-                    "optional), or write an Alembic migration for it"
-                )
-            ddl = sa.schema.CreateColumn(column).compile(dialect=connection.dialect)
-            table_name = connection.dialect.identifier_preparer.quote(table.name)
-            connection.execute(sa.text(f"ALTER TABLE {table_name} ADD COLUMN {ddl}"))
-            added.append(f"{table.name}.{column.name}")
-    return added

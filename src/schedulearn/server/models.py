@@ -7,14 +7,14 @@ and the agent read them too); `services.jobs.to_public` turns a row into
 a `JobPublic`.
 
 The scheduling fields of `job` and `node` are declared once, on
-`core.views.JobView` and `NodeView`: `Job` and `Node` inherit a column
-for each stored field (`server.declared.columns_base`). The columns the
-server's own code reads by attribute are also spelled out here, so that
-they are typed (and may add a primary key or the server's default);
-`tests/unit/server/test_declared_fields.py` keeps them in agreement with
-the declaration. A field added to a view needs no edit here, and its
-column is added to existing databases at start
-(`declared.add_missing_columns`, run by `migrations/env.py`).
+`core.views.JobView` and `NodeView`. `Job` and `Node` carry a column for
+each stored field they do not spell out, in the block at the end of each
+class that `scripts/new-field` writes (`server.fieldcode`; the column
+itself follows the declaration: `server.declared.column`); the same
+command generates the Alembic revision that adds the column to existing
+databases. A column spelled out by hand may add a primary key, an index
+or the server's own default; `tests/integration/test_declared_fields.py`
+keeps it in agreement with the declaration.
 States are enums (`JobState`, `PartStatus`), stored as text.
 
 State that guards the invariants:
@@ -33,7 +33,7 @@ from sqlmodel import Field, SQLModel
 
 from schedulearn.core.views import JobView, NodeView
 from schedulearn.protocol import JobState
-from schedulearn.server.declared import EnumText, columns_base
+from schedulearn.server.declared import EnumText, column
 
 if TYPE_CHECKING:
 
@@ -41,12 +41,8 @@ if TYPE_CHECKING:
         # SQLModel sets `__table__` on each table model but does not declare it.
         __table__: ClassVar[Table]
 
-    _JobColumns = _Table
-    _NodeColumns = _Table
 else:
     _Table = SQLModel
-    _JobColumns = columns_base(JobView, "JobColumns")
-    _NodeColumns = columns_base(NodeView, "NodeColumns")
 
 
 class PartStatus(StrEnum):
@@ -63,7 +59,7 @@ class PartStatus(StrEnum):
 _ZERO_FOR_OLD_ROWS = {"server_default": "0"}
 
 
-class Job(_JobColumns, table=True):
+class Job(_Table, table=True):
     __table_args__ = (
         Index("ix_job_state_queue", "state", "queued_at", "id"),
         # A listing filtered by state pages by id (migration 0010).
@@ -124,6 +120,14 @@ class Job(_JobColumns, table=True):
     message: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     placement: Any = Field(default=None, sa_column=Column(JSON, nullable=True))
 
+    # Declared on core.views.JobView: written by scripts/new-field, do not edit.
+    constraints: Any = column(JobView, "constraints")
+    queue: str = column(JobView, "queue")
+    array_size: int | None = column(JobView, "array_size")
+    array_limit: int | None = column(JobView, "array_limit")
+    held: bool = column(JobView, "held")
+    # End of the declared fields.
+
 
 class JobTransition(_Table, table=True):
     """History of a job's states (written by `server.states` only)."""
@@ -138,7 +142,7 @@ class JobTransition(_Table, table=True):
     message: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
 
 
-class Node(_NodeColumns, table=True):
+class Node(_Table, table=True):
     name: str = Field(primary_key=True)
     address: str = "127.0.0.1"
     cpus: float = 0.0
@@ -147,6 +151,12 @@ class Node(_NodeColumns, table=True):
     healthy: bool = True
     registered_at: float = 0.0
     last_seen: float = 0.0
+
+    # Declared on core.views.NodeView: written by scripts/new-field, do not edit.
+    capabilities: Any = column(NodeView, "capabilities")
+    drained: bool = column(NodeView, "drained")
+    containment: str = column(NodeView, "containment")
+    # End of the declared fields.
 
 
 class Gpu(_Table, table=True):

@@ -3,18 +3,20 @@
 `ProtocolCheck` (ASGI middleware) reads the `Schedulearn-Protocol` header a
 CLI or agent sends and answers 400, as an `ErrorBody` naming both versions,
 to one this server does not speak (`protocol.protocol_refusal` holds the
-rule); the refusal also carries `Schedulearn-Server-Protocol: <oldest>..<newest>`
-so a client can tell it from other 400s. A call without the header is taken
-as protocol 1 (older clients, curl, browsers). Pages outside `/api/` (the web
-UI, /healthz, /metrics) are not judged. `document` adds the header to the
-OpenAPI schema of every `/api/` operation.
+rule). Every `/api/` reply, a refusal too, carries
+`Schedulearn-Server-Protocol: <oldest>..<newest>` (`_announce`), so a
+client learns what this server speaks, and tells a refusal from other
+400s by the version it sent being outside it. A call without the header
+is taken as protocol 1 (older clients, curl, browsers). Pages outside
+`/api/` (the web UI, /healthz, /metrics) are not judged. `document` adds
+the header to the OpenAPI schema of every `/api/` operation.
 
-Replies to a client of an older protocol whose clients refuse unknown fields
-(protocol 1) are rewritten without the fields it does not know
-(`protocol_history.downgrade`): JSON bodies by the route's response model,
-and the log stream's `line` and `end` events. A JSON reply is buffered and
-rewritten only when its model has gained a field since; others pass
-untouched.
+Replies to a client of an older protocol that cannot read them whole
+(protocol 1 refuses unknown fields; 1 and 2 refuse nulls where a job's
+details are hidden) are rewritten for it (`protocol_history.downgrade`):
+JSON bodies by the route's response model, and the log stream's `line`
+and `end` events. A JSON reply is buffered and rewritten only when its
+model needs it; others pass untouched.
 
 It owns no state.
 """
@@ -40,7 +42,7 @@ from schedulearn.protocol import (
     protocol_refusal,
     speaks,
 )
-from schedulearn.protocol_history import REPLY_FIELDS, downgrade, needs_downgrade
+from schedulearn.protocol_history import DOWNGRADED, downgrade, needs_downgrade
 
 _JUDGED = "/api/"
 _HEADER = PROTOCOL_HEADER.lower().encode()
@@ -65,9 +67,24 @@ class ProtocolCheck:
                 await _refuse(send, refusal)
                 return
             version = protocol_of(header)
-            if version in REPLY_FIELDS:
+            if version in DOWNGRADED:
                 send = _Downgrade(scope, send, version)
+            send = _announce(send)
         await self.app(scope, receive, send)
+
+
+_SPEAKS_HEADER = (SERVER_PROTOCOL_HEADER.lower().encode(), speaks().encode())
+
+
+def _announce(send: Send) -> Send:
+    """`send` that adds the server's protocol range to the reply's headers."""
+
+    async def announce(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), _SPEAKS_HEADER]}
+        await send(message)
+
+    return announce
 
 
 # The events of the user API's log stream (`GET .../logs?follow=true`).

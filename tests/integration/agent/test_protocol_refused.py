@@ -1,6 +1,7 @@
-"""An agent whose protocol version the server does not speak stops at once with
-the server's message (both versions, what to upgrade), against a real server
-process; an agent of this release's version registers."""
+"""An agent older than the server speaks stops at once with the server's message
+(both versions, what to upgrade), against a real server process; an agent of
+this release's version registers, and so does one of a later protocol, which
+speaks this server's version to it (`protocol_calls`)."""
 
 from __future__ import annotations
 
@@ -38,13 +39,10 @@ async def _run(config: AgentConfig, version: int, stop: asyncio.Event) -> None:
     await Agent(config, gpus, build_executors(config), client).run(stop)
 
 
-@pytest.mark.parametrize(
-    ("version", "upgrade"),
-    [(PROTOCOL_VERSION + 1, "upgrade the server"), (OLDEST_PROTOCOL - 1, "upgrade the agent")],
-)
 def test_an_agent_the_server_does_not_speak_to_stops_and_says_what_to_upgrade(
-    server: ServerProc, api: AdminApi, tmp_path: Path, version: int, upgrade: str
+    server: ServerProc, api: AdminApi, tmp_path: Path
 ) -> None:
+    version, upgrade = OLDEST_PROTOCOL - 1, "upgrade the agent"
     config = _agent_of_protocol(server, tmp_path, version)
 
     async def scenario() -> AgentError:
@@ -58,14 +56,15 @@ def test_an_agent_the_server_does_not_speak_to_stops_and_says_what_to_upgrade(
     assert api.http.get("/nodes").json()["items"] == []
 
 
-def test_an_agent_of_this_release_registers(
-    server: ServerProc, api: AdminApi, tmp_path: Path
+@pytest.mark.parametrize("version", [PROTOCOL_VERSION, PROTOCOL_VERSION + 1])
+def test_an_agent_of_this_release_or_a_later_protocol_registers(
+    server: ServerProc, api: AdminApi, tmp_path: Path, version: int
 ) -> None:
-    config = _agent_of_protocol(server, tmp_path, PROTOCOL_VERSION)
+    config = _agent_of_protocol(server, tmp_path, version)
 
     async def scenario() -> None:
         stop = asyncio.Event()
-        task = asyncio.create_task(_run(config, PROTOCOL_VERSION, stop))
+        task = asyncio.create_task(_run(config, version, stop))
         try:
             await asyncio.to_thread(
                 wait_until,

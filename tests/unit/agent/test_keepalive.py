@@ -232,6 +232,11 @@ def test_the_agent_client_sends_over_it_unless_a_proxy_is_set(
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
     busy = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
+    # The client's first call is its probe of the server's protocol versions.
+    speaks = b"HTTP/1.1 200 OK\r\nSchedulearn-Server-Protocol: 1..3\r\nContent-Length: 0\r\n\r\n"
+
+    def answer(head: bytes, body: bytes) -> bytes:
+        return speaks if b"/api/v1/protocol " in head.split(b"\r\n")[0] else busy
 
     async def call(server: str) -> None:
         client = AgentClient(server, "agent-token")
@@ -242,16 +247,18 @@ def test_the_agent_client_sends_over_it_unless_a_proxy_is_set(
             await client.close()
 
     async def go() -> None:
-        async with serving(lambda head, body: busy) as (seen, url):
+        async with serving(answer) as (seen, url):
             await call(url)
-            direct = seen.requests[0][0]
+            assert seen.requests[0][0].startswith(b"GET /api/v1/protocol HTTP/1.1\r\n")
+            direct = seen.requests[1][0]
             assert direct.startswith(b"GET /api/v1/agent/work?node=n1&wait=0 HTTP/1.1\r\n")
             assert b"\r\nAuthorization: Bearer agent-token\r\n" in direct
             assert b"python-httpx" not in direct  # httpx names itself; this client does not
             monkeypatch.setenv("HTTP_PROXY", url)  # the scripted server plays the proxy
             nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens: the proxy answers
             await call(nowhere)
-            proxied = seen.requests[1][0]
+            assert seen.requests[2][0].startswith(f"GET {nowhere}/api/v1/protocol ".encode())
+            proxied = seen.requests[3][0]
             assert proxied.startswith(f"GET {nowhere}/api/v1/agent/work?".encode())
             assert b"python-httpx" in proxied
 

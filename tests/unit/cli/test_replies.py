@@ -162,6 +162,7 @@ def test_the_clients_protocol_constants_are_the_protocols() -> None:
     assert client.API_PREFIX == protocol.API_PREFIX
     assert client.PROTOCOL_HEADER == protocol.PROTOCOL_HEADER
     assert client.PROTOCOL_VERSION == protocol.PROTOCOL_VERSION
+    assert client.SERVER_PROTOCOL_HEADER == protocol.SERVER_PROTOCOL_HEADER
 
 
 def test_the_cli_config_file_reads_and_writes(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""/healthz, /readyz and /metrics: for load balancers, orchestrators and Prometheus (no token).
+"""/healthz, /readyz and /metrics: for load balancers, orchestrators and Prometheus (no token);
+/api/v1/protocol: the protocol versions this server speaks, for a client's probe.
 
 /healthz is liveness: the process is up and serving (it touches nothing,
 so it answers even while the database is down). /readyz is readiness: the
@@ -13,7 +14,13 @@ from typing import Any
 from fastapi import APIRouter, Response
 from sqlmodel import Session
 
-from schedulearn.protocol import ErrorBody, Health
+from schedulearn.protocol import (
+    OLDEST_PROTOCOL,
+    PROTOCOL_VERSION,
+    ErrorBody,
+    Health,
+    ProtocolRange,
+)
 from schedulearn.server.api.deps import State
 from schedulearn.server.errors import Unavailable
 from schedulearn.server.state import AppState
@@ -40,6 +47,17 @@ def health_of(app: Any) -> dict[str, str]:
 @router.get("/healthz", response_model=Health, summary="Liveness: the process serves requests")
 async def healthz(state: State) -> Health:
     return _health(state)
+
+
+@router.get(
+    "/api/v1/protocol",
+    response_model=ProtocolRange,
+    summary="The protocol versions this server speaks (no token): a client's probe",
+)
+async def protocol_range() -> ProtocolRange:
+    # Also in every /api/ reply's Schedulearn-Server-Protocol header; a client
+    # asks here first, since a server of protocol 2 answers only its refusals so.
+    return ProtocolRange(oldest=OLDEST_PROTOCOL, newest=PROTOCOL_VERSION)
 
 
 @router.get(

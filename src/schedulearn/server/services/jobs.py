@@ -347,8 +347,8 @@ def set_held(
             f"job {job_id} is {job.state.value}; only a pending job can be {verb}"
             + ("; cancel it instead" if held and not job.state.is_final else "")
         )
-    if bool(getattr(job, "held", False)) != held:  # declared column (core.views.JobView)
-        setattr(job, "held", held)  # noqa: B010
+    if job.held != held:
+        job.held = held
         _touch(job)
     session.commit()
     return to_public(job), Changes(scheduler=not held)

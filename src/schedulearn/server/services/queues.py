@@ -63,7 +63,7 @@ RESAMPLE_SECONDS = 300.0
 KEEP_SAMPLES_SECONDS = 30 * 24 * 3600.0
 
 
-# `job.queue` is a declared column (core.views.JobView.queue), not spelled out on `Job`.
+# `job.queue`, a declared column (core.views.JobView.queue).
 job_queue_column: ColumnElement[str] = Job.__table__.c.queue
 
 
@@ -245,7 +245,7 @@ class Membership:
     def admit(self, spec: JobSpec, caller: Caller) -> JobSpec:
         """`spec` with its queue resolved (named, the owner's default, or "default"),
         or BadRequest/Forbidden saying what to change."""
-        asked = str(getattr(spec, "queue", ""))  # a declared field (JobView.queue)
+        asked = spec.queue
         name = asked.strip() or self.defaults.get(caller.user, DEFAULT_QUEUE)
         if name not in self.declared and name != DEFAULT_QUEUE:
             known = ", ".join(sorted(self.declared)) or "none is declared"
