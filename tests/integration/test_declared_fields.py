@@ -20,7 +20,7 @@ import pytest
 from pydantic import TypeAdapter
 from sqlalchemy import update
 from sqlalchemy.types import TypeDecorator
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from schedulearn.core.capabilities import NodeCapabilities
 from schedulearn.core.views import (
@@ -72,9 +72,9 @@ def other_than(annotation: Any, default: Any, salt: int) -> Any:
     origin, args = typing.get_origin(inner), typing.get_args(inner)
     if origin in (tuple, frozenset, list):
         return origin([other_than(args[0], None, salt), other_than(args[0], None, salt + 1)])
-    if dataclasses.is_dataclass(inner):
+    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
         hints = typing.get_type_hints(inner)
-        return inner(  # type: ignore[operator]  # `inner` is a dataclass type; mypy narrows is_dataclass() to an instance, not a class
+        return inner(
             **{
                 f.name: other_than(hints[f.name], _default(f), salt + i)
                 for i, f in enumerate(dataclasses.fields(inner))
@@ -249,7 +249,7 @@ def test_a_job_keeps_every_field_the_server_keeps(session: Session) -> None:
     kept = values_for(JobView, JOB_HINTS, Role.KEPT, Role.INTERNAL)
     kept.pop("id")
     stored = {n: v.as_dict() if isinstance(v, Placement) else v for n, v in kept.items()}
-    session.execute(update(Job).where(Job.id == job_id).values(**stored))  # type: ignore[arg-type]  # SQLModel types Job.id as int, so `==` is bool to mypy; at run time it is a SQL expression
+    session.execute(update(Job).where(col(Job.id) == job_id).values(**stored))
     session.commit()
 
     [queued] = snapshot.pending_views(session)
@@ -264,7 +264,7 @@ def test_a_running_job_keeps_every_declared_field_in_the_pass(session: Session) 
     assert isinstance(result, jobs.Submitted)
     session.execute(
         update(Job)
-        .where(Job.id == result.jobs[0].id)  # type: ignore[arg-type]  # SQLModel types Job.id as int, so `==` is bool to mypy; at run time it is a SQL expression
+        .where(col(Job.id) == result.jobs[0].id)
         .values(state="running", placement={"n1": [0]}, started_at=101.0)
     )
     session.commit()
@@ -284,7 +284,7 @@ def test_a_node_keeps_every_declared_field_from_registration_to_public(session: 
     arrived({n: wire(v) for n, v in values.items()}, public, "NodePublic")
 
     kept = values_for(NodeView, NODE_HINTS, Role.KEPT, Role.INTERNAL)
-    session.execute(update(Node).where(Node.name == view.name).values(**kept))  # type: ignore[arg-type]  # SQLModel types Node.name as str, so `==` is bool to mypy; at run time it is a SQL expression
+    session.execute(update(Node).where(col(Node.name) == view.name).values(**kept))
     session.commit()
     [view], _, _ = snapshot.load_nodes(session)
     arrived(kept, view, "NodeView")
