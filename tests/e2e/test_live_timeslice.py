@@ -25,29 +25,57 @@ from schedulearn.protocol import JobSpec
 ARGS = ("--epochs", "8", "--seed", "3")
 # Mid-epoch: "saved epoch 2 step 241"; between epochs: "saved epoch 3; exiting".
 STOPPED_ANYWHERE = re.compile(r"stop requested: saved epoch (\d+)(?: step (\d+))?")
+# The script saves at the end of every epoch, then prints this line.
+EPOCH_SAVED = re.compile(r"epoch (\d+)/\d+ loss=\S+ accuracy=\S+ step=(\d+)")
 
 
 def check_turns(log: str, preemptions: int) -> int:
-    """Every preemption of a run left a resume, and each stop the script saw
-    was resumed at exactly the epoch (and step) it saved. Returns the stops.
+    """Every preemption of a run left a resume, and every resume restored
+    exactly the newest state the run had saved (the epoch and step of the
+    stop the script saw, or of the last epoch it ended, when its turn ended
+    before it could see the stop: before its start-up had installed the
+    handler, as a loaded machine's imports can take longer than a quantum).
+    Returns the stops.
 
-    The one turn that leaves a resume without a stop is one that ended
+    The one turn that may resume from an older state is one that ended
     after the last epoch, while the script printed its result: it exits 0,
     finished, but an exit while preempting is taken as saved-and-stopped
     (a script may well exit 0 after saving), so the job runs once more
     from the newest checkpoint the server holds, with the same weights."""
-    stops = STOPPED_ANYWHERE.findall(log)
-    resumes = RESUMED.findall(log)
-    assert len(resumes) == preemptions, log
-    for (epoch, step), (resumed_epoch, resumed_step, _) in zip(stops, resumes, strict=False):
-        assert epoch == resumed_epoch and step in ("", resumed_step), log
-    after_the_end = resumes[len(stops) :]
-    assert len(after_the_end) <= 1, log
-    if after_the_end:
-        # It had finished; it resumes from the newest checkpoint the server
-        # holds: the end, or the last stop's when the end was not carried.
-        assert DIGEST.search(log, 0, log.rindex("resumed from")), log
-    return len(stops)
+    found = [
+        (m.start(), kind, m)
+        for kind, pattern in (
+            ("stop", STOPPED_ANYWHERE),
+            ("resume", RESUMED),
+            ("epoch", EPOCH_SAVED),
+            ("final", DIGEST),
+        )
+        for m in pattern.finditer(log)
+    ]
+    saved: tuple[str, str] | None = None  # (epoch, step) of the newest save
+    stops = resumes = after_the_end = 0
+    finished = False
+    for _, kind, m in sorted(found, key=lambda event: event[0]):
+        if kind == "epoch":
+            saved = (m.group(1), m.group(2))
+        elif kind == "stop":
+            stops += 1
+            if m.group(2):
+                saved = (m.group(1), m.group(2))
+            else:  # between epochs: the epoch line just before it named the step
+                assert saved is not None and saved[0] == m.group(1), log
+        elif kind == "final":
+            finished = True
+        else:
+            resumes += 1
+            if finished:
+                after_the_end += 1
+                finished = False
+                continue
+            assert (m.group(1), m.group(2)) == saved, log
+    assert resumes == preemptions, log
+    assert after_the_end <= 1, log
+    return stops
 
 
 def test_two_jobs_take_turns_on_one_gpu_and_end_as_if_never_interrupted(tmp_path: Path) -> None:
