@@ -68,11 +68,12 @@ def check_turns(log: str, preemptions: int) -> int:
             finished = True
         else:
             resumes += 1
-            if finished:
+            if finished:  # from the end, or from the last stop's state
                 after_the_end += 1
                 finished = False
-                continue
-            assert (m.group(1), m.group(2)) == saved, log
+            else:
+                assert (m.group(1), m.group(2)) == saved, log
+            saved = (m.group(1), m.group(2))
     assert resumes == preemptions, log
     assert after_the_end <= 1, log
     return stops
