@@ -30,6 +30,10 @@ WORLD = re.compile(
     r"world size (\d+): global batch (\d+) \((\d+) per worker\), learning rate (\S+)"
 )
 CKPT_DIR = re.compile(r"checkpoint directory (\S+)")
+# Mid-epoch: "saved epoch 2 step 241"; between epochs: "saved epoch 3; exiting".
+STOPPED_ANYWHERE = re.compile(r"stop requested: saved epoch (\d+)(?: step (\d+))?")
+# The script saves at the end of every epoch, then prints this line.
+EPOCH_SAVED = re.compile(r"epoch (\d+)/\d+ loss=\S+ accuracy=\S+ step=(\d+)")
 
 T = TypeVar("T")
 
@@ -126,3 +130,53 @@ def move_to_the_other_agent_mid_epoch(cluster: Cluster, job_id: int, timeout: fl
     )
     assert moved.status_code == 200, moved.text
     return target
+
+
+def check_turns(log: str, preemptions: int) -> int:
+    """Every preemption of a run left a resume, and every resume restored
+    exactly the newest state the run had saved (the epoch and step of the
+    stop the script saw, or of the last epoch it ended, when its turn ended
+    before it could see the stop: before its start-up had installed the
+    handler, as a loaded machine's imports can take longer than a quantum).
+    Returns the stops.
+
+    The one turn that may resume from an older state is one that ended
+    after the last epoch, while the script printed its result: it exits 0,
+    finished, but an exit while preempting is taken as saved-and-stopped
+    (a script may well exit 0 after saving), so the job runs once more
+    from the newest checkpoint the server holds, with the same weights."""
+    found = [
+        (m.start(), kind, m)
+        for kind, pattern in (
+            ("stop", STOPPED_ANYWHERE),
+            ("resume", RESUMED),
+            ("epoch", EPOCH_SAVED),
+            ("final", DIGEST),
+        )
+        for m in pattern.finditer(log)
+    ]
+    saved: tuple[str, str] | None = None  # (epoch, step) of the newest save
+    stops = resumes = after_the_end = 0
+    finished = False
+    for _, kind, m in sorted(found, key=lambda event: event[0]):
+        if kind == "epoch":
+            saved = (m.group(1), m.group(2))
+        elif kind == "stop":
+            stops += 1
+            if m.group(2):
+                saved = (m.group(1), m.group(2))
+            else:  # between epochs: the epoch line just before it named the step
+                assert saved is not None and saved[0] == m.group(1), log
+        elif kind == "final":
+            finished = True
+        else:
+            resumes += 1
+            if finished:  # from the end, or from the last stop's state
+                after_the_end += 1
+                finished = False
+            else:
+                assert (m.group(1), m.group(2)) == saved, log
+            saved = (m.group(1), m.group(2))
+    assert resumes == preemptions, log
+    assert after_the_end <= 1, log
+    return stops

@@ -47,10 +47,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(autouse=True)
 def nothing_left_running(cluster: Cluster) -> Iterator[None]:
+    """Each test starts on idle nodes: what one left is cancelled, and ended
+    (a stop takes its grace), before the next one begins. Without the wait,
+    the next test's first jobs waited on GPUs still being freed, against
+    their own timeout (CI, loaded: "needs 2 GPUs on one node; the most free
+    on any node is 0")."""
     yield
     with cluster.client() as c:
-        for job in c.jobs(["pending", "assigned", "running", "preempting"], limit=1000).items:
+        left = c.jobs(["pending", "assigned", "running", "preempting"], limit=1000).items
+        for job in left:
             c.cancel(job.id)
+    cluster.wait_final([job.id for job in left], timeout=120)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:

@@ -129,7 +129,13 @@ def _grow_and_shrink(tmp_path: Path) -> str:
         with cluster.client() as c:
             # A restart (checkpoint, torch import, resume) costs a few seconds here.
             c.set_policy("goodput:restart_cost=4:hysteresis=1")
-            blocker = c.submit(JobSpec(name="blocker", command="sleep 12", gpus=3)).ids[0]
+            # The blocker ends when the test says: after a fixed time it ended, on
+            # a loaded machine, before the job's first start had imported torch,
+            # and the job's first logged start was already on 4 GPUs.
+            go = tmp_path / "blocker-may-end"
+            blocker = c.submit(
+                JobSpec(name="blocker", command=f"while [ ! -e {go} ]; do sleep 0.2; done", gpus=3)
+            ).ids[0]
             cluster.wait_state(blocker, {"running"})
             adaptive = c.submit(
                 JobSpec(
@@ -144,6 +150,13 @@ def _grow_and_shrink(tmp_path: Path) -> str:
         # One GPU is free: it starts on it, at the initial batch and rate.
         wait_for("a start on one GPU", lambda: _configs(cluster.log_text(adaptive)), cluster, 90)
         assert _configs(cluster.log_text(adaptive))[0] == (1, 32, 32, 0, 0.05, 1.0)
+        wait_for(
+            "the job to report its step times on one GPU",
+            lambda: (p := job(cluster, adaptive).progress) and p.goodput and p.goodput.step_time,
+            cluster,
+            120,
+        )
+        go.touch()
 
         # The blocker ends; with the steps it measured on one GPU the policy
         # expects more GPUs to pay for a restart: the job grows into them.

@@ -4,16 +4,15 @@ weights of an uninterrupted run. Real server and agent processes; checkpoints
 travel through the server.
 
 A turn can end anywhere in a run, and each place leaves its own trace in the
-log; `check_turns` knows them all (the test once failed on the third)."""
+log; `check_turns` (live_examples.py) knows them all (the test once failed on the third)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from live_examples import (
     DIGEST,
-    RESUMED,
+    check_turns,
     digits_command,
     history,
     live_cluster,
@@ -23,31 +22,6 @@ from live_examples import (
 from schedulearn.protocol import JobSpec
 
 ARGS = ("--epochs", "8", "--seed", "3")
-# Mid-epoch: "saved epoch 2 step 241"; between epochs: "saved epoch 3; exiting".
-STOPPED_ANYWHERE = re.compile(r"stop requested: saved epoch (\d+)(?: step (\d+))?")
-
-
-def check_turns(log: str, preemptions: int) -> int:
-    """Every preemption of a run left a resume, and each stop the script saw
-    was resumed at exactly the epoch (and step) it saved. Returns the stops.
-
-    The one turn that leaves a resume without a stop is one that ended
-    after the last epoch, while the script printed its result: it exits 0,
-    finished, but an exit while preempting is taken as saved-and-stopped
-    (a script may well exit 0 after saving), so the job runs once more
-    from the newest checkpoint the server holds, with the same weights."""
-    stops = STOPPED_ANYWHERE.findall(log)
-    resumes = RESUMED.findall(log)
-    assert len(resumes) == preemptions, log
-    for (epoch, step), (resumed_epoch, resumed_step, _) in zip(stops, resumes, strict=False):
-        assert epoch == resumed_epoch and step in ("", resumed_step), log
-    after_the_end = resumes[len(stops) :]
-    assert len(after_the_end) <= 1, log
-    if after_the_end:
-        # It had finished; it resumes from the newest checkpoint the server
-        # holds: the end, or the last stop's when the end was not carried.
-        assert DIGEST.search(log, 0, log.rindex("resumed from")), log
-    return len(stops)
 
 
 def test_two_jobs_take_turns_on_one_gpu_and_end_as_if_never_interrupted(tmp_path: Path) -> None:

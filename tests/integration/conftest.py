@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from pg_server import PG_BIN, POSTGRESQL, Postgres, backends
+from pg_server import PG_BIN, POSTGRESQL, Postgres, backends, own_stores
 from server_api import ADMIN, AGENT, Api
 from sqlmodel import Session
 
@@ -144,8 +144,8 @@ def _migrate(url: str) -> None:
 
 
 @pytest.fixture
-def settings(database_url: str) -> ServerSettings:
-    return ServerSettings(
+def settings(database_url: str, tmp_path: Path) -> ServerSettings:
+    settings = ServerSettings(
         database_url=database_url,
         admin_token=ADMIN,
         agent_token=AGENT,
@@ -157,6 +157,7 @@ def settings(database_url: str) -> ServerSettings:
         tick_seconds=0.2,
         stop_grace_seconds=1.0,
     )
+    return settings.model_copy(update=own_stores(database_url, tmp_path))
 
 
 @pytest.fixture

@@ -6,10 +6,11 @@ databases the integration tests run on (`backends`).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from schedulearn.cli.localpostgres import PG_BIN, LocalPostgres
 
-__all__ = ["BOTH", "PG_BIN", "POSTGRESQL", "SQLITE", "Postgres", "backends"]
+__all__ = ["BOTH", "PG_BIN", "POSTGRESQL", "SQLITE", "Postgres", "backends", "own_stores"]
 
 
 SQLITE = "sqlite"
@@ -25,6 +26,24 @@ def backends() -> tuple[str, ...]:
     if chosen == BOTH:
         return (SQLITE, POSTGRESQL)
     return (POSTGRESQL,) if chosen == "1" else (SQLITE,)
+
+
+def own_stores(database_url: str, folder: Path) -> dict[str, str]:
+    """The server settings that give a server on `database_url` full-log and
+    checkpoint stores of its own under `folder`, when the defaults would not.
+
+    On SQLite a server keeps them next to its database file (in the test's
+    own folder); on PostgreSQL, in the user's data directory, which every
+    server of the machine's tests shares: two tests' job 1 wrote the same
+    `logs/job-1/attempt-1.log` (the 100,000-line test once read back the
+    8 MB test's cancelled output), and the same `checkpoints/job-1.tar`.
+    """
+    if database_url.startswith("sqlite"):
+        return {}
+    return {
+        "log_store_dir": str(folder / "full-logs"),
+        "checkpoint_store_dir": str(folder / "checkpoint-store"),
+    }
 
 
 class Postgres(LocalPostgres):

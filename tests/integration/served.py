@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import httpx
+from pg_server import own_stores
 from server_api import ADMIN, AGENT
 
 import warm_parent
@@ -32,6 +33,7 @@ class Served:
             SCHEDULEARN_PRINT_TOKENS="false",
             SCHEDULEARN_LOG_LEVEL="warning",
         )
+        settings = {**own_stores(database_url, log.parent), **settings}
         self.env.update({f"SCHEDULEARN_{k.upper()}": v for k, v in settings.items()})
         self.proc: subprocess.Popen[bytes] | None = None
         self.admin = {"Authorization": f"Bearer {ADMIN}"}

@@ -110,6 +110,41 @@ def test_a_job_over_the_cap_keeps_head_and_tail_and_names_the_cut_exactly(api: A
     assert api.get(f"/api/v1/jobs/{job_id}/logs/full", headers=other).status_code == 403
 
 
+def test_a_full_log_written_over_by_another_server_is_not_printed_as_this_jobs(
+    api: Api, tmp_path: Path
+) -> None:
+    """Two servers on two databases keeping their full logs in one folder (the
+    default store of servers on PostgreSQL is the user's data directory) both
+    write job 1's `attempt-1.log`: the tests once printed another test's job
+    as theirs. The file is not the one this attempt's agent uploaded, so the
+    server prints the lines its database kept, and says why."""
+    node, job_id, attempt = running_job(api)
+    printed = [f"{i:06d} " + "y" * 92 for i in range(1000)]
+    for i in range(0, 1000, 200):
+        send(api, node, job_id, attempt, printed[i : i + 200], i)
+    spool = b"".join(f"o1.000000 {t}\n".encode() for t in printed)
+    r = api.client.put(
+        f"/api/v1/agent/jobs/{job_id}/full-log",
+        params={"attempt": attempt, "node": node.name},
+        headers={**node.headers, "X-Log-Sha256": hashlib.sha256(spool).hexdigest()},
+        content=spool,
+    )
+    assert r.status_code == 200, r.text
+    path = full_logs.file_of(tmp_path / "logs", job_id, attempt)
+    assert api.get(f"/api/v1/jobs/{job_id}/logs/full").content == spool.replace(b"o1.000000 ", b"")
+
+    path.write_bytes(b"o1.000000 someone else's job\n" * 80_000)  # another server's upload
+    full = api.get(f"/api/v1/jobs/{job_id}/logs/full")
+    assert full.status_code == 200
+    note, *rest = full.text.splitlines()
+    assert "no longer in the log store" in note and "SCHEDULEARN_LOG_STORE_DIR" in note
+    assert rest == stored_lines(api, job_id) and rest[0] == printed[0]
+    assert "someone else" not in full.text
+
+    path.unlink()  # removed by hand: the same
+    assert api.get(f"/api/v1/jobs/{job_id}/logs/full").text.splitlines() == [note, *rest]
+
+
 def test_a_batch_sent_again_after_a_lost_reply_is_stored_once(api: Api) -> None:
     node, job_id, attempt = running_job(api)
     send(api, node, job_id, attempt, ["up", "down"], 0)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pg_server import own_stores
 
 import warm_parent
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
@@ -122,6 +123,10 @@ class ServerProc(Proc):
                 "SCHEDULEARN_STOP_GRACE_SECONDS": "2",
                 "SCHEDULEARN_LOG_LEVEL": "warning",
                 "SCHEDULEARN_PRINT_TOKENS": "false",
+                **{
+                    f"SCHEDULEARN_{k.upper()}": v
+                    for k, v in own_stores(database_url, log_path.parent).items()
+                },
                 **(env or {}),
             },
         )

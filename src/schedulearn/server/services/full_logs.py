@@ -133,23 +133,50 @@ def plan_for(session: Session, store: Path, job_id: int, caller: Caller) -> list
     }
     stored: dict[int, list[str]] = {}
     nodes: dict[int, str] = {}
+    # Every attempt's stored lines (at most the per-job cap): an uploaded
+    # attempt's are printed when its file is not the one its agent sent.
     for attempt, node, text in session.execute(
         select(col(LogRecord.attempt), col(LogRecord.node), col(LogRecord.text))
         .where(col(LogRecord.job_id) == job_id)
         .order_by(col(LogRecord.id))
     ):
-        if attempt not in uploaded:
-            stored.setdefault(attempt, []).append(text)
-            nodes.setdefault(attempt, node)
+        stored.setdefault(attempt, []).append(text)
+        nodes.setdefault(attempt, node)
     parts = []
     for attempt in sorted(set(uploaded) | set(stored)):
         row = uploaded.get(attempt)
-        path = file_of(store, job_id, attempt) if row is not None else None
-        if path is not None and not path.exists():
-            path = None  # removed by hand: say so below, print nothing
-        node = row.node if row is not None else nodes.get(attempt, "")
-        parts.append(Part(attempt, node, path, tuple(stored.get(attempt, ()))))
+        kept = tuple(stored.get(attempt, ()))
+        if row is None:
+            parts.append(Part(attempt, nodes.get(attempt, ""), None, kept))
+            continue
+        path = file_of(store, job_id, attempt)
+        if _is_the_upload(path, row):
+            parts.append(Part(attempt, row.node, path, ()))
+        else:
+            parts.append(Part(attempt, row.node, None, (_not_in_store(store, attempt), *kept)))
     return parts
+
+
+def _is_the_upload(path: Path, row: JobFullLog) -> bool:
+    """Whether `path` is still the file this attempt's agent uploaded (by its size:
+    a stat, where the hash would read the whole file)."""
+    try:
+        return path.stat().st_size == row.size_bytes
+    except OSError:
+        return False
+
+
+def _not_in_store(store: Path, attempt: int) -> str:
+    # Removed by hand, or written over: another server on another database
+    # keeping its full logs in the same folder (a server on PostgreSQL keeps
+    # them in the user's data directory by default), whose job of the same
+    # id uploaded there too. Its output is not this job's to print.
+    return (
+        f"[schedulearn: the full log of attempt {attempt} is no longer in the log store "
+        f"{store} as its agent uploaded it (removed, or written over by another server "
+        "keeping its full logs in the same folder: give each server its own "
+        "SCHEDULEARN_LOG_STORE_DIR); below are the lines the database kept]"
+    )
 
 
 def plain_text(parts: list[Part]) -> Iterator[bytes]:
