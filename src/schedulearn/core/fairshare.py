@@ -138,6 +138,19 @@ class FairShare:
             until = min(until, steady(view)) if callable(steady) else view.now
         return until
 
+    def steady_until(self, view: ClusterView) -> float:
+        """Until when a pass over `view` decides what the last one did (nothing).
+
+        For a host that skips ticks (the simulator): the inner policy's
+        answer without queues, else the quiet pass's bound (`_steady_until`).
+        """
+        tenancy = view.tenancy
+        if tenancy is None:
+            steady = getattr(self.inner, "steady_until", None)
+            return float(steady(view)) if callable(steady) else view.now
+        last = self._quiet
+        return last[2] if last is not None and self._still_quiet(view, tenancy) else view.now
+
     def _still_quiet(self, view: ClusterView, tenancy: Tenancy) -> bool:
         """Would a full pass decide nothing again, as the last one did?
 
