@@ -43,7 +43,8 @@ CLUSTER is a shape such as 3x4, 2x8+4x4, 36x1:k80+24x4:v100:cpus=48:mem=256,
 2x8:label=ib+4x4 (node labels, for --constraint), or a Tiresias cluster
 CSV; without it the workload's own cluster is used.
 --tenants philly makes the Philly trace's virtual clusters queues
-guaranteed GPUs in proportion to their GPU-hours (--tenants FILE: a TOML
+guaranteed GPUs in proportion to their GPU-hours, rounded down, the rest
+lent by weight (--tenants FILE: a TOML
 queue file) and runs each policy under the fair-share layer; a
 per-queue report compares each queue with its run alone on its
 guaranteed GPUs. See docs/simulator.md."""

@@ -119,18 +119,44 @@ class FairShare:
         if fast is not None:
             return fast
         decisions = self._pass(view, tenancy).run()
-        quiet = not decisions and self.inner.tick_seconds is None
-        self._quiet = (view.now, seen, self._next_victim(view)) if quiet else None
+        until = self._steady_until(view) if not decisions else view.now
+        self._quiet = (view.now, seen, until) if until > view.now + EPS else None
         return decisions
+
+    def _steady_until(self, view: ClusterView) -> float:
+        """Until when a pass over `view` that decided nothing would again.
+
+        Time alone changes a pass through `min_run` (a job becoming a
+        victim) and through the inner policy: one without a tick never
+        changes by time alone; one with a tick says until when it stays
+        the same (`steady_until`, e.g. tiresias's next threshold), or is
+        asked again every tick.
+        """
+        until = self._next_victim(view)
+        if self.inner.tick_seconds is not None:
+            steady = getattr(self.inner, "steady_until", None)
+            until = min(until, steady(view)) if callable(steady) else view.now
+        return until
+
+    def steady_until(self, view: ClusterView) -> float:
+        """Until when a pass over `view` decides what the last one did (nothing).
+
+        For a host that skips ticks (the simulator): the inner policy's
+        answer without queues, else the quiet pass's bound (`_steady_until`).
+        """
+        tenancy = view.tenancy
+        if tenancy is None:
+            steady = getattr(self.inner, "steady_until", None)
+            return float(steady(view)) if callable(steady) else view.now
+        last = self._quiet
+        return last[2] if last is not None and self._still_quiet(view, tenancy) else view.now
 
     def _still_quiet(self, view: ClusterView, tenancy: Tenancy) -> bool:
         """Would a full pass decide nothing again, as the last one did?
 
-        On a contended cluster most passes are `min_run` ticks that find
-        nothing to do. With the same jobs, GPUs and queues as that pass,
-        only time has moved; for an inner policy without a tick, time
-        changes a pass through `min_run` alone (a job becoming a victim),
-        so until the first running job crosses it, the answer is the same.
+        On a contended cluster most passes are ticks that find nothing
+        to do. With the same jobs, GPUs and queues as that pass, only
+        time has moved, and until `_steady_until` the answer is the same.
         (Decayed usage drifts too, by a half-life of days: shares follow
         it at the next event, not at every tick.)
         """

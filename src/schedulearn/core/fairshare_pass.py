@@ -55,7 +55,7 @@ class SharePass(ReclaimingPass):
         need: dict[str, int] = {}
         for s in self.book.values():
             room = s.guaranteed - s.used
-            if room <= 0 or s.pending <= 0:
+            if room <= 0 or s.pending <= 0 or s.ahead:
                 continue
             fit = 0
             for j in self.by_queue.get(s.name, ()):
@@ -131,6 +131,13 @@ class SharePass(ReclaimingPass):
                 # least attained service first), but a queue below its
                 # guarantee does not lose GPUs by it.
                 if after < min(s.guaranteed, s.used):
+                    return False
+                continue
+            if s.ahead:
+                # It has had more than its share of GPU-time lately: its jobs
+                # are lent, and go where the inner policy puts them once they
+                # have run `min_run`.
+                if mine is None or not all(self.ran_min(v) for v in released if v.queue == name):
                     return False
                 continue
             # Another queue's jobs: never below that queue's guarantee.

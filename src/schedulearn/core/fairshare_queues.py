@@ -247,6 +247,10 @@ class QueueShare:
     share: float = 0.0
     # GPUs no declared guarantee covers, owned by the default queue (`fill`).
     uncovered: int = 0
+    # It has had more than its guaranteed fraction of the GPU-time delivered
+    # lately (decayed usage, `fill`): its guarantee is kept over time, so it
+    # lends what it holds like a borrower until the others catch up.
+    ahead: bool = False
 
     @property
     def name(self) -> str:
@@ -350,6 +354,7 @@ def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]
     covered = sum(s.queue._gpus for s in qs)
     for s in qs:
         s.uncovered = max(0, capacity - covered) if s.name == DEFAULT_QUEUE else 0
+    _mark_ahead(qs, capacity, usage)
     left = float(capacity)
     for s in qs:
         s.share = float(min(s.demand, s.guaranteed))
@@ -374,6 +379,20 @@ def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]
             return
         left -= given
         wanting = still
+
+
+# How far past its guaranteed fraction of the delivered GPU-time a queue must
+# be to count as ahead: queues exactly at their fraction (all busy at their
+# guarantee) stay protected instead of flipping with rounding.
+AHEAD_MARGIN = 1.05
+
+
+def _mark_ahead(qs: list[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
+    """Set `ahead`: decayed usage above its guaranteed fraction of all usage."""
+    total = sum(u for u in usage.values() if u > 0)
+    for s in qs:
+        fair = total * s.guaranteed / capacity if capacity > 0 else 0.0
+        s.ahead = total > 0 and usage.get(s.name, 0.0) > fair * AHEAD_MARGIN + _EPS
 
 
 def _decayed_weights(

@@ -30,7 +30,9 @@ class ReclaimingPass(PassState):
 
     def reclaim(self) -> None:
         """Every queue below its guarantee, furthest below first, takes GPUs back."""
-        below = [s for s in self.book.values() if s.pending > 0 and s.used < s.guaranteed]
+        below = [
+            s for s in self.book.values() if s.pending > 0 and s.used < s.guaranteed and not s.ahead
+        ]
         below.sort(key=lambda s: (s.used / s.guaranteed, s.name))
         for s in below:
             self._reclaim_for(s)

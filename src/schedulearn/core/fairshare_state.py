@@ -113,6 +113,8 @@ class PassState:
         owner = self.book[job.queue]
         if owner.pending > 0:
             return True  # its own queue's jobs (the group check keeps the queue's GPUs)
+        if owner.ahead:
+            return self.ran_min(job)
         if owner.used - job.allocated_gpus < owner.guaranteed:
             return False
         return owner.used > owner.share + EPS and self.ran_min(job)

@@ -83,6 +83,8 @@ class Simulator:
         # Tenant queues: the view carries them, with usage the meter keeps
         # from every start and stop (read lazily, as of the pass's time).
         self._meter: UsageMeter | None = None
+        # The last pass's snapshot, for `_skip_steady`.
+        self._last_view: ClusterView | None = None
         self._tenancy: Tenancy | None = None
         if tenancy is not None:
             self._meter = UsageMeter(tenancy.half_life)
@@ -146,6 +148,9 @@ class Simulator:
         if rounds is not None:
             tick = None  # every round is a pass while jobs wait or run
         next_round: float | None = None
+        # Ticks left out while the policy's choice cannot change
+        # (`_skip_steady`): their grid starts at `grid`.
+        grid, skipped = 0.0, False
         ai = 0
         report_every = max(1, n // 200)
         last_report = 0
@@ -183,6 +188,11 @@ class Simulator:
                 if run.version == version and run.end is None:
                     self._complete(run, t)
                     changed = True
+            if skipped and changed and tick is not None:
+                # Something happened: the ticks skipped for an unchanged
+                # view are due again, on the same grid.
+                next_tick = grid + math.ceil((t - grid) / tick - 1e-9) * tick
+                skipped = False
             if rounds is None:
                 due = next_tick is not None and next_tick <= t
                 acted = self._pass(t) if changed or due else 0
@@ -199,7 +209,11 @@ class Simulator:
             if tick is not None:
                 if pending or running:
                     if next_tick is None or next_tick <= t:
+                        grid = t
                         next_tick = t + tick
+                        if rounds is None and not acted and (changed or due):
+                            next_tick = self._skip_steady(t, tick, next_tick)
+                            skipped = next_tick > t + tick
                 else:
                     next_tick = None
             # The series: busy GPUs and queue length after this event time.
@@ -268,6 +282,23 @@ class Simulator:
 
     # --- policy passes -----------------------------------------------------
 
+    def _skip_steady(self, t: float, tick: float, next_tick: float) -> float:
+        """The first tick at which the policy may decide something again.
+
+        A pass at `t` decided nothing; a ticking policy that says until
+        when its choice stays the same (`steady_until`, e.g. tiresias's
+        next threshold) is not asked at the ticks before then (the same
+        ticks, so the replay is unchanged; only passes that would decide
+        nothing are left out).
+        """
+        steady = getattr(self.policy, "steady_until", None)
+        if not callable(steady) or self._last_view is None:
+            return next_tick
+        until = float(steady(self._last_view))
+        if until <= next_tick or until == float("inf"):
+            return next_tick
+        return t + math.ceil((until - t) / tick - 1e-9) * tick
+
     def _pass(self, t: float) -> int:
         nodes = self._node_tuple()
         pending, running = self._pending_view(), self._running_view()
@@ -278,6 +309,7 @@ class Simulator:
         if self._meter is not None:
             self._meter.now = t
         view = ClusterView(t, nodes, pending, running, self._counts, goodput, self._tenancy)
+        self._last_view = view
         self.passes += 1
         decisions = self.policy.decide(view)
         if not decisions:

@@ -59,8 +59,16 @@ def tenancy_for(spec: str, workload: Workload, total_gpus: int) -> Tenancy:
     return tenancy
 
 
-def proportional(workload: Workload, total_gpus: int, half_life: float = WEEK) -> Tenancy:
-    """Every queue named by the jobs, guaranteed GPUs in proportion to its GPU-hours."""
+def proportional(
+    workload: Workload, total_gpus: int, half_life: float = WEEK, share_out: bool = False
+) -> Tenancy:
+    """Every queue named by the jobs, guaranteed GPUs in proportion to its GPU-hours.
+
+    Rounded down: the few GPUs the fractions leave are promised to nobody
+    and lent by weight, so a queue whose GPU-hours round to 0 GPUs (many
+    short jobs) still has a deserved share of them. `share_out` hands them
+    out instead (largest remainder first), promising the whole cluster.
+    """
     hours: dict[str, float] = {}
     for j in workload.jobs:
         hours[j.queue] = hours.get(j.queue, 0.0) + j.gpus * (j.duration or 0.0)
@@ -72,7 +80,7 @@ def proportional(workload: Workload, total_gpus: int, half_life: float = WEEK) -
     total = sum(hours.values()) or 1.0
     exact = {q: total_gpus * h / total for q, h in hours.items()}
     whole = {q: math.floor(x) for q, x in exact.items()}
-    left = total_gpus - sum(whole.values())
+    left = total_gpus - sum(whole.values()) if share_out else 0
     for q in sorted(exact, key=lambda q: (whole[q] - exact[q], q))[:left]:
         whole[q] += 1
     queues = tuple(Queue.of(q or "default", whole[q]) for q in sorted(hours))

@@ -285,10 +285,20 @@ def assert_no_reclaim_left(before: ClusterView, after: ClusterView, min_run: flo
     What the reclaim may take, written out here apart from the layer: jobs
     of other queues over their deserved share (as the pass saw it) that have
     run `min_run`, preemptible ones first, then the latest started, while
-    their queue keeps its guarantee; non-preemptible ones too (requeued)."""
+    their queue keeps its guarantee; non-preemptible ones too (requeued).
+    A queue that has had more than its guaranteed fraction of the GPU-time
+    used lately (decayed usage, 5% margin) is kept to its guarantee over
+    time, not now: it does not reclaim."""
     assert before.tenancy is not None
     deserved = {name: s.share for name, s in shares(before, before.tenancy).items()}
     book = shares(after, before.tenancy)
+    usage = before.tenancy.usage
+    used_lately = sum(u for u in usage.values() if u > 0)
+
+    def ahead(name: str) -> bool:
+        fraction = book[name].guaranteed / before.total_gpus
+        return usage.get(name, 0.0) > used_lately * fraction * 1.05
+
     # A job the pass itself suspended (the inner policy reordering its own
     # queue) waits for a later pass: a job appears once in a pass.
     suspended = {j.id for j in before.running}
@@ -296,7 +306,7 @@ def assert_no_reclaim_left(before: ClusterView, after: ClusterView, min_run: flo
         if j.id in suspended:
             continue
         s = book[j.queue]
-        if s.used + j.gpus > s.guaranteed or not s.may_hold(j):
+        if s.used + j.gpus > s.guaranteed or not s.may_hold(j) or ahead(j.queue):
             continue
         victims: list[JobView] = []
         for name, owner in book.items():

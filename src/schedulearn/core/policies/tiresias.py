@@ -129,6 +129,37 @@ class Tiresias:
         assert job.placement is not None
         return job.placement.num_gpus * (now - started) < self.thresholds[0]
 
+    def steady_until(self, view: ClusterView) -> float:
+        """Until when a pass over `view` decides the same if only time passes.
+
+        Time changes this policy's choices only through the queues: a
+        running job's attained service crosses a threshold (or its
+        promoted run ends), or a waiting job starts to starve. Before the
+        first of those, a pass that decided nothing would decide nothing
+        again (a host or a wrapping layer may skip it; `core.fairshare`).
+        """
+        if self.mode == "artifact" or not self.thresholds:
+            return view.now if self.mode == "artifact" else float("inf")
+        now, first = view.now, float("inf")
+        for job in view.running:
+            if job.started_at is None or job.placement is None or not job.placement.num_gpus:
+                continue
+            gpus = job.placement.num_gpus
+            if self._promoted_run(job, now):
+                first = min(first, job.started_at + self.thresholds[0] / gpus)
+                continue
+            attained = job.attained_at(now)
+            above = [t for t in self.thresholds if t > attained]
+            if above:
+                reach = job.started_at + (above[0] - job.attained_gpu_seconds) / gpus
+                first = min(first, reach)
+        factor = self.starvation_factor
+        if factor > 0:
+            for job in view.pending:
+                if job.service_seconds > 0 and not self._starving(job, now):
+                    first = min(first, job.waiting_since + factor * job.service_seconds)
+        return first
+
     # --- the pass ----------------------------------------------------------
 
     def _ranked(self, view: ClusterView) -> list[tuple[int, float, int, JobView]]:

@@ -1,0 +1,84 @@
+"""Ticks a policy says cannot change anything are skipped, and the replay is
+the same: tiresias (`steady_until`: its next threshold or starvation) and the
+fair-share layer over it, against the same policies with the answer hidden."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+from schedulearn.core.decisions import Decision
+from schedulearn.core.fairshare import FairShare
+from schedulearn.core.fairshare_queues import Queue, Tenancy
+from schedulearn.core.policy import Policy, QueueOrder
+from schedulearn.core.registry import create
+from schedulearn.core.views import ClusterView
+from schedulearn.sim.cluster import parse_cluster
+from schedulearn.sim.engine import Simulator
+from schedulearn.sim.jobs import SimJob, Workload
+from schedulearn.sim.results import SimResult
+
+
+class Hidden:
+    """`policy` without `steady_until`: the host asks it at every tick."""
+
+    name: ClassVar[str] = "hidden"
+    tick_seconds: ClassVar[float | None] = None  # the wrapped policy's, set per instance
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        setattr(self, "tick_seconds", policy.tick_seconds)  # noqa: B010 (mypy reads ClassVar)
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        return self.policy.decide(view)
+
+    def order(self, view: ClusterView) -> QueueOrder:
+        return self.policy.order(view)
+
+
+def workload() -> Workload:
+    """Long and short jobs of three queues arriving over a day, on too few GPUs:
+    long jobs cross tiresias's threshold while others wait, short ones preempt."""
+    jobs = []
+    for i in range(60):
+        long = i % 5 == 0
+        jobs.append(
+            SimJob(
+                id=i,
+                submitted_at=i * 1500.0,
+                gpus=(1, 2, 4)[i % 3],
+                queue=("a", "b", "c")[i % 3],
+                duration=40_000.0 if long else 900.0 + 100.0 * (i % 7),
+            )
+        )
+    return Workload("steady", tuple(jobs))
+
+
+QUEUES = Tenancy((Queue.of("a", 4), Queue.of("b", 2), Queue.of("c", 2)))
+
+
+def replay(policy: Policy, tenancy: Tenancy | None) -> tuple[SimResult, int]:
+    sim = Simulator(workload(), parse_cluster("2x4"), policy, tenancy=tenancy)
+    result = sim.run()
+    return result, sim.passes
+
+
+@pytest.mark.parametrize("queues", [False, True], ids=["plain", "fair-share"])
+def test_skipped_ticks_leave_the_replay_unchanged(queues: bool) -> None:
+    tiresias = "tiresias:threshold=3600"  # a threshold the long jobs cross
+    tenancy = QUEUES if queues else None
+
+    def build(hide: bool) -> Policy:
+        # Hidden at both levels: the layer's own memo asks the inner policy too.
+        inner: Policy = Hidden(create(tiresias)) if hide else create(tiresias)
+        policy: Policy = FairShare(inner, min_run=60.0) if queues else inner
+        return Hidden(policy) if hide else policy
+
+    skipping, fewer = replay(build(False), tenancy)
+    every, all_ticks = replay(build(True), tenancy)
+    assert skipping.summary.preemptions > 0  # the thresholds mattered
+    assert [(r.id, r.first_start, r.end, r.preemptions) for r in skipping.records] == [
+        (r.id, r.first_start, r.end, r.preemptions) for r in every.records
+    ]
+    assert fewer < all_ticks / 2, (fewer, all_ticks)
