@@ -41,6 +41,14 @@ may do. Every start is a
 whole group with what was preempted or resized for it, checked before
 it is recorded, so no GPU is ever given twice.
 
+A guarantee is kept over time, not at every instant (docs/queues.md): a
+queue that has had more than its guaranteed fraction of the GPU-time used
+lately (decayed usage, `QueueShare.ahead`) lends what it holds like a
+borrower: it does not reclaim, no idle GPU is held for it, and the inner
+policy may preempt its jobs once they ran `min_run` (so tiresias's and
+srtf's short jobs go first across queues while the long-running queue
+is repaid later). A queue behind on its fraction keeps the rules above.
+
 Jobs that name no queue keep running once queues exist (docs/queues.md):
 the default queue owns the uncovered GPUs, and any job, preemptible or
 not, may borrow idle GPUs beyond its queue's guarantee. When a lender
@@ -51,7 +59,9 @@ reclaims them, a non-preemptible borrower is requeued and restarts
 Cost: the layer's book (`fairshare_queues.shares`) is counted from the
 snapshot in one sweep, two inner turns at most, and a pass that decided
 nothing is remembered until the jobs, GPUs or `min_run` deadlines
-change (`_still_quiet`).
+change, or the inner policy's choice can change with time
+(`steady_until`; `_still_quiet`). A host that skips ticks asks the layer
+the same (`FairShare.steady_until`).
 
 Sources: Kueue's ClusterQueue nominal quota, cohort borrowing and
 reclaim within the cohort; NVIDIA KAI's deserved quota, over-quota

@@ -1,7 +1,8 @@
 """Reclaim: a queue below its guarantee takes its GPUs back from queues that borrowed.
 
 Step 2 of a fair-share pass (see `core.fairshare`): each queue below its
-guarantee with a waiting job that fits in it (its GPUs in use plus the
+guarantee and behind on its fraction of the GPU-time (not `ahead`) with a
+waiting job that fits in it (its GPUs in use plus the
 job's at most its guarantee) starts that job, in the inner policy's
 order, on free GPUs, or else on GPUs of jobs it preempts (`victims`):
 jobs of other queues over their deserved share that have run `min_run`

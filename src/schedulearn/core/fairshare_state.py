@@ -108,7 +108,8 @@ class PassState:
         A job of a queue with waiting jobs (the inner policy reorders a
         queue's own jobs, e.g. tiresias's least attained service first), or
         of a queue over its deserved share that has run `min_run`, never
-        taking that queue below its guarantee.
+        taking that queue below its guarantee, or of a queue ahead on its
+        fraction of the GPU-time (`QueueShare.ahead`) that has run `min_run`.
         """
         owner = self.book[job.queue]
         if owner.pending > 0:
