@@ -36,6 +36,9 @@ class ShareRule(StrEnum):
     # Its queue is below its guarantee: GPUs others borrowed come back to it
     # once their jobs have run the minimum time.
     RECLAIM = "reclaim"
+    # Its queue is below its guarantee but has had more than its fraction of
+    # the GPU-time lately: it takes nothing back until the others catch up.
+    AHEAD = "ahead"
     # Too few GPUs are idle, and the busy ones are other queues' guarantees.
     HELD = "held"
 
@@ -57,6 +60,9 @@ class ShareReason:
     # Other queues: (name, GPUs in use, guaranteed GPUs), most held first;
     # those that borrowed beyond their guarantee (RECLAIM) or all (HELD).
     holders: tuple[tuple[str, int, int], ...] = ()
+    # AHEAD: its share of the GPU-time used lately, and its guaranteed share.
+    had: float = 0.0
+    promised: float = 0.0
 
     @property
     def message(self) -> str:
@@ -74,6 +80,12 @@ class ShareReason:
             return (
                 f"{q} uses {self.used} of its {self.guaranteed} guaranteed GPUs: it takes back "
                 f"GPUs borrowed by {who}{more} once their jobs have run the minimum time"
+            )
+        if self.rule is ShareRule.AHEAD:
+            return (
+                f"{q} uses {self.used} of its {self.guaranteed} guaranteed GPUs but had "
+                f"{self.had:.0%} of the GPU-time used lately against its {self.promised:.0%}: "
+                "it takes nothing back until the other queues catch up, and waits for idle GPUs"
             )
         # "team-a holds 4 GPUs of its guarantee, team-b 2 (1 of its guarantee)"
         held = [
@@ -132,6 +144,15 @@ def share_reason(
     if job.gpus <= free:
         return None
     others = [o for o in book.values() if o.name != s.name and o.used > 0]
+    if s.used + job.gpus <= s.guaranteed and s.ahead:
+        used_lately = sum(u for u in tenancy.usage.values() if u > 0)
+        return reason(
+            ShareRule.AHEAD,
+            gpus=job.gpus,
+            free=free,
+            had=tenancy.usage.get(s.name, 0.0) / used_lately,
+            promised=s.guaranteed / view.total_gpus,
+        )
     if s.used + job.gpus <= s.guaranteed:
         lent = [o for o in others if o.used > o.guaranteed]
         if lent:
