@@ -1457,3 +1457,38 @@ class UsageReport(_Reply):
     since: float
     until: float
     rows: list[UsageRow]
+
+
+class AcctRow(_Reply):
+    """One job's accounting line (`schedulearn acct`, like Slurm's `sacct`).
+
+    Only fields every signed-in user sees of any job
+    (`server.services.visibility`): no detail of the job is in it."""
+
+    id: int
+    name: str
+    user: str
+    queue: str = Field(description="The job's queue (the default queue when it named none)")
+    state: JobState
+    exit_code: int | None
+    submitted_at: float
+    started_at: float | None = Field(description="Its first start (None: never started)")
+    ended_at: float | None
+    waited_seconds: float = Field(
+        description="From submission to its first start (to its end, or now, when it never started)"
+    )
+    ran_seconds: float = Field(
+        description="Time its attempts held GPUs, every attempt, up to now for one running"
+    )
+    gpu_hours: float = Field(description="GPU-hours its attempts held, every attempt")
+    restarts: int
+    preemptions: int
+
+
+class AcctReport(_Reply):
+    """The jobs active in [since, until] that the filters keep, oldest first."""
+
+    since: float
+    until: float
+    total: int = Field(description="Jobs the filters keep; `rows` holds the first `limit`")
+    rows: list[AcctRow]

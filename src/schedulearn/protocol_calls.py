@@ -45,6 +45,7 @@ SINCE: dict[str, int] = {
     "DELETE /api/v1/nodes/{name}": 3,
     "DELETE /api/v1/queues/{name}": 3,
     "DELETE /api/v1/tokens/{token_id}": 3,
+    "GET /api/v1/acct": 3,
     "GET /api/v1/jobs/{job_id}/logs/full": 3,
     "GET /api/v1/protocol": 3,
     "GET /api/v1/queues": 3,

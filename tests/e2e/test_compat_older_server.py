@@ -111,6 +111,7 @@ def test_this_cli_and_agent_work_against_an_older_server(
     said = _refused(cluster, "queue", "list")
     assert f"{speaks} and does not know GET /api/v1/queues" in said
     assert f"needs protocol {PROTOCOL_VERSION}" in said and "upgrade the server" in said
+    assert f"{speaks} and does not know GET /api/v1/acct" in _refused(cluster, "acct")
     said = _refused(cluster, "submit", "--queue", "research", "--", "true")
     assert f"{speaks} and does not know the field JobSpec.queue" in said
     with cluster.client() as client, pytest.raises(ProtocolTooOld, match="hold"):

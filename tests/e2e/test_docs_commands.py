@@ -112,7 +112,9 @@ def _user(home: Path, clone: Path, uv_cache: str) -> dict[str, str]:
         XDG_CONFIG_HOME=str(home / ".config"),
         XDG_DATA_HOME=str(home / ".local" / "share"),
         XDG_STATE_HOME=str(home / ".local" / "state"),
-        # The clone's tools, then ~/.local/bin (Debian's ~/.profile adds it: `uv tool install`).
+        # The clone's tools, as `source .venv/bin/activate` puts them (README.md: the
+        # docs' bare `schedulearn` works in an activated shell; a `uv run` block
+        # works in any), then ~/.local/bin (Debian's ~/.profile adds it: `uv tool install`).
         PATH=os.pathsep.join([str(clone / ".venv" / "bin"), str(home / ".local" / "bin"), path]),
         PYTHONUNBUFFERED="1",
     )

@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 def _fresh_user(home: Path) -> dict[str, str]:
     """A user with nothing set up: no SCHEDULEARN_* variables, XDG dirs under `home`,
     and the interpreter's scripts directory first on PATH, as `uv run` puts it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULEARN_")}
+    # Nor `uv run`'s marks, which a test run under `uv run` would hand down.
+    fresh = ("SCHEDULEARN_", "UV_RUN_RECURSION_DEPTH", "VIRTUAL_ENV")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(fresh)}
     env.update(
         HOME=str(home),
         XDG_CONFIG_HOME=str(home / ".config"),
@@ -94,7 +96,10 @@ def test_up_then_submit_the_readme_example_then_ctrl_c(tmp_path: Path) -> None:
         assert _processes_naming(f"127.0.0.1:{port}"), "no agent process to look at"
         assert not _processes_naming(agent_secret)
 
-        submitted = _cli(env, "submit", "--gpus", "1", "--", "python", "examples/train_toy.py")
+        submitted = subprocess.run(
+            ["bash", "-c", "schedulearn submit --gpus 1 -- python examples/train_toy.py"],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
         assert submitted.returncode == 0, submitted.stderr
         match = re.search(r"submitted job (\d+)", submitted.stdout)
         assert match, submitted.stdout
@@ -120,6 +125,9 @@ def test_up_then_submit_the_readme_example_then_ctrl_c(tmp_path: Path) -> None:
     assert "local agent 'local'" in said
     # `up` says where the tokens are, and prints none of them.
     assert f"are in {config} (readable only by you)" in said, said
+    # This install's scripts are first on this user's PATH: `up` names the bare
+    # command, the one that ran `submit` above (through the shell, by name).
+    assert "from another shell: schedulearn submit --gpus 1 -- echo hello" in said, said
     assert written["token"] not in said and agent_secret not in said
     assert not re.search(r"sl(ad|us|ag)_", said), said
     assert _cli(env, "nodes").returncode != 0, "the server still answers after Ctrl-C"

@@ -17,6 +17,7 @@ from wire_agent import WireAgent
 from schedulearn.protocol import (
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
+    AcctReport,
     JobPublic,
     QueueList,
     QueuePublic,
@@ -267,3 +268,40 @@ def test_a_job_its_queue_could_never_start_is_refused_at_submit(qapi: Api) -> No
     )
     submit(qapi, queue="capped", gpus=1)  # within the limit
     submit(qapi, gpus=2)  # the default queue has no limit
+
+
+def test_acct_counts_a_preemption_and_sums_to_usage(qapi: Api) -> None:
+    node = WireAgent(qapi, "n1", gpus=2)
+    node.register()
+    add_queue(qapi, name="A", guaranteed={"": 1})
+    add_queue(qapi, name="B", guaranteed={"": 1})
+    a_jobs = [submit(qapi, queue="A", gpus=1, preemptible=True) for _ in range(2)]
+    starts = node.work_until(lambda b: len(b.starts) == 2).starts
+    for s in starts:
+        node.start(s.job_id, s.attempt)
+    qapi.settle()
+    b_job = submit(qapi, queue="B", gpus=1, preemptible=True)
+    (stop,) = node.work_until(lambda b: len(b.stops) >= 1).stops
+    attempts = {s.job_id: s.attempt for s in starts}
+    node.exit(stop.job_id, attempts[stop.job_id], -15)
+    (b_start,) = node.work_until(lambda b: any(s.job_id == b_job for s in b.starts)).starts
+    node.start(b_job, b_start.attempt)
+    qapi.settle()
+
+    report = AcctReport.model_validate(qapi.get("/api/v1/acct?since=1h").json())
+    rows = {r.id: r for r in report.rows}
+    assert sorted(rows) == sorted([*a_jobs, b_job]) and report.total == 3
+    victim = rows[stop.job_id]
+    assert (victim.queue, victim.state, victim.preemptions) == ("A", "pending", 1)
+    assert victim.ran_seconds > 0 and victim.gpu_hours > 0 and victim.started_at is not None
+    assert rows[b_job].queue == "B" and rows[b_job].started_at is not None
+    only_b = qapi.get("/api/v1/acct", params={"queue": "B", "state": "running"}).json()
+    assert [r["id"] for r in only_b["rows"]] == [b_job]
+    # Per job and per queue, GPU-hours are the one rule (`services.holds`).
+    usage = UsageReport.model_validate(qapi.get("/api/v1/usage?by=queue&since=1h").json())
+    per_queue = {r.key: r.gpu_hours for r in usage.rows}
+    for queue in ("A", "B"):
+        mine = sum(r.gpu_hours for r in rows.values() if r.queue == queue)
+        assert mine == pytest.approx(per_queue[queue], abs=1e-4)
+    refused = qapi.get("/api/v1/acct?since=yesterday")
+    assert refused.status_code == 400 and "90m, 12h, 7d, 2w" in refused.json()["error"]

@@ -12,12 +12,16 @@ naming the server's version and what to upgrade. Errors become `ApiError`
 with the server's own message (which says what to change).
 
 A call the server could not take (503 with Retry-After: its database is
-down or full, nothing was changed) or could not be reached for (connection
-refused: nothing was sent) is tried again with backoff for up to
-`retry_seconds`; given several server addresses (replicas), it goes to the
-next one at once and backs off only once every one has failed in a row.
+down or full, nothing was changed) is tried again with backoff for up to
+`retry_seconds`. A server that cannot be reached (connection refused, or
+not made within `http.CONNECT_SECONDS`) fails the call at once, naming the
+address tried, when it is the only address (issue 35: a CLI command with
+no server answering ends within 2 s, not 20). Given several addresses
+(replicas), it goes to the next one at once, and backs off and tries the
+list again for up to `retry_seconds` once every one has failed in a row:
+one replica may be restarting while another takes over.
 A call that may have reached the server before the connection broke is
-tried again only when repeating it is harmless: reads,
+tried again (on a replica list) only when repeating it is harmless: reads,
 and submissions, which carry an `Idempotency-Key` (one per `submit`, the
 same on every try) so the server returns the jobs of the first try.
 """
@@ -200,8 +204,9 @@ class Client:
             try:
                 response = self._http.request(method, API_PREFIX + path, **kwargs)
             except TransportError as exc:
-                # Refused or timed out connecting: the request never left.
-                if exc.unsent or repeatable:
+                # `unsent`: refused or timed out connecting, the request never left.
+                # One address: nothing to fail over to, so no retry (issue 35).
+                if self.replicas and (exc.unsent or repeatable):
                     # The next address at once (each is tried even with no time
                     # left); a pause only after all of them failed in a row.
                     if not self._http.failed():
@@ -209,11 +214,7 @@ class Client:
                     if left > 0:
                         time.sleep(min(backoff.next_delay(), left))
                         continue
-                raise ApiError(
-                    0,
-                    f"cannot reach the server at {self.server} ({exc}); start it with "
-                    "`schedulearn up`, or pass --server / set SCHEDULEARN_SERVER",
-                ) from None
+                raise ApiError(0, self._unreachable(exc)) from None
             unavailable = response.status_code == 503 or (
                 response.status_code in (502, 504) and repeatable
             )
@@ -225,6 +226,21 @@ class Client:
                     continue
             self._http.succeeded()
             return response
+
+    @property
+    def replicas(self) -> bool:
+        """Whether several addresses were given (replicas to fail over between)."""
+        return len(self._http.rotation.addresses) > 1
+
+    def _unreachable(self, exc: TransportError) -> str:
+        """What a call that reached no server says: the addresses tried, and what to do."""
+        from schedulearn.cli import invocation
+
+        tried = f"any of {self.server}" if self.replicas else self.server
+        return (
+            f"cannot reach the server at {tried} ({exc}); start one with "
+            f"`{invocation.command()} up`, or pass --server / set SCHEDULEARN_SERVER"
+        )
 
     def _reply(self, read: Callable[[object], T], method: str, path: str, **kwargs: Any) -> T:
         """One call's reply read by `read` (a `cli.replies` parser)."""

@@ -24,6 +24,12 @@ from urllib.parse import urlencode, urlsplit
 
 from schedulearn.failover import PREFER_HEADER, Rotation, ServerListError, parse_servers
 
+# A server that has not taken the connection by then is taken as not there: an
+# address that drops packets (a host that is down) fails as fast as a closed
+# port, and with it the whole command (issue 35: at most 2 s with no server).
+# A reply, once the connection is made, is waited for as long as the caller says.
+CONNECT_SECONDS = 1.5
+
 
 class TransportError(Exception):
     """The server could not be reached, or the connection broke.
@@ -136,14 +142,17 @@ class Http:
         self.rotation.succeeded()
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
+        """A connection made within CONNECT_SECONDS, then reading with `timeout`."""
         address = self._address
         cls = http.client.HTTPSConnection if address.https else http.client.HTTPConnection
-        conn = cls(address.host, address.port, timeout=timeout)
+        conn = cls(address.host, address.port, timeout=CONNECT_SECONDS)
         try:
             conn.connect()
         except OSError as exc:
             conn.close()
             raise TransportError(str(exc) or type(exc).__name__, unsent=True) from None
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
         return conn
 
     def _url(self, path: str, params: Mapping[str, Any] | None) -> str:

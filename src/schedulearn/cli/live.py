@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, TypedDict
 import typer
 from rich.console import Console
 
+from schedulearn.cli import invocation
 from schedulearn.cli.config import config_path, load_file, save
 from schedulearn.settings import ServerSettings
 
@@ -217,7 +218,21 @@ def up(
         soft_wrap=True,  # a path broken over two lines cannot be copied
         highlight=False,
     )
-    err.print("  try: schedulearn submit --gpus 1 -- echo hello")
+    # The exact command for this install: in a clone the bare name is on no
+    # other shell's PATH until its environment is activated (issue 35).
+    cli = invocation.command()
+    err.print(
+        f"  from another shell: {cli} submit --gpus 1 -- echo hello",
+        highlight=False,
+        soft_wrap=True,
+    )
+    activate = invocation.activation()
+    if activate is not None:
+        err.print(
+            f"  or `{activate}` once per shell, then `schedulearn ...`",
+            highlight=False,
+            soft_wrap=True,
+        )
     err.print(f"  web page: {url}/ui (sign in with the `token` in {path})")
     err.print("  Ctrl-C stops both.")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -47,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "token": "schedulearn.cli.identity_cmd",
     "queue": "schedulearn.cli.queue_cmd",
     "usage": "schedulearn.cli.queue_cmd",
+    "acct": "schedulearn.cli.acct_cmd",
 }
 
 

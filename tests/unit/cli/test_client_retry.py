@@ -1,6 +1,7 @@
 """The CLI's client under a server that is unavailable for a while: it tries a
 503 again (after Retry-After) with the same Idempotency-Key, retries a
-connection that was refused, and gives up on other errors at once.
+connection that was refused when given replicas (and gives up at once,
+naming the address, when given one), and gives up on other errors at once.
 
 The server here is a real HTTP server on 127.0.0.1 (the standard library's),
 scripted to answer a given sequence of statuses and to record what it got.
@@ -80,17 +81,40 @@ def test_each_submission_gets_its_own_key(port: int) -> None:
         assert len({seen[IDEMPOTENCY_HEADER] for seen in server.seen}) == 2
 
 
-def test_a_refused_connection_is_tried_until_the_server_is_up(port: int) -> None:
+def test_a_refused_connection_is_tried_until_a_replica_is_up(port: int) -> None:
+    other = f"http://127.0.0.1:{free_port()}"  # never up
     replies: list[list[int]] = []
-    with Client(f"http://127.0.0.1:{port}", "t", retry_seconds=60) as client:
+    with Client(f"{other},http://127.0.0.1:{port}", "t", retry_seconds=60) as client:
         thread = threading.Thread(
             target=lambda: replies.append(client.submit(JobSpec(command=["true"])).ids)
         )
-        thread.start()  # nothing listens on the port yet: refused
+        thread.start()  # nothing listens on either port yet: refused
         for late in serve(Scripted(port, [])):
             thread.join(timeout=60)
             assert replies == [[7]]
             assert len(late.seen) == 1
+
+
+def test_one_address_that_refuses_fails_at_once_naming_it(port: int) -> None:
+    # A retry budget that would keep it trying for a minute on a replica list:
+    # with one address there is nothing to fail over to (issue 35).
+    with Client(f"http://127.0.0.1:{port}", "t", retry_seconds=60) as client:
+        failed: list[ApiError] = []
+
+        def submit() -> None:
+            try:
+                client.submit(JobSpec(command=["true"]))
+            except ApiError as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=submit)
+        thread.start()  # nothing listens on the port: refused
+        thread.join(timeout=30)  # it must not still be trying when the server comes up
+        for late in serve(Scripted(port, [])):
+            thread.join(timeout=60)
+            assert len(failed) == 1, "gave up only once a server was there"
+            assert f"cannot reach the server at http://127.0.0.1:{port} " in failed[0].message
+            assert late.seen == []
 
 
 def test_other_errors_and_a_spent_budget_fail_at_once(port: int) -> None:

@@ -41,7 +41,7 @@ def loaded_by(command: str, probe: str = "") -> set[str]:
 HEAVY = {"fastapi", "uvicorn", "sqlalchemy", "sqlmodel", "docker", "rich", "yaml", "httpx"}
 
 
-@pytest.mark.parametrize("command", ["jobs", "whoami", "show", "logs", "cancel", "nodes"])
+@pytest.mark.parametrize("command", ["jobs", "whoami", "show", "logs", "cancel", "nodes", "acct"])
 def test_user_commands_load_no_server_agent_simulator_or_rich(command: str) -> None:
     found = loaded_by(command)
     assert not HEAVY & found, sorted(HEAVY & found)

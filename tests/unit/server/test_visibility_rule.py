@@ -56,3 +56,15 @@ def test_every_public_field_is_a_queue_fact_or_a_detail() -> None:
         "owner and admins only) nor queue facts (QUEUE_FACTS here: everyone); place each"
     )
     assert not set(DETAILS) & scheduling, "a scheduling field is everyone's to see"
+
+
+def test_an_acct_row_holds_no_detail_so_it_may_list_every_job() -> None:
+    # `acct` lists every job to everyone (services.accounting): that is right only
+    # while none of its fields is a detail. A detail added to it must fail here.
+    from schedulearn.protocol import AcctRow
+
+    assert not set(AcctRow.model_fields) & {*DETAILS, "env", "secret_env", "logs"}
+    # Its job fields are ones JobPublic shows to everyone; the rest are figures
+    # computed from the job's history (times, GPU-hours).
+    computed = {"queue", "waited_seconds", "ran_seconds", "gpu_hours"}
+    assert set(AcctRow.model_fields) - computed <= set(JobPublic.model_fields) - set(DETAILS)

@@ -1,5 +1,6 @@
-"""/api/v1/queues (tenant queues: list for all, add/change/remove for admins) and
-/api/v1/usage (GPU-hours, jobs, mean wait per user or queue).
+"""/api/v1/queues (tenant queues: list for all, add/change/remove for admins),
+/api/v1/usage (GPU-hours, jobs, mean wait per user or queue) and
+/api/v1/acct (the same per job).
 
 Routers parse, call one service function, render. A change to a queue
 wakes the scheduler: guarantees and limits apply from the next pass.
@@ -13,6 +14,8 @@ from fastapi import APIRouter, Path, Query
 
 from schedulearn.protocol import (
     QUEUE_NAME_PATTERN,
+    AcctReport,
+    JobState,
     QueueCreate,
     QueueHistory,
     QueueList,
@@ -24,7 +27,7 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.api.deps import Admin, State, User
 from schedulearn.server.errors import ERROR_RESPONSES
-from schedulearn.server.services import queue_admin, usage
+from schedulearn.server.services import accounting, queue_admin, usage
 
 router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 
@@ -110,3 +113,25 @@ async def get_usage(
     ] = usage.DEFAULT_SINCE,
 ) -> UsageReport:
     return await state.db.run(usage.report, by, since, state.clock.now())
+
+
+@router.get(
+    "/acct",
+    response_model=AcctReport,
+    tags=["queues"],
+    summary="Per job: waited, ran, GPU-hours, restarts, preemptions (jobs active since a time)",
+)
+async def get_acct(
+    state: State,
+    _who: User,
+    user: Annotated[str | None, Query(max_length=100)] = None,
+    queue: Annotated[str | None, Query(max_length=63)] = None,
+    job_state: Annotated[list[JobState] | None, Query(alias="state")] = None,
+    since: Annotated[
+        str,
+        Query(max_length=40, description="A span back from now (12h, 7d, 2w) or a UTC date"),
+    ] = accounting.DEFAULT_SINCE,
+    limit: Annotated[int, Query(ge=1, le=accounting.MAX_ROWS)] = 1000,
+) -> AcctReport:
+    where = accounting.AcctFilter(user, queue, tuple(job_state or ()))
+    return await state.db.run(accounting.report, where, since, limit, state.clock.now())

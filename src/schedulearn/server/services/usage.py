@@ -2,9 +2,8 @@
 
 Owns nothing; it reads the job history like Slurm's `sreport` reads its
 accounting. Over a window [since, now]:
-- GPU-hours: each attempt of a job holds the GPUs of its parts
-  (`job_part`) from its move to `assigned` until it leaves the holding
-  states (back to `pending`, or an end), or until now; clipped to the window;
+- GPU-hours: each attempt's hold on its GPUs (`services.holds`), clipped
+  to the window;
 - jobs: those submitted in the window; started: of those, the ones that
   have started; mean wait: from submission to their first start.
 A job that names no queue counts for the default queue.
@@ -24,18 +23,11 @@ from schedulearn.core.fairshare_queues import DEFAULT_QUEUE
 from schedulearn.protocol import JobState, UsageBy, UsageReport, UsageRow
 from schedulearn.server.errors import BadRequest
 from schedulearn.server.models import Job, JobPart, JobTransition
+from schedulearn.server.services.holds import attempt_holds
 from schedulearn.server.services.queues import job_queue_column
 
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-# Leaving these ends an attempt's hold on its GPUs.
-_RELEASED = (
-    JobState.PENDING,
-    JobState.SUCCEEDED,
-    JobState.FAILED,
-    JobState.CANCELLED,
-    JobState.LOST,
-)
 _HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 DEFAULT_SINCE = "30d"
 
@@ -121,35 +113,7 @@ def _gpu_seconds(session: Session, since: float, now: float) -> dict[int, float]
         select(col(JobTransition.job_id)).where(col(JobTransition.at) >= since),
         select(col(Job.id)).where(col(Job.state).in_(_HOLDING)),
     ).subquery()
-    gpus: dict[tuple[int, int], int] = defaultdict(int)
-    for job_id, attempt, held in session.execute(
-        select(col(JobPart.job_id), col(JobPart.attempt), col(JobPart.gpus)).where(
-            col(JobPart.job_id).in_(select(relevant.c[0]))
-        )
-    ):
-        gpus[(job_id, attempt)] += len(held or ())
-    starts: dict[tuple[int, int], float] = {}
-    ends: dict[tuple[int, int], float] = {}
-    for job_id, attempt, to_state, at in session.execute(
-        select(
-            col(JobTransition.job_id),
-            col(JobTransition.attempt),
-            col(JobTransition.to_state),
-            col(JobTransition.at),
-        )
-        .where(col(JobTransition.job_id).in_(select(relevant.c[0])))
-        .order_by(col(JobTransition.id))
-    ):
-        key = (job_id, attempt)
-        state = JobState(to_state)
-        if state is JobState.ASSIGNED:
-            starts.setdefault(key, at)
-        elif state in _RELEASED and key in starts:
-            ends.setdefault(key, at)
     out: dict[int, float] = defaultdict(float)
-    for key, start in starts.items():
-        end = ends.get(key, now)
-        seconds = min(end, now) - max(start, since)
-        if seconds > 0:
-            out[key[0]] += seconds * gpus.get(key, 0)
+    for hold in attempt_holds(session, select(relevant.c[0])):
+        out[hold.job_id] += hold.seconds(since, now) * hold.gpus
     return out
