@@ -75,6 +75,7 @@ from pydantic import (
     model_validator,
 )
 
+from schedulearn.core import dependencies
 from schedulearn.core.goodput import GoodputReport
 
 API_PREFIX = "/api/v1"
@@ -752,6 +753,19 @@ class JobSpec(_Request):
         max_length=50,
         description="Node labels the job needs, all of them (like Slurm features)",
     )
+    dependency: str | None = Field(
+        default=None,
+        max_length=1000,
+        description="Start only after other jobs end (Slurm's --dependency): "
+        "afterok|afterany|afternotok:ID[:ID...], several joined by ','; an array's id "
+        "stands for every task of the array",
+    )
+
+    @field_validator("dependency")
+    @classmethod
+    def _dependency_parses(cls, value: str | None) -> str | None:
+        # Stored canonical (`afterok:12:13,afterany:14`); a bad one says what to write.
+        return None if value is None or not value.strip() else dependencies.canonical(value)
 
     @field_validator("command")
     @classmethod
@@ -937,6 +951,7 @@ class JobPublic(_Reply):
     array_size: Small | None = None
     array_limit: Small | None = None
     held: bool = False
+    dependency: BoundedText | None = None
     # End of the declared fields.
 
 

@@ -214,6 +214,15 @@ def submit(
         str | None, typer.Option("--estimated-duration", help="e.g. 30m, 2h")
     ] = None,
     preemptible: Annotated[bool | None, typer.Option("--preemptible/--not-preemptible")] = None,
+    dependency: Annotated[
+        str | None,
+        typer.Option(
+            "--dependency",
+            "-d",
+            help="Start after other jobs end: afterok|afterany|afternotok:ID[:ID...], "
+            "several joined by ','; an array's id means all its tasks",
+        ),
+    ] = None,
     queue: Annotated[
         str | None,
         typer.Option("--queue", "-q", help="The tenant queue (team) [your default queue]"),
@@ -265,6 +274,7 @@ def submit(
         "launcher": launcher,
         "estimated_duration": estimated,
         "preemptible": preemptible,
+        "dependency": dependency,
         "queue": queue,
         "workdir": workdir,
     }

@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from schedulearn.core.dependencies import Outcome
     from schedulearn.core.fairshare_queues import Tenancy
     from schedulearn.core.goodput import JobGoodput
 
@@ -300,6 +301,10 @@ class JobView:
     # Held by its owner or an admin (`schedulearn hold`): it keeps its place
     # but does not start until released.
     held: bool = field(default=False, metadata=KEPT)
+    # Starts only once other jobs have ended as named (`submit --dependency
+    # afterok:12:13,afterany:14`), in the text `core.dependencies` parses;
+    # None: no dependency. `core.eligibility` keeps it for every policy.
+    dependency: str | None = field(default=None, metadata=SUBMITTED)
     # Fraction done, when the simulator knows it (not the live progress report).
     progress: float | None = field(default=None, metadata=VIEW)
 
@@ -396,6 +401,10 @@ class ClusterView:
     # fair-share layer (core.fairshare), which is why it lives in the view:
     # see core/fairshare_queues.py for why queues are not policy options.
     tenancy: Tenancy | None = None
+    # Optional: what became of each job that a pending job's `dependency`
+    # names (job or array id -> core.dependencies.Outcome), filled by the
+    # host; read by core.eligibility. None: no pending job names any.
+    outcomes: Mapping[int, Outcome] | None = None
 
     @property
     def free_gpus(self) -> int:

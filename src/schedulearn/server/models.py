@@ -126,6 +126,7 @@ class Job(_Table, table=True):
     array_size: int | None = column(JobView, "array_size")
     array_limit: int | None = column(JobView, "array_limit")
     held: bool = column(JobView, "held")
+    dependency: str | None = column(JobView, "dependency")
     # End of the declared fields.
 
 

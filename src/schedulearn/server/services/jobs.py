@@ -35,6 +35,7 @@ from schedulearn.server.errors import BadRequest, Conflict, Forbidden, NotFound,
 from schedulearn.server.models import Job, JobTransition
 from schedulearn.server.services import (
     checkpoints,
+    dependencies,
     job_listing,
     lifecycle,
     progress,
@@ -195,6 +196,8 @@ def submit(
             spec = members.admit(spec, caller)  # its queue: named, the owner's default
             stored = _normalised(spec)  # once, for the check and the row
             check_servable(stored, nodes, members)
+            if spec.dependency:
+                dependencies.check_named(session, spec.dependency)
         except (BadRequest, Forbidden, Unservable) as exc:
             results.append(exc)
             batches.append([])

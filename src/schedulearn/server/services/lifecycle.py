@@ -377,8 +377,9 @@ def late_exit(
     return changes
 
 
-def cancel(session: Session, job: Job, now: float, by: str) -> Changes:
-    """Cancel a job in any unfinished state; running parts get a stop order."""
+def cancel(session: Session, job: Job, now: float, by: str, why: str | None = None) -> Changes:
+    """Cancel a job in any unfinished state; running parts get a stop order.
+    `why`: the job's message, when not "cancelled by `by`"."""
     changes = Changes(scheduler=True, jobs={job.id or 0})
     state = JobState(job.state)
     parts = live_parts(session, job.id or 0, job.attempt) if state.holds_gpus else []
@@ -388,7 +389,7 @@ def cancel(session: Session, job: Job, now: float, by: str) -> Changes:
         job,
         JobState.CANCELLED,
         now,
-        f"cancelled by {by}",
+        why or f"cancelled by {by}",
         resume_placement=None,
         resume_kind=None,
         **_accrue(job, now),
