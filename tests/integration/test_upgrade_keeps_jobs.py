@@ -30,7 +30,7 @@ from previous_source import source_at
 from schedulearn.server import db, models  # noqa: F401  (registers the tables)
 from schedulearn.server.services import jobs, nodes, snapshot
 
-# The last commit before revision 0014_job_dependency: schema at 0013. Move it
+# The last commit before revision 0014_job_dependency_time_limit: schema at 0013. Move it
 # to the commit before the next revision that changes tables with rows.
 PREVIOUS_SCHEMA = "20a55b0ef05cdd4b7f7581db1172cf2896d1bc53"
 # Schedulearn 0.1.0 (the commit tests/e2e/test_compat.py runs as that release):

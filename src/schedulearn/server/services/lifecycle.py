@@ -377,6 +377,16 @@ def late_exit(
     return changes
 
 
+def time_out(session: Session, job: Job, now: float, why: str) -> Changes:
+    """End a running job at its time limit: `timeout` now, and its parts get a
+    stop order (the agent sends SIGTERM, then SIGKILL after the grace)."""
+    changes = Changes(scheduler=True, jobs={job.id or 0})
+    parts = live_parts(session, job.id or 0, job.attempt)
+    transition(session, job, JobState.TIMEOUT, now, why, **_accrue(job, now))
+    stop_parts(parts, StopReason.CANCEL, changes, session)
+    return changes
+
+
 def cancel(session: Session, job: Job, now: float, by: str, why: str | None = None) -> Changes:
     """Cancel a job in any unfinished state; running parts get a stop order.
     `why`: the job's message, when not "cancelled by `by`"."""

@@ -106,6 +106,7 @@ def _facts(session: Session, views: list[JobView], now: float) -> list[JobFacts]
             estimated_duration=v.estimated_duration,
             service_seconds=v.service_at(now),
             progress=extra.get(v.id, (None, None))[1],
+            time_limit=v.time_limit,
         )
         for v in views
     ]

@@ -35,6 +35,7 @@ _RELEASED = (
     JobState.FAILED,
     JobState.CANCELLED,
     JobState.LOST,
+    JobState.TIMEOUT,
 )
 _HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 DEFAULT_SINCE = "30d"
