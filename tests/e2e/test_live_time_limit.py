@@ -15,8 +15,9 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from e2e_cluster import Cluster
+from e2e_cluster import ADMIN, Cluster
 
 from waiting import wait_until
 
@@ -43,6 +44,15 @@ def submit(cluster: Cluster, *args: str) -> int:
     found = re.search(r"submitted job (\d+)", result.stdout + result.stderr)
     assert found, result.stdout + result.stderr
     return int(found[1])
+
+
+def web_page(cluster: Cluster, path: str) -> str:
+    """A web page as a signed-in admin sees it (signed in with the token form)."""
+    with httpx.Client(base_url=cluster.server.url, timeout=30) as web:
+        nonce = re.search(r'name="nonce" value="([^"]+)"', web.get("/ui/login").text)
+        assert nonce
+        web.post("/ui/login", data={"token": ADMIN, "nonce": nonce[1], "next": "/ui/jobs"})
+        return web.get(path).text
 
 
 def _alive(pid: int) -> bool:
@@ -75,6 +85,8 @@ def test_a_job_past_its_limit_gets_sigterm_and_ends_timeout(cluster: Cluster) ->
     assert "timeout" in shown and "stopped at its time limit" in shown and "3s" in shown
     listing = ok(cluster.cli("jobs", "--state", "timeout")).stdout
     assert re.search(rf"^{polite}\s", listing, re.M), listing
+    page = web_page(cluster, f"/ui/jobs/{polite}")
+    assert "st-timeout" in page and "stopped at its time limit (3s, --time)" in page
 
 
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace(
@@ -110,6 +122,10 @@ def test_show_gives_the_time_left_and_the_limit_as_the_expected_run_time(
         shown = ok(cluster.cli("show", str(long))).stdout
         assert re.search(r"time left\s+\d+m\d\ds", shown), shown
         assert re.search(r"time limit\s+1h00m", shown), shown
+        limit = re.search(
+            r'data-testid="time-limit">(.*?)</dd>', web_page(cluster, f"/ui/jobs/{long}")
+        )
+        assert limit and "left" in limit[1], limit
         wait_until(
             lambda: cluster.client().job(long),
             20,
