@@ -126,11 +126,21 @@ def test_show_gives_the_time_left_and_the_limit_as_the_expected_run_time(
             r'data-testid="time-limit">(.*?)</dd>', web_page(cluster, f"/ui/jobs/{long}")
         )
         assert limit and "left" in limit[1], limit
-        wait_until(
+        running = wait_until(
             lambda: cluster.client().job(long),
             20,
             "the job's expected run time",
             until=lambda j: j.duration_estimate == 3600.0,
         )
+        # A job that needs its GPU is predicted to start when the limit ends it.
+        behind = submit(cluster, "--gpus", "2", "--", "true")
+        waiting = wait_until(
+            lambda: cluster.client().job(behind),
+            20,
+            "a predicted start",
+            until=lambda j: j.predicted_start_at is not None,
+        )
+        assert running.started_at is not None and waiting.predicted_start_at is not None
+        assert abs(waiting.predicted_start_at - (running.started_at + 3600.0)) < 60
     finally:
         ok(cluster.cli("cancel", str(long)))
