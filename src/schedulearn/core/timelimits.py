@@ -16,12 +16,15 @@ from collections.abc import Iterable
 from schedulearn.core.views import JobView
 
 
+def left_of(limit: float | None, served: float) -> float | None:
+    """Seconds of run time left under `limit` after `served` seconds (0 once
+    used up); None without a limit. The simulator stops its jobs by this too."""
+    return None if limit is None else max(0.0, limit - served)
+
+
 def time_left(job: JobView, now: float) -> float | None:
-    """Seconds of run time the job has left under its limit (0 once used up);
-    None without a limit."""
-    if job.time_limit is None:
-        return None
-    return max(0.0, job.time_limit - job.service_at(now))
+    """Seconds of run time the job has left under its limit, as of `now`."""
+    return left_of(job.time_limit, job.service_at(now))
 
 
 def expired(running: Iterable[JobView], now: float) -> list[JobView]:
