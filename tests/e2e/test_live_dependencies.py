@@ -64,6 +64,8 @@ def test_a_pipeline_waits_for_its_dependency_and_the_impossible_is_cancelled(
         ):
             job = c.job(job_id)
             assert job.state == "pending" and job.waiting_reason == why, job
+            # No forecast can say when another job ends as it asks.
+            assert job.predicted_start_at is None, job
     shown = ok(cluster.cli("show", str(train))).stdout
     assert f"waits for job {first} to succeed" in shown
     assert f"afterok:{first}" in shown
