@@ -27,9 +27,11 @@ def time_left(job: JobView, now: float) -> float | None:
     return left_of(job.time_limit, job.service_at(now))
 
 
-def expired(running: Iterable[JobView], now: float) -> list[JobView]:
-    """The running jobs that have used up their limit, oldest first."""
-    out = [j for j in running if j.is_running and time_left(j, now) == 0.0]
+def expired(jobs: Iterable[JobView], now: float) -> list[JobView]:
+    """The jobs that have used up their limit, by id: running ones, and waiting
+    ones whose earlier runs used it up (preempted at their limit), which
+    would otherwise start only to be stopped at once."""
+    out = [j for j in jobs if time_left(j, now) == 0.0]
     return sorted(out, key=lambda j: j.id)
 
 

@@ -2,7 +2,7 @@
 
     pending -> assigned -> running -> succeeded | failed | cancelled
     running | assigned -> preempting -> pending   (suspended; resumes later)
-    running -> timeout   (stopped at its time limit)
+    running | pending -> timeout   (stopped at its time limit, or used it up before)
     assigned | running | preempting -> lost -> pending | failed   (node died)
     pending -> succeeded | failed   (an exit reported late, before a new attempt)
 
@@ -33,7 +33,8 @@ T = JobState.TIMEOUT
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # A requeued job whose lost copy turns out to have ended on its own,
     # reported once its agent is back (`lifecycle.late_exit`).
-    P: frozenset({A, C, S, F}),
+    # A requeued job whose earlier runs used up its time limit: `timeout`.
+    P: frozenset({A, C, S, F, T}),
     # A fast job may report its exit before its start reaches us.
     A: frozenset({R, S, F, C, L, X}),
     R: frozenset({S, F, C, L, X, T}),

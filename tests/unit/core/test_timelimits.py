@@ -30,6 +30,9 @@ def test_time_left_counts_run_time_over_every_attempt() -> None:
     assert [j.id for j in expired([job], 1100.0)] == [1]
     assert time_left(_running(2, 1, started_at=0.0), 5000.0) is None
     assert expired([_running(2, 1, started_at=0.0)], 5000.0) == []
+    # Preempted at its limit and requeued: used up before it starts again.
+    requeued = _job(3, service_seconds=1000.0, time_limit=1000.0)
+    assert [j.id for j in expired([requeued, _job(4, time_limit=10.0)], 1.0)] == [3]
 
 
 def test_the_reason_names_the_limit() -> None:

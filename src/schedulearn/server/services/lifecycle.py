@@ -378,10 +378,11 @@ def late_exit(
 
 
 def time_out(session: Session, job: Job, now: float, why: str) -> Changes:
-    """End a running job at its time limit: `timeout` now, and its parts get a
-    stop order (the agent sends SIGTERM, then SIGKILL after the grace)."""
+    """End a job at its time limit: `timeout` now, and a running one's parts get
+    a stop order (the agent sends SIGTERM, then SIGKILL after the grace)."""
     changes = Changes(scheduler=True, jobs={job.id or 0})
     parts = live_parts(session, job.id or 0, job.attempt)
+    release_reservation(session, job)
     transition(session, job, JobState.TIMEOUT, now, why, **_accrue(job, now))
     stop_parts(parts, StopReason.CANCEL, changes, session)
     return changes

@@ -1,7 +1,9 @@
 """Wall-clock limits, live: each scheduler round stops the running jobs that
 have used up their `--time` (the rule is `core.timelimits`), ending them
 `timeout` with the reason; the agents then stop their runs as for a cancel
-(SIGTERM, the grace period, SIGKILL). Owns no state.
+(SIGTERM, the grace period, SIGKILL). A waiting job whose earlier runs used
+its time up (requeued after a preemption) ends `timeout` without starting.
+Owns no state.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from schedulearn.server.wakeups import Changes
 
 log = logging.getLogger(__name__)
 
+_STATES = (JobState.RUNNING, JobState.PENDING)
 _LIMITED = select(*snapshot.JOBS.columns).where(
-    col(Job.state) == JobState.RUNNING, col(Job.time_limit).is_not(None)
+    col(Job.state).in_(_STATES), col(Job.time_limit).is_not(None)
 )
 
 
 def enforce(session: Session, now: float) -> Changes:
-    """End every running job past its limit (committed); what changed."""
+    """End every running or waiting job past its limit (committed); what changed."""
     changes = Changes()
     views = [snapshot.JOBS.from_row(r) for r in session.connection().execute(_LIMITED)]
     over = timelimits.expired(views, now)
@@ -35,7 +38,7 @@ def enforce(session: Session, now: float) -> Changes:
     try:
         for view in over:
             job = session.get(Job, view.id)
-            if job is not None and job.state == JobState.RUNNING:
+            if job is not None and job.state in _STATES:
                 changes = changes.merge(
                     lifecycle.time_out(session, job, now, timelimits.expired_reason(view))
                 )
