@@ -39,10 +39,12 @@ def test_outcomes_read_jobs_and_whole_arrays(session: Session) -> None:
     array = submit(session, count=3)
     end(session, array[0], JobState.SUCCEEDED)
     end(session, array[1], JobState.FAILED)
-    got = dependencies.outcomes(session, [plain, array[0], 999])
+    got = dependencies.outcomes(session, [plain, array[0], array[1], 999])
     assert got == {
         plain: Outcome(tasks=1, ended=0, succeeded=0),
         array[0]: Outcome(tasks=3, ended=2, succeeded=1, array=True),
+        # A task named by its own id is that task alone.
+        array[1]: Outcome(tasks=1, ended=1, succeeded=0),
     }
     with pytest.raises(BadRequest, match="names job 999, which does not exist"):
         submit(session, dependency="afterok:999")

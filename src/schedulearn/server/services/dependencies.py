@@ -41,17 +41,19 @@ _WAITING = select(col(Job.id), col(Job.dependency)).where(
 def outcomes(session: Session, ids: Iterable[int]) -> dict[int, Outcome]:
     """Each of `ids` that exists: a job, or every task of the array with that id."""
     wanted = sorted(set(ids))
-    if not wanted:
-        return {}
     tasks: dict[int, list[JobState]] = defaultdict(list)
     arrays: set[int] = set()
-    for job_id, array_id, state in session.connection().execute(_NAMED, {"ids": wanted}):
-        # An array's id is its first task's: that id names the whole array.
-        if array_id is not None and array_id in wanted:
-            tasks[array_id].append(JobState(state))
-            arrays.add(array_id)
-        elif job_id in wanted:
-            tasks[job_id].append(JobState(state))
+    # In chunks: a database takes only so many parameters in one statement.
+    for start in range(0, len(wanted), 500):
+        chunk = set(wanted[start : start + 500])
+        for job_id, array_id, state in session.connection().execute(_NAMED, {"ids": sorted(chunk)}):
+            # An array's id is its first task's: that id names the whole array;
+            # another task's id names that task alone.
+            if array_id is not None and array_id in chunk:
+                tasks[array_id].append(JobState(state))
+                arrays.add(array_id)
+            if job_id in chunk and job_id != array_id:
+                tasks[job_id].append(JobState(state))
     return {
         i: Outcome(
             tasks=len(states),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlmodel import Session, col
 
 from schedulearn.core import timelimits
@@ -23,8 +23,14 @@ from schedulearn.server.wakeups import Changes
 log = logging.getLogger(__name__)
 
 _STATES = (JobState.RUNNING, JobState.PENDING)
+# Every round: running jobs with a limit, and only those waiting jobs whose
+# earlier runs used theirs up (a long queue of limited jobs is not read).
 _LIMITED = select(*snapshot.JOBS.columns).where(
-    col(Job.state).in_(_STATES), col(Job.time_limit).is_not(None)
+    col(Job.time_limit).is_not(None),
+    or_(
+        col(Job.state) == JobState.RUNNING,
+        and_(col(Job.state) == JobState.PENDING, col(Job.service_seconds) >= col(Job.time_limit)),
+    ),
 )
 
 
