@@ -75,6 +75,7 @@ from pydantic import (
     model_validator,
 )
 
+from schedulearn.core import dependencies
 from schedulearn.core.goodput import GoodputReport
 
 API_PREFIX = "/api/v1"
@@ -278,7 +279,8 @@ BoundedText = Annotated[str, Field(max_length=1000)]
 
 class JobState(StrEnum):
     """A job's life: pending -> assigned -> running -> succeeded|failed|cancelled;
-    preempting -> pending; lost when its node stops answering."""
+    preempting -> pending; lost when its node stops answering; timeout when
+    stopped at its time limit (`--time`)."""
 
     PENDING = "pending"
     ASSIGNED = "assigned"
@@ -288,6 +290,7 @@ class JobState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     LOST = "lost"
+    TIMEOUT = "timeout"
 
     @property
     def is_final(self) -> bool:
@@ -298,7 +301,9 @@ class JobState(StrEnum):
         return self in _HOLDING_STATES
 
 
-_FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+_FINAL_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
+)
 _HOLDING_STATES = frozenset({JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING})
 
 
@@ -691,6 +696,24 @@ def parse_duration(value: float | int | str) -> float:
     return float(match.group(1)) * _SECONDS_PER_UNIT[match.group(2).lower()]
 
 
+_CLOCK_TIME = re.compile(r"^\s*(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)\s*$")
+
+
+def parse_time_limit(value: float | int | str) -> float:
+    """A wall-clock limit: what `parse_duration` reads, or Slurm's clock forms
+    `MM:SS`, `HH:MM:SS`, `D-HH:MM:SS` -> seconds."""
+    if isinstance(value, str) and (clock := _CLOCK_TIME.match(value)):
+        days, hours, minutes, seconds = (int(g or 0) for g in clock.groups())
+        return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise ValueError(
+            f"time limit {value!r} is not a duration; write e.g. 90 (seconds), 30m, 4h, "
+            "1d or 1-12:00:00"
+        ) from None
+
+
 Name = Annotated[str, Field(max_length=200)]
 
 
@@ -752,6 +775,32 @@ class JobSpec(_Request):
         max_length=50,
         description="Node labels the job needs, all of them (like Slurm features)",
     )
+    time_limit: float | str | None = Field(
+        default=None,
+        description="Wall-clock limit of the job's run time (Slurm's --time): seconds, or "
+        "e.g. '30m', '4h', '1-12:00:00'; at the limit the job gets SIGTERM, then SIGKILL "
+        "after the grace period, and ends 'timeout'",
+    )
+    dependency: str | None = Field(
+        default=None,
+        max_length=1000,
+        description="Start only after other jobs end (Slurm's --dependency): "
+        "afterok|afterany|afternotok:ID[:ID...], several joined by ','; an array's id "
+        "stands for every task of the array",
+    )
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time_limit_is_duration(cls, value: float | str | None) -> float | str | None:
+        if value is not None and not 0 < parse_time_limit(value) <= 10 * 365 * 86400:
+            raise ValueError("time_limit must be more than 0 and at most ten years")
+        return value
+
+    @field_validator("dependency")
+    @classmethod
+    def _dependency_parses(cls, value: str | None) -> str | None:
+        # Stored canonical (`afterok:12:13,afterany:14`); a bad one says what to write.
+        return None if value is None or not value.strip() else dependencies.canonical(value)
 
     @field_validator("command")
     @classmethod
@@ -835,6 +884,10 @@ class JobSpec(_Request):
         return None if self.estimated_duration is None else parse_duration(self.estimated_duration)
 
     @property
+    def time_limit_seconds(self) -> float | None:
+        return None if self.time_limit is None else parse_time_limit(self.time_limit)
+
+    @property
     def deadline_epoch(self) -> float | None:
         if isinstance(self.deadline, datetime):
             return self.deadline.timestamp()
@@ -894,11 +947,17 @@ class JobPublic(_Reply):
         description="Expected total run time in seconds (see `duration_source`); "
         "None when unknown. Pending and running jobs only",
     )
+    time_left: float | None = Field(
+        default=None,
+        description="A running job with a time_limit: seconds of run time it has left "
+        "before it is stopped (as of the reply)",
+    )
     duration_source: Literal["progress", "estimate", "history"] | None = Field(
         default=None,
         description="progress: extrapolated from the progress the job reports; estimate: "
-        "the submitted estimated_duration; history: median run time of similar "
-        "finished jobs (same user and name, or same command)",
+        "the submitted estimated_duration, or the time_limit when nothing else gives a "
+        "figure; history: median run time of similar finished jobs (same user and name, "
+        "or same command); each bounded by the time_limit",
     )
     predicted_start_at: float | None = Field(
         default=None,
@@ -937,6 +996,8 @@ class JobPublic(_Reply):
     array_size: Small | None = None
     array_limit: Small | None = None
     held: bool = False
+    dependency: BoundedText | None = None
+    time_limit: float | None = None
     # End of the declared fields.
 
 

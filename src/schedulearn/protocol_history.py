@@ -18,6 +18,7 @@ Imports only pydantic and the standard library.
 
 from __future__ import annotations
 
+import enum
 import types
 from collections.abc import Mapping
 from functools import cache
@@ -111,10 +112,15 @@ NOT_NULL: dict[int, Mapping[str, Mapping[str, object]]] = {1: _HIDDEN_DETAILS, 2
 # `secret_env` in its `env`, so the job still sees its variables.
 _SECRET_ENV: Mapping[str, Mapping[str, str]] = {"Assignment": {"secret_env": "env"}}
 FOLDED: dict[int, Mapping[str, Mapping[str, str]]] = {1: _SECRET_ENV, 2: _SECRET_ENV}
+# Enum values a version's clients lack, given as one they know (enum -> value
+# -> stand-in): a job stopped at its time limit (`timeout`, protocol 3) reads
+# as `failed` to a client of protocol 1 or 2, which would refuse the value.
+_TIMEOUT: Mapping[str, Mapping[str, str]] = {"JobState": {"timeout": "failed"}}
+VALUES: dict[int, Mapping[str, Mapping[str, str]]] = {1: _TIMEOUT, 2: _TIMEOUT}
 
 
 # The versions whose clients get rewritten replies.
-DOWNGRADED = frozenset(REPLY_FIELDS) | frozenset(NOT_NULL) | frozenset(FOLDED)
+DOWNGRADED = frozenset(REPLY_FIELDS) | frozenset(NOT_NULL) | frozenset(FOLDED) | frozenset(VALUES)
 
 
 def needs_downgrade(model: type[BaseModel], version: int) -> bool:
@@ -129,6 +135,11 @@ def _needs(model: type[BaseModel], version: int) -> bool:
         return True
     if model.__name__ in NOT_NULL.get(version, {}) or model.__name__ in FOLDED.get(version, {}):
         return True
+    lacking = VALUES.get(version, {})
+    if lacking and any(
+        e.__name__ in lacking for f in model.model_fields.values() for e in _enums_in(f.annotation)
+    ):
+        return True
     return any(
         _needs(sub, version)
         for field in model.model_fields.values()
@@ -141,7 +152,12 @@ def downgrade(model: type[BaseModel], data: object, version: int) -> object:
     """`data` (a `model` reply as parsed JSON) without the fields `version` does not know."""
     if version not in DOWNGRADED:
         return data
-    known = _Old(REPLY_FIELDS.get(version, {}), NOT_NULL.get(version, {}), FOLDED.get(version, {}))
+    known = _Old(
+        REPLY_FIELDS.get(version, {}),
+        NOT_NULL.get(version, {}),
+        FOLDED.get(version, {}),
+        VALUES.get(version, {}),
+    )
     return _model(model, data, known)
 
 
@@ -154,10 +170,12 @@ class _Old:
         names: Known,
         not_null: Mapping[str, Mapping[str, object]],
         folded: Mapping[str, Mapping[str, str]],
+        values: Mapping[str, Mapping[str, str]],
     ) -> None:
         self.names = names
         self.not_null = not_null
         self.folded = folded
+        self.values = values
 
     def get(self, model: str) -> frozenset[str] | None:
         return self.names.get(model)
@@ -185,6 +203,11 @@ def _model(model: type[BaseModel], data: object, known: _Old) -> object:
 
 
 def _value(annotation: object, value: object, known: _Old) -> object:
+    if isinstance(value, str) and known.values:
+        for enum in _enums_in(annotation):
+            stand_in = known.values.get(enum.__name__, {}).get(value)
+            if stand_in is not None:
+                return stand_in
     origin = get_origin(annotation)
     if origin is Annotated:
         return _value(get_args(annotation)[0], value, known)
@@ -202,6 +225,16 @@ def _value(annotation: object, value: object, known: _Old) -> object:
             if isinstance(arg, type) and issubclass(arg, BaseModel):
                 return _model(arg, value, known)
     return value
+
+
+def _enums_in(annotation: object) -> list[type[enum.Enum]]:
+    """The enums `annotation` names (`JobState`, `JobState | None`, `Annotated[...]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [annotation]
+    found: list[type[enum.Enum]] = []
+    for arg in get_args(annotation):
+        found.extend(_enums_in(arg))
+    return found
 
 
 def _models_in(annotation: object) -> list[type[BaseModel]]:

@@ -21,7 +21,7 @@ from waiting import Timeout, wait_until
 
 ADMIN = "e2e-admin-token"
 AGENT = "e2e-agent-token"
-FINAL = {"succeeded", "failed", "cancelled"}
+FINAL = {"succeeded", "failed", "cancelled", "timeout"}
 
 
 class Cluster:

@@ -36,6 +36,7 @@ from schedulearn.protocol import (
     CapabilitiesPublic,
     JobPublic,
     JobSpec,
+    JobState,
     NodePublic,
     NodeRegistration,
 )
@@ -104,6 +105,8 @@ def submitted_values() -> dict[str, Any]:
     values = values_for(JobView, JOB_HINTS, Role.SUBMITTED)
     # The one rule between fields: min_gpus <= gpus <= max_gpus.
     values.update(gpus=4, min_gpus=2, max_gpus=6)
+    # A dependency is Slurm's text naming a job that exists (the session's first).
+    values.update(dependency="afterany:1")
     return values
 
 
@@ -218,9 +221,17 @@ def test_a_declared_field_a_model_does_not_spell_out_is_written_into_it() -> Non
 
 @pytest.fixture
 def session(session: Session) -> Session:
-    """conftest's session, with the queue the invented `queue` value names: a
-    submission names an existing queue (services.queues)."""
+    """conftest's session, with the queue the invented `queue` value names (a
+    submission names an existing queue, services.queues) and job 1, which the
+    invented `dependency` names (a submission names jobs that exist)."""
     session.add(TenantQueue(name=submitted_values()["queue"]))
+    session.commit()
+    [first] = jobs.submit(
+        session, [(JobSpec(command=["true"]), Caller("ann", CallerRole.USER))], 1.0
+    )
+    assert isinstance(first, jobs.Submitted) and first.jobs[0].id == 1  # what `dependency` names
+    # Ended, so the queue holds only the job each test submits.
+    session.execute(update(Job).where(col(Job.id) == 1).values(state=JobState.SUCCEEDED))
     session.commit()
     return session
 

@@ -155,3 +155,28 @@ def test_a_protocol_1_agent_gets_secret_env_folded_into_env() -> None:
     # Protocol 3 agents get it apart, as sent.
     sent = json.loads(start.model_dump_json())
     assert downgrade(protocol.Assignment, sent, 3) == sent
+
+
+def test_a_timeout_reaches_clients_of_protocols_1_and_2_as_failed() -> None:
+    # Protocol 3 added the state; 1 and 2 refuse a value their enum lacks.
+    ended = protocol.JobPublic.model_validate(_job(state="timeout", message="stopped at..."))
+    page = protocol.JobList(items=[ended], total=1, offset=0, limit=10)
+    for version in (1, 2):
+        assert needs_downgrade(protocol.JobList, version)
+        old = downgrade(protocol.JobList, json.loads(page.model_dump_json()), version)
+        assert isinstance(old, dict) and old["items"][0]["state"] == "failed"
+        steps = protocol.JobHistory(
+            job_id=7,
+            transitions=[
+                protocol.TransitionPublic(
+                    at=1.0, from_state=protocol.JobState.RUNNING,
+                    to_state=protocol.JobState.TIMEOUT, attempt=1, message="",
+                )
+            ],
+        )  # fmt: skip
+        told = downgrade(protocol.JobHistory, json.loads(steps.model_dump_json()), version)
+        assert isinstance(told, dict)
+        assert told["transitions"][0]["to_state"] == "failed"
+        assert told["transitions"][0]["from_state"] == "running"
+    now = downgrade(protocol.JobList, json.loads(page.model_dump_json()), PROTOCOL_VERSION)
+    assert isinstance(now, dict) and now["items"][0]["state"] == "timeout"

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from schedulearn.protocol import JobPublic, ProgressReport
 
 # Not "lost": a lost job is on its way back to the queue (or to failed).
-FINAL = ("succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "failed", "cancelled", "timeout")
 
 
 def placement_text(job: JobFacts) -> str:
@@ -182,7 +182,9 @@ def show_text(job: JobPublic) -> str:
             text = ("~ " if key.startswith("predicted_") else "") + f"{clock(value)} ({when})"
         elif key == "duration_estimate" and isinstance(value, float):
             text = f"{span(value)} (from {job.duration_source or '?'})"
-        elif key == "estimated_duration" and isinstance(value, float):
+        elif key in ("estimated_duration", "time_limit", "time_left") and isinstance(
+            value, float | int
+        ):
             text = span(value)
         elif key == "memory_gb":
             key, text = "memory", f"{value:g} GB"

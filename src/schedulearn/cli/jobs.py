@@ -76,6 +76,7 @@ _STATE_COLOUR = {
     "failed": "red",
     "cancelled": "dim",
     "lost": "red",
+    "timeout": "red",
 }
 
 
@@ -214,6 +215,24 @@ def submit(
         str | None, typer.Option("--estimated-duration", help="e.g. 30m, 2h")
     ] = None,
     preemptible: Annotated[bool | None, typer.Option("--preemptible/--not-preemptible")] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--time",
+            "-t",
+            help="Wall-clock limit, e.g. 30m, 4h, 1-12:00:00: then SIGTERM, SIGKILL after "
+            "a grace period, and the job ends timeout",
+        ),
+    ] = None,
+    dependency: Annotated[
+        str | None,
+        typer.Option(
+            "--dependency",
+            "-d",
+            help="Start after other jobs end: afterok|afterany|afternotok:ID[:ID...], "
+            "several joined by ','; an array's id means all its tasks",
+        ),
+    ] = None,
     queue: Annotated[
         str | None,
         typer.Option("--queue", "-q", help="The tenant queue (team) [your default queue]"),
@@ -265,6 +284,8 @@ def submit(
         "launcher": launcher,
         "estimated_duration": estimated,
         "preemptible": preemptible,
+        "dependency": dependency,
+        "time_limit": time_limit,
         "queue": queue,
         "workdir": workdir,
     }

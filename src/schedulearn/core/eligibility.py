@@ -5,12 +5,16 @@ that hold for every policy, applied to the snapshot before the policy sees it.
 - a job array with a limit (`--array 0-9%2`) never has more than that many
   tasks running at once: its waiting tasks beyond the free slots sit out
   the pass (lowest id first gets the slots);
+- a job with a dependency (`--dependency afterok:12`) waits until the jobs
+  it names have ended as it asks (`core.dependencies`); one whose
+  dependency can never be met is `doomed`, and the host cancels it;
 - a drained node (`schedulearn nodes drain`) takes no new job: the policy
   sees it as unavailable, so nothing is placed there, while its running
   jobs go on (the ledger still holds their GPUs).
 
 `schedulable(view)` is the view a policy decides on; `set_aside(view)` says
-why each job it drops waits, for `show` and `logs`. Standard library only.
+why each job it drops waits, for `show` and `logs`; `doomed(view)` says which
+can never start, and why. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,7 +22,20 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from schedulearn.core import dependencies
 from schedulearn.core.views import ClusterView, JobView
+
+
+def doomed(view: ClusterView) -> dict[int, str]:
+    """The pending jobs whose dependency can never be met, each with why."""
+    outcomes = view.outcomes or {}
+    out: dict[int, str] = {}
+    for job in view.pending:
+        if job.dependency:
+            verdict = dependencies.verdict(job.dependency, outcomes)
+            if verdict.never:
+                out[job.id] = verdict.reason
+    return out
 
 
 def set_aside(view: ClusterView) -> dict[int, str]:
@@ -30,6 +47,11 @@ def set_aside(view: ClusterView) -> dict[int, str]:
         if job.held:
             aside[job.id] = "held; `schedulearn release` lets it start"
             continue
+        if job.dependency:
+            verdict = dependencies.verdict(job.dependency, view.outcomes or {})
+            if not verdict.met:
+                aside[job.id] = verdict.reason
+                continue
         if job.array_id is None or job.array_limit is None:
             continue
         left = slots.setdefault(job.array_id, job.array_limit - running[job.array_id])

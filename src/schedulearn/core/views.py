@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from schedulearn.core.dependencies import Outcome
     from schedulearn.core.fairshare_queues import Tenancy
     from schedulearn.core.goodput import JobGoodput
 
@@ -300,6 +301,14 @@ class JobView:
     # Held by its owner or an admin (`schedulearn hold`): it keeps its place
     # but does not start until released.
     held: bool = field(default=False, metadata=KEPT)
+    # Starts only once other jobs have ended as named (`submit --dependency
+    # afterok:12:13,afterany:14`), in the text `core.dependencies` parses;
+    # None: no dependency. `core.eligibility` keeps it for every policy.
+    dependency: str | None = field(default=None, metadata=SUBMITTED)
+    # The wall-clock limit in seconds of run time (`submit --time 4h`): the
+    # host stops the job there (`core.timelimits`) and it ends `timeout`;
+    # estimates fall back on it (`expected_duration`). None: no limit.
+    time_limit: float | None = field(default=None, metadata=SUBMITTED)
     # Fraction done, when the simulator knows it (not the live progress report).
     progress: float | None = field(default=None, metadata=VIEW)
 
@@ -340,11 +349,24 @@ class JobView:
             return self.attained_gpu_seconds
         return self.attained_gpu_seconds + self.placement.num_gpus * max(0.0, now - self.started_at)
 
-    def remaining_at(self, now: float) -> float | None:
-        """Estimated seconds left at the requested size, or None if unknown."""
+    @property
+    def expected_duration(self) -> float | None:
+        """The run time to plan with: the estimate, bounded by the time limit
+        (a job never runs past it), or the limit alone when there is no
+        estimate; None when neither is known."""
         if self.estimated_duration is None:
+            return self.time_limit
+        if self.time_limit is None:
+            return self.estimated_duration
+        return min(self.estimated_duration, self.time_limit)
+
+    def remaining_at(self, now: float) -> float | None:
+        """Expected seconds left at the requested size (`expected_duration`),
+        or None if unknown."""
+        expected = self.expected_duration
+        if expected is None:
             return None
-        return max(0.0, self.estimated_duration - self.service_at(now))
+        return max(0.0, expected - self.service_at(now))
 
     def cpus_on(self, node_cpus: float) -> float:
         """CPUs the job reserves on a node with `node_cpus` CPUs: its own `cpus`,
@@ -396,6 +418,10 @@ class ClusterView:
     # fair-share layer (core.fairshare), which is why it lives in the view:
     # see core/fairshare_queues.py for why queues are not policy options.
     tenancy: Tenancy | None = None
+    # Optional: what became of each job that a pending job's `dependency`
+    # names (job or array id -> core.dependencies.Outcome), filled by the
+    # host; read by core.eligibility. None: no pending job names any.
+    outcomes: Mapping[int, Outcome] | None = None
 
     @property
     def free_gpus(self) -> int:

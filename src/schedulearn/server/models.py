@@ -126,6 +126,8 @@ class Job(_Table, table=True):
     array_size: int | None = column(JobView, "array_size")
     array_limit: int | None = column(JobView, "array_limit")
     held: bool = column(JobView, "held")
+    dependency: str | None = column(JobView, "dependency")
+    time_limit: float | None = column(JobView, "time_limit")
     # End of the declared fields.
 
 

@@ -39,6 +39,7 @@ from schedulearn.server.services import (
     queues,
     scheduling,
     snapshot,
+    timelimits,
 )
 from schedulearn.server.wakeups import Changes, Wakeups, wait_for
 from schedulearn.settings import ServerSettings
@@ -152,6 +153,8 @@ class Scheduler:
             self.started_at = now
             self._outage = False
         changes = agents.reap(session, now, self.settings.node_timeout_seconds, self.started_at)
+        # Runs past their `--time` end now (timeout), before the pass.
+        changes = changes.merge(timelimits.enforce(session, now))
         spec = policy.current_spec(session, self.settings.default_policy)
         # A policy that takes throughput profiles (similarity) is rebuilt with
         # the live ones when they change (issue 6).

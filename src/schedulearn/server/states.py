@@ -2,6 +2,7 @@
 
     pending -> assigned -> running -> succeeded | failed | cancelled
     running | assigned -> preempting -> pending   (suspended; resumes later)
+    running | pending -> timeout   (stopped at its time limit, or used it up before)
     assigned | running | preempting -> lost -> pending | failed   (node died)
     pending -> succeeded | failed   (an exit reported late, before a new attempt)
 
@@ -27,20 +28,23 @@ from schedulearn.server.models import Job, JobTransition
 
 P, A, R, X = JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING
 S, F, C, L = JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST
+T = JobState.TIMEOUT
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # A requeued job whose lost copy turns out to have ended on its own,
     # reported once its agent is back (`lifecycle.late_exit`).
-    P: frozenset({A, C, S, F}),
+    # A requeued job whose earlier runs used up its time limit: `timeout`.
+    P: frozenset({A, C, S, F, T}),
     # A fast job may report its exit before its start reaches us.
     A: frozenset({R, S, F, C, L, X}),
-    R: frozenset({S, F, C, L, X}),
+    R: frozenset({S, F, C, L, X, T}),
     # A job being preempted may still finish (or fail) on its own first.
     X: frozenset({P, S, F, C, L}),
     L: frozenset({P, F, C}),
     S: frozenset(),
     F: frozenset(),
     C: frozenset(),
+    T: frozenset(),
 }
 
 

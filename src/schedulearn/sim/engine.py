@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from schedulearn.core import timelimits
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
 from schedulearn.core.fairshare_queues import Tenancy, UsageMeter
 from schedulearn.core.ledger import GpuLedger, InvalidDecision
@@ -239,10 +240,14 @@ class Simulator:
 
     def _complete(self, run: RunState, t: float) -> None:
         jid = run.job.id
-        run.done = run.work
+        # Ended by its time limit (`JobView.time_limit`, as the live server stops
+        # it: core.timelimits) when its work is not all done.
+        progress = self._progress_at(run, t)
+        timed_out = run.job.time_limit is not None and progress < run.work * (1 - 1e-9)
+        run.done = progress if timed_out else run.work
         run.end = t
         self._finished += 1
-        self._stop_segment(run, t, "completed")
+        self._stop_segment(run, t, "timeout" if timed_out else "completed")
         self.ledger.release(jid)
         del self._running[jid]
         self._running_changed = True
@@ -255,6 +260,7 @@ class Simulator:
             self._meter.change(t, run.job.queue, -placement.num_gpus)
         if self.record_segments:
             self._segments.append(Segment(run.job.id, run.started, t, placement, reason))
+        run.served += max(0.0, t - run.started)
         run.placement = None
         run.curve = None
         run.version += 1
@@ -273,6 +279,10 @@ class Simulator:
         if self._meter is not None:
             self._meter.change(t, job.queue, placement.num_gpus)
         finish = run.ready + curve.seconds_to(run.done, run.work)
+        left = timelimits.left_of(job.time_limit, run.served)
+        if left is not None:
+            # Stopped at its limit, counted over every segment, if the work lasts longer.
+            finish = min(finish, t + left)
         self._seq += 1
         heapq.heappush(self._heap, (finish, self._seq, job.id, run.version))
 

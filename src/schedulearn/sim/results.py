@@ -22,7 +22,8 @@ from schedulearn.core.views import Placement
 class Segment:
     """One uninterrupted run of a job on one placement, from the engine's start/stop log.
 
-    `end_reason` is `completed`, `preempted` or `resized`.
+    `end_reason` is `completed`, `preempted`, `resized` or `timeout` (stopped
+    at its time limit, its work not done).
     """
 
     job_id: int

@@ -31,6 +31,7 @@ class RunState:
         "preemptions",
         "ready",
         "resizes",
+        "served",
         "started",
         "version",
         "work",
@@ -42,6 +43,8 @@ class RunState:
         self.estimate = estimate
         self.isolated = isolated
         self.done = 0.0
+        # Seconds run in earlier segments (what a time limit counts).
+        self.served = 0.0
         self.started = 0.0
         self.ready = 0.0
         self.curve: Curve | None = None

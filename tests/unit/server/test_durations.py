@@ -75,3 +75,16 @@ def test_history_falls_back_to_the_same_command_and_never_invents() -> None:
     assert same_command is not None and same_command.seconds == 15.0
     assert estimate(facts(name="other", command="python eval.py"), history) is None
     assert estimate(facts(), None) is None
+
+
+def test_the_time_limit_stands_in_last_and_bounds_every_figure() -> None:
+    history = History({("ann", "train"): [300.0]}, {})
+    # No estimate, no history: the limit, as the user's own figure.
+    alone = estimate(facts(name="new", time_limit=900.0), history)
+    assert alone is not None and (alone.seconds, alone.source) == (900.0, DurationSource.ESTIMATE)
+    # A better figure wins while it is below the limit...
+    learned = estimate(facts(time_limit=900.0), history)
+    assert learned is not None and (learned.seconds, learned.source) == (300.0, "history")
+    # ...and is cut to it when above: the job is stopped there.
+    capped = estimate(facts(estimated_duration=5000.0, time_limit=900.0), history)
+    assert capped is not None and capped.seconds == 900.0

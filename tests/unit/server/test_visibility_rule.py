@@ -19,7 +19,7 @@ ADMIN = Caller("root", TokenRole.ADMIN)
 QUEUE_FACTS = {
     "state", "image", "shm_size", "launcher", "array_id", "array_index", "max_restarts",
     "restarts", "attempt", "ended_at", "exit_code", "queue_position", "waiting_reason",
-    "duration_estimate", "duration_source", "predicted_start_at", "predicted_end_at",
+    "duration_estimate", "duration_source", "predicted_start_at", "predicted_end_at", "time_left",
     "migrations", "resizes", "details_hidden",
 }  # fmt: skip
 

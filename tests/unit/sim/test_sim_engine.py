@@ -228,3 +228,28 @@ def test_with_rounds_the_policy_acts_only_on_round_boundaries() -> None:
     assert rounds.summary.finished == len(workload.jobs)
     assert all(s.start % 60 == 0 for s in rounds.segments)
     assert rounds.summary.mean_queueing_delay > free.summary.mean_queueing_delay
+
+
+def test_a_job_is_stopped_at_its_time_limit_counted_over_its_segments() -> None:
+    # One GPU. Job 0 (1000 s of work, limit 400 s) is preempted at 200 by
+    # job 1 (50 s), resumes at 250 with 200 s of its limit left (no restart
+    # cost): it is stopped at 450, its work not done, as the live server
+    # stops it. Job 2 (limit 500 s, 100 s of work, arriving at 460) finishes.
+    policy = create("tiresias:threshold=100:starvation_factor=0")
+    work = Workload(
+        "limits",
+        (
+            SimJob(0, 0.0, 1, 1000.0, time_limit=400.0),
+            SimJob(1, 200.0, 1, 50.0),
+            SimJob(2, 460.0, 1, 100.0, time_limit=500.0),
+        ),
+    )
+    r = simulate(work, parse_cluster("1x1"), policy, LinearSpeed())
+    reasons = [(s.job_id, s.start, s.end, s.end_reason) for s in r.segments]
+    assert reasons == [
+        (0, 0.0, 200.0, "preempted"),
+        (1, 200.0, 250.0, "completed"),
+        (0, 250.0, 450.0, "timeout"),
+        (2, 460.0, 560.0, "completed"),
+    ]
+    assert ends(r) == {0: 450.0, 1: 250.0, 2: 560.0}

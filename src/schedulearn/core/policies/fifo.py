@@ -13,7 +13,9 @@ SP scheduling system", 1995; Mu'alem and Feitelson, 2001): the blocked
 head job gets a reservation at the earliest time enough GPUs free up
 (from running jobs' estimated remaining times), and a later job may jump
 ahead only if it fits now and either ends before that reservation or
-uses GPUs the head job will not need. Jobs without an estimate are never
+uses GPUs the head job will not need. A job's time limit (`--time`)
+stands for its estimate when it has none, and bounds one it has (it is
+stopped there: `JobView.expected_duration`). Jobs with neither are never
 backfilled (they could delay the head job without bound).
 
 Source: the original Schedulearn's FIFO (first GPUs free, in order).
@@ -81,9 +83,11 @@ class Fifo:
         shadow, extra = _reservation(view, head, free)
         decisions: list[Decision] = []
         for job in later:
-            if job.gpus > free or job.estimated_duration is None:
+            # The estimate, or the user's time limit when there is none.
+            expected = job.expected_duration
+            if job.gpus > free or expected is None:
                 continue
-            ends_in_time = view.now + job.estimated_duration <= shadow
+            ends_in_time = view.now + expected <= shadow
             if not ends_in_time and job.gpus > extra:
                 continue
             placement = pool.pack(job)
@@ -107,7 +111,7 @@ def _reservation(view: ClusterView, head: JobView, free: int) -> tuple[float, in
     ends = sorted(
         (view.now + (job.remaining_at(view.now) or 0.0), job.allocated_gpus)
         for job in view.running
-        if job.estimated_duration is not None
+        if job.expected_duration is not None
     )
     available = free
     for when, gpus in ends:

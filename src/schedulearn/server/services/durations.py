@@ -10,8 +10,12 @@ in this order of preference:
 2. `estimate`: the user's `estimated_duration`;
 3. `history`: the median run time of similar jobs that succeeded —
    the same user and job name, or else the same command;
-4. none: the duration is unknown and no number is made up; forecasts
+4. `estimate` again: the job's time limit (`--time`), which it cannot
+   outlast, when nothing above gives a figure;
+5. none: the duration is unknown and no number is made up; forecasts
    then say "unknown" for the job and anything that waits on it.
+
+Every figure is bounded by the time limit: the job is stopped there.
 
 Reads only: one query for the jobs that need history, grouped in memory.
 """
@@ -65,6 +69,7 @@ class JobFacts:
     estimated_duration: float | None
     service_seconds: float  # run time so far, as of now (0 if it never ran)
     progress: Any = None  # the job's reported progress, if the server stores one
+    time_limit: float | None = None  # its `--time`, in seconds of run time
 
 
 def fraction_done(progress: Any) -> float | None:
@@ -153,6 +158,18 @@ def load_history(session: Session, window: int = HISTORY_WINDOW) -> History:
 
 def estimate(job: JobFacts, history: History | None) -> DurationEstimate | None:
     """One job's duration estimate by the rule in the module docstring."""
+    found = _unbounded(job, history)
+    limit = job.time_limit
+    if limit is None or limit <= 0:
+        return found
+    if found is None:
+        return DurationEstimate(limit, DurationSource.ESTIMATE)
+    if found.seconds > limit:
+        return DurationEstimate(limit, found.source, found.samples)
+    return found
+
+
+def _unbounded(job: JobFacts, history: History | None) -> DurationEstimate | None:
     extrapolated = from_progress(job.service_seconds, job.progress)
     if extrapolated is not None:
         return DurationEstimate(extrapolated, DurationSource.PROGRESS)

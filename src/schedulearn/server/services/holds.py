@@ -20,7 +20,14 @@ from schedulearn.server.models import JobPart, JobTransition
 
 # Leaving these ends an attempt's hold on its GPUs.
 RELEASED = frozenset(
-    {JobState.PENDING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST}
+    {
+        JobState.PENDING,
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.LOST,
+        JobState.TIMEOUT,
+    }
 )
 
 

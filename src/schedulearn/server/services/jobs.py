@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import bindparam, select, update
 from sqlmodel import Session, col
 
-from schedulearn.core import JobView, NodeView
+from schedulearn.core import JobView, NodeView, timelimits
 from schedulearn.core.views import Role, declared
 from schedulearn.protocol import (
     Executor,
@@ -35,6 +35,7 @@ from schedulearn.server.errors import BadRequest, Conflict, Forbidden, NotFound,
 from schedulearn.server.models import Job, JobTransition
 from schedulearn.server.services import (
     checkpoints,
+    dependencies,
     job_listing,
     lifecycle,
     progress,
@@ -94,6 +95,7 @@ def _normalised(spec: JobSpec) -> dict[str, Any]:
         gpu_type=spec.gpu_type or None,
         deadline=spec.deadline_epoch,
         estimated_duration=spec.estimated_seconds,
+        time_limit=spec.time_limit_seconds,
         env=dict(spec.env),
         secret_env=dict(spec.secret_env) or None,
         launcher=spec.launcher.value,
@@ -195,6 +197,8 @@ def submit(
             spec = members.admit(spec, caller)  # its queue: named, the owner's default
             stored = _normalised(spec)  # once, for the check and the row
             check_servable(stored, nodes, members)
+            if spec.dependency:
+                dependencies.check_named(session, spec.dependency)
         except (BadRequest, Forbidden, Unservable) as exc:
             results.append(exc)
             batches.append([])
@@ -274,6 +278,8 @@ def show(session: Session, job_id: int, default_policy: str, now: float) -> JobP
     job = _get(session, job_id)
     if job.state != JobState.PENDING:
         public = to_public(job)
+        if job.state == JobState.RUNNING and job.time_limit is not None:
+            public.time_left = timelimits.time_left(snapshot.job_view(job), now)
     else:
         position, reason = queue.place_of(session, job, default_policy, now)
         public = to_public(job, position, reason)

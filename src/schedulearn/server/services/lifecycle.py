@@ -377,8 +377,20 @@ def late_exit(
     return changes
 
 
-def cancel(session: Session, job: Job, now: float, by: str) -> Changes:
-    """Cancel a job in any unfinished state; running parts get a stop order."""
+def time_out(session: Session, job: Job, now: float, why: str) -> Changes:
+    """End a job at its time limit: `timeout` now, and a running one's parts get
+    a stop order (the agent sends SIGTERM, then SIGKILL after the grace)."""
+    changes = Changes(scheduler=True, jobs={job.id or 0})
+    parts = live_parts(session, job.id or 0, job.attempt)
+    release_reservation(session, job)
+    transition(session, job, JobState.TIMEOUT, now, why, **_accrue(job, now))
+    stop_parts(parts, StopReason.CANCEL, changes, session)
+    return changes
+
+
+def cancel(session: Session, job: Job, now: float, by: str, why: str | None = None) -> Changes:
+    """Cancel a job in any unfinished state; running parts get a stop order.
+    `why`: the job's message, when not "cancelled by `by`"."""
     changes = Changes(scheduler=True, jobs={job.id or 0})
     state = JobState(job.state)
     parts = live_parts(session, job.id or 0, job.attempt) if state.holds_gpus else []
@@ -388,7 +400,7 @@ def cancel(session: Session, job: Job, now: float, by: str) -> Changes:
         job,
         JobState.CANCELLED,
         now,
-        f"cancelled by {by}",
+        why or f"cancelled by {by}",
         resume_placement=None,
         resume_kind=None,
         **_accrue(job, now),

@@ -31,7 +31,7 @@ from sqlalchemy import select, text
 from sqlmodel import Session, col
 
 from schedulearn.clock import Clock
-from schedulearn.core import ClusterView, JobView, Policy
+from schedulearn.core import ClusterView, JobView, Policy, dependencies
 from schedulearn.core.fairshare import FairShare
 from schedulearn.core.throughput import ProfileTable
 from schedulearn.protocol import JobPublic, JobState, PolicyForecast, PolicyPreview
@@ -106,6 +106,7 @@ def _facts(session: Session, views: list[JobView], now: float) -> list[JobFacts]
             estimated_duration=v.estimated_duration,
             service_seconds=v.service_at(now),
             progress=extra.get(v.id, (None, None))[1],
+            time_limit=v.time_limit,
         )
         for v in views
     ]
@@ -141,7 +142,15 @@ def read_inputs(
 ) -> Inputs:
     mark = fingerprint(session, default_policy)
     snap = snapshot.build(session, now)
-    pending = [*snap.view.pending, *_preempting(session, now)]
+    # A job waiting on a dependency starts when another job ends as it asks,
+    # which no forecast of the queue can say: it gets no predicted times.
+    outcomes = snap.view.outcomes or {}
+    ready = [
+        j
+        for j in snap.view.pending
+        if not j.dependency or dependencies.verdict(j.dependency, outcomes).met
+    ]
+    pending = [*ready, *_preempting(session, now)]
     view = dataclasses.replace(snap.view, pending=tuple(pending))
     jobs = [*view.pending, *view.running]
     durations = estimate_all(session, _facts(session, jobs, now))

@@ -56,7 +56,7 @@ from schedulearn.core.views import ClusterView, rebuild
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.bulk import execute_many
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
-from schedulearn.server.services import lifecycle, queues, reclaims, snapshot
+from schedulearn.server.services import dependencies, lifecycle, queues, reclaims, snapshot
 from schedulearn.server.states import StaleState, Step, transition, transition_many
 from schedulearn.server.wakeups import Changes
 
@@ -166,6 +166,8 @@ def run_pass(
     session: Session, policy: Policy, now: float, cache: snapshot.PendingCache | None = None
 ) -> PassResult:
     resumed = resume(session, now)
+    # Jobs whose dependency can never be met end now, whatever the GPUs.
+    dependencies.settle(session, now)
     # Under tenant queues a reclaim may requeue a non-preemptible borrower,
     # so a full cluster with no preemptible job can still change.
     tenanted = queues.declared(session)

@@ -21,12 +21,13 @@ from sqlalchemy import Dialect, Select, bindparam, exists, func, or_, select
 from sqlmodel import Session, col
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
+from schedulearn.core import dependencies as dependency_rule
 from schedulearn.core.capabilities import NO_ACCOUNT
 from schedulearn.protocol import JobState
 from schedulearn.server.declared import ViewReader
 from schedulearn.server.models import Allocation, Gpu, Job, Node
+from schedulearn.server.services import dependencies, queues, users
 from schedulearn.server.services import goodput as goodput_reports
-from schedulearn.server.services import queues, users
 
 HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 
@@ -264,6 +265,8 @@ def build(
             draining[(job_id, attempt)][node].append(gpu)
     jobs = {j.id: j for j in pending}
     jobs.update({j.id: j for j in running})
+    # What became of the jobs that waiting jobs depend on (one query, when any do).
+    named = [i for j in pending if j.dependency for i in dependency_rule.named(j.dependency)]
     return Snapshot(
         view=ClusterView(
             now=now,
@@ -274,6 +277,7 @@ def build(
             # read by the fair-share layer the scheduler wraps every policy in.
             tenancy=queues.tenancy(session, now),
             goodput=goodput_reports.load(session) if goodput else None,
+            outcomes=dependencies.outcomes(session, named) if named else None,
         ),
         jobs=jobs,
         holders=holders,

@@ -29,7 +29,7 @@ BUCKETS = 120
 MAX_JOBS = 50_000  # a longer history is cut to the newest jobs
 
 _HOLDING = {JobState.ASSIGNED.value, JobState.RUNNING.value, JobState.PREEMPTING.value}
-_DONE = (JobState.SUCCEEDED.value, JobState.FAILED.value)
+_DONE = (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.TIMEOUT.value)
 
 
 @dataclass(slots=True)
@@ -167,7 +167,7 @@ def metrics_page(session: Session, now: float, window: str) -> MetricsPage:
         if state not in _DONE:
             continue
         page.finished += 1
-        page.failed += state == JobState.FAILED.value
+        page.failed += state in (JobState.FAILED.value, JobState.TIMEOUT.value)
         page.jct.append(max(0.0, ended_at - submitted))
         if started is not None:
             page.waits.append(max(0.0, started - submitted))

@@ -27,7 +27,7 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 
 PER_PAGE = 25
 ACTIVE = [JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING]
-FINISHED = [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]
+FINISHED = [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT]
 STATE_FILTERS: dict[str, list[JobState]] = {
     "": [],
     "active": ACTIVE,
