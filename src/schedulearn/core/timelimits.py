@@ -3,8 +3,9 @@ used up its time, for the live server (which stops it) and for `show`.
 
 A job's limit counts its run time over every attempt (`JobView.service_at`):
 a job preempted here resumes from its checkpoint rather than starting over,
-so the limit bounds its total run time and a resume does not grant it again. The host stops an expired job with a grace signal
-first, then a kill, and records it as `timeout` with `expired_reason`.
+so the limit bounds its total run time and a resume does not grant it
+again. The host stops an expired job with a grace signal first, then a
+kill, and records it as `timeout` with `expired_reason`.
 Estimates fall back on the limit through `JobView.expected_duration`.
 Standard library only; `now` is passed in.
 """
