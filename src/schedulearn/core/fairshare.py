@@ -42,12 +42,13 @@ whole group with what was preempted or resized for it, checked before
 it is recorded, so no GPU is ever given twice.
 
 A guarantee is kept over time, not at every instant (docs/queues.md): a
-queue that has had more than its guaranteed fraction of the GPU-time used
-lately (decayed usage, `QueueShare.ahead`) lends what it holds like a
-borrower: it does not reclaim, no idle GPU is held for it, and the inner
-policy may preempt its jobs once they ran `min_run` (so tiresias's and
-srtf's short jobs go first across queues while the long-running queue
-is repaid later). A queue behind on its fraction keeps the rules above.
+queue that is not behind, one that has had at least 80% of its guaranteed
+fraction of the GPU-time used lately (decayed usage, `QueueShare.ahead`),
+lends what it holds like a borrower: it does not reclaim, no idle GPU is
+held for it, and the inner policy may preempt its jobs once they ran
+`min_run` (so tiresias's and srtf's short jobs go first across queues,
+and a team interrupted is behind afterwards). Only a queue behind on its
+fraction keeps the rules above.
 
 Jobs that name no queue keep running once queues exist (docs/queues.md):
 the default queue owns the uncovered GPUs, and any job, preemptible or

@@ -134,7 +134,7 @@ class SharePass(ReclaimingPass):
                     return False
                 continue
             if s.ahead:
-                # It has had more than its share of GPU-time lately: its jobs
+                # It is not behind on its share of GPU-time lately: its jobs
                 # are lent, and go where the inner policy puts them once they
                 # have run `min_run`.
                 if mine is None or not all(self.ran_min(v) for v in released if v.queue == name):

@@ -36,8 +36,8 @@ class ShareRule(StrEnum):
     # Its queue is below its guarantee: GPUs others borrowed come back to it
     # once their jobs have run the minimum time.
     RECLAIM = "reclaim"
-    # Its queue is below its guarantee but has had more than its fraction of
-    # the GPU-time lately: it takes nothing back until the others catch up.
+    # Its queue is below its guarantee but not behind on its fraction of the
+    # GPU-time lately: it takes nothing back until it falls behind.
     AHEAD = "ahead"
     # Too few GPUs are idle, and the busy ones are other queues' guarantees.
     HELD = "held"
