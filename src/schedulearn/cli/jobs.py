@@ -323,11 +323,12 @@ def _job_spec(data: dict[str, Any]) -> JobSpec:
     from pydantic import ValidationError
 
     from schedulearn.protocol import JobSpec
+    from schedulearn.protocol_errors import explain
 
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        for e in exc.errors():
+        for e in explain(JobSpec, exc.errors()):
             loc = ".".join(str(x) for x in e["loc"])
             error(f"{loc}: {e['msg']}")
         raise typer.Exit(2) from None
