@@ -406,7 +406,9 @@ def policy(
         if as_json:
             dump(preview)
             return
-        out.print(forecasts.preview_table(preview))
+        from schedulearn.cli.fitting import print_fitted
+
+        print_fitted(out, forecasts.preview_table(preview), forecasts.PREVIEW_DROP, err)
         out.print(f"[dim]{forecasts.preview_note(preview)}[/dim]", highlight=False)
         return
     if policies:

@@ -29,6 +29,21 @@ if TYPE_CHECKING:
     from schedulearn.sim.tenant_runs import TenantRun
 
 PROGRESS_FROM_JOBS = 2000
+# The columns left out, in this order, until the table fits a terminal: the
+# policy, its jobs, mean JCT and those not listed here always stay.
+SIMULATE_DROP = (
+    "wall",
+    "migrate",
+    "median",
+    "p99",
+    "preempt",
+    "fairness",
+    "deadlines met",
+    "p95",
+    "wait",
+    "GPU util",
+    "makespan",
+)
 
 HELP = """Replay a workload on a simulated cluster under one or more policies.
 
@@ -386,9 +401,10 @@ def _run_with_progress(
 
 def _print_results(out: Console, results: list[SimResult], fair: list[TenantRun]) -> None:
     """The table, a warning per run that left jobs unfinished, and the per-queue reports."""
+    from schedulearn.cli.fitting import print_fitted
     from schedulearn.sim.tenants import render as render_fairness
 
-    out.print(render_table(results))
+    print_fitted(out, render_table(results), SIMULATE_DROP, err)
     stuck = [r for r in results if r.summary.unfinished]
     for r in stuck:
         err.print(
