@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from schedulearn.sim.tenant_runs import TenantRun
 
 PROGRESS_FROM_JOBS = 2000
+# Seconds between progress lines when stderr is not a terminal (a file, a CI log).
+PROGRESS_LINE_SECONDS = 5.0
 # The columns left out, in this order, until the table fits a terminal: the
 # policy, its jobs, mean JCT and those not listed here always stay.
 SIMULATE_DROP = (
@@ -376,11 +378,24 @@ def _run_with_progress(
     speed: SpeedOptions,
     round_seconds: float | None,
 ) -> list[SimResult]:
-    """`run_all` with a progress bar per run on stderr (for big workloads)."""
+    """`run_all` with a progress bar per run on stderr (for big workloads), or,
+    when stderr is not a terminal, a progress line every few seconds."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from schedulearn.sim.runner import run_all
 
+    if not err.is_terminal:
+        import time
+
+        from schedulearn.cli.progress_lines import ProgressLines
+
+        runs, most = len(workloads) * len(policies), max(len(w) for w in workloads)
+        sys.stderr.write(
+            f"simulate: {runs} run{'s' if runs > 1 else ''} of up to {most:,} jobs; "
+            f"progress every {PROGRESS_LINE_SECONDS:.0f} s\n"
+        )
+        lines = ProgressLines(sys.stderr, PROGRESS_LINE_SECONDS, time.monotonic)
+        return run_all(workloads, policies, cluster, speed, lines, round_seconds)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -1,0 +1,59 @@
+"""A long `simulate` whose stderr is not a terminal writes progress lines
+(issue 35): `ProgressLines` driven by a fake clock, and the real command
+piped, as a CI log or `2> file` would take it."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+from schedulearn.cli.progress_lines import ProgressLines
+from schedulearn.cli.simulate import PROGRESS_FROM_JOBS
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_line_at_the_first_report_every_interval_and_at_the_end() -> None:
+    stream, clock = io.StringIO(), Clock()
+    lines = ProgressLines(stream, every=5.0, clock=clock)
+    lines("w / fifo", 10, 1000)
+    clock.now += 4.9
+    lines("w / fifo", 200, 1000)  # within 5 s of the last line: nothing
+    clock.now += 0.2
+    lines("w / fifo", 250, 1000)
+    clock.now += 10.0
+    lines("w / fifo", 1000, 1000)
+    lines("w / fifo", 1000, 1000)  # the engine's end report after its last step
+    clock.now += 1.0
+    lines("w / srtf", 10, 1000)
+    assert stream.getvalue().splitlines() == [
+        "simulate: w / fifo: 10 of 1,000 jobs finished (1%) after 0 s",
+        "simulate: w / fifo: 250 of 1,000 jobs finished (25%) after 5 s",
+        "simulate: w / fifo: done, 1,000 jobs in 15 s",
+        "simulate: w / srtf: 10 of 1,000 jobs finished (1%) after 0 s",
+    ]
+
+
+def test_simulate_piped_writes_progress_lines_to_stderr() -> None:
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "schedulearn.cli.main", "simulate",
+            "-w", f"poisson:n={PROGRESS_FROM_JOBS}:rate=0.05", "-p", "fifo,srtf", "-c", "4x8",
+        ],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"simulate: 2 runs of up to {PROGRESS_FROM_JOBS:,} jobs; progress every 5 s"
+    for policy in ("fifo", "srtf"):
+        label = f"simulate: poisson-{PROGRESS_FROM_JOBS} / {policy}: "
+        ours = [line for line in lines if line.startswith(label)]
+        assert " jobs finished (" in ours[0]
+        assert ours[-1].startswith(f"{label}done, {PROGRESS_FROM_JOBS:,} jobs in ")
+    assert "mean JCT" in done.stdout  # the table still goes to stdout, after
