@@ -11,7 +11,8 @@ it ends, each one whole and flushed:
     simulate: philly / fifo: 12,345 of 100,000 jobs finished (12%) after 5 s
     simulate: philly / fifo: done, 100,000 jobs in 241 s
 
-The clock is passed in, so a test drives it.
+Runs in parallel processes (several workloads) report only as each ends
+(`run_ended`). The clock is passed in, so a test drives it.
 """
 
 from __future__ import annotations
@@ -57,3 +58,10 @@ class ProgressLines:
     def _write(self, text: str) -> None:
         self._stream.write(f"simulate: {text}\n")
         self._stream.flush()
+
+
+def run_ended(stream: TextIO, label: str, seconds: float, done: int, total: int) -> None:
+    """The line for a run that ended among several in parallel processes (each
+    process's own progress stays in it)."""
+    stream.write(f"simulate: {label}: done in {seconds:,.0f} s ({done} of {total} runs)\n")
+    stream.flush()

@@ -297,7 +297,12 @@ def simulate(
             results = [r.shared for r in fair]
         elif len(workloads) > 1 and processes != 1:
             # Several workloads: one process per run.
-            results = run_parallel(workloads, policies, cluster, speed, round_seconds, processes)
+            done = _run_done if big and not quiet else None
+            if done is not None:
+                _announce(len(workloads) * len(policies), workloads, "as each run ends")
+            results = run_parallel(
+                workloads, policies, cluster, speed, round_seconds, processes, done
+            )
         elif big and not quiet:
             results = _run_with_progress(workloads, policies, cluster, speed, round_seconds)
         else:
@@ -389,10 +394,10 @@ def _run_with_progress(
 
         from schedulearn.cli.progress_lines import ProgressLines
 
-        runs, most = len(workloads) * len(policies), max(len(w) for w in workloads)
-        sys.stderr.write(
-            f"simulate: {runs} run{'s' if runs > 1 else ''} of up to {most:,} jobs; "
-            f"progress every {PROGRESS_LINE_SECONDS:.0f} s\n"
+        _announce(
+            len(workloads) * len(policies),
+            workloads,
+            f"progress every {PROGRESS_LINE_SECONDS:.0f} s",
         )
         lines = ProgressLines(sys.stderr, PROGRESS_LINE_SECONDS, time.monotonic)
         return run_all(workloads, policies, cluster, speed, lines, round_seconds)
@@ -412,6 +417,22 @@ def _run_with_progress(
             bar.update(tasks[label], completed=done)
 
         return run_all(workloads, policies, cluster, speed, report, round_seconds)
+
+
+def _announce(runs: int, workloads: list[Workload], when: str) -> None:
+    """The first progress line: how many runs, how big, when more lines come."""
+    most = max(len(w) for w in workloads)
+    sys.stderr.write(
+        f"simulate: {runs} run{'s' if runs > 1 else ''} of up to {most:,} jobs; {when}\n"
+    )
+    sys.stderr.flush()
+
+
+def _run_done(result: SimResult, done: int, total: int) -> None:
+    from schedulearn.cli.progress_lines import run_ended
+
+    label = f"{result.workload} / {result.policy}"
+    run_ended(sys.stderr, label, result.wall_seconds, done, total)
 
 
 def _print_results(out: Console, results: list[SimResult], fair: list[TenantRun]) -> None:

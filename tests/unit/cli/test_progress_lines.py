@@ -57,3 +57,23 @@ def test_simulate_piped_writes_progress_lines_to_stderr() -> None:
         assert " jobs finished (" in ours[0]
         assert ours[-1].startswith(f"{label}done, {PROGRESS_FROM_JOBS:,} jobs in ")
     assert "mean JCT" in done.stdout  # the table still goes to stdout, after
+
+
+def test_several_workloads_in_processes_write_a_line_as_each_run_ends() -> None:
+    n = PROGRESS_FROM_JOBS
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "schedulearn.cli.main", "simulate", "--processes", "2",
+            "-w", f"poisson:n={n}:rate=0.05", "-w", f"poisson:n={n + 1}:rate=0.05",
+            "-p", "fifo", "-c", "4x8",
+        ],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"simulate: 2 runs of up to {n + 1:,} jobs; as each run ends"
+    ended = sorted(line.split(": done in ")[0] for line in lines[1:3])
+    assert ended == [f"simulate: poisson-{n} / fifo", f"simulate: poisson-{n + 1} / fifo"]
+    assert lines[1].endswith("(1 of 2 runs)") and lines[2].endswith("(2 of 2 runs)")
+    # The table keeps run_all's order (workload, then policy), whatever order they ended in.
+    rows = [line for line in done.stdout.splitlines() if "poisson-" in line]
+    assert f"poisson-{n} " in rows[0] and f"poisson-{n + 1} " in rows[1]
