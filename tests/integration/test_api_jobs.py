@@ -157,6 +157,15 @@ def test_errors_are_json(api: Api) -> None:
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]
     r = api.post("/api/v1/jobs", json={"command": "x", "nope": 1})
     assert r.status_code == 422 and "nope" in r.json()["error"]
+    # A misspelt field in a YAML job file names the closest and the valid ones.
+    r = api.post(
+        "/api/v1/jobs",
+        content=b"command: x\ngpu: 2\n",
+        headers={**api.admin, "content-type": "application/yaml"},
+    )
+    assert r.status_code == 422
+    assert r.json()["error"].startswith("gpu: unknown field 'gpu' (did you mean 'gpus'?)")
+    assert "valid fields: array_limit, array_start, command," in r.json()["error"]
 
 
 def test_oversized_body_gets_413(api: Api, settings: ServerSettings) -> None:

@@ -12,6 +12,9 @@ from rich.table import Table
 
 from schedulearn.protocol import PolicyPreview
 
+# The columns left out, in this order, until the table fits a terminal.
+PREVIEW_DROP = ("PREEMPTIONS", "PREDICTED", "UTILISATION", "MAKESPAN")
+
 
 def span(seconds: float | None) -> str:
     if seconds is None:

@@ -344,11 +344,12 @@ def _job_spec(data: dict[str, Any]) -> JobSpec:
     from pydantic import ValidationError
 
     from schedulearn.protocol import JobSpec
+    from schedulearn.protocol_errors import explain
 
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        for e in exc.errors():
+        for e in explain(JobSpec, exc.errors()):
             loc = ".".join(str(x) for x in e["loc"])
             error(f"{loc}: {e['msg']}")
         raise typer.Exit(2) from None
@@ -426,7 +427,9 @@ def policy(
         if as_json:
             dump(preview)
             return
-        out.print(forecasts.preview_table(preview))
+        from schedulearn.cli.fitting import print_fitted
+
+        print_fitted(out, forecasts.preview_table(preview), forecasts.PREVIEW_DROP, err)
         out.print(f"[dim]{forecasts.preview_note(preview)}[/dim]", highlight=False)
         return
     if policies:

@@ -29,6 +29,23 @@ if TYPE_CHECKING:
     from schedulearn.sim.tenant_runs import TenantRun
 
 PROGRESS_FROM_JOBS = 2000
+# Seconds between progress lines when stderr is not a terminal (a file, a CI log).
+PROGRESS_LINE_SECONDS = 5.0
+# The columns left out, in this order, until the table fits a terminal: the
+# policy, its jobs, mean JCT and those not listed here always stay.
+SIMULATE_DROP = (
+    "wall",
+    "migrate",
+    "median",
+    "p99",
+    "preempt",
+    "fairness",
+    "deadlines met",
+    "p95",
+    "wait",
+    "GPU util",
+    "makespan",
+)
 
 HELP = """Replay a workload on a simulated cluster under one or more policies.
 
@@ -280,7 +297,12 @@ def simulate(
             results = [r.shared for r in fair]
         elif len(workloads) > 1 and processes != 1:
             # Several workloads: one process per run.
-            results = run_parallel(workloads, policies, cluster, speed, round_seconds, processes)
+            done = _run_done if big and not quiet else None
+            if done is not None:
+                _announce(len(workloads) * len(policies), workloads, "as each run ends")
+            results = run_parallel(
+                workloads, policies, cluster, speed, round_seconds, processes, done
+            )
         elif big and not quiet:
             results = _run_with_progress(workloads, policies, cluster, speed, round_seconds)
         else:
@@ -361,11 +383,24 @@ def _run_with_progress(
     speed: SpeedOptions,
     round_seconds: float | None,
 ) -> list[SimResult]:
-    """`run_all` with a progress bar per run on stderr (for big workloads)."""
+    """`run_all` with a progress bar per run on stderr (for big workloads), or,
+    when stderr is not a terminal, a progress line every few seconds."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from schedulearn.sim.runner import run_all
 
+    if not err.is_terminal:
+        import time
+
+        from schedulearn.cli.progress_lines import ProgressLines
+
+        _announce(
+            len(workloads) * len(policies),
+            workloads,
+            f"progress every {PROGRESS_LINE_SECONDS:.0f} s",
+        )
+        lines = ProgressLines(sys.stderr, PROGRESS_LINE_SECONDS, time.monotonic)
+        return run_all(workloads, policies, cluster, speed, lines, round_seconds)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -384,11 +419,28 @@ def _run_with_progress(
         return run_all(workloads, policies, cluster, speed, report, round_seconds)
 
 
+def _announce(runs: int, workloads: list[Workload], when: str) -> None:
+    """The first progress line: how many runs, how big, when more lines come."""
+    most = max(len(w) for w in workloads)
+    sys.stderr.write(
+        f"simulate: {runs} run{'s' if runs > 1 else ''} of up to {most:,} jobs; {when}\n"
+    )
+    sys.stderr.flush()
+
+
+def _run_done(result: SimResult, done: int, total: int) -> None:
+    from schedulearn.cli.progress_lines import run_ended
+
+    label = f"{result.workload} / {result.policy}"
+    run_ended(sys.stderr, label, result.wall_seconds, done, total)
+
+
 def _print_results(out: Console, results: list[SimResult], fair: list[TenantRun]) -> None:
     """The table, a warning per run that left jobs unfinished, and the per-queue reports."""
+    from schedulearn.cli.fitting import print_fitted
     from schedulearn.sim.tenants import render as render_fairness
 
-    out.print(render_table(results))
+    print_fitted(out, render_table(results), SIMULATE_DROP, err)
     stuck = [r for r in results if r.summary.unfinished]
     for r in stuck:
         err.print(

@@ -27,6 +27,8 @@ from schedulearn.sim.workloads.adaptive import is_adaptive, make_adaptive
 
 # (run label, jobs finished, jobs in the workload)
 RunProgress = Callable[[str, int, int], None]
+# A run of `run_parallel` ended: its result, how many have ended, of how many.
+RunDone = Callable[[SimResult, int, int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,14 @@ def _one(
     return result
 
 
+def _one_at(
+    item: tuple[int, tuple[Workload, str, str | None, SpeedOptions | None, float | None]],
+) -> tuple[int, SimResult]:
+    """`_one` with the run's place, so results that come back as they end are put in order."""
+    index, task = item
+    return index, _one(task)
+
+
 def run_parallel(
     workloads: Sequence[Workload],
     policies: Sequence[str],
@@ -179,11 +189,14 @@ def run_parallel(
     speed: SpeedOptions | None = None,
     round_seconds: float | None = None,
     processes: int | None = None,
+    on_run_done: RunDone | None = None,
 ) -> list[SimResult]:
     """As `run_all`, one process per (workload, policy) run, up to `processes` at once.
 
     Results come back in `run_all`'s order. Each process builds its own
     speed model; bad input is reported before any process starts.
+    `on_run_done(result, done, total)` is called as each run ends, in the
+    order they end.
     """
     specs = check_policies(policies)
     model = (speed or SpeedOptions()).build(workloads)
@@ -192,7 +205,18 @@ def run_parallel(
         cluster_for(w, cluster)
     tasks = [(w, spec, cluster, speed, round_seconds) for w in workloads for spec in specs]
     workers = min(len(tasks), processes or os.cpu_count() or 1)
+    done: list[SimResult | None] = [None] * len(tasks)
+
+    def finished(index: int, result: SimResult) -> None:
+        done[index] = result
+        if on_run_done is not None:
+            on_run_done(result, sum(r is not None for r in done), len(tasks))
+
     if workers <= 1:
-        return [_one(t) for t in tasks]
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        return pool.map(_one, tasks, chunksize=1)
+        for index, task in enumerate(tasks):
+            finished(index, _one(task))
+    else:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            for index, result in pool.imap_unordered(_one_at, enumerate(tasks), chunksize=1):
+                finished(index, result)
+    return [r for r in done if r is not None]

@@ -27,6 +27,7 @@ from schedulearn.protocol import (
     ProgressHistory,
     SubmitReply,
 )
+from schedulearn.protocol_errors import explain
 from schedulearn.server import parsing
 from schedulearn.server.api.below import JSON, json_reply
 from schedulearn.server.api.deps import Admin, JobId, State, User
@@ -60,7 +61,7 @@ def _to_spec(data: Any) -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise _Invalid(list(exc.errors())) from None
+        raise _Invalid(explain(JobSpec, exc.errors())) from None
 
 
 @router.post(
