@@ -39,15 +39,17 @@ def _fetch(commit: str) -> list[str]:
     return tried
 
 
-def source_at(commit: str, into: Path) -> Path:
-    """`src` of `commit`, unpacked under `into`; the path of that `src`."""
+def source_at(commit: str, into: Path, what: str = "") -> Path:
+    """`src` of `commit` (`what` it is, for messages), unpacked under `into`;
+    the path of that `src`."""
+    named = f"{commit} ({what})" if what else commit
     if _git("rev-parse", "--git-dir").returncode != 0:
-        pytest.fail(f"{REPO} is not a git checkout, so commit {commit} cannot be taken from it")
+        pytest.fail(f"{REPO} is not a git checkout, so commit {named} cannot be taken from it")
     if not _have(commit):
         tried = _fetch(commit)
         if not _have(commit):
             pytest.fail(
-                f"this clone lacks commit {commit} and could not fetch it "
+                f"this clone lacks commit {named} and could not fetch it "
                 f"({'; '.join(tried) or 'no git remote'}): run `git fetch origin {commit}` "
                 "(or `git fetch --unshallow`), then the test again"
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,3 +158,30 @@ class Cluster:
         for pid in self.pids_to_reap:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def one_node(root: Path, gpus: int) -> Iterator[Cluster]:
+    """A started cluster of one agent with `gpus` GPUs, stopped on exit (a
+    module fixture's body: `with one_node(tmp_path_factory.mktemp(...), 2) as c`)."""
+    c = Cluster(root)
+    try:
+        c.start()
+        c.add_agent("a", gpus=gpus)
+        c.wait_nodes(1)
+        yield c
+    finally:
+        c.stop()
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """`result`, after checking the command succeeded (its output in the message if not)."""
+    assert result.returncode == 0, f"rc {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def submitted_id(result: subprocess.CompletedProcess[str]) -> int:
+    """The job (or array) id a successful `schedulearn submit` printed."""
+    found = re.search(r"submitted jobs? (\d+)", result.stdout + result.stderr)
+    assert found, result.stdout + result.stderr
+    return int(found[1])

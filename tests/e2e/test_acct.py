@@ -22,21 +22,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_cluster import ADMIN, Cluster
+from e2e_cluster import ADMIN, Cluster, one_node
 
 from waiting import wait_until
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("acct"))
-    try:
-        c.start()
-        c.add_agent("a", gpus=2)
-        c.wait_nodes(1)
+    with one_node(tmp_path_factory.mktemp("acct"), gpus=2) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _cli(c: Cluster, token: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_cluster import ADMIN, Cluster
+from e2e_cluster import ADMIN, Cluster, ok, submitted_id
 
 from schedulearn.protocol import JobPublic
 from waiting import wait_until
@@ -58,17 +58,6 @@ def nothing_left_running(cluster: Cluster) -> Iterator[None]:
         for job in left:
             c.cancel(job.id)
     cluster.wait_final([job.id for job in left], timeout=120)
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    assert result.returncode == 0, f"rc {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return result
-
-
-def submitted_id(result: subprocess.CompletedProcess[str]) -> int:
-    found = re.search(r"submitted job (\d+)", result.stdout + result.stderr)
-    assert found, result.stdout + result.stderr
-    return int(found[1])
 
 
 def on_terminal(cluster: Cluster, columns: int, *args: str) -> str:

@@ -34,6 +34,7 @@ from typing import Literal, TypeVar
 import pytest
 from e2e_cluster import ADMIN, AGENT, FINAL
 
+from previous_source import source_at
 from schedulearn.cli.client import Client
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 from schedulearn.protocol import JobPublic
@@ -46,59 +47,10 @@ T = TypeVar("T")
 # Move it to the previous release's commit when a release is cut.
 PREVIOUS_RELEASE = "fe41f5cdce91ef46219b520d7551b86095a2273b"
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _git(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def _have(commit: str) -> bool:
-    return _git("cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
-
-
-def _fetch(commit: str) -> list[str]:
-    """Try to fetch `commit` from each remote; what each attempt said."""
-    shallow = _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true"
-    tried = []
-    for remote in _git("remote").stdout.split():
-        # In a shallow clone, fetch just that commit (no history); a full clone
-        # fetches it whole, so as not to make itself shallow.
-        depth = ["--depth=1"] if shallow else []
-        done = _git("fetch", "--quiet", "--no-tags", *depth, remote, commit, timeout=300)
-        tried.append(f"git fetch {' '.join(depth)} {remote} {commit}: exit {done.returncode} "
-                     f"{done.stderr.strip()[:300]}")  # fmt: skip
-        if _have(commit):
-            break
-    return tried
-
 
 def unpack(commit: str, root: Path, what: str = "the previous release") -> Path:
     """The `src` folder of `commit` (`what` it is, for messages), unpacked into `root`."""
-    if _git("rev-parse", "--git-dir").returncode != 0:
-        pytest.fail(
-            f"{REPO} is not a git checkout, so {what} ({commit}) "
-            "cannot be taken from its history; run the compatibility test from a clone"
-        )
-    if not _have(commit):
-        tried = _fetch(commit)
-        if not _have(commit):
-            pytest.fail(
-                f"this clone lacks commit {commit} ({what}) and "
-                f"could not fetch it ({'; '.join(tried) or 'no git remote'}). Fetch it with "
-                f"`git fetch origin {commit}` (or `git fetch --unshallow`), "
-                "then run the test again"
-            )
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "src"],
-        capture_output=True,
-        check=True,
-        timeout=120,
-    )
-    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
-    src = root / "src"
+    src = source_at(commit, root, what)
     assert (src / "schedulearn" / "protocol.py").is_file()
     return src
 

@@ -9,37 +9,21 @@ every task of the array.
 
 from __future__ import annotations
 
-import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_cluster import Cluster
+from e2e_cluster import Cluster, ok, one_node, submitted_id
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("dependencies"))
-    try:
-        c.start()
-        c.add_agent("a", gpus=4)
-        c.wait_nodes(1)
+    with one_node(tmp_path_factory.mktemp("dependencies"), gpus=4) as c:
         yield c
-    finally:
-        c.stop()
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    assert result.returncode == 0, f"rc {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return result
 
 
 def submit(cluster: Cluster, *args: str) -> int:
-    result = ok(cluster.cli("submit", "--gpus", "1", *args))
-    found = re.search(r"submitted jobs? (\d+)", result.stdout + result.stderr)
-    assert found, result.stdout + result.stderr
-    return int(found[1])
+    return submitted_id(ok(cluster.cli("submit", "--gpus", "1", *args)))
 
 
 def test_a_pipeline_waits_for_its_dependency_and_the_impossible_is_cancelled(

@@ -11,39 +11,24 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from e2e_cluster import ADMIN, Cluster
+from e2e_cluster import ADMIN, Cluster, ok, one_node, submitted_id
 
 from waiting import wait_until
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("time-limit"))
-    try:
-        c.start()
-        c.add_agent("a", gpus=2)
-        c.wait_nodes(1)
+    with one_node(tmp_path_factory.mktemp("time-limit"), gpus=2) as c:
         yield c
-    finally:
-        c.stop()
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
-    assert result.returncode == 0, f"rc {result.returncode}\n{result.stdout}\n{result.stderr}"
-    return result
 
 
 def submit(cluster: Cluster, *args: str) -> int:
-    result = ok(cluster.cli("submit", "--gpus", "1", *args))
-    found = re.search(r"submitted job (\d+)", result.stdout + result.stderr)
-    assert found, result.stdout + result.stderr
-    return int(found[1])
+    return submitted_id(ok(cluster.cli("submit", "--gpus", "1", *args)))
 
 
 def web_page(cluster: Cluster, path: str) -> str:
