@@ -32,6 +32,10 @@ from schedulearn.server.services import accounting, queue_admin, usage
 router = APIRouter(prefix="/api/v1", responses=ERROR_RESPONSES)
 
 QueueName = Annotated[str, Path(min_length=1, max_length=63, pattern=QUEUE_NAME_PATTERN)]
+# `usage` and `acct`: where their window starts (services.usage.parse_since).
+SinceText = Annotated[
+    str, Query(max_length=40, description="A span back from now (12h, 7d, 2w) or a UTC date")
+]
 
 
 @router.get("/queues", response_model=QueueList, tags=["queues"], summary="Tenant queues now")
@@ -107,10 +111,7 @@ async def get_usage(
     state: State,
     _who: User,
     by: UsageBy = UsageBy.USER,
-    since: Annotated[
-        str,
-        Query(max_length=40, description="A span back from now (12h, 7d, 2w) or a UTC date"),
-    ] = usage.DEFAULT_SINCE,
+    since: SinceText = usage.DEFAULT_SINCE,
 ) -> UsageReport:
     return await state.db.run(usage.report, by, since, state.clock.now())
 
@@ -127,10 +128,7 @@ async def get_acct(
     user: Annotated[str | None, Query(max_length=100)] = None,
     queue: Annotated[str | None, Query(max_length=63)] = None,
     job_state: Annotated[list[JobState] | None, Query(alias="state")] = None,
-    since: Annotated[
-        str,
-        Query(max_length=40, description="A span back from now (12h, 7d, 2w) or a UTC date"),
-    ] = accounting.DEFAULT_SINCE,
+    since: SinceText = accounting.DEFAULT_SINCE,
     limit: Annotated[int, Query(ge=1, le=accounting.MAX_ROWS)] = 1000,
 ) -> AcctReport:
     where = accounting.AcctFilter(user, queue, tuple(job_state or ()))
