@@ -67,6 +67,21 @@ def send(
     return dict(r.json())
 
 
+def upload_full_log(
+    api: Api, node: WireAgent, job_id: int, attempt: int, texts: list[str]
+) -> bytes:
+    """Upload `texts` as the attempt's whole spool, as its agent does; the spool."""
+    spool = b"".join(f"o1.000000 {t}\n".encode() for t in texts)
+    r = api.client.put(
+        f"/api/v1/agent/jobs/{job_id}/full-log",
+        params={"attempt": attempt, "node": node.name},
+        headers={**node.headers, "X-Log-Sha256": hashlib.sha256(spool).hexdigest()},
+        content=spool,
+    )
+    assert r.status_code == 200, r.text
+    return spool
+
+
 def stored_lines(api: Api, job_id: int) -> list[str]:
     r = api.get(f"/api/v1/jobs/{job_id}/logs", params={"limit": 10000})
     assert r.status_code == 200, r.text
@@ -94,14 +109,7 @@ def test_a_job_over_the_cap_keeps_head_and_tail_and_names_the_cut_exactly(api: A
     assert f"logs --full {job_id}" in markers[0]
 
     # The agent uploads the run's whole spool; `logs --full` gives every line.
-    spool = b"".join(f"o1.000000 {t}\n".encode() for t in printed)
-    r = api.client.put(
-        f"/api/v1/agent/jobs/{job_id}/full-log",
-        params={"attempt": attempt, "node": node.name},
-        headers={**node.headers, "X-Log-Sha256": hashlib.sha256(spool).hexdigest()},
-        content=spool,
-    )
-    assert r.status_code == 200, r.text
+    upload_full_log(api, node, job_id, attempt, printed)
     full = api.get(f"/api/v1/jobs/{job_id}/logs/full")
     assert full.status_code == 200
     assert full.content == "".join(t + "\n" for t in printed).encode()
@@ -122,14 +130,7 @@ def test_a_full_log_written_over_by_another_server_is_not_printed_as_this_jobs(
     printed = [f"{i:06d} " + "y" * 92 for i in range(1000)]
     for i in range(0, 1000, 200):
         send(api, node, job_id, attempt, printed[i : i + 200], i)
-    spool = b"".join(f"o1.000000 {t}\n".encode() for t in printed)
-    r = api.client.put(
-        f"/api/v1/agent/jobs/{job_id}/full-log",
-        params={"attempt": attempt, "node": node.name},
-        headers={**node.headers, "X-Log-Sha256": hashlib.sha256(spool).hexdigest()},
-        content=spool,
-    )
-    assert r.status_code == 200, r.text
+    spool = upload_full_log(api, node, job_id, attempt, printed)
     path = full_logs.file_of(tmp_path / "logs", job_id, attempt)
     assert api.get(f"/api/v1/jobs/{job_id}/logs/full").content == spool.replace(b"o1.000000 ", b"")
 
