@@ -110,17 +110,25 @@ def test_submissions_go_to_the_named_or_default_queue_of_members_only(qapi: Api)
     assert not listed["default"].declared and listed["default"].pending_jobs == 1
 
 
-def test_a_queue_below_its_guarantee_preempts_the_queue_over_it(qapi: Api) -> None:
-    node = WireAgent(qapi, "n1", gpus=4)
+def a_holds_every_gpu(api: Api, gpus: int) -> tuple[WireAgent, list[int], dict[int, int]]:
+    """One node of `gpus` GPUs, queues A and B guaranteed half each, and A's
+    preemptible 1-GPU jobs running on all of them: the node, A's jobs, and
+    each one's attempt."""
+    node = WireAgent(api, "n1", gpus=gpus)
     node.register()
-    add_queue(qapi, name="A", guaranteed={"": 2})
-    add_queue(qapi, name="B", guaranteed={"": 2})
-    a_jobs = [submit(qapi, queue="A", gpus=1, preemptible=True) for _ in range(4)]
-    starts = node.work_until(lambda b: len(b.starts) == 4).starts
+    add_queue(api, name="A", guaranteed={"": gpus // 2})
+    add_queue(api, name="B", guaranteed={"": gpus // 2})
+    a_jobs = [submit(api, queue="A", gpus=1, preemptible=True) for _ in range(gpus)]
+    starts = node.work_until(lambda b: len(b.starts) == gpus).starts
     for s in starts:
         node.start(s.job_id, s.attempt)
-    qapi.settle()
-    assert queues(qapi)["A"].used == 4
+    api.settle()
+    assert queues(api)["A"].used == gpus
+    return node, a_jobs, {s.job_id: s.attempt for s in starts}
+
+
+def test_a_queue_below_its_guarantee_preempts_the_queue_over_it(qapi: Api) -> None:
+    node, a_jobs, attempts = a_holds_every_gpu(qapi, 4)
     extra = submit(qapi, queue="A", gpus=1, preemptible=True)
     b_job = submit(qapi, queue="B", gpus=2, preemptible=True)
     stops = node.work_until(lambda b: len(b.stops) >= 2).stops
@@ -129,7 +137,6 @@ def test_a_queue_below_its_guarantee_preempts_the_queue_over_it(qapi: Api) -> No
     # While A's victims drain, A's waiting job is told why it waits.
     why = job(qapi, extra).waiting_reason or ""
     assert "A uses 2 of its 2 guaranteed GPUs" in why and "other queues are waiting" in why, why
-    attempts = {s.job_id: s.attempt for s in starts}
     for stop in stops:
         node.exit(stop.job_id, attempts[stop.job_id], -15)
     b_start = node.work_until(lambda b: any(s.job_id == b_job for s in b.starts)).starts
@@ -271,18 +278,9 @@ def test_a_job_its_queue_could_never_start_is_refused_at_submit(qapi: Api) -> No
 
 
 def test_acct_counts_a_preemption_and_sums_to_usage(qapi: Api) -> None:
-    node = WireAgent(qapi, "n1", gpus=2)
-    node.register()
-    add_queue(qapi, name="A", guaranteed={"": 1})
-    add_queue(qapi, name="B", guaranteed={"": 1})
-    a_jobs = [submit(qapi, queue="A", gpus=1, preemptible=True) for _ in range(2)]
-    starts = node.work_until(lambda b: len(b.starts) == 2).starts
-    for s in starts:
-        node.start(s.job_id, s.attempt)
-    qapi.settle()
+    node, a_jobs, attempts = a_holds_every_gpu(qapi, 2)
     b_job = submit(qapi, queue="B", gpus=1, preemptible=True)
     (stop,) = node.work_until(lambda b: len(b.stops) >= 1).stops
-    attempts = {s.job_id: s.attempt for s in starts}
     node.exit(stop.job_id, attempts[stop.job_id], -15)
     (b_start,) = node.work_until(lambda b: any(s.job_id == b_job for s in b.starts)).starts
     node.start(b_job, b_start.attempt)
