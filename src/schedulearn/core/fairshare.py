@@ -145,9 +145,13 @@ class FairShare:
         """
         until = self._next_victim(view)
         if self.inner.tick_seconds is not None:
-            steady = getattr(self.inner, "steady_until", None)
-            until = min(until, steady(view)) if callable(steady) else view.now
+            until = min(until, self._inner_steady(view))
         return until
+
+    def _inner_steady(self, view: ClusterView) -> float:
+        """The inner policy's `steady_until`, or now for one that does not say."""
+        steady = getattr(self.inner, "steady_until", None)
+        return float(steady(view)) if callable(steady) else view.now
 
     def steady_until(self, view: ClusterView) -> float:
         """Until when a pass over `view` decides what the last one did (nothing).
@@ -157,8 +161,7 @@ class FairShare:
         """
         tenancy = view.tenancy
         if tenancy is None:
-            steady = getattr(self.inner, "steady_until", None)
-            return float(steady(view)) if callable(steady) else view.now
+            return self._inner_steady(view)
         last = self._quiet
         return last[2] if last is not None and self._still_quiet(view, tenancy) else view.now
 

@@ -393,9 +393,14 @@ def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]
 AHEAD_AT = 0.8
 
 
+def used_lately(usage: Mapping[str, float]) -> float:
+    """Every queue's decayed usage together: what guaranteed fractions are of."""
+    return sum(u for u in usage.values() if u > 0)
+
+
 def _mark_ahead(qs: list[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
     """Set `ahead`: decayed usage at least `AHEAD_AT` of its guaranteed fraction of all usage."""
-    total = sum(u for u in usage.values() if u > 0)
+    total = used_lately(usage)
     for s in qs:
         fair = total * s.guaranteed / capacity if capacity > 0 else 0.0
         s.ahead = total > 0 and usage.get(s.name, 0.0) >= fair * AHEAD_AT - _EPS

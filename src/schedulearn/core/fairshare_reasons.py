@@ -20,7 +20,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from schedulearn.core.fairshare_queues import DEFAULT_QUEUE, Queue, QueueShare, Tenancy, named
+from schedulearn.core.fairshare_queues import (
+    DEFAULT_QUEUE,
+    Queue,
+    QueueShare,
+    Tenancy,
+    named,
+    used_lately,
+)
 from schedulearn.core.fairshare_queues import shares as compute_shares
 from schedulearn.core.views import ClusterView, JobView, rebuild
 
@@ -145,12 +152,11 @@ def share_reason(
         return None
     others = [o for o in book.values() if o.name != s.name and o.used > 0]
     if s.used + job.gpus <= s.guaranteed and s.ahead:
-        used_lately = sum(u for u in tenancy.usage.values() if u > 0)
         return reason(
             ShareRule.AHEAD,
             gpus=job.gpus,
             free=free,
-            had=tenancy.usage.get(s.name, 0.0) / used_lately,
+            had=tenancy.usage.get(s.name, 0.0) / used_lately(tenancy.usage),
             promised=s.guaranteed / view.total_gpus,
         )
     if s.used + job.gpus <= s.guaranteed:

@@ -212,7 +212,7 @@ class Simulator:
                     if next_tick is None or next_tick <= t:
                         grid = t
                         next_tick = t + tick
-                        if rounds is None and not acted and (changed or due):
+                        if not acted and (changed or due):
                             next_tick = self._skip_steady(t, tick, next_tick)
                             skipped = next_tick > t + tick
                 else:
