@@ -14,6 +14,8 @@ the layer still decides from the snapshot alone.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from schedulearn.core.fairshare_queues import (
     QueueShare,
     Tenancy,
@@ -22,6 +24,9 @@ from schedulearn.core.fairshare_queues import (
     pending_by_queue,
 )
 from schedulearn.core.views import ClusterView, JobView
+
+_GPUS = attrgetter("gpus")
+_ID = attrgetter("id")
 
 
 class ShareBook:
@@ -48,8 +53,9 @@ class ShareBook:
             self._running = view.running
         if view.pending is not self._pending:
             self._by_queue = pending_by_queue(view.pending)
-            self._waiting = {q: sum(j.gpus for j in js) for q, js in self._by_queue.items()}
-            self._by_id = {j.id: j for j in view.pending}
+            # map(attrgetter) and zip sweep at C speed: this runs on every change.
+            self._waiting = {q: sum(map(_GPUS, js)) for q, js in self._by_queue.items()}
+            self._by_id = dict(zip(map(_ID, view.pending), view.pending, strict=True))
             self._pending = view.pending
         out = book(view, tenancy, self._held, self._waiting)
         # The pass reads the lists and never changes them: shared, not copied.
