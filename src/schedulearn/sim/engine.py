@@ -305,8 +305,10 @@ class Simulator:
         if not callable(steady) or self._last_view is None:
             return next_tick
         until = float(steady(self._last_view))
-        if until <= next_tick or until == float("inf"):
+        if until <= next_tick:
             return next_tick
+        if until == math.inf:
+            return until  # nothing but an event changes its choice: no tick is due
         return t + math.ceil((until - t) / tick - 1e-9) * tick
 
     def _pass(self, t: float) -> int:
