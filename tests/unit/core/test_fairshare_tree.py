@@ -83,8 +83,6 @@ def test_other_teams_reclaim_from_a_borrower_not_from_a_child_within_its_parents
     # research's 4 while vision is idle: ops takes its GPUs from the team
     # beyond any guarantee. Side by side, nlp is 2 over its own 2 and, started
     # last, is the one preempted.
-    tree = Tenancy((*TREE.queues, Queue.of("borrower", 0)))
-    flat = Tenancy((*FLAT.queues, Queue.of("borrower", 0)))
     mine = [job(20, 2, queue="ops", preemptible=True)]
 
     def reclaim(tenancy: Tenancy) -> set[int]:
