@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from core_scenario import Scenario, job, node, preempts, starts
 
-from schedulearn.core import ClusterView, create
+from schedulearn.core import ClusterView, JobView, create
 from schedulearn.core.fairshare import FairShare
 from schedulearn.core.fairshare_queues import Queue, Tenancy, shares
 
@@ -26,7 +26,7 @@ TREE = Tenancy(
 FLAT = Tenancy((Queue.of("vision", 2), Queue.of("nlp", 2), Queue.of("ops", 4)))
 
 
-def waiting(queue: str, gpus: int, first_id: int) -> list:
+def waiting(queue: str, gpus: int, first_id: int) -> list[JobView]:
     return [job(first_id + i, 1, queue=queue, preemptible=True) for i in range(gpus)]
 
 
