@@ -11,7 +11,7 @@ nothing is ever undone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from itertools import compress
 from operator import attrgetter, not_
 
@@ -179,15 +179,16 @@ class PassState:
         self.mark(job.placement, None)
         self.free += job.placement.num_gpus
 
-    def free_in(self, placement: Placement) -> bool:
-        """Are all of `placement`'s GPUs free in the pool?"""
+    def free_in(self, placement: Placement, freed: Mapping[str, set[int]]) -> bool:
+        """Are all of `placement`'s GPUs free in the pool, or in `freed` (per node)?"""
         pool = self.pool
         for name, gpus in placement:
             i = self.index.get(name)
             if i is None:
                 return False
             free = pool.free_gpus(pool.nodes[i])
-            if any(g not in free for g in gpus):
+            also = freed.get(name, ())
+            if any(g not in free and g not in also for g in gpus):
                 return False
         return True
 
