@@ -1258,6 +1258,40 @@ class TokenList(_Reply):
     items: list[TokenInfo]
 
 
+PASSWORD_MIN_LENGTH = 10
+
+
+class PasswordSet(_Request):
+    """A user's web sign-in password (their own, or anyone's as admin)."""
+
+    password: str = Field(max_length=1000, repr=False)
+
+    @field_validator("password")
+    @classmethod
+    def _long_enough(cls, value: str) -> str:
+        if len(value) < PASSWORD_MIN_LENGTH:
+            raise ValueError(
+                f"the password is {len(value)} characters; give at least {PASSWORD_MIN_LENGTH}"
+            )
+        return value
+
+
+class PasswordSetReply(_Reply):
+    user: str
+    role: str = Field(description="What a web sign-in with it gets: user or admin")
+    set_at: float
+
+
+class WebLoginLink(_Reply):
+    """A one-time web sign-in link (`schedulearn web-login`)."""
+
+    user: str
+    role: str
+    code: str = Field(description="Works once, until expires_at")
+    path: str = Field(description="Open the server's address with this path in a browser")
+    expires_at: float
+
+
 class WhoAmI(_Reply):
     user: str
     role: str
