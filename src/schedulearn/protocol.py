@@ -714,6 +714,27 @@ def parse_time_limit(value: float | int | str) -> float:
         ) from None
 
 
+def parse_array(text: str) -> tuple[int, int, int | None]:
+    """A job array as `submit --array` and the web form's Array field write it:
+    `0-9%2` -> (first index 0, 10 tasks, at most 2 at once); `4` -> (0, 4, None)."""
+    body, sep, limit_text = text.strip().partition("%")
+    first_text, dash, last_text = body.partition("-")
+    try:
+        if dash:
+            first, last = int(first_text), int(last_text)
+        else:
+            first, last = 0, int(first_text) - 1
+        limit = int(limit_text) if sep else None
+    except ValueError:
+        first, last, limit = 0, -1, None
+    if first < 0 or last < first or (limit is not None and limit < 1):
+        raise ValueError(
+            f"{text!r}: write FIRST-LAST (0-9: ten tasks, indices 0 to 9) or a count (10), "
+            "optionally %N to run at most N at once (0-9%2)"
+        )
+    return first, last - first + 1, limit
+
+
 Name = Annotated[str, Field(max_length=200)]
 
 
