@@ -64,4 +64,6 @@ async def revoke_token(token_id: TokenId, state: State, who: User) -> TokenInfo:
     summary="A one-time link (a few minutes, once) that signs a browser in with this token",
 )
 async def web_login(state: State, who: User) -> WebLoginLink:
-    return await state.db.run(login_codes.create, who, state.clock.now())
+    return await state.db.run(
+        login_codes.create, who, state.clock.now(), state.settings.web_login_seconds
+    )

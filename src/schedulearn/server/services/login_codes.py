@@ -2,7 +2,8 @@
 
 Owns the `web_login_code` table. The CLI, calling with a user's token, asks
 for a code; the server keeps only the code's SHA-256, that token's id and
-when the code ends (`CODE_SECONDS`), and the CLI prints the server's
+when the code ends (the `web_login_seconds` setting, 5 minutes by
+default), and the CLI prints the server's
 address with `/ui/login?code=...`. Opening the link and confirming signs
 that browser in with the same token, as pasting the token would, without
 the token leaving the terminal. A code is marked used by one conditional
@@ -29,7 +30,6 @@ from schedulearn.server.errors import Forbidden
 from schedulearn.server.models import Token, User, WebLoginCode
 from schedulearn.server.services.passwords import Refused
 
-CODE_SECONDS = 300.0
 LOGIN_PATH = "/ui/login"
 _KEEP_USED_SECONDS = 86400.0
 _AGAIN = "make a new one with `schedulearn web-login`"
@@ -39,15 +39,15 @@ def _digest(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest()
 
 
-def create(session: Session, caller: Caller, now: float) -> WebLoginLink:
-    """A new code that signs a browser in with the caller's token, once, for a few minutes."""
+def create(session: Session, caller: Caller, now: float, seconds: float) -> WebLoginLink:
+    """A new code that signs a browser in with the caller's token, once, for `seconds`."""
     if caller.token_id is None:
         raise Forbidden("only a user's or an admin's token can make a sign-in link")
     session.execute(
         delete(WebLoginCode).where(col(WebLoginCode.expires_at) <= now - _KEEP_USED_SECONDS)
     )
     code = secrets.token_urlsafe(24)
-    expires_at = now + CODE_SECONDS
+    expires_at = now + seconds
     session.add(
         WebLoginCode(
             code_hash=_digest(code), token_id=caller.token_id, created_at=now, expires_at=expires_at
@@ -71,10 +71,7 @@ def _why_not(row: WebLoginCode | None, now: float) -> Refused | None:
         return Refused(f"This sign-in link was already used (each works once); {_AGAIN}.")
     if row.expires_at <= now:
         at = datetime.fromtimestamp(row.expires_at, UTC).strftime("%H:%M:%S UTC")
-        minutes = round(CODE_SECONDS / 60)
-        return Refused(
-            f"This sign-in link expired at {at} (links last {minutes} minutes); {_AGAIN}."
-        )
+        return Refused(f"This sign-in link expired at {at}; {_AGAIN}.")
     return None
 
 
