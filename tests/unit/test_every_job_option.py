@@ -79,9 +79,10 @@ def test_the_exclusions_are_real_fields() -> None:
 def _cli_refusal(*flags: str) -> str:
     # No server listens on port 9: the spec is refused before any call.
     done = subprocess.run(
-        [sys.executable, "-m", "schedulearn.cli.main", "submit", "--server", "http://127.0.0.1:9"]
-        + list(flags)
-        + ["--", "true"],
+        [
+            *(sys.executable, "-m", "schedulearn.cli.main", "submit"),
+            *("--server", "http://127.0.0.1:9", *flags, "--", "true"),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
