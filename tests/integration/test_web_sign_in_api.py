@@ -49,6 +49,9 @@ class Site:
         )
         return int(r.status_code)
 
+    def signed_in(self) -> bool:
+        return self.client.get("/ui/jobs", follow_redirects=False).status_code == 200
+
     def sign_in(self, **form: str) -> tuple[int, str]:
         """POST the sign-in form as a browser does: (status, page or redirect target)."""
         self.client.cookies.clear()
@@ -89,6 +92,20 @@ def test_who_may_set_a_password_and_how_it_is_kept(site: Site) -> None:
     assert len(hashes) == 2
 
     assert site.sign_in(user="ana", password=PASSWORD) == (303, "/ui/cluster")
+    assert site.signed_in()
+    # A new password signs out what the old one signed in; token sessions stay.
+    browser = dict(site.client.cookies)
+    assert site.sign_in(token=ana) == (303, "/ui/cluster")
+    with_token = dict(site.client.cookies)
+    assert site.set_password(ana, "ana", PASSWORD + " again") == 200
+    site.client.cookies.clear()
+    site.client.cookies.update(browser)
+    assert not site.signed_in()
+    site.client.cookies.clear()
+    site.client.cookies.update(with_token)
+    assert site.signed_in()
+    assert site.sign_in(user="ana", password=PASSWORD)[0] == 401
+    assert site.set_password(ana, "ana") == 200
     site.client.patch("/api/v1/users/ana", headers=_auth(ADMIN), json={"disabled": True})
     status, page = site.sign_in(user="ana", password=PASSWORD)
     assert status == 401 and "User ana is disabled" in page

@@ -17,7 +17,8 @@ never gives more than the token that set it.
 A sign-in makes a token for that browser session alone (named `web
 sign-in`, expiring with the session, its secret never shown), so the
 session is checked by `auth.check` like any other: disabling the user or
-revoking that token (`token list` shows it) ends the session at once.
+revoking that token (`token list` shows it) ends the session at once, and
+setting a new password ends every session the old one signed in.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ import hmac
 import os
 from dataclasses import dataclass
 
-from sqlmodel import Session
+from sqlalchemy import delete, update
+from sqlmodel import Session, col, select
 
 from schedulearn.protocol import PasswordSetReply
 from schedulearn.server.auth import Caller, Role
 from schedulearn.server.errors import Forbidden, NotFound
-from schedulearn.server.models import User
+from schedulearn.server.models import Token, User, WebSession
 from schedulearn.server.services import tokens, users
 
 # scrypt's cost: 16 MiB and a few tens of milliseconds per check (RFC 7914's
@@ -97,8 +99,24 @@ def set_password(
     row.password_role = role.value
     row.password_set_at = now
     session.add(row)
+    _end_password_sessions(session, name, now)
     session.commit()
     return PasswordSetReply(user=name, role=role.value, set_at=now)
+
+
+def _end_password_sessions(session: Session, name: str, now: float) -> None:
+    """A new password signs out every browser the old one signed in (not committed)."""
+    owned = select(WebSession.token_id).join(Token, col(Token.id) == col(WebSession.token_id))
+    owned = owned.where(col(WebSession.own_token), Token.user == name)
+    token_ids = list(session.exec(owned).all())
+    if not token_ids:
+        return
+    session.execute(
+        update(Token)
+        .where(col(Token.id).in_(token_ids), col(Token.revoked_at).is_(None))
+        .values(revoked_at=now)
+    )
+    session.execute(delete(WebSession).where(col(WebSession.token_id).in_(token_ids)))
 
 
 @dataclass(frozen=True, slots=True)
