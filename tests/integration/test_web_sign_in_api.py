@@ -50,7 +50,7 @@ class Site:
         return int(r.status_code)
 
     def signed_in(self) -> bool:
-        return self.client.get("/ui/jobs", follow_redirects=False).status_code == 200
+        return bool(self.client.get("/ui/jobs", follow_redirects=False).status_code == 200)
 
     def sign_in(self, **form: str) -> tuple[int, str]:
         """POST the sign-in form as a browser does: (status, page or redirect target)."""
