@@ -206,6 +206,7 @@ def test_the_submit_form_sets_time_limit_dependency_and_array(
     expect(page.get_by_test_id("error-time_limit")).to_contain_text("not a duration")
     expect(page.get_by_test_id("error-array")).to_contain_text("write FIRST-LAST")
     expect(page.get_by_test_id("error-dependency")).to_contain_text("not a dependency kind")
+    screenshot(page, "submit-options")
 
     page.fill("#f-time_limit", "4h")
     page.fill("#f-array", "0-2%1")
