@@ -14,17 +14,15 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import httpx
+import pytest
 from browsing import ADMIN, PHONE, Cluster, Visits, screenshot
+from playwright.sync_api import Page, ViewportSize, expect
 
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 
-pytest.importorskip("playwright")
-from playwright.sync_api import Page, expect  # noqa: E402
-
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
-WIDE: dict[str, int] = {"width": 1280, "height": 800}
+WIDE: ViewportSize = {"width": 1280, "height": 800}
 
 
 def api(cluster: Cluster, token: str = ADMIN) -> httpx.Client:
@@ -247,7 +245,11 @@ def test_a_user_can_neither_see_nor_use_drain(cluster: Cluster, visit: Visits) -
 
 
 def test_the_jobs_table_fits_1280_px_with_an_array_column(cluster: Cluster, visit: Visits) -> None:
-    long_command = [sys.executable, "-c", "import sys; print('a fairly long command line', sys.argv)"]
+    long_command = [
+        sys.executable,
+        "-c",
+        "import sys; print('a fairly long command line', sys.argv)",
+    ]
     with api(cluster, cluster.token_for("ana")) as client:
         reply = client.post(
             "/api/v1/jobs",
@@ -263,10 +265,10 @@ def test_the_jobs_table_fits_1280_px_with_an_array_column(cluster: Cluster, visi
     cluster.wait_job(failed, lambda j: j["state"] == "failed", timeout=60)
     waiting_jobs(cluster, "ana", 1, name="waits-for-its-dependency")
 
-    page = visit(cluster.token_for("ana"), viewport=WIDE).page  # type: ignore[arg-type]
+    page = visit(cluster.token_for("ana"), viewport=WIDE).page
     page.goto(f"{cluster.url}/ui/jobs")
-    scroll, client = no_sideways_scroll(page, "[data-testid=jobs-wrap]")
-    assert scroll <= client, f"the Jobs table is {scroll} px wide in {client} px at 1280 px"
+    scroll, inner = no_sideways_scroll(page, "[data-testid=jobs-wrap]")
+    assert scroll <= inner, f"the Jobs table is {scroll} px wide in {inner} px at 1280 px"
     assert page.evaluate("document.documentElement.scrollWidth") <= WIDE["width"]
     exit_head = page.locator("[data-testid=jobs] th", has_text="Exit")
     box = exit_head.bounding_box()
@@ -302,8 +304,8 @@ def test_a_phone_shows_each_jobs_state_and_reason(cluster: Cluster, visit: Visit
     )
     _on_screen(page, f"{row} [data-testid=job-state] .pill", PHONE["width"])
     _on_screen(page, f"{row} [data-testid=job-reason]", PHONE["width"])
-    scroll, client = no_sideways_scroll(page, "[data-testid=jobs-wrap]")
-    assert scroll <= client, f"the Jobs table scrolls sideways on a phone ({scroll} > {client})"
+    scroll, inner = no_sideways_scroll(page, "[data-testid=jobs-wrap]")
+    assert scroll <= inner, f"the Jobs table scrolls sideways on a phone ({scroll} > {inner})"
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     screenshot(page, "phone-jobs-cards")
 
