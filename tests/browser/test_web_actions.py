@@ -259,8 +259,12 @@ def test_the_jobs_table_fits_1280_px_with_an_array_column(cluster: Cluster, visi
         array = [int(i) for i in reply.json()["ids"]]
     for job_id in array:
         cluster.wait_job(job_id, lambda j: j["state"] == "succeeded", timeout=60)
+    # Long words the table must wrap: a name with no spaces, a placement of 4 GPUs.
     failed = cluster.submit(
-        "ana", name="a-rather-long-job-name-for-the-table", command=["false"], gpus=1
+        "ana",
+        name="a-long-job-name-with-no-spaces-from-a-hyperparameter-sweep-lr-0.0003-run-0042",
+        command=["false"],
+        gpus=4,
     )
     cluster.wait_job(failed, lambda j: j["state"] == "failed", timeout=60)
     waiting_jobs(cluster, "ana", 1, name="waits-for-its-dependency")
