@@ -135,7 +135,7 @@ def test_change_a_jobs_priority(cluster: Cluster, visit: Visits) -> None:
     expect(bob.get_by_test_id("job-state")).to_be_visible()
     expect(bob.get_by_test_id("job-actions")).to_have_count(0)
     bob.goto(f"{cluster.url}/ui/jobs")
-    token = bob.locator("#bulk input[name=csrf]").get_attribute("value") or ""
+    token = bob.locator("input[name=csrf]").first.get_attribute("value") or ""
     refused = bob.request.post(
         f"{cluster.url}/ui/jobs/{job_id}/priority", form={"priority": "99", "csrf": token}
     )
