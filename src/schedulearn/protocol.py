@@ -209,7 +209,7 @@ SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
 #    answers it; the calls and fields added after 2 (schedulearn/wire/protocol-3.json
 #    has the whole wire; protocol_calls.SINCE the calls). A client learns the
 #    server's version once and sends an older server only what it knows.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 OLDEST_PROTOCOL = 1
 UNVERSIONED_PROTOCOL = 1
 
@@ -1022,6 +1022,26 @@ class JobPublic(_Reply):
     # End of the declared fields.
 
 
+def spec_again(job: JobPublic) -> JobSpec:
+    """The spec that submits `job` again (`schedulearn resubmit`, the web's Resubmit):
+    its spec fields that differ from a spec's defaults. Never its secret values (they
+    are never sent back), nor its array's count and limit: it is one new job."""
+    shown = job.model_dump(mode="json")
+    spec: dict[str, typing.Any] = {}
+    for name, info in JobSpec.model_fields.items():
+        if name in ("count", "array_start", "array_limit", "secret_env"):
+            continue
+        value = shown.get(name)
+        if value is None or value == info.get_default(call_default_factory=True):
+            continue
+        spec[name] = value
+    if job.memory_gb:
+        spec["memory"] = f"{job.memory_gb:g}G"
+    if job.estimated_duration:
+        spec["estimated_duration"] = f"{job.estimated_duration:g}s"
+    return JobSpec.model_validate(spec)
+
+
 class JobUpdate(_Request):
     """What may change after submission (`schedulearn update ID --priority N`)."""
 
@@ -1088,6 +1108,7 @@ class NodePublic(_Reply):
     containment: str = Field(default="", description=CONTAINMENT_DESCRIPTION)
 
     # Declared on core.views.NodeView: written by scripts/new-field, do not edit.
+    drain_reason: BoundedText = ""
     # End of the declared fields.
 
 

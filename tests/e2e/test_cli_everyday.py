@@ -3,7 +3,7 @@ listings that keep every id at 80 columns and when piped, `--format`, job
 arrays (index in the environment, the `%N` limit), `cancel` reporting each
 id and its filters, `submit --follow/--wait` exit codes, `logs --tail
 --timestamps` and on a job that has not started, hold/release, update,
-resubmit, `nodes drain|resume|rm`, `--version` and a human `show`.
+resubmit, `nodes drain --reason|resume|rm`, `--version` and a human `show`.
 
 One cluster for the module (two agents of 2 virtual GPUs each); every test
 leaves no job running.
@@ -242,9 +242,14 @@ def test_hold_release_update_and_logs_of_a_job_that_has_not_started(cluster: Clu
 
 
 def test_drain_resume_and_remove_a_node(cluster: Cluster) -> None:
-    ok(cluster.cli("nodes", "drain", "a"))
+    said = ok(cluster.cli("nodes", "drain", "a", "--reason", "fan noise")).stdout
+    assert said.startswith("node a drained (fan noise): it takes no new job"), said
     listing = ok(cluster.cli("nodes")).stdout
-    assert re.search(r"^a\s+drained", listing, re.M), listing
+    assert re.search(r"^a\s+drained\s.*\sfan noise\s*$", listing, re.M), listing
+    assert re.search(r"^NODE\s.*\sREASON\s*$", listing, re.M), listing
+    assert re.search(r"^b\s+up\s.*\s-\s*$", listing, re.M), listing
+    shown = {n["name"]: n for n in json.loads(ok(cluster.cli("nodes", "--json")).stdout)["items"]}
+    assert (shown["a"]["drain_reason"], shown["b"]["drain_reason"]) == ("fan noise", "")
     ids = [
         submitted_id(ok(cluster.cli("submit", "--gpus", "1", "--", "sleep 60"))) for _ in range(3)
     ]
@@ -257,6 +262,8 @@ def test_drain_resume_and_remove_a_node(cluster: Cluster) -> None:
     assert "drained" in (third.waiting_reason or ""), third.waiting_reason
 
     ok(cluster.cli("nodes", "resume", "a"))
+    # Resuming clears the reason: it was the drain's.
+    assert not re.search(r"fan noise", ok(cluster.cli("nodes")).stdout)
     assert set((cluster.wait_state(ids[2], {"running"}).placement or {}).keys()) == {"a"}
     ok(cluster.cli("cancel", *map(str, ids)))
 

@@ -30,13 +30,13 @@ from previous_source import source_at
 from schedulearn.server import db, models  # noqa: F401  (registers the tables)
 from schedulearn.server.services import jobs, nodes, snapshot
 
-# The last commit before revision 0014_job_dependency_time_limit: schema at 0013. Move it
+# The last commit before revision 0015_node_drain_reason: schema at 0014. Move it
 # to the commit before the next revision that changes tables with rows.
-PREVIOUS_SCHEMA = "20a55b0ef05cdd4b7f7581db1172cf2896d1bc53"
+PREVIOUS_SCHEMA = "3bde86d76a2852301603bdcfa9cd990cfb22d6d8"
 # Schedulearn 0.1.0 (the commit tests/e2e/test_compat.py runs as that release):
 # revision 0003, before queues, holds, arrays' limits and node capabilities.
 RELEASE_0_1_0 = "fe41f5cdce91ef46219b520d7551b86095a2273b"
-RELEASES = {PREVIOUS_SCHEMA: "0013_declared_columns", RELEASE_0_1_0: "0003"}
+RELEASES = {PREVIOUS_SCHEMA: "0014_job_dependency_time_limit", RELEASE_0_1_0: "0003"}
 BUILDER = Path(__file__).with_name("previous_db.py")
 # What a job shows that is worked out when it is shown, by the rules of the
 # release showing it (which 0.1.0 worded otherwise: "resources are free, but

@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 # that a command which reads none (`jobs`, `whoami`) never loads pydantic.
 API_PREFIX = "/api/v1"
 PROTOCOL_HEADER = "Schedulearn-Protocol"
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -487,11 +487,12 @@ class Client:
         path = f"/nodes/{quote(name, safe='')}"
         return NodeRemoved.model_validate(self._call("DELETE", path).json())
 
-    def drain_node(self, name: str) -> NodePublic:
+    def drain_node(self, name: str, reason: str = "") -> NodePublic:
         from schedulearn.protocol import NodePublic
 
         path = f"/nodes/{quote(name, safe='')}/drain"
-        return NodePublic.model_validate(self._call("POST", path).json())
+        params = {"reason": reason} if reason else None
+        return NodePublic.model_validate(self._call("POST", path, params=params).json())
 
     def resume_node(self, name: str) -> NodePublic:
         from schedulearn.protocol import NodePublic

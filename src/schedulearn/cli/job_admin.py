@@ -106,41 +106,20 @@ def resubmit(
     as_json: JsonOpt = False,
 ) -> None:
     """Submit a new job with the same spec as job ID (a finished one, typically)."""
-    from schedulearn.protocol import JobSpec
+    from schedulearn.protocol import spec_again
 
     with connect(server, token) as client:
         old = client.job(job_id)
         if old.details_hidden or old.command is None:
             error(f"job {job_id} belongs to {old.user}; you may resubmit only your own jobs")
             raise typer.Exit(1)
-        spec = JobSpec.model_validate(spec_of(old))
-        reply = client.submit(spec)
+        reply = client.submit(spec_again(old))
     if as_json:
         dump(reply)
         return
     print(f"submitted job {reply.ids[0]} (again: job {job_id})")
     if old.secret_env_keys:
         note(f"its secret env ({', '.join(old.secret_env_keys)}) is not copied; pass --secret-env")
-
-
-def spec_of(job: JobPublic) -> dict[str, Any]:
-    """The spec fields of `job` that differ from a spec's defaults."""
-    from schedulearn.protocol import JobSpec
-
-    shown = job.model_dump(mode="json")
-    spec: dict[str, Any] = {}
-    for name, info in JobSpec.model_fields.items():
-        if name in ("count", "array_start", "array_limit", "secret_env"):
-            continue
-        value = shown.get(name)
-        if value is None or value == info.get_default(call_default_factory=True):
-            continue
-        spec[name] = value
-    if job.memory_gb:
-        spec["memory"] = f"{job.memory_gb:g}G"
-    if job.estimated_duration:
-        spec["estimated_duration"] = f"{job.estimated_duration:g}s"
-    return spec
 
 
 def _task(text: str) -> tuple[int, int | None]:

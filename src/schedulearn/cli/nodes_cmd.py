@@ -1,7 +1,8 @@
 """`schedulearn nodes`: list the nodes; `nodes drain|resume|rm NAME` (admin).
 
 A drained node keeps running the jobs it has and takes no new one (the
-scheduler treats it as unavailable: `core.eligibility`); `resume` gives it
+scheduler treats it as unavailable: `core.eligibility`); `drain --reason`
+says why (the REASON column shows it until the node resumes); `resume` gives it
 work again; `rm` removes a node, the way to forget a stopped agent's node
 (its credential is revoked and any jobs it still had are requeued).
 Enrolling a node is `schedulearn node add` (`cli.node_cmd`).
@@ -62,6 +63,8 @@ NODE_COLUMNS: list[Column[NodePublic]] = [
     # What confines its jobs (cgroup v1/v2, none): a node running jobs uncontained shows it.
     Column("containment", "CONTAINMENT", lambda n: n.containment or "-", drop=8),
     Column("holders", "HOLDERS", _holders, shrink=True, min_width=7, drop=2),
+    # Why an admin drained it (`nodes drain NAME --reason`); "-" when not drained.
+    Column("reason", "REASON", lambda n: n.drain_reason or "-", shrink=True, min_width=8, drop=2),
 ]
 
 app = typer.Typer(
@@ -90,17 +93,30 @@ NameArg = Annotated[str, typer.Argument(help="The node's name (see `schedulearn 
 
 @app.command("drain")
 def drain(
-    name: NameArg, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False
+    name: NameArg,
+    reason: Annotated[
+        str,
+        typer.Option(
+            "--reason",
+            help="Why, shown in `schedulearn nodes` and on the web's Cluster page "
+            "(at most 200 characters)",
+        ),
+    ] = "",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Take no new job on the node; its running jobs go on (admin)."""
     with connect(server, token) as client:
-        node = client.drain_node(name)
+        node = client.drain_node(name, reason)
     if as_json:
         dump(node)
         return
     running = _holders(node)
     print(
-        f"node {node.name} drained: it takes no new job"
+        f"node {node.name} drained"
+        + (f" ({node.drain_reason})" if node.drain_reason else "")
+        + ": it takes no new job"
         + (f"; still running jobs {running}" if running != "-" else "; nothing runs there")
     )
 

@@ -201,6 +201,9 @@ class NodeView:
     # Drained by an admin (`schedulearn nodes drain`): its running jobs go on,
     # no new job starts there (core.eligibility treats it as unavailable).
     drained: bool = field(default=False, metadata=KEPT)
+    # Why it was drained, as the admin said (`nodes drain NAME --reason "fan"`); ""
+    # when none was given or the node is not drained. Shown, never scheduled on.
+    drain_reason: str = field(default="", metadata=KEPT)
     # What confines the node's process jobs, as its agent reports it: "cgroup v1",
     # "cgroup v2", "container" (an agent offering containers only), or "none"
     # (`--no-cgroups`); "" from an agent older than this field.

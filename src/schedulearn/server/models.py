@@ -157,6 +157,7 @@ class Node(_Table, table=True):
     # Declared on core.views.NodeView: written by scripts/new-field, do not edit.
     capabilities: Any = column(NodeView, "capabilities")
     drained: bool = column(NodeView, "drained")
+    drain_reason: str = column(NodeView, "drain_reason")
     containment: str = column(NodeView, "containment")
     # End of the declared fields.
 

@@ -35,8 +35,19 @@ NodeName = Annotated[str, Path(min_length=1, max_length=200)]
     tags=["nodes"],
     summary="Drain a node (admin): its running jobs go on, no new job starts there",
 )
-async def drain_node(name: NodeName, state: State, _who: Admin) -> NodePublic:
-    shown, changes = await state.db.run(nodes.set_drained, name, True, dict(state.samples))
+async def drain_node(
+    name: NodeName,
+    state: State,
+    _who: Admin,
+    reason: Annotated[
+        str,
+        Query(
+            max_length=nodes.REASON_CHARS,
+            description="Why (shown in `schedulearn nodes` and on the Cluster page)",
+        ),
+    ] = "",
+) -> NodePublic:
+    shown, changes = await state.db.run(nodes.set_drained, name, True, dict(state.samples), reason)
     state.wakeups.notify(changes)
     return shown
 
@@ -45,7 +56,7 @@ async def drain_node(name: NodeName, state: State, _who: Admin) -> NodePublic:
     "/nodes/{name}/resume",
     response_model=NodePublic,
     tags=["nodes"],
-    summary="Resume a drained node (admin): it takes new jobs again",
+    summary="Resume a drained node (admin): it takes new jobs again; its drain reason is cleared",
 )
 async def resume_node(name: NodeName, state: State, _who: Admin) -> NodePublic:
     shown, changes = await state.db.run(nodes.set_drained, name, False, dict(state.samples))

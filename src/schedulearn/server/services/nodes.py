@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from sqlmodel import Session
 
 from schedulearn.protocol import GpuPublic, GpuSample, NodeList, NodePublic, NodeRegistration
-from schedulearn.server.errors import NotFound
+from schedulearn.server.errors import BadRequest, NotFound
 from schedulearn.server.models import Node
 from schedulearn.server.services import snapshot
 from schedulearn.server.services.capabilities import capabilities_of
@@ -23,6 +23,8 @@ _NODE_COLUMNS = frozenset(Node.__table__.columns.keys())
 REGISTERED = frozenset(n for n in NodeRegistration.model_fields if n in _NODE_COLUMNS)
 # Public fields read from the column of the same name; `gpus` is built from the GPU table.
 _SHOWN = tuple(n for n in NodePublic.model_fields if n in _NODE_COLUMNS)
+# The longest drain reason kept: a sentence, shown in a table cell.
+REASON_CHARS = 200
 
 
 def apply_registration(node: Node, reg: NodeRegistration) -> None:
@@ -70,13 +72,24 @@ def list_nodes(session: Session, samples: Mapping[str, list[GpuSample]]) -> Node
 
 
 def set_drained(
-    session: Session, name: str, drained: bool, samples: Mapping[str, list[GpuSample]]
+    session: Session,
+    name: str,
+    drained: bool,
+    samples: Mapping[str, list[GpuSample]],
+    reason: str = "",
 ) -> tuple[NodePublic, Changes]:
-    """Drain a node (its running jobs go on; no new job starts there) or resume it."""
+    """Drain a node (its running jobs go on; no new job starts there) or resume it.
+
+    Draining stores `reason` (draining again replaces it); resuming clears it,
+    so a node's reason is always that of the drain in force."""
     node = session.get(Node, name)
     if node is None:
         raise NotFound(f"no node {name!r}; list the nodes with `schedulearn nodes`")
+    text = " ".join(reason.split())  # one line: it is shown in a table cell
+    if len(text) > REASON_CHARS:
+        raise BadRequest(f"the drain reason is {len(text)} characters; keep it to {REASON_CHARS}")
     node.drained = drained
+    node.drain_reason = text if drained else ""
     session.commit()
     shown = next(n for n in list_nodes(session, samples).items if n.name == name)
     return shown, Changes(scheduler=not drained)

@@ -11,6 +11,7 @@ page still names the stored spec.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from sqlmodel import Session
@@ -37,6 +38,9 @@ class Queue:
     view: ClusterView
     # Each queue's share in `view` (None: no queues), computed once for every reason.
     book: dict[str, QueueShare] | None = None
+    # Held, waiting on a dependency, or over its array's limit: why such a job
+    # waits whatever the resources (`eligibility.set_aside`), computed once.
+    aside: dict[int, str] | None = None
 
     def ahead(self, index: int) -> int | None:
         """How many jobs the policy considers before the one at `index`; None when
@@ -44,7 +48,10 @@ class Queue:
         return index if self.order.exact else None
 
     def reason(self, job: JobView, index: int) -> str:
-        # Its queue's account first ("team-a uses 12 of its 8 guaranteed GPUs"):
+        # Set aside first: it would not start even with every GPU free.
+        if self.aside and job.id in self.aside:
+            return self.aside[job.id]
+        # Its queue's account next ("team-a uses 12 of its 8 guaranteed GPUs"):
         # the fair-share layer's own rule, judged on the same view.
         why = share_reason(self.view, job, self.book)
         if why is not None:
@@ -67,17 +74,28 @@ def read(session: Session, default_policy: str, now: float) -> Queue:
     # A goodput-aware policy orders the queue by what jobs reported, as in a pass.
     view = snapshot.build(session, now, None, getattr(policy, "uses_goodput", False)).view
     book = shares(named(view), view.tenancy) if view.tenancy is not None else None
-    return Queue(spec, queue_order(policy, view), view, book)
+    return Queue(spec, queue_order(policy, view), view, book, eligibility.set_aside(view))
+
+
+def reasons_of(
+    session: Session, job_ids: Collection[int], default_policy: str, now: float
+) -> dict[int, str]:
+    """Why each pending job of `job_ids` waits, as `place_of` says it, from one read
+    of the queue (the Jobs page's rows); jobs that are not pending are left out."""
+    queue = read(session, default_policy, now)
+    return {
+        pending.id: queue.reason(pending, i)
+        for i, pending in enumerate(queue.order.jobs)
+        if pending.id in job_ids
+    }
 
 
 def place_of(session: Session, job: Job, default_policy: str, now: float) -> tuple[int, str]:
     """A pending job's position (1 = the policy considers it first) and why it waits."""
     queue = read(session, default_policy, now)
-    # Held, or over its array's limit: why it waits whatever the resources.
-    aside = eligibility.set_aside(queue.view)
     for i, pending in enumerate(queue.order.jobs):
         if pending.id == job.id:
-            return i + 1, aside.get(job.id) or queue.reason(pending, i)
+            return i + 1, queue.reason(pending, i)
     # Not in the queue just read (the row is not pending any more): last, order unknown.
     view = snapshot.job_view(job)
     return len(queue.order.jobs) + 1, waiting_reason(view, queue.view.nodes, None)

@@ -34,11 +34,17 @@ STATIC_DIR = HERE / "static"
 
 def install(app: FastAPI) -> None:
     """Mount the dashboard's routes, static files and error pages on `app`."""
-    from schedulearn.server.web import routes_auth, routes_cluster, routes_jobs, routes_queues
+    from schedulearn.server.web import (
+        routes_actions,
+        routes_auth,
+        routes_cluster,
+        routes_jobs,
+        routes_queues,
+    )
 
     app.state.web = WebState(make_templates())
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="web-static")
-    for module in (routes_auth, routes_cluster, routes_jobs, routes_queues):
+    for module in (routes_auth, routes_cluster, routes_actions, routes_jobs, routes_queues):
         app.include_router(module.router)
 
     @app.exception_handler(SignInNeeded)

@@ -1,5 +1,8 @@
 """Pages about jobs: the Jobs list, a job's detail (live log, cancel), Submit.
 
+The other forms that change jobs (hold, priority, resubmit, cancel a
+selection) are `routes_actions`.
+
 Routers parse, call one service function, render. Query parameters are
 read leniently (a bad page number shows page 1) because people edit
 URLs by hand; forms are checked for their CSRF token before anything
@@ -19,7 +22,7 @@ from schedulearn.server.errors import ServiceError
 from schedulearn.server.services import full_logs
 from schedulearn.server.services import jobs as job_service
 from schedulearn.server.services.jobs import Submitted
-from schedulearn.server.web import forms, job_data, logstream
+from schedulearn.server.web import forms, job_data, jobs_listing, logstream
 from schedulearn.server.web.deps import PageError, Signed, call, check_csrf
 from schedulearn.server.web.render import is_partial, page, redirect
 
@@ -67,17 +70,19 @@ async def job_list(
 ) -> HTMLResponse:
     states = STATE_FILTERS.get(job_state, [])
     number = _int(page_no, 1)
-    listing = await call(
+    data = await call(
         state,
-        job_service.list_jobs,
+        jobs_listing.jobs_page,
         who.caller,
         states,
         user.strip()[:100] or None,
         name.strip()[:200] or None,
         (number - 1) * PER_PAGE,
         PER_PAGE,
-        True,
+        state.settings.default_policy,
+        state.clock.now(),
     )
+    listing = data.listing
     listing = listing.model_copy(update={"items": await state.predictions.annotate(listing.items)})
     pages = max(1, -(-listing.total // PER_PAGE))
     return page(
@@ -86,6 +91,7 @@ async def job_list(
         who,
         active="jobs",
         listing=listing,
+        data=data,
         filters={
             "state": job_state if job_state in STATE_FILTERS else "",
             "user": user,

@@ -5,8 +5,8 @@ web session owns the token it signed in with (a password sign-in makes one)
 Users keep no password until they set one; sessions already open keep the
 token they signed in with (own_token false).
 
-Revision ID: 0015_web_sign_in
-Revises: 0014_job_dependency_time_limit
+Revision ID: 0016_web_sign_in
+Revises: 0015_node_drain_reason
 Create Date: 2026-11-28 18:24:56.385659
 """
 
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 import sqlmodel.sql.sqltypes  # the AutoString columns below; `sqlmodel` does not re-export `sql`
 from alembic import op
 
-revision = "0015_web_sign_in"
-down_revision = "0014_job_dependency_time_limit"
+revision = "0016_web_sign_in"
+down_revision = "0015_node_drain_reason"
 branch_labels = None
 depends_on = None
 
