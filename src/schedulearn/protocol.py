@@ -209,7 +209,9 @@ SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
 #    answers it; the calls and fields added after 2 (schedulearn/wire/protocol-3.json
 #    has the whole wire; protocol_calls.SINCE the calls). A client learns the
 #    server's version once and sends an older server only what it knows.
-PROTOCOL_VERSION = 3
+# 4: queue trees: a queue's `parent` (QueueCreate, QueueUpdate with `clear_parent`,
+#    QueuePublic); a protocol 3 server gets no parent (the CLI refuses to send one).
+PROTOCOL_VERSION = 4
 OLDEST_PROTOCOL = 1
 UNVERSIONED_PROTOCOL = 1
 
@@ -1392,7 +1394,9 @@ Guarantee = dict[Annotated[str, Field(max_length=100)], Annotated[int, Field(ge=
 
 
 class QueueBase(_Request):
-    """What a queue is promised: guaranteed GPUs (per GPU type, "" = any), a limit, a weight.
+    """What a queue is promised: guaranteed GPUs (per GPU type, "" = any), a limit, a
+    weight, and the queue it sits under (`parent`: it shares that queue's guarantee
+    with its siblings first, docs/queues.md "Queue trees").
     `QueuePublic` derives from it too (a reply, so unknown fields are ignored there)."""
 
     guaranteed: Guarantee = Field(
@@ -1403,6 +1407,11 @@ class QueueBase(_Request):
         default=None, ge=0, le=1_000_000, description="The most GPUs it may hold at once"
     )
     weight: float = Field(default=1.0, gt=0, le=1_000_000, description="Share of idle GPUs")
+    parent: QueueName | None = Field(
+        default=None,
+        description="The queue it sits under (its guarantee is part of the parent's); "
+        "None: a root queue",
+    )
 
 
 class QueueCreate(QueueBase):
@@ -1432,6 +1441,8 @@ class QueueUpdate(_Request):
     limit: int | None = Field(default=None, ge=0, le=1_000_000)
     clear_limit: bool = Field(default=False, description="Remove the limit")
     weight: float | None = Field(default=None, gt=0, le=1_000_000)
+    parent: QueueName | None = Field(default=None, description="Move it under this queue")
+    clear_parent: bool = Field(default=False, description="Make it a root queue")
     add_users: list[UserName] = Field(default_factory=list, max_length=10_000)
     remove_users: list[UserName] = Field(default_factory=list, max_length=10_000)
     default_for: list[UserName] = Field(
@@ -1467,8 +1478,37 @@ class QueuePublic(QueueBase, _Reply):
 
 class QueueList(_Reply):
     items: list[QueuePublic]
-    promised: int = Field(default=0, description="Guaranteed GPUs of all queues together")
+    promised: int = Field(
+        default=0,
+        description="Guaranteed GPUs of the root queues together (a child's are its parent's)",
+    )
     cluster_gpus: int = Field(default=0, description="GPUs of every registered node")
+
+    def tree(self) -> list[tuple[int, QueuePublic]]:
+        """The items as a tree, each with its depth: every root queue in listed order,
+        followed by its children (depth 1), theirs (depth 2), ... An item whose
+        parent is not listed is shown as a root."""
+        names = {q.name for q in self.items}
+        children: dict[str, list[QueuePublic]] = {}
+        for q in self.items:
+            if q.parent is not None and q.parent in names:
+                children.setdefault(q.parent, []).append(q)
+        out: list[tuple[int, QueuePublic]] = []
+
+        def walk(q: QueuePublic, depth: int) -> None:
+            out.append((depth, q))
+            for child in children.get(q.name, []):
+                walk(child, depth + 1)
+
+        for q in self.items:
+            if q.parent is None or q.parent not in names:
+                walk(q, 0)
+        return out
+
+    def children_promised(self, name: str) -> int:
+        """The GPUs queue `name`'s children are declared guaranteed together (0: none;
+        `guaranteed_gpus` would count what a child inherits from its parent too)."""
+        return sum(sum(q.guaranteed.values()) for q in self.items if q.parent == name)
 
     @property
     def promised_text(self) -> str:
