@@ -11,9 +11,10 @@ not exist. In a queue tree only the root queues count: a child's
 guarantee is part of its parent's (`core.fairshare_fill.check_tree`
 keeps it within). Only a change that raises the promises is checked
 (a guarantee raised, a child moved out of its parent), so an admin can
-always lower one (and a node leaving does not lock the queues). The cluster is every registered node, up or down (a down node
-may come back); with no node registered yet nothing can be judged and
-nothing is refused, as for a submission (`waiting.never_servable`).
+always lower one (and a node leaving does not lock the queues). The
+cluster is every registered node, up or down (a down node may come
+back); with no node registered yet nothing can be judged and nothing is
+refused, as for a submission (`waiting.never_servable`).
 
 Reads `tenant_queue`, `gpu`; writes nothing.
 """
