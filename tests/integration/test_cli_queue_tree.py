@@ -39,7 +39,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         agent.start()
         # The overcommit rule counts the registered GPUs: wait for the node's 8.
         wait_until(
-            lambda: queue_list(proc)["cluster_gpus"], 60, "8 registered GPUs", until=lambda n: n == 8
+            lambda: queue_list(proc)["cluster_gpus"],
+            60,
+            "8 registered GPUs",
+            until=lambda n: n == 8,
         )
         yield proc
     finally:
@@ -124,9 +127,7 @@ def test_a_queue_tree_from_the_command_line(server: ServerProcess) -> None:
     assert "research: its children are promised 6 of its 6 guaranteed GPUs" in listed
 
     # A child promised more than its parent has left: the core's message, nothing stored.
-    why = refused(
-        server, "queue", "add", "ml-speech", "--parent", "research", "--guaranteed", "1"
-    )
+    why = refused(server, "queue", "add", "ml-speech", "--parent", "research", "--guaranteed", "1")
     assert (
         "the children of queue 'research' are guaranteed 7 GPUs together, more than its 6; "
         "raise 'research''s guarantee or lower theirs" in why
