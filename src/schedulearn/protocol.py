@@ -1505,6 +1505,18 @@ class QueueList(_Reply):
                 walk(q, 0)
         return out
 
+    def summary_of(self, q: QueuePublic) -> str:
+        """`q.summary`, or for a parent what its own jobs hold of the part of its
+        guarantee left to them now (`used` and `guaranteed_gpus` are its own jobs'):
+        "research's own jobs use 0 of the 1 GPUs its guarantee leaves them (3 are
+        promised to its children)"."""
+        if not any(c.parent == q.name for c in self.items):
+            return q.summary
+        return (
+            f"{q.name}'s own jobs use {q.used} of the {q.guaranteed_gpus} GPUs its guarantee "
+            f"leaves them ({self.children_promised(q.name)} are promised to its children)"
+        )
+
     def children_promised(self, name: str) -> int:
         """The GPUs queue `name`'s children are declared guaranteed together (0: none;
         `guaranteed_gpus` would count what a child inherits from its parent too)."""

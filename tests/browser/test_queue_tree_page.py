@@ -66,6 +66,11 @@ def test_the_queues_page_shows_children_under_their_parent(
         expect(child).to_contain_text("in research")
         expect(parent).not_to_have_attribute("data-parent", "research")
         expect(parent.get_by_test_id("to-children")).to_have_text("(3 to its children)")
+        # Its line speaks of its own jobs: its children's 3 GPUs are not theirs.
+        expect(page.get_by_test_id("summary").nth(1)).to_have_text(
+            "research's own jobs use 0 of the 1 GPUs its guarantee leaves them "
+            "(3 are promised to its children)"
+        )
         # Indented: the child's name starts to the right of its parent's.
         at_parent = parent.locator("strong").bounding_box()
         at_child = child.locator("strong").bounding_box()

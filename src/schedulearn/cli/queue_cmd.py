@@ -252,7 +252,10 @@ def queue_list(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOp
             )
     for q in listing.items:
         if q.declared and q.used > q.guaranteed_gpus:
-            out.print(f"{q.summary}: the excess is lent and may be taken back", highlight=False)
+            out.print(
+                f"{listing.summary_of(q)}: the excess is lent and may be taken back",
+                highlight=False,
+            )
 
 
 def queue_rm(

@@ -40,6 +40,8 @@ class QueuesPage:
     tree: list[tuple[int, QueuePublic]]
     # A parent's name -> the GPUs its children are promised together.
     to_children: dict[str, int]
+    # Each queue's line under its row (a parent's speaks of its own jobs).
+    summaries: dict[str, str]
     series: list[Series]
     window: str
     start: float  # the chart's left edge (unix time)
@@ -116,6 +118,7 @@ def queues_page(session: Session, now: float, window: str) -> QueuesPage:
         items,
         listing.tree(),
         to_children,
+        {q.name: listing.summary_of(q) for q in items},
         series,
         window,
         start,
