@@ -19,9 +19,9 @@ from typing import Any
 
 import httpx
 import pytest
-from waiting import wait_until
 
 from schedulearn.cli.localcluster import AgentProcess, ServerProcess
+from waiting import wait_until
 
 ADMIN = "cli-tree-admin"
 AGENT = "cli-tree-agent"
