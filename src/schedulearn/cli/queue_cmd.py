@@ -320,7 +320,7 @@ def usage(
 
 
 def register(app: typer.Typer) -> None:
-    queues = typer.Typer(help="Tenant queues: guarantees, limits, weights, members.")
+    queues = typer.Typer(help="Tenant queues: guarantees, limits, weights, parents, members.")
     queues.command("add")(queue_add)
     queues.command("set")(queue_set)
     queues.command("list")(queue_list)
