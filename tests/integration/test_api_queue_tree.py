@@ -3,8 +3,10 @@ parent's guarantee first. `research` (4 GPUs) has two children guaranteed 2 each
 `other` is guaranteed the other 4 of 8 and fills the cluster. A child whose
 sibling is idle counts the sibling's part of the parent's guarantee as its own
 (4, not 2) and takes 4 GPUs back; when the sibling's jobs arrive, it takes its
-2 back from the child. The agent's part is played by `WireAgent`; the app runs
-in-process on SQLite (or PostgreSQL with SCHEDULEARN_TEST_POSTGRES=1)."""
+2 back from the child. A tree the core refuses is a 422 with its message, and
+nothing is stored; a parent with children is not removed. The agent's part is
+played by `WireAgent`; the app runs in-process on SQLite (or PostgreSQL with
+SCHEDULEARN_TEST_POSTGRES=1)."""
 
 from __future__ import annotations
 
@@ -106,3 +108,33 @@ def test_a_child_takes_its_idle_siblings_part_of_the_parents_guarantee(qapi: Api
         until=lambda q: (q["vision"].used, q["nlp"].used, q["other"].used) == (2, 2, 4),
     )
     assert listed["vision"].guaranteed_gpus == listed["nlp"].guaranteed_gpus == 2
+
+
+def test_a_tree_the_core_refuses_is_a_422_and_nothing_is_stored(qapi: Api) -> None:
+    add_queue(qapi, name="research", guaranteed={"": 2})
+    add_queue(qapi, name="vision", parent="research", guaranteed={"": 2})
+    over = qapi.post(
+        "/api/v1/queues", json={"name": "nlp", "parent": "research", "guaranteed": {"": 1}}
+    )
+    assert over.status_code == 422, over.text
+    assert over.json()["error"] == (
+        "the children of queue 'research' are guaranteed 3 GPUs together, more than its 2; "
+        "raise 'research''s guarantee or lower theirs"
+    )
+    lowered = qapi.client.patch(
+        "/api/v1/queues/research", headers=qapi.admin, json={"guaranteed": {"": 1}}
+    )
+    assert lowered.status_code == 422 and "more than its 1" in lowered.json()["error"]
+    unknown = qapi.post("/api/v1/queues", json={"name": "nlp", "parent": "nope"})
+    assert unknown.status_code == 422 and "its parent 'nope' is not a queue" in unknown.text
+    assert {n: (q.parent, q.guaranteed) for n, q in queues(qapi).items()} == {
+        "research": (None, {"": 2}),
+        "vision": ("research", {"": 2}),
+    }
+    gone = qapi.client.delete("/api/v1/queues/research", headers=qapi.admin)
+    assert gone.status_code == 409 and "parent of vision" in gone.json()["error"]
+    moved = qapi.client.patch(
+        "/api/v1/queues/vision", headers=qapi.admin, json={"clear_parent": True}
+    )
+    assert moved.status_code == 200 and moved.json()["parent"] is None
+    assert qapi.client.delete("/api/v1/queues/research", headers=qapi.admin).status_code == 200

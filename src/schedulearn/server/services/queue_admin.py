@@ -45,9 +45,18 @@ def _check(session: Session, row: TenantQueue) -> None:
         mine = core_queue(row)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
-    others = session.execute(select(TenantQueue).where(col(TenantQueue.name) != row.name))
+    # Every queue row locked (PostgreSQL; SQLite writes one at a time) in one
+    # order, before this change is flushed: two admins adding children to one
+    # parent at once are checked one after the other, never both against the
+    # tree without the other's child (a stored tree the core refuses would stop
+    # every scheduling pass).
+    with session.no_autoflush:
+        stored = session.execute(
+            select(TenantQueue).order_by(col(TenantQueue.name)).with_for_update()
+        ).scalars()
+        others = [core_queue(r) for r in stored if r.name != row.name]
     try:
-        Tenancy((*(core_queue(r) for r in others.scalars()), mine))
+        Tenancy((*others, mine))
     except ValueError as exc:
         raise Unkeepable(str(exc)) from None
 
