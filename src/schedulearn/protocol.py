@@ -209,6 +209,10 @@ SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
 #    answers it; the calls and fields added after 2 (schedulearn/wire/protocol-3.json
 #    has the whole wire; protocol_calls.SINCE the calls). A client learns the
 #    server's version once and sends an older server only what it knows.
+# 4: a node's drain reason (the drain call's `reason`, NodePublic.drain_reason);
+#    web sign-in (PUT /api/v1/users/{name}/password, POST /api/v1/web-login);
+#    queue trees: a queue's `parent` (QueueCreate, QueueUpdate with `clear_parent`,
+#    QueuePublic); a protocol 3 server gets no parent (the CLI refuses to send one).
 PROTOCOL_VERSION = 4
 OLDEST_PROTOCOL = 1
 UNVERSIONED_PROTOCOL = 1
@@ -1468,7 +1472,9 @@ Guarantee = dict[Annotated[str, Field(max_length=100)], Annotated[int, Field(ge=
 
 
 class QueueBase(_Request):
-    """What a queue is promised: guaranteed GPUs (per GPU type, "" = any), a limit, a weight.
+    """What a queue is promised: guaranteed GPUs (per GPU type, "" = any), a limit, a
+    weight, and the queue it sits under (`parent`: it shares that queue's guarantee
+    with its siblings first, docs/queues.md "Queue trees").
     `QueuePublic` derives from it too (a reply, so unknown fields are ignored there)."""
 
     guaranteed: Guarantee = Field(
@@ -1479,6 +1485,11 @@ class QueueBase(_Request):
         default=None, ge=0, le=1_000_000, description="The most GPUs it may hold at once"
     )
     weight: float = Field(default=1.0, gt=0, le=1_000_000, description="Share of idle GPUs")
+    parent: QueueName | None = Field(
+        default=None,
+        description="The queue it sits under (its guarantee is part of the parent's); "
+        "None: a root queue",
+    )
 
 
 class QueueCreate(QueueBase):
@@ -1508,6 +1519,8 @@ class QueueUpdate(_Request):
     limit: int | None = Field(default=None, ge=0, le=1_000_000)
     clear_limit: bool = Field(default=False, description="Remove the limit")
     weight: float | None = Field(default=None, gt=0, le=1_000_000)
+    parent: QueueName | None = Field(default=None, description="Move it under this queue")
+    clear_parent: bool = Field(default=False, description="Make it a root queue")
     add_users: list[UserName] = Field(default_factory=list, max_length=10_000)
     remove_users: list[UserName] = Field(default_factory=list, max_length=10_000)
     default_for: list[UserName] = Field(
@@ -1543,8 +1556,49 @@ class QueuePublic(QueueBase, _Reply):
 
 class QueueList(_Reply):
     items: list[QueuePublic]
-    promised: int = Field(default=0, description="Guaranteed GPUs of all queues together")
+    promised: int = Field(
+        default=0,
+        description="Guaranteed GPUs of the root queues together (a child's are its parent's)",
+    )
     cluster_gpus: int = Field(default=0, description="GPUs of every registered node")
+
+    def tree(self) -> list[tuple[int, QueuePublic]]:
+        """The items as a tree, each with its depth: every root queue in listed order,
+        followed by its children (depth 1), theirs (depth 2), ... An item whose
+        parent is not listed is shown as a root."""
+        names = {q.name for q in self.items}
+        children: dict[str, list[QueuePublic]] = {}
+        for q in self.items:
+            if q.parent is not None and q.parent in names:
+                children.setdefault(q.parent, []).append(q)
+        out: list[tuple[int, QueuePublic]] = []
+
+        def walk(q: QueuePublic, depth: int) -> None:
+            out.append((depth, q))
+            for child in children.get(q.name, []):
+                walk(child, depth + 1)
+
+        for q in self.items:
+            if q.parent is None or q.parent not in names:
+                walk(q, 0)
+        return out
+
+    def summary_of(self, q: QueuePublic) -> str:
+        """`q.summary`, or for a parent what its own jobs hold of the part of its
+        guarantee left to them now (`used` and `guaranteed_gpus` are its own jobs'):
+        "research's own jobs use 0 of the 1 GPUs its guarantee leaves them (3 are
+        promised to its children)"."""
+        if not any(c.parent == q.name for c in self.items):
+            return q.summary
+        return (
+            f"{q.name}'s own jobs use {q.used} of the {q.guaranteed_gpus} GPUs its guarantee "
+            f"leaves them ({self.children_promised(q.name)} are promised to its children)"
+        )
+
+    def children_promised(self, name: str) -> int:
+        """The GPUs queue `name`'s children are declared guaranteed together (0: none;
+        `guaranteed_gpus` would count what a child inherits from its parent too)."""
+        return sum(sum(q.guaranteed.values()) for q in self.items if q.parent == name)
 
     @property
     def promised_text(self) -> str:

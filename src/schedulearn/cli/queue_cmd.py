@@ -4,7 +4,9 @@ Thin over the server's API, like `cli.identity_cmd`: parse flags, make one
 call, print a Rich table (or JSON with `--json`, CSV with `usage --csv`).
 `queue add|set|rm` are for admins; `queue list` and `usage` for everyone.
 A guarantee is `--guaranteed 8` (any GPU type) or, repeated, per type:
-`--guaranteed v100=4 --guaranteed a100=2`.
+`--guaranteed v100=4 --guaranteed a100=2`. `--parent research` puts a queue
+under another (a queue tree: children share their parent's guarantee
+first); `queue list` shows children indented under their parent.
 """
 
 from __future__ import annotations
@@ -84,14 +86,16 @@ def _guarantee_text(q: QueuePublic) -> str:
     return ", ".join(f"{t}={n}" if t else str(n) for t, n in sorted(q.guaranteed.items()))
 
 
-def queue_table(items: list[QueuePublic]) -> Table:
+def queue_table(items: list[tuple[int, QueuePublic]]) -> Table:
+    """One row per (depth, queue) (`QueueList.tree`): a child's name is indented two
+    spaces per level, under its parent."""
     table = Table(box=None, header_style="bold")
     for column in ("queue", "guaranteed", "limit", "weight", "in use", "fair share", "waiting"):
         table.add_column(column)
     table.add_column("members")
-    for q in items:
+    for depth, q in items:
         table.add_row(
-            q.name + ("" if q.declared else " (best-effort)"),
+            "  " * depth + q.name + ("" if q.declared else " (best-effort)"),
             _guarantee_text(q),
             "-" if q.limit is None else str(q.limit),
             f"{q.weight:g}",
@@ -107,8 +111,9 @@ def _show(q: QueuePublic, as_json: bool, what: str) -> None:
     if as_json:
         _dump(q)
         return
-    out.print(f"{what} queue [bold]{q.name}[/bold]: {q.summary}", highlight=False)
-    out.print(queue_table([q]))
+    under = f" (under {q.parent})" if q.parent else ""
+    out.print(f"{what} queue [bold]{q.name}[/bold]{under}: {q.summary}", highlight=False)
+    out.print(queue_table([(0, q)]))
 
 
 # --- commands -------------------------------------------------------------------------
@@ -138,6 +143,14 @@ DefaultForOpt = Annotated[
     list[str] | None,
     typer.Option("--default-for", help="Make it this user's default queue (repeatable)"),
 ]
+ParentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--parent",
+        help="Put it under this queue: it shares the parent's guarantee with its "
+        "siblings first, and its guarantee is part of the parent's",
+    ),
+]
 
 
 def queue_add(
@@ -150,17 +163,20 @@ def queue_add(
         typer.Option("--user", help="A member who may submit to it (repeatable) [everyone]"),
     ] = None,
     default_for: DefaultForOpt = None,
+    parent: ParentOpt = None,
     overcommit: OvercommitOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Add a queue (admin): `schedulearn queue add team-a --guaranteed 8 --user alice`."""
+    """Add a queue (admin): `schedulearn queue add team-a --guaranteed 8 --user alice`,
+    or under another: `schedulearn queue add ml-vision --parent research --guaranteed 4`."""
     body = QueueCreate(
         name=name,
         guaranteed=parse_guarantee(guaranteed) or {},
         limit=limit,
         weight=1.0 if weight is None else weight,
+        parent=parent or None,
         users=user or [],
         default_for=default_for or [],
         overcommit=overcommit,
@@ -182,17 +198,26 @@ def queue_set(
         list[str] | None, typer.Option("--remove-user", help="Remove a member (repeatable)")
     ] = None,
     default_for: DefaultForOpt = None,
+    parent: ParentOpt = None,
+    no_parent: Annotated[
+        bool, typer.Option("--no-parent", help="Take it out of its parent: a root queue")
+    ] = False,
     overcommit: OvercommitOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Change a queue's guarantee, limit, weight or members (admin); in force from the next pass."""
+    """Change a queue's guarantee, limit, weight, parent or members (admin); in force
+    from the next pass."""
+    if parent and no_parent:
+        raise typer.BadParameter("give --parent P or --no-parent, not both")
     body = QueueUpdate(
         guaranteed=parse_guarantee(guaranteed),
         limit=limit,
         clear_limit=no_limit,
         weight=weight,
+        parent=parent or None,
+        clear_parent=no_parent or parent == "",
         add_users=add_user or [],
         remove_users=remove_user or [],
         default_for=default_for or [],
@@ -215,11 +240,22 @@ def queue_list(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOp
             "Add one with `schedulearn queue add NAME --guaranteed N`"
         )
         return
-    out.print(queue_table(listing.items))
+    out.print(queue_table(listing.tree()))
     out.print(listing.promised_text, highlight=False)
     for q in listing.items:
+        under = listing.children_promised(q.name)
+        if any(c.parent == q.name for c in listing.items):
+            out.print(
+                f"{q.name}: its children are promised {under} of its "
+                f"{sum(q.guaranteed.values())} guaranteed GPUs",
+                highlight=False,
+            )
+    for q in listing.items:
         if q.declared and q.used > q.guaranteed_gpus:
-            out.print(f"{q.summary}: the excess is lent and may be taken back", highlight=False)
+            out.print(
+                f"{listing.summary_of(q)}: the excess is lent and may be taken back",
+                highlight=False,
+            )
 
 
 def queue_rm(
@@ -284,7 +320,7 @@ def usage(
 
 
 def register(app: typer.Typer) -> None:
-    queues = typer.Typer(help="Tenant queues: guarantees, limits, weights, members.")
+    queues = typer.Typer(help="Tenant queues: guarantees, limits, weights, parents, members.")
     queues.command("add")(queue_add)
     queues.command("set")(queue_set)
     queues.command("list")(queue_list)

@@ -73,6 +73,13 @@ class Unservable(ServiceError):
     status = 422
 
 
+class Unkeepable(ServiceError):
+    """A change the server's rules refuse as a whole, though each part is well
+    formed (a queue tree whose children are promised more than their parent)."""
+
+    status = 422
+
+
 # The error responses every route may give, for the OpenAPI schema.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "Malformed request"},

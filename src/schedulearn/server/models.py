@@ -399,7 +399,9 @@ class TenantQueue(_Table, table=True):
 
     `guaranteed` maps a GPU type to GPUs of that type ("" = any type), as
     `core.fairshare_queues.Queue` has it; `gpu_limit` caps what it may hold
-    at once (None: no cap); `weight` is its share of idle capacity.
+    at once (None: no cap); `weight` is its share of idle capacity; `parent`
+    puts it under another queue, whose guarantee its children share first
+    (`core.fairshare_fill`; None: a root queue).
     """
 
     __tablename__ = "tenant_queue"
@@ -409,6 +411,7 @@ class TenantQueue(_Table, table=True):
     gpu_limit: int | None = None
     weight: float = 1.0
     created_at: float = 0.0
+    parent: str | None = None
 
 
 class QueueMember(_Table, table=True):

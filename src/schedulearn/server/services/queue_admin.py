@@ -1,9 +1,10 @@
 """Tenant queues for the admin and the Queues page: add, change, remove, list, history.
 
 Writes the tables `tenant_queue` and `queue_member` (a queue's guarantee,
-limit, weight, members and who takes it as their default); checks a
-queue with the core's rules before it is stored (`core_queue`) and
-refuses to remove one that still has live jobs. The views (`list_queues`,
+limit, weight, parent, members and who takes it as their default); checks
+a queue with the core's rules before it is stored (`core_queue`, and the
+tree the queues would make together: `Tenancy`, 422 with the core's
+message) and refuses to remove one that still has live jobs or children. The views (`list_queues`,
 `get`, `history`) read each queue's use and share from `queues.book` and
 the samples the scheduler records (`queues.observe`).
 """
@@ -16,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from sqlalchemy import delete, func, select
 from sqlmodel import Session, col
 
-from schedulearn.core.fairshare_queues import QueueShare, best_effort
+from schedulearn.core.fairshare_queues import QueueShare, Tenancy, best_effort
 from schedulearn.protocol import (
     JobState,
     QueueCreate,
@@ -27,7 +28,7 @@ from schedulearn.protocol import (
     QueueSamplePublic,
     QueueUpdate,
 )
-from schedulearn.server.errors import BadRequest, Conflict, NotFound
+from schedulearn.server.errors import BadRequest, Conflict, NotFound, Unkeepable
 from schedulearn.server.models import Job, QueueMember, QueueSample, TenantQueue
 from schedulearn.server.services import queue_promises
 from schedulearn.server.services.queues import Book, book, core_queue, job_queue_column
@@ -36,11 +37,28 @@ from schedulearn.server.services.queues import Book, book, core_queue, job_queue
 _LIVE = (JobState.PENDING, JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 
 
-def _check(row: TenantQueue) -> None:
+def _check(session: Session, row: TenantQueue) -> None:
+    """Refuse `row` (new or changed) when the core would: the queue alone (400),
+    then the tree it makes with the stored queues (422: each part is valid, the
+    whole cannot be kept; the core's message says what to change)."""
     try:
-        core_queue(row)
+        mine = core_queue(row)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
+    # Every queue row locked (PostgreSQL; SQLite writes one at a time) in one
+    # order, before this change is flushed: two admins adding children to one
+    # parent at once are checked one after the other, never both against the
+    # tree without the other's child (a stored tree the core refuses would stop
+    # every scheduling pass).
+    with session.no_autoflush:
+        stored = session.execute(
+            select(TenantQueue).order_by(col(TenantQueue.name)).with_for_update()
+        ).scalars()
+        others = [core_queue(r) for r in stored if r.name != row.name]
+    try:
+        Tenancy((*others, mine))
+    except ValueError as exc:
+        raise Unkeepable(str(exc)) from None
 
 
 def _set_members(
@@ -84,9 +102,10 @@ def add(session: Session, body: QueueCreate, now: float) -> QueuePublic:
         gpu_limit=body.limit,
         weight=body.weight,
         created_at=now,
+        parent=body.parent,
     )
-    _check(row)
-    queue_promises.check(session, row, {}, body.overcommit)
+    _check(session, row)
+    queue_promises.check(session, row, queue_promises.promised(session), body.overcommit)
     session.add(row)
     _set_members(session, body.name, body.users, (), body.default_for)
     session.commit()
@@ -95,7 +114,7 @@ def add(session: Session, body: QueueCreate, now: float) -> QueuePublic:
 
 def update(session: Session, name: str, body: QueueUpdate, now: float) -> QueuePublic:
     row = _row(session, name)
-    before = {str(t): int(n) for t, n in (row.guaranteed or {}).items()}
+    before = queue_promises.promised(session)
     if body.guaranteed is not None:
         row.guaranteed = dict(body.guaranteed)
     if body.clear_limit:
@@ -104,7 +123,11 @@ def update(session: Session, name: str, body: QueueUpdate, now: float) -> QueueP
         row.gpu_limit = body.limit
     if body.weight is not None:
         row.weight = body.weight
-    _check(row)
+    if body.clear_parent:
+        row.parent = None
+    elif body.parent is not None:
+        row.parent = body.parent
+    _check(session, row)
     queue_promises.check(session, row, before, body.overcommit)
     session.add(row)
     _set_members(session, name, body.add_users, body.remove_users, body.default_for)
@@ -122,6 +145,17 @@ def remove(session: Session, name: str) -> QueueRemoved:
     if live:
         raise Conflict(
             f"queue {name} has {live} pending or running jobs; cancel them or let them end first"
+        )
+    children = session.execute(
+        select(col(TenantQueue.name))
+        .where(col(TenantQueue.parent) == name)
+        .order_by(col(TenantQueue.name))
+    ).scalars()
+    kids = list(children)
+    if kids:
+        raise Conflict(
+            f"queue {name} is the parent of {', '.join(kids)}; remove them or give them "
+            f"another parent first (`schedulearn queue set {kids[0]} --no-parent`)"
         )
     session.delete(row)
     session.execute(delete(QueueMember).where(col(QueueMember.queue) == name))
@@ -146,6 +180,7 @@ def _public(current: Book, name: str, members: Mapping[str, list[QueueMember]]) 
         guaranteed=dict(s.queue.guaranteed),
         limit=s.queue.limit,
         weight=s.queue.weight,
+        parent=s.queue.parent,
         guaranteed_gpus=s.guaranteed,
         users=sorted(m.user for m in mine),
         default_for=sorted(m.user for m in mine if m.is_default),

@@ -72,13 +72,16 @@ def _key(queue: str) -> str:
 
 
 def core_queue(row: TenantQueue) -> Queue:
-    """The row as the core's `Queue` (which checks it: limit >= guarantee, weight > 0)."""
-    return _core(row.name, row.guaranteed, row.gpu_limit, row.weight)
+    """The row as the core's `Queue` (which checks it: limit >= guarantee, weight > 0;
+    the tree it makes with the others is checked by `Tenancy`)."""
+    return _core(row.name, row.guaranteed, row.gpu_limit, row.weight, row.parent)
 
 
-def _core(name: str, guaranteed: Any, limit: int | None, weight: float) -> Queue:
+def _core(
+    name: str, guaranteed: Any, limit: int | None, weight: float, parent: str | None
+) -> Queue:
     gpus = {str(t): int(n) for t, n in (guaranteed or {}).items() if int(n) > 0}
-    return Queue(name, gpus, limit, weight)
+    return Queue(name, gpus, limit, weight, parent or None)
 
 
 def settle(usage: float, busy: int, seconds: float, half_life: float) -> float:
@@ -172,7 +175,7 @@ _ANY_QUEUE = select(col(TenantQueue.name)).limit(1)
 
 _MARK = select(
     col(TenantQueue.name), TenantQueue.__table__.c.guaranteed, col(TenantQueue.gpu_limit),
-    col(TenantQueue.weight),
+    col(TenantQueue.weight), col(TenantQueue.parent),
 ).order_by(col(TenantQueue.name))  # fmt: skip
 
 
@@ -180,8 +183,8 @@ def mark(session: Session) -> tuple[object, ...]:
     """What the queues promise, as a value that changes when an admin changes them
     (a forecast cached before a `queue add|set` is then redone)."""
     return tuple(
-        (name, repr(guaranteed), limit, weight)
-        for name, guaranteed, limit, weight in session.connection().execute(_MARK)
+        (name, repr(guaranteed), limit, weight, parent)
+        for name, guaranteed, limit, weight, parent in session.connection().execute(_MARK)
     )
 
 
@@ -263,7 +266,7 @@ class Membership:
 
 _QUEUES = select(
     col(TenantQueue.name), TenantQueue.__table__.c.guaranteed, col(TenantQueue.gpu_limit),
-    col(TenantQueue.weight),
+    col(TenantQueue.weight), col(TenantQueue.parent),
 )  # fmt: skip
 _MEMBERS = select(col(QueueMember.queue), col(QueueMember.user), col(QueueMember.is_default))
 

@@ -36,6 +36,12 @@ class Series:
 @dataclass(frozen=True, slots=True)
 class QueuesPage:
     items: list[QueuePublic]
+    # The items as a tree: (depth, queue), each parent followed by its children.
+    tree: list[tuple[int, QueuePublic]]
+    # A parent's name -> the GPUs its children are promised together.
+    to_children: dict[str, int]
+    # Each queue's line under its row (a parent's speaks of its own jobs).
+    summaries: dict[str, str]
     series: list[Series]
     window: str
     start: float  # the chart's left edge (unix time)
@@ -106,4 +112,18 @@ def queues_page(session: Session, now: float, window: str) -> QueuesPage:
         )
     over = [q for q in items if q.declared and q.used > q.guaranteed_gpus]
     overcommitted = 0 < listing.cluster_gpus < listing.promised
-    return QueuesPage(items, series, window, start, top, over, listing.promised_text, overcommitted)
+    parents = {q.parent for q in items if q.parent is not None}
+    to_children = {name: listing.children_promised(name) for name in parents}
+    return QueuesPage(
+        items,
+        listing.tree(),
+        to_children,
+        {q.name: listing.summary_of(q) for q in items},
+        series,
+        window,
+        start,
+        top,
+        over,
+        listing.promised_text,
+        overcommitted,
+    )
