@@ -89,8 +89,9 @@ def scale_view(shape: Shape, seed: int) -> ClusterView:
     running: list[JobView] = []
     next_id = 1
     misses = 0
-    while busy < busy_goal and misses < 200:
-        gpus = min(rng.choice(SIZES), busy_goal - busy)
+    while busy < busy_goal and (misses < 200 or not shape.free_share):
+        # A full cluster is filled to the last GPU: one-GPU jobs once big ones miss.
+        gpus = 1 if misses >= 200 else min(rng.choice(SIZES), busy_goal - busy)
         job = _job(rng, next_id, gpus, shape, running=True)
         placement = _random_placement(rng, free, gpus, nodes)
         if placement is None:
