@@ -54,7 +54,7 @@ def _position(nodes: tuple[NodeView, ...], name: str) -> int:
 class FreePool:
     """What is free on each node, as seen by one policy pass."""
 
-    __slots__ = ("_counts", "_cpus", "_free", "_given", "_mem", "_nodes")
+    __slots__ = ("_counts", "_cpus", "_free", "_given", "_mem", "_nodes", "_tally")
 
     def __init__(self, view: ClusterView | tuple[NodeView, ...]) -> None:
         self._nodes: tuple[NodeView, ...] = view.nodes if isinstance(view, ClusterView) else view
@@ -64,6 +64,9 @@ class FreePool:
         self._mem: dict[str, float] = {}
         # Free GPUs per node position, built on first use, kept current by take/release.
         self._counts: list[int] | None = None
+        # How many nodes have each free count (built and kept with `_counts`), so
+        # that the counts present are known without reading every node.
+        self._tally: dict[int, int] = {}
         # The counts the host handed over with the snapshot, if it keeps them.
         self._given = view.free_counts if isinstance(view, ClusterView) else None
 
@@ -102,7 +105,15 @@ class FreePool:
             )
             for name, free in self._free.items():
                 counts[_position(self._nodes, name)] = len(free)
+            tally = self._tally
+            for c in counts:
+                tally[c] = tally.get(c, 0) + 1
         return counts
+
+    def _present(self, least: int) -> list[int]:
+        """The free counts of `least` or more that some node has, ascending."""
+        self._count_list()
+        return sorted(c for c, nodes in self._tally.items() if nodes and c >= least)
 
     def fits(self, node: NodeView, job: JobView, gpus: int) -> bool:
         """Can `node` alone hold `gpus` GPUs of `job`, with its CPUs and memory?"""
@@ -146,7 +157,7 @@ class FreePool:
             return
         counts = self._count_list()
         heads: list[tuple[int, int]] = []  # (next position, count)
-        for k in {c for c in counts if c >= gpus}:
+        for k in self._present(gpus):
             try:
                 heads.append((counts.index(k, start, stop), k))
             except ValueError:
@@ -198,7 +209,7 @@ class FreePool:
         gpus_only = n > 0 and not (job.cpus or job.memory_gb) and is_plain(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
-        for k in sorted(c for c in set(counts) if c >= n):
+        for k in self._present(n):
             i = -1
             while True:
                 try:
@@ -224,7 +235,7 @@ class FreePool:
         counts = self._count_list()
         nodes = self._nodes
         gpu_type = job.gpu_type
-        present = sorted({c for c in counts if c > 0})
+        present = self._present(1)
         # Per free count, where the search for the next usable node resumes:
         # a node passed over (unusable, or already chosen) stays so.
         resume: dict[int, int] = {}
@@ -319,8 +330,13 @@ class FreePool:
             self._mem[name] += mem
 
     def _recount(self, name: str, free: list[int]) -> None:
-        if self._counts is not None:
-            self._counts[_position(self._nodes, name)] = len(free)
+        counts = self._counts
+        if counts is not None:
+            i = _position(self._nodes, name)
+            tally = self._tally
+            tally[counts[i]] -= 1
+            counts[i] = len(free)
+            tally[counts[i]] = tally.get(counts[i], 0) + 1
 
 
 def largest_node_gpus(view: ClusterView) -> int:

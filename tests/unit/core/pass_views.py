@@ -67,6 +67,9 @@ class Shape:
     # Jobs arrived within this many seconds before `now` (similarity's guard
     # serves jobs that waited 6 h first: a longer span exercises it).
     span: float = 20_000.0
+    # The share of running jobs that may be preempted (0: a full cluster where
+    # nothing can start, not even by preempting).
+    preemptible: float = 0.7
 
 
 def scale_view(shape: Shape, seed: int) -> ClusterView:
@@ -141,7 +144,8 @@ def _random_placement(
 def _job(rng: random.Random, job_id: int, gpus: int, shape: Shape, running: bool) -> JobView:
     now = shape.now
     submitted = rng.uniform(now - shape.span, now - 1)
-    fields: dict[str, Any] = {"preemptible": rng.random() < 0.7}
+    share = shape.preemptible if running else 0.7
+    fields: dict[str, Any] = {"preemptible": rng.random() < share}
     if rng.random() < 0.9:
         fields["estimated_duration"] = round(rng.expovariate(1 / 20_000.0) + 60.0, 1)
     if shape.gpu_types or rng.random() < 0.5:
