@@ -76,6 +76,10 @@ class FreePool:
     def nodes(self) -> tuple[NodeView, ...]:
         return self._nodes
 
+    def node(self, name: str) -> NodeView:
+        """The node called `name` (KeyError if the pool has none)."""
+        return self._nodes[_position(self._nodes, name)]
+
     def free_gpus(self, node: NodeView) -> tuple[int, ...] | list[int]:
         free = self._free.get(node.name)
         return node.free_gpu_indices if free is None else free
@@ -337,6 +341,22 @@ class FreePool:
             tally[counts[i]] -= 1
             counts[i] = len(free)
             tally[counts[i]] = tally.get(counts[i], 0) + 1
+
+
+def stuck(view: ClusterView, free: int) -> bool:
+    """With `free` GPUs free, can this pass start nothing, even by preempting?
+
+    True when no GPU is free, every waiting job asks for at least one (a
+    job of no GPUs may still start on a node's CPUs) and no running job
+    may be preempted. A full cluster is the common case on a busy pass;
+    policies return at once instead of ranking thousands of waiting jobs
+    to find that none fits.
+    """
+    return (
+        free == 0
+        and all(job.gpus > 0 for job in view.pending)
+        and not any(job.preemptible and job.placement is not None for job in view.running)
+    )
 
 
 def largest_node_gpus(view: ClusterView) -> int:

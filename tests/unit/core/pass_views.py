@@ -70,6 +70,8 @@ class Shape:
     # The share of running jobs that may be preempted (0: a full cluster where
     # nothing can start, not even by preempting).
     preemptible: float = 0.7
+    # The share of waiting jobs that ask for no GPU (CPU-only tasks).
+    cpu_only: float = 0.0
 
 
 def scale_view(shape: Shape, seed: int) -> ClusterView:
@@ -113,11 +115,17 @@ def scale_view(shape: Shape, seed: int) -> ClusterView:
     for k in rng.sample(range(len(views)), shape.unhealthy):
         views[k] = replace(views[k], healthy=False)
     pending = [
-        _job(rng, next_id + k, rng.choice(SIZES), shape, running=False)
+        _job(rng, next_id + k, _size(rng, shape), shape, running=False)
         for k in range(shape.pending)
     ]
     pending.sort(key=lambda j: (j.waiting_since, j.id))
     return ClusterView(shape.now, tuple(views), tuple(pending), tuple(running))
+
+
+def _size(rng: random.Random, shape: Shape) -> int:
+    if shape.cpu_only and rng.random() < shape.cpu_only:
+        return 0
+    return rng.choice(SIZES)
 
 
 def _random_placement(
@@ -200,6 +208,11 @@ CASES: dict[str, tuple[Shape, int, tuple[str, ...]]] = {
     "elastic": (Shape(elastic_share=0.5), 10, ALL),
     "elastic-full": (Shape(elastic_share=0.5, free_share=0.0), 11, ALL),
     "small-nodes": (Shape(nodes=100, gpus_per_node=4, pending=400, free_share=0.4), 12, ALL),
+    # Recorded later, with the same code (main at 3bde86d): full clusters where
+    # nothing can be preempted, with and without jobs of no GPUs.
+    "stuck": (Shape(free_share=0.0, preemptible=0.0), 13, ALL),
+    "stuck-cpu": (Shape(free_share=0.0, preemptible=0.0, resources=True, cpu_only=0.05), 14, ALL),
+    "stuck-hetero": (Shape(gpu_types=TYPES, free_share=0.0, preemptible=0.0), 15, ALL),
 }
 
 

@@ -182,6 +182,11 @@ class Goodput:
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending and not any(j.preemptible for j in view.running):
             return []
+        if not any(j.preemptible and j.placement is not None for j in view.running):
+            pool = FreePool(view)
+            if pool.total_free() == 0:
+                # No GPU free and none to take back: only jobs of no GPUs can start.
+                return sorted(_cpu_tasks(view, pool), key=_order)
         jobs = self._jobs(view)
         fixed = sum(j.allocated_gpus for j in view.running if not j.preemptible)
         budget = view.total_gpus - fixed
@@ -318,14 +323,20 @@ def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[
     for k, j in enumerate(jobs):
         if j.current and target[k] == 0:
             decisions.append(Preempt(j.view.id))
-    # Jobs that ask for no GPU (CPU-only tasks) start wherever their CPUs and memory fit.
+    decisions.extend(_cpu_tasks(view, pool))
+    decisions.sort(key=_order)
+    return decisions
+
+
+def _cpu_tasks(view: ClusterView, pool: FreePool) -> list[Decision]:
+    """Jobs that ask for no GPU (CPU-only tasks) start wherever their CPUs and memory fit."""
+    decisions: list[Decision] = []
     for task in view.pending:
         if task.most_gpus == 0:
             placement = pool.pack(task, 0)
             if placement is not None:
                 pool.take(task, placement)
                 decisions.append(Start(task.id, placement))
-    decisions.sort(key=_order)
     return decisions
 
 

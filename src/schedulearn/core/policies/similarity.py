@@ -175,6 +175,8 @@ class Similarity:
         if not view.pending and not (self.migrate and view.running):
             return []
         pool = FreePool(view)
+        if pool.total_free() == 0 and all(j.gpus for j in view.pending):
+            return []  # nothing can start, so nothing to exchange; no room to upgrade into
         types = _Types(view, pool)
         moving = self.migrate and len(types.total) > 1
         if not view.pending and not moving:

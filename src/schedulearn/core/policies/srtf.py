@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
-from schedulearn.core.placement import FreePool
+from schedulearn.core.placement import FreePool, stuck
 from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
@@ -60,7 +60,7 @@ class Srtf:
         now = view.now
         pool = FreePool(view)
         free = pool.total_free()
-        if free == 0 and not self.preempt:
+        if free == 0 and not self.preempt or stuck(view, free):
             return []
         victims: Victims | None = None  # built when a job does not fit
         decisions: list[Decision] = []
