@@ -200,9 +200,11 @@ class FreePool:
                     return self.on_node(nodes[k], n)
         return None
 
-    def best_fit(self, job: JobView, gpus: int | None = None) -> Placement | None:
+    def best_fit(
+        self, job: JobView, gpus: int | None = None, avoid: str | None = None
+    ) -> Placement | None:
         """The node that holds the whole job with the fewest GPUs left over
-        (the first in cluster order among equals)."""
+        (the first in cluster order among equals), other than node `avoid`."""
         n = job.gpus if gpus is None else gpus
         counts = self._count_list()
         nodes = self._nodes
@@ -221,6 +223,8 @@ class FreePool:
                 except ValueError:
                     break
                 node = nodes[i]
+                if node.name == avoid:
+                    continue
                 if (gpus_only and node.healthy and can_run(job, node)) or self.fits(node, job, n):
                     return self.on_node(node, n)
         return None

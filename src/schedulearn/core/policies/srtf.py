@@ -60,7 +60,7 @@ class Srtf:
         now = view.now
         pool = FreePool(view)
         free = pool.total_free()
-        if free == 0 and not self.preempt or stuck(view, free):
+        if (free == 0 and not self.preempt) or stuck(view, free):
             return []
         victims: Victims | None = None  # built when a job does not fit
         decisions: list[Decision] = []
