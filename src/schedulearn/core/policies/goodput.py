@@ -113,11 +113,22 @@ class Goodput:
         jobs: list[_Job] = []
         unknown: list[_Job] = []
         urgent = 0.0  # the best value of one GPU among measured jobs
+        # Counts of the jobs without reports, by (least, most, allocated): a pass over
+        # thousands of waiting jobs meets few distinct sizes. Read only, so shared.
+        grids: dict[tuple[int, int, int], list[int]] = {}
         for job in (*view.running, *view.pending):
-            if job.is_running and not job.preemptible:
+            if job.placement is not None and not job.preemptible:
                 continue
-            info = reports.get(job.id)
-            counts = [c for c in _counts(job, node_size, info, self.explore) if c <= total]
+            info = reports.get(job.id) if reports else None
+            if info is None:
+                key = (job.least_gpus, job.most_gpus, job.allocated_gpus)
+                counts = grids.get(key)
+                if counts is None:
+                    counts = grids[key] = [
+                        c for c in _counts(job, node_size, None, self.explore) if c <= total
+                    ]
+            else:
+                counts = [c for c in _counts(job, node_size, info, self.explore) if c <= total]
             if not counts:
                 continue
             speeds, work = _speeds_and_work(job, info, counts, node_size, view.now)
@@ -236,13 +247,18 @@ def _speeds_and_work(
     left = job.remaining_at(now)
     if left is None:
         return None, None
-
-    def linear(a: int) -> float:
-        return 1.0 + PRIOR_EFFICIENCY * (a - 1) if a > 0 else 0.0
-
-    speeds = {a: linear(a) for a in (*counts, 1)}
     # Work in units of "seconds at one GPU".
-    return speeds, max(left * linear(job.gpus), 1e-9)
+    return _prior_speeds(tuple(counts)), max(left * _linear(job.gpus), 1e-9)
+
+
+def _linear(a: int) -> float:
+    return 1.0 + PRIOR_EFFICIENCY * (a - 1) if a > 0 else 0.0
+
+
+@lru_cache(maxsize=1024)
+def _prior_speeds(counts: tuple[int, ...]) -> dict[int, float]:
+    """The prior's speed at each count and at 1 (read only: shared between jobs)."""
+    return {a: _linear(a) for a in (*counts, 1)}
 
 
 def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
