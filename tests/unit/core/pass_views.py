@@ -213,6 +213,12 @@ CASES: dict[str, tuple[Shape, int, tuple[str, ...]]] = {
     "stuck": (Shape(free_share=0.0, preemptible=0.0), 13, ALL),
     "stuck-cpu": (Shape(free_share=0.0, preemptible=0.0, resources=True, cpu_only=0.05), 14, ALL),
     "stuck-hetero": (Shape(gpu_types=TYPES, free_share=0.0, preemptible=0.0), 15, ALL),
+    # More GPU-type cases, for similarity's exchanges and upgrades (same code).
+    "hetero-b": (Shape(gpu_types=TYPES, free_share=0.6), 16, ALL),
+    "hetero-c": (Shape(gpu_types=TYPES, nodes=90, gpus_per_node=4, free_share=0.4), 17, ALL),
+    "hetero-d": (Shape(gpu_types=TYPES, span=8_000.0, free_share=0.3, pending=150), 18, ALL),
+    "hetero-e": (Shape(gpu_types=TYPES, free_share=0.3, pending=150), 26, ALL),
+    "hetero-f": (Shape(gpu_types=TYPES, span=10_000.0, free_share=0.15, pending=150), 26, ALL),
 }
 
 

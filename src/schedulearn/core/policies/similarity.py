@@ -302,12 +302,8 @@ class Similarity:
     def _exchange(
         self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
     ) -> list[Decision]:
+        partners = _Partners(self, view, types)
         pending = {j.id: j for j in view.pending}
-        movable = [
-            j
-            for j in view.running
-            if j.preemptible and j.placement is not None and j.placement.num_gpus
-        ]
         moved = {d.job_id for d in decisions if isinstance(d, Resize)}
         out: list[Decision] = []
         for d in decisions:
@@ -319,27 +315,11 @@ class Similarity:
             if f is None or not a.gpus:
                 out.append(d)
                 continue
-            aff_a = self.affinity(a, types)
-            best: tuple[float, JobView, str] | None = None
-            for r in movable:
-                assert r.placement is not None
-                s = types.single(r.placement)
-                if r.id in moved or s is None or s == f or r.placement.num_gpus != a.gpus:
-                    continue
-                if not (_allowed(a, s) and _allowed(r, f)):
-                    continue
-                aff_r = self.affinity(r, types, r.placement.num_gpus)
-                gain = (aff_r[f] / aff_r[s]) / (aff_a[f] / aff_a[s])
-                # ...and R must save more time on f than A loses on s: a short job
-                # never pushes a long one onto slower GPUs (that would set the makespan).
-                saved_r = _saving(types, r, aff_r[s], aff_r[f])
-                worth = saved_r > _saving(types, a, aff_a[s], aff_a[f])
-                if worth and gain >= self.min_gain and (best is None or gain > best[0]):
-                    best = (gain, r, s)
-            if best is None or not _swap(pool, a, d.placement, best[1]):
+            best = partners.best(a, f, moved)
+            if best is None or not _swap(pool, a, d.placement, best):
                 out.append(d)
                 continue
-            r = best[1]
+            r = best
             assert r.placement is not None
             moved.add(r.id)
             out.append(Start(a.id, r.placement))
@@ -404,6 +384,76 @@ class Similarity:
             types.take(placement)
             decisions.append(Resize(job_id, placement))
             moved.add(job_id)
+
+
+class _Partners:
+    """The running jobs a job just started may trade GPUs with (step 4), grouped so
+    that one start is not compared with every running job.
+
+    The rule, per start of job A on type f: among the running preemptible
+    jobs R on one other type s with as many GPUs as A, not moved yet, that
+    may go on f (and A on s), the one with the highest gain
+    `(aff_R(f) / aff_R(s)) / (aff_A(f) / aff_A(s))`, the first in
+    `view.running` order among equals, provided the gain is at least
+    `min_gain` and R saves more seconds on f than A loses on s.
+
+    The gain depends on R only through its affinities, which depend only on
+    its model, its GPU count and s: jobs alike in those form one group, in
+    `view.running` order, and share one gain. So each group is judged once
+    per start, and only a group whose gain qualifies is searched for its
+    first member that saves enough.
+    """
+
+    def __init__(self, policy: Similarity, view: ClusterView, types: _Types) -> None:
+        self._policy = policy
+        self._types = types
+        # (GPUs, s, model) -> [(position in view.running, job)], in that order.
+        self._groups: dict[tuple[int, str, str | None], list[tuple[int, JobView]]] = {}
+        for i, r in enumerate(view.running):
+            placement = r.placement
+            if not r.preemptible or placement is None or not placement.num_gpus:
+                continue
+            s = types.single(placement)
+            if s is None:
+                continue
+            key = (placement.num_gpus, s, r.model)
+            self._groups.setdefault(key, []).append((i, r))
+        # (group, f) -> each member's seconds saved on f over s, and their maximum.
+        self._saved: dict[tuple[tuple[int, str, str | None], str], tuple[list[float], float]] = {}
+
+    def _savings(
+        self, key: tuple[int, str, str | None], f: str, aff_r: dict[str, float]
+    ) -> tuple[list[float], float]:
+        got = self._saved.get((key, f))
+        if got is None:
+            s = key[1]
+            saved = [_saving(self._types, r, aff_r[s], aff_r[f]) for _, r in self._groups[key]]
+            got = self._saved[(key, f)] = (saved, max(saved))
+        return got
+
+    def best(self, a: JobView, f: str, moved: set[int]) -> JobView | None:
+        types, policy = self._types, self._policy
+        aff_a = policy.affinity(a, types)
+        best: tuple[float, int, JobView] | None = None  # (gain, position, job)
+        for key, members in self._groups.items():
+            n, s, _ = key
+            if n != a.gpus or s == f or not _allowed(a, s):
+                continue
+            aff_r = policy.affinity(members[0][1], types, n)
+            gain = (aff_r[f] / aff_r[s]) / (aff_a[f] / aff_a[s])
+            if gain < policy.min_gain or (best is not None and gain < best[0]):
+                continue
+            lost = _saving(types, a, aff_a[s], aff_a[f])
+            saved, most = self._savings(key, f, aff_r)
+            if not most > lost:
+                continue
+            for (i, r), saved_r in zip(members, saved, strict=True):
+                if best is not None and gain == best[0] and i > best[1]:
+                    break  # an earlier job of equal gain is already chosen
+                if saved_r > lost and r.id not in moved and _allowed(r, f):
+                    best = (gain, i, r)
+                    break
+        return None if best is None else best[2]
 
 
 def _saving(types: _Types, job: JobView, slow: float, fast: float) -> float:
