@@ -286,7 +286,8 @@ class Similarity:
                 if _allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
                     saved = _saving(types, job, 1.0, score)
                     pairs.append((-saved, job.waiting_since, job.id, gpu_type, job))
-        pairs.sort(key=lambda p: p[:4])
+        # (job id, type) is unique, so the sort never compares the views themselves.
+        pairs.sort()
         for _, _, job_id, gpu_type, job in pairs:
             if job_id in started or types.free.get(gpu_type, 0) < job.gpus:
                 continue
@@ -340,23 +341,39 @@ class Similarity:
         # would gain less from, and leaves it the ones it gives up.
         rival_saving: dict[tuple[str, str], float] = {}
         if compete:
+            # Waiting jobs alike in model, size and GPU type share their affinities,
+            # so the most any of them saves is at the least or the most work among
+            # them (a job saves its work times a factor of the pair of types).
+            alike: dict[tuple[str | None, int, str | None], tuple[JobView, float, float]] = {}
             for job in view.pending:
                 if job.id in started or not job.gpus or job.gpus > types.largest:
                     continue
+                work = types.work[job.id]
+                key = (job.model, job.gpus, job.gpu_type)
+                seen = alike.get(key)
+                if seen is None:
+                    alike[key] = (job, work, work)
+                elif work < seen[1] or work > seen[2]:
+                    alike[key] = (seen[0], min(seen[1], work), max(seen[2], work))
+            for job, least, most in alike.values():
                 aff = self.affinity(job, types)
                 for f in aff:
                     for s_ in aff:
                         if f != s_ and _allowed(job, f):
-                            key = (f, s_)
-                            saved = _saving(types, job, aff[s_], aff[f])
-                            rival_saving[key] = max(rival_saving.get(key, 0.0), saved)
+                            factor = 1.0 / aff[s_] - 1.0 / aff[f]
+                            saved = max(least * factor, most * factor)
+                            key2 = (f, s_)
+                            rival_saving[key2] = max(rival_saving.get(key2, 0.0), saved)
         # Room the biggest still-waiting job could use on each type: keep it free.
-        keep = dict.fromkeys(types.total, 0)
+        sizes: dict[str | None, set[int]] = {}  # by the GPU type a job names
         for job in view.pending:
             if job.id not in started and job.gpus:
-                for gpu_type, total in types.total.items():
-                    if _allowed(job, gpu_type) and job.gpus <= total:
-                        keep[gpu_type] = max(keep[gpu_type], job.gpus)
+                sizes.setdefault(job.gpu_type, set()).add(job.gpus)
+        keep = dict.fromkeys(types.total, 0)
+        for named, gpus in sizes.items():
+            for gpu_type, total in types.total.items():
+                if not named or named == gpu_type:
+                    keep[gpu_type] = max([keep[gpu_type], *(g for g in gpus if g <= total)])
         moves: list[tuple[float, float, int, str, JobView, int]] = []
         for job in view.running:
             if job.id in started or not job.preemptible or job.placement is None:
