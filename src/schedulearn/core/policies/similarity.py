@@ -119,6 +119,10 @@ class _Types:
         self.work: dict[int, float] = {}
         self.fastest: dict[int, float] = {}
         self.drain = 0.0
+        # This pass's affinities by (model, GPUs), and a job's best one by (model,
+        # GPUs, GPU type named): read for every job, so kept without hashing `shape`.
+        self.affinities: dict[tuple[str | None, int], dict[str, float]] = {}
+        self.best: dict[tuple[str | None, int, str | None], float] = {}
 
     def single(self, placement: Placement) -> str | None:
         """The placement's one GPU type, or None when it mixes types."""
@@ -202,9 +206,13 @@ class Similarity:
     def affinity(self, job: JobView, types: _Types, gpus: int | None = None) -> dict[str, float]:
         """The job's speed on each type over its GPU-weighted mean speed on the cluster."""
         n = max(1, job.gpus if gpus is None else gpus)
+        mine = types.affinities.get((job.model, n))
+        if mine is not None:
+            return mine
         key = (job.model, n, types.shape)
         cached = self._affinity.get(key)
         if cached is not None:
+            types.affinities[(job.model, n)] = cached
             return cached
         names = [t for t, _, _ in types.shape]
         # A type whose servers are too small runs the job spread over servers.
@@ -219,6 +227,7 @@ class Similarity:
         total = sum(types.total.values()) or 1
         centre = sum(types.total[t] * logs[t] for t in names) / total
         result = self._affinity[key] = {t: math.exp(logs[t] - centre) for t in names}
+        types.affinities[(job.model, n)] = result
         return result
 
     def _remaining_work(self, view: ClusterView, types: _Types) -> None:
@@ -248,7 +257,10 @@ class Similarity:
             return None
         n = job.placement.num_gpus if job.placement and job.placement.num_gpus else job.gpus
         affinity = self.affinity(job, types, n)
-        best = max((a for t, a in affinity.items() if _allowed(job, t)), default=1.0)
+        best = types.best.get((job.model, n, job.gpu_type))
+        if best is None:
+            best = max((a for t, a in affinity.items() if _allowed(job, t)), default=1.0)
+            types.best[(job.model, n, job.gpu_type)] = best
         if job.progress is None:
             left = job.remaining_at(now) or 0.0  # wall seconds served stand in for work
         else:
