@@ -288,16 +288,28 @@ class Similarity:
         started = {d.job_id for d in decisions}
         pairs: list[tuple[float, float, int, str, JobView]] = []
         mixed: list[JobView] = []
+        free, work = types.free, types.work
+        # Per affinity table, each type's saving factor: `_saving(types, job, 1.0, score)`
+        # is the job's work times it, computed once for thousands of jobs.
+        factors: dict[int, list[tuple[str, float]]] = {}
         for job in view.pending:
             if job.id in started:
                 continue
-            if not job.gpus or not types.total or (job.gpus > types.largest and not job.gpu_type):
+            gpus = job.gpus
+            if not gpus or not types.total or (gpus > types.largest and not job.gpu_type):
                 mixed.append(job)  # CPU-only, or bigger than any one type
                 continue
-            for gpu_type, score in self.affinity(job, types).items():
-                if _allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
-                    saved = _saving(types, job, 1.0, score)
-                    pairs.append((-saved, job.waiting_since, job.id, gpu_type, job))
+            affinity = self.affinity(job, types)
+            per_type = factors.get(id(affinity))
+            if per_type is None:
+                per_type = factors[id(affinity)] = [
+                    (t, 1.0 / 1.0 - 1.0 / score) for t, score in affinity.items()
+                ]
+            since = job.submitted_at if job.queued_at is None else job.queued_at
+            for gpu_type, factor in per_type:
+                if _allowed(job, gpu_type) and free.get(gpu_type, 0) >= gpus:
+                    saved = work[job.id] * factor
+                    pairs.append((-saved, since, job.id, gpu_type, job))
         # (job id, type) is unique, so the sort never compares the views themselves.
         pairs.sort()
         for _, _, job_id, gpu_type, job in pairs:
