@@ -54,7 +54,9 @@ def _position(nodes: tuple[NodeView, ...], name: str) -> int:
 class FreePool:
     """What is free on each node, as seen by one policy pass."""
 
-    __slots__ = ("_counts", "_cpus", "_free", "_given", "_mem", "_nodes", "_tally")
+    __slots__ = (
+        "_counts", "_cpus", "_free", "_given", "_mem", "_nodes", "_scope_at", "_scopes", "_tally",
+    )  # fmt: skip
 
     def __init__(self, view: ClusterView | tuple[NodeView, ...]) -> None:
         self._nodes: tuple[NodeView, ...] = view.nodes if isinstance(view, ClusterView) else view
@@ -67,6 +69,12 @@ class FreePool:
         # How many nodes have each free count (built and kept with `_counts`), so
         # that the counts present are known without reading every node.
         self._tally: dict[int, int] = {}
+        # Per GPU type, the free counts of its nodes and their positions (built when
+        # a job that names a type is placed, kept with `_counts`): such a job's
+        # search then never reads the other types' nodes. `_scope_at[i]`: node i's
+        # index in its type's lists.
+        self._scopes: dict[str, tuple[list[int], list[int]]] | None = None
+        self._scope_at: list[int] = []
         # The counts the host handed over with the snapshot, if it keeps them.
         self._given = view.free_counts if isinstance(view, ClusterView) else None
 
@@ -113,6 +121,24 @@ class FreePool:
             for c in counts:
                 tally[c] = tally.get(c, 0) + 1
         return counts
+
+    def _scope(self, job: JobView, gpus: int) -> tuple[list[int], list[int] | None]:
+        """The free counts to search for `gpus` GPUs of `job`, and the node position
+        of each (None: the counts are every node's, by position). A job that names
+        a GPU type (and asks for GPUs) fits only on that type's nodes."""
+        if not (job.gpu_type and gpus > 0):
+            return self._count_list(), None
+        if self._scopes is None:
+            counts = self._count_list()
+            scopes: dict[str, tuple[list[int], list[int]]] = {}
+            at = self._scope_at
+            for i, node in enumerate(self._nodes):
+                mine, where = scopes.setdefault(node.gpu_type, ([], []))
+                at.append(len(mine))
+                mine.append(counts[i])
+                where.append(i)
+            self._scopes = scopes
+        return self._scopes.get(job.gpu_type) or ([], [])
 
     def _present(self, least: int) -> list[int]:
         """The free counts of `least` or more that some node has, ascending."""
@@ -206,7 +232,7 @@ class FreePool:
         """The node that holds the whole job with the fewest GPUs left over
         (the first in cluster order among equals), other than node `avoid`."""
         n = job.gpus if gpus is None else gpus
-        counts = self._count_list()
+        counts, where = self._scope(job, n)
         nodes = self._nodes
         # A job that asks for GPUs only (no CPUs, memory, image, label or GPU
         # type) fits on any healthy node with enough free GPUs that can run it
@@ -215,14 +241,15 @@ class FreePool:
         gpus_only = n > 0 and not (job.cpus or job.memory_gb) and is_plain(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
-        for k in self._present(n):
+        present = self._present(n) if where is None else sorted({c for c in counts if c >= n})
+        for k in present:
             i = -1
             while True:
                 try:
                     i = counts.index(k, i + 1)
                 except ValueError:
                     break
-                node = nodes[i]
+                node = nodes[i if where is None else where[i]]
                 if node.name == avoid:
                     continue
                 if (gpus_only and node.healthy and can_run(job, node)) or self.fits(node, job, n):
@@ -240,10 +267,10 @@ class FreePool:
         C), not by sorting every node on every call.
         """
         n = job.gpus if gpus is None else gpus
-        counts = self._count_list()
+        counts, where = self._scope(job, n)
         nodes = self._nodes
         gpu_type = job.gpu_type
-        present = self._present(1)
+        present = self._present(1) if where is None else sorted({c for c in counts if c > 0})
         # Per free count, where the search for the next usable node resumes:
         # a node passed over (unusable, or already chosen) stays so.
         resume: dict[int, int] = {}
@@ -256,7 +283,7 @@ class FreePool:
                 except ValueError:
                     resume[k] = len(counts)
                     return None
-                node = nodes[i]
+                node = nodes[i if where is None else where[i]]
                 if (
                     node.healthy
                     and not (gpu_type and node.gpu_type != gpu_type)
@@ -284,7 +311,7 @@ class FreePool:
             if pick is None:
                 return None  # the usable nodes hold fewer than n free GPUs
             take = min(left, counts[pick])
-            chosen = nodes[pick]
+            chosen = nodes[pick if where is None else where[pick]]
             parts[chosen.name] = list(self.free_gpus(chosen)[:take])
             left -= take
         placement = Placement.of(parts)
@@ -345,6 +372,8 @@ class FreePool:
             tally[counts[i]] -= 1
             counts[i] = len(free)
             tally[counts[i]] = tally.get(counts[i], 0) + 1
+            if self._scopes is not None:
+                self._scopes[self._nodes[i].gpu_type][0][self._scope_at[i]] = len(free)
 
 
 def stuck(view: ClusterView, free: int) -> bool:
