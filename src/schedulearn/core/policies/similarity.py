@@ -306,10 +306,11 @@ class Similarity:
                     (t, 1.0 / 1.0 - 1.0 / score) for t, score in affinity.items()
                 ]
             since = job.submitted_at if job.queued_at is None else job.queued_at
+            named, left = job.gpu_type, work[job.id]
             for gpu_type, factor in per_type:
-                if _allowed(job, gpu_type) and free.get(gpu_type, 0) >= gpus:
-                    saved = work[job.id] * factor
-                    pairs.append((-saved, since, job.id, gpu_type, job))
+                # _allowed(job, gpu_type), inline: this runs for every waiting job.
+                if (not named or named == gpu_type) and free.get(gpu_type, 0) >= gpus:
+                    pairs.append((-(left * factor), since, job.id, gpu_type, job))
         # (job id, type) is unique, so the sort never compares the views themselves.
         pairs.sort()
         for _, _, job_id, gpu_type, job in pairs:
@@ -459,6 +460,10 @@ class _Partners:
                 continue
             key = (placement.num_gpus, s, r.model)
             self._groups.setdefault(key, []).append((i, r))
+        # The group keys by GPU count (a start only trades with jobs of its size).
+        self._sized: dict[int, list[tuple[int, str, str | None]]] = {}
+        for key in self._groups:
+            self._sized.setdefault(key[0], []).append(key)
         # (group, f) -> each member's seconds saved on f over s, and their maximum.
         self._saved: dict[tuple[tuple[int, str, str | None], str], tuple[list[float], float]] = {}
 
@@ -476,9 +481,11 @@ class _Partners:
         types, policy = self._types, self._policy
         aff_a = policy.affinity(a, types)
         best: tuple[float, int, JobView] | None = None  # (gain, position, job)
-        for key, members in self._groups.items():
+        # The choice does not depend on the order the groups are judged in.
+        for key in self._sized.get(a.gpus, ()):
+            members = self._groups[key]
             n, s, _ = key
-            if n != a.gpus or s == f or not _allowed(a, s):
+            if s == f or not _allowed(a, s):
                 continue
             aff_r = policy.affinity(members[0][1], types, n)
             gain = (aff_r[f] / aff_r[s]) / (aff_a[f] / aff_a[s])
