@@ -282,10 +282,20 @@ def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
 
     free = budget
     heap: list[tuple[float, int, int, int]] = []
-    for k in range(len(jobs)):
+    for k, job in enumerate(jobs):
+        counts = job.counts
+        if len(counts) == 1:
+            # A rigid job has one jump, from nothing: best_jump(k, free), inline
+            # for the thousands of waiting jobs a pass may weigh.
+            c = counts[0]
+            if 0 < c <= free:
+                gain = (values[k][c] - 0.0) / c
+                if gain > 1e-15:
+                    heap.append((-gain, job.view.id, k, c))
+            continue
         jump = best_jump(k, free)
         if jump is not None:
-            heap.append((-jump[0], jobs[k].view.id, k, jump[1]))
+            heap.append((-jump[0], job.view.id, k, jump[1]))
     heapq.heapify(heap)
     while heap and free > 0:
         _, jid, k, c = heapq.heappop(heap)
