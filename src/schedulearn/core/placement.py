@@ -55,7 +55,8 @@ class FreePool:
     """What is free on each node, as seen by one policy pass."""
 
     __slots__ = (
-        "_counts", "_cpus", "_free", "_given", "_mem", "_nodes", "_scope_at", "_scopes", "_tally",
+        "_counts", "_cpus", "_free", "_given", "_hint", "_mem", "_nodes", "_scope_at", "_scopes",
+        "_tally",
     )  # fmt: skip
 
     def __init__(self, view: ClusterView | tuple[NodeView, ...]) -> None:
@@ -69,6 +70,9 @@ class FreePool:
         # How many nodes have each free count (built and kept with `_counts`), so
         # that the counts present are known without reading every node.
         self._tally: dict[int, int] = {}
+        # Per free count, a position no node before which has that count (a lower
+        # bound kept by `_recount`): best_fit's scans start there, not at node 0.
+        self._hint: dict[int, int] = {}
         # Per GPU type, the free counts of its nodes and their positions (built when
         # a job that names a type is placed, kept with `_counts`): such a job's
         # search then never reads the other types' nodes. `_scope_at[i]`: node i's
@@ -242,13 +246,17 @@ class FreePool:
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
         present = self._present(n) if where is None else sorted({c for c in counts if c >= n})
+        hint = self._hint if where is None else {}
         for k in present:
-            i = -1
+            i = hint.get(k, 0) - 1
+            seen = False
             while True:
                 try:
                     i = counts.index(k, i + 1)
                 except ValueError:
                     break
+                if not seen and where is None:
+                    hint[k], seen = i, True
                 node = nodes[i if where is None else where[i]]
                 if node.name == avoid:
                     continue
@@ -370,8 +378,10 @@ class FreePool:
             i = _position(self._nodes, name)
             tally = self._tally
             tally[counts[i]] -= 1
-            counts[i] = len(free)
-            tally[counts[i]] = tally.get(counts[i], 0) + 1
+            counts[i] = now = len(free)
+            tally[now] = tally.get(now, 0) + 1
+            if i < self._hint.get(now, 0):
+                self._hint[now] = i
             if self._scopes is not None:
                 self._scopes[self._nodes[i].gpu_type][0][self._scope_at[i]] = len(free)
 

@@ -358,7 +358,8 @@ def _cpu_tasks(view: ClusterView, pool: FreePool) -> list[Decision]:
     """Jobs that ask for no GPU (CPU-only tasks) start wherever their CPUs and memory fit."""
     decisions: list[Decision] = []
     for task in view.pending:
-        if task.most_gpus == 0:
+        # task.most_gpus == 0, inline: this reads every waiting job.
+        if (task.gpus if task.max_gpus is None else task.max_gpus) == 0:
             placement = pool.pack(task, 0)
             if placement is not None:
                 pool.take(task, placement)
