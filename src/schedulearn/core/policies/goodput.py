@@ -113,25 +113,36 @@ class Goodput:
         jobs: list[_Job] = []
         unknown: list[_Job] = []
         urgent = 0.0  # the best value of one GPU among measured jobs
-        # Counts of the jobs without reports, by (least, most, allocated): a pass over
-        # thousands of waiting jobs meets few distinct sizes. Read only, so shared.
-        grids: dict[tuple[int, int, int], list[int]] = {}
+        now = view.now
+        # Counts (and the prior's speeds) of the jobs without reports, by (least, most,
+        # allocated): a pass over thousands of waiting jobs meets few distinct sizes.
+        # Read only, so shared.
+        grids: dict[tuple[int, int, int], tuple[list[int], dict[int, float]]] = {}
         for job in (*view.running, *view.pending):
             if job.placement is not None and not job.preemptible:
                 continue
             info = reports.get(job.id) if reports else None
+            speeds: dict[int, float] | None
+            work: float | None
             if info is None:
                 key = (job.least_gpus, job.most_gpus, job.allocated_gpus)
-                counts = grids.get(key)
-                if counts is None:
-                    counts = grids[key] = [
+                grid = grids.get(key)
+                if grid is None:
+                    grid_counts = [
                         c for c in _counts(job, node_size, None, self.explore) if c <= total
                     ]
+                    grid = grids[key] = (grid_counts, _prior_speeds(tuple(grid_counts)))
+                counts, speeds = grid
+                if not counts:
+                    continue
+                # The prior (linear speedup): work in seconds at one GPU, or unknown.
+                left = job.remaining_at(now)
+                work = None if left is None else max(left * _linear(job.gpus), 1e-9)
             else:
                 counts = [c for c in _counts(job, node_size, info, self.explore) if c <= total]
-            if not counts:
-                continue
-            speeds, work = _speeds_and_work(job, info, counts, node_size, view.now)
+                if not counts:
+                    continue
+                speeds, work = _speeds_and_work(info, counts, node_size)
             base = 0.0
             if speeds is not None and work is not None:
                 base = speeds.get(1) or speeds[counts[0]] / counts[0]
@@ -234,21 +245,16 @@ def _count_grid(least: int, most: int, current: int, node_size: int) -> tuple[in
 
 
 def _speeds_and_work(
-    job: JobView, info: JobGoodput | None, counts: list[int], node_size: int, now: float
+    info: JobGoodput, counts: list[int], node_size: int
 ) -> tuple[dict[int, float] | None, float | None]:
-    """Progress per second at each count (and at 1), and the progress left (None: unknown)."""
-    if info is not None:
-        if not info.samples or info.remaining is None:
-            return None, None
-        model: GoodputModel = info.model()
-        speeds = {a: model.speed(-(-a // node_size), a) for a in counts}
-        speeds.setdefault(1, model.speed(1, 1))
-        return speeds, max(info.remaining, 1e-9)
-    left = job.remaining_at(now)
-    if left is None:
+    """From a job's reports: progress per second at each count (and at 1), and the
+    progress left (None: unknown). Jobs without reports use the prior (`_jobs`)."""
+    if not info.samples or info.remaining is None:
         return None, None
-    # Work in units of "seconds at one GPU".
-    return _prior_speeds(tuple(counts)), max(left * _linear(job.gpus), 1e-9)
+    model: GoodputModel = info.model()
+    speeds = {a: model.speed(-(-a // node_size), a) for a in counts}
+    speeds.setdefault(1, model.speed(1, 1))
+    return speeds, max(info.remaining, 1e-9)
 
 
 def _linear(a: int) -> float:
