@@ -337,25 +337,33 @@ class FreePool:
 
     # --- recording ---------------------------------------------------------
 
-    def _touch(self, name: str) -> NodeView:
-        node = self._nodes[_position(self._nodes, name)]
-        if name not in self._free:
-            self._free[name] = list(node.free_gpu_indices)
+    def _touch(self, name: str) -> tuple[int, NodeView, list[int]]:
+        """Node `name`'s position, view and free GPUs, copied into the pass on first touch."""
+        i = _position(self._nodes, name)
+        node = self._nodes[i]
+        free = self._free.get(name)
+        if free is None:
+            free = self._free[name] = list(node.free_gpu_indices)
             self._cpus[name] = node.free_cpus
             self._mem[name] = node.free_memory_gb
-        return node
+        return i, node, free
 
     def take(self, job: JobView, placement: Placement) -> None:
         """Mark `placement`'s GPUs (and the job's CPU and memory) as handed out."""
         for name, gpus in placement:
-            node = self._touch(name)
-            free = self._free[name]
-            for g in gpus:
-                free.remove(g)
-            self._recount(name, free)
-            cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
-            self._cpus[name] -= cpus
-            self._mem[name] -= mem
+            i, node, free = self._touch(name)
+            k = len(gpus)
+            if free[:k] == list(gpus):
+                del free[:k]  # the lowest free GPUs, as `on_node` hands them out
+            else:
+                for g in gpus:
+                    free.remove(g)
+            self._recount(i, free)
+            cpus, mem = job.demand_on(placement, k, node.cpus)
+            if cpus:
+                self._cpus[name] -= cpus
+            if mem:
+                self._mem[name] -= mem
 
     def release(self, job: JobView, placement: Placement | None = None) -> None:
         """Give back what a running job holds (for a preemption or resize in this pass)."""
@@ -363,19 +371,21 @@ class FreePool:
         if placement is None:
             return
         for name, gpus in placement:
-            node = self._touch(name)
-            free = self._free[name]
+            i, node, free = self._touch(name)
             free.extend(gpus)
             free.sort()
-            self._recount(name, free)
+            self._recount(i, free)
             cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
-            self._cpus[name] += cpus
-            self._mem[name] += mem
+            if cpus:
+                self._cpus[name] += cpus
+            if mem:
+                self._mem[name] += mem
 
-    def _recount(self, name: str, free: list[int]) -> None:
+    def _recount(self, i: int, free: list[int]) -> None:
+        """Keep the counts, their tally, the scan marks and the per-type counts
+        of node position `i` in step with its free GPUs."""
         counts = self._counts
         if counts is not None:
-            i = _position(self._nodes, name)
             tally = self._tally
             tally[counts[i]] -= 1
             counts[i] = now = len(free)
