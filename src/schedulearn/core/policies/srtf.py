@@ -52,7 +52,9 @@ class Srtf:
 
     def order(self, view: ClusterView) -> QueueOrder:
         now = view.now
-        return QueueOrder(tuple(sorted(view.pending, key=lambda j: _rank(j, now))), RULE)
+        # Ranks end in the job's id, which is unique: the sort never compares views.
+        ranked = sorted((*_rank(j, now), j) for j in view.pending)
+        return QueueOrder(tuple(r[-1] for r in ranked), RULE)
 
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:
