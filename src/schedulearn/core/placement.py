@@ -51,6 +51,10 @@ def _position(nodes: tuple[NodeView, ...], name: str) -> int:
     return _positions[name]
 
 
+# Free count -> how many nodes have it (entries may fall to 0).
+_Tally = dict[int, int]
+
+
 class FreePool:
     """What is free on each node, as seen by one policy pass."""
 
@@ -77,7 +81,7 @@ class FreePool:
         # a job that names a type is placed, kept with `_counts`): such a job's
         # search then never reads the other types' nodes. `_scope_at[i]`: node i's
         # index in its type's lists.
-        self._scopes: dict[str, tuple[list[int], list[int]]] | None = None
+        self._scopes: dict[str, tuple[list[int], list[int], _Tally]] | None = None
         self._scope_at: list[int] = []
         # The counts the host handed over with the snapshot, if it keeps them.
         self._given = view.free_counts if isinstance(view, ClusterView) else None
@@ -126,28 +130,32 @@ class FreePool:
                 tally[c] = tally.get(c, 0) + 1
         return counts
 
-    def _scope(self, job: JobView, gpus: int) -> tuple[list[int], list[int] | None]:
-        """The free counts to search for `gpus` GPUs of `job`, and the node position
-        of each (None: the counts are every node's, by position). A job that names
-        a GPU type (and asks for GPUs) fits only on that type's nodes."""
+    def _scope(self, job: JobView, gpus: int) -> tuple[list[int], list[int] | None, _Tally]:
+        """The free counts to search for `gpus` GPUs of `job`, the node position of
+        each (None: the counts are every node's, by position) and their tally. A job
+        that names a GPU type (and asks for GPUs) fits only on that type's nodes."""
         if not (job.gpu_type and gpus > 0):
-            return self._count_list(), None
+            return self._count_list(), None, self._tally
         if self._scopes is None:
             counts = self._count_list()
-            scopes: dict[str, tuple[list[int], list[int]]] = {}
+            scopes: dict[str, tuple[list[int], list[int], _Tally]] = {}
             at = self._scope_at
             for i, node in enumerate(self._nodes):
-                mine, where = scopes.setdefault(node.gpu_type, ([], []))
+                mine, where, tally = scopes.setdefault(node.gpu_type, ([], [], {}))
                 at.append(len(mine))
                 mine.append(counts[i])
                 where.append(i)
+                tally[counts[i]] = tally.get(counts[i], 0) + 1
             self._scopes = scopes
-        return self._scopes.get(job.gpu_type) or ([], [])
+        return self._scopes.get(job.gpu_type) or ([], [], {})
 
-    def _present(self, least: int) -> list[int]:
-        """The free counts of `least` or more that some node has, ascending."""
-        self._count_list()
-        return sorted(c for c, nodes in self._tally.items() if nodes and c >= least)
+    def _present(self, least: int, tally: _Tally | None = None) -> list[int]:
+        """The free counts of `least` or more that some node has (of those `tally`
+        counts; every node by default), ascending."""
+        if tally is None:
+            self._count_list()
+            tally = self._tally
+        return sorted(c for c, nodes in tally.items() if nodes and c >= least)
 
     def fits(self, node: NodeView, job: JobView, gpus: int) -> bool:
         """Can `node` alone hold `gpus` GPUs of `job`, with its CPUs and memory?"""
@@ -236,7 +244,7 @@ class FreePool:
         """The node that holds the whole job with the fewest GPUs left over
         (the first in cluster order among equals), other than node `avoid`."""
         n = job.gpus if gpus is None else gpus
-        counts, where = self._scope(job, n)
+        counts, where, tally = self._scope(job, n)
         nodes = self._nodes
         # A job that asks for GPUs only (no CPUs, memory, image, label or GPU
         # type) fits on any healthy node with enough free GPUs that can run it
@@ -245,7 +253,7 @@ class FreePool:
         gpus_only = n > 0 and not (job.cpus or job.memory_gb) and is_plain(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
-        present = self._present(n) if where is None else sorted({c for c in counts if c >= n})
+        present = self._present(n, tally)
         hint = self._hint if where is None else {}
         for k in present:
             i = hint.get(k, 0) - 1
@@ -275,10 +283,10 @@ class FreePool:
         C), not by sorting every node on every call.
         """
         n = job.gpus if gpus is None else gpus
-        counts, where = self._scope(job, n)
+        counts, where, tally = self._scope(job, n)
         nodes = self._nodes
         gpu_type = job.gpu_type
-        present = self._present(1) if where is None else sorted({c for c in counts if c > 0})
+        present = self._present(1, tally)
         # Per free count, where the search for the next usable node resumes:
         # a node passed over (unusable, or already chosen) stays so.
         resume: dict[int, int] = {}
@@ -393,7 +401,11 @@ class FreePool:
             if i < self._hint.get(now, 0):
                 self._hint[now] = i
             if self._scopes is not None:
-                self._scopes[self._nodes[i].gpu_type][0][self._scope_at[i]] = len(free)
+                mine, _, kinds = self._scopes[self._nodes[i].gpu_type]
+                j = self._scope_at[i]
+                kinds[mine[j]] -= 1
+                mine[j] = now
+                kinds[now] = kinds.get(now, 0) + 1
 
 
 def stuck(view: ClusterView, free: int) -> bool:
