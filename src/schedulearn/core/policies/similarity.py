@@ -86,6 +86,7 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Resize, Start
 from schedulearn.core.estimator import Estimator, builtin_table
 from schedulearn.core.placement import FreePool
+from schedulearn.core.policies._similarity_exchange import Partners, allowed, saving
 from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.preemption import can_retake
 from schedulearn.core.registry import register
@@ -259,7 +260,7 @@ class Similarity:
         affinity = self.affinity(job, types, n)
         best = types.best.get((job.model, n, job.gpu_type))
         if best is None:
-            best = max((a for t, a in affinity.items() if _allowed(job, t)), default=1.0)
+            best = max((a for t, a in affinity.items() if allowed(job, t)), default=1.0)
             types.best[(job.model, n, job.gpu_type)] = best
         if job.progress is None:
             left = job.remaining_at(now) or 0.0  # wall seconds served stand in for work
@@ -276,7 +277,7 @@ class Similarity:
             return pool.pack(job)
         affinity = self.affinity(job, types)
         for gpu_type in sorted(affinity, key=lambda t: (-affinity[t], t)):
-            if _allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
+            if allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
                 placement = pool.pack(_as(job, gpu_type))
                 if placement is not None:
                     return placement
@@ -289,7 +290,7 @@ class Similarity:
         pairs: list[tuple[float, float, int, str, JobView]] = []
         mixed: list[JobView] = []
         free, work = types.free, types.work
-        # Per affinity table, each type's saving factor: `_saving(types, job, 1.0, score)`
+        # Per affinity table, each type's saving factor: `saving(types, job, 1.0, score)`
         # is the job's work times it, computed once for thousands of jobs.
         factors: dict[int, list[tuple[str, float]]] = {}
         for job in view.pending:
@@ -308,7 +309,7 @@ class Similarity:
             since = job.submitted_at if job.queued_at is None else job.queued_at
             named, left = job.gpu_type, work[job.id]
             for gpu_type, factor in per_type:
-                # _allowed(job, gpu_type), inline: this runs for every waiting job.
+                # allowed(job, gpu_type), inline: this runs for every waiting job.
                 if (not named or named == gpu_type) and free.get(gpu_type, 0) >= gpus:
                     pairs.append((-(left * factor), since, job.id, gpu_type, job))
         # (job id, type) is unique, so the sort never compares the views themselves.
@@ -328,7 +329,7 @@ class Similarity:
     def _exchange(
         self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
     ) -> list[Decision]:
-        partners = _Partners(self, view, types)
+        partners = Partners(self, view, types)
         pending = {j.id: j for j in view.pending}
         moved = {d.job_id for d in decisions if isinstance(d, Resize)}
         out: list[Decision] = []
@@ -384,7 +385,7 @@ class Similarity:
                 aff = self.affinity(job, types)
                 for f in aff:
                     for s_ in aff:
-                        if f != s_ and _allowed(job, f):
+                        if f != s_ and allowed(job, f):
                             factor = 1.0 / aff[s_] - 1.0 / aff[f]
                             saved = max(least * factor, most * factor)
                             key2 = (f, s_)
@@ -410,9 +411,9 @@ class Similarity:
             now = min((types.of[name] for name, g in job.placement if g), key=affinity.__getitem__)
             for gpu_type, speed in affinity.items():
                 gain = speed / affinity[now]
-                saved = _saving(types, job, affinity[now], speed)
+                saved = saving(types, job, affinity[now], speed)
                 bar = self.min_gain * rival_saving.get((gpu_type, now), 0.0)
-                if gain >= self.min_gain and saved >= bar and _allowed(job, gpu_type):
+                if gain >= self.min_gain and saved >= bar and allowed(job, gpu_type):
                     moves.append((-saved, job.started_at or 0.0, job.id, gpu_type, job, n))
         moves.sort(key=lambda m: m[:4])
         moved: set[int] = set()
@@ -426,87 +427,6 @@ class Similarity:
             types.take(placement)
             decisions.append(Resize(job_id, placement))
             moved.add(job_id)
-
-
-class _Partners:
-    """The running jobs a job just started may trade GPUs with (step 4), grouped so
-    that one start is not compared with every running job.
-
-    The rule, per start of job A on type f: among the running preemptible
-    jobs R on one other type s with as many GPUs as A, not moved yet, that
-    may go on f (and A on s), the one with the highest gain
-    `(aff_R(f) / aff_R(s)) / (aff_A(f) / aff_A(s))`, the first in
-    `view.running` order among equals, provided the gain is at least
-    `min_gain` and R saves more seconds on f than A loses on s.
-
-    The gain depends on R only through its affinities, which depend only on
-    its model, its GPU count and s: jobs alike in those form one group, in
-    `view.running` order, and share one gain. So each group is judged once
-    per start, and only a group whose gain qualifies is searched for its
-    first member that saves enough.
-    """
-
-    def __init__(self, policy: Similarity, view: ClusterView, types: _Types) -> None:
-        self._policy = policy
-        self._types = types
-        # (GPUs, s, model) -> [(position in view.running, job)], in that order.
-        self._groups: dict[tuple[int, str, str | None], list[tuple[int, JobView]]] = {}
-        for i, r in enumerate(view.running):
-            placement = r.placement
-            if not r.preemptible or placement is None or not placement.num_gpus:
-                continue
-            s = types.single(placement)
-            if s is None:
-                continue
-            key = (placement.num_gpus, s, r.model)
-            self._groups.setdefault(key, []).append((i, r))
-        # The group keys by GPU count (a start only trades with jobs of its size).
-        self._sized: dict[int, list[tuple[int, str, str | None]]] = {}
-        for key in self._groups:
-            self._sized.setdefault(key[0], []).append(key)
-        # (group, f) -> each member's seconds saved on f over s, and their maximum.
-        self._saved: dict[tuple[tuple[int, str, str | None], str], tuple[list[float], float]] = {}
-
-    def _savings(
-        self, key: tuple[int, str, str | None], f: str, aff_r: dict[str, float]
-    ) -> tuple[list[float], float]:
-        got = self._saved.get((key, f))
-        if got is None:
-            s = key[1]
-            saved = [_saving(self._types, r, aff_r[s], aff_r[f]) for _, r in self._groups[key]]
-            got = self._saved[(key, f)] = (saved, max(saved))
-        return got
-
-    def best(self, a: JobView, f: str, moved: set[int]) -> JobView | None:
-        types, policy = self._types, self._policy
-        aff_a = policy.affinity(a, types)
-        best: tuple[float, int, JobView] | None = None  # (gain, position, job)
-        # The choice does not depend on the order the groups are judged in.
-        for key in self._sized.get(a.gpus, ()):
-            members = self._groups[key]
-            n, s, _ = key
-            if s == f or not _allowed(a, s):
-                continue
-            aff_r = policy.affinity(members[0][1], types, n)
-            gain = (aff_r[f] / aff_r[s]) / (aff_a[f] / aff_a[s])
-            if gain < policy.min_gain or (best is not None and gain < best[0]):
-                continue
-            lost = _saving(types, a, aff_a[s], aff_a[f])
-            saved, most = self._savings(key, f, aff_r)
-            if not most > lost:
-                continue
-            for (i, r), saved_r in zip(members, saved, strict=True):
-                if best is not None and gain == best[0] and i > best[1]:
-                    break  # an earlier job of equal gain is already chosen
-                if saved_r > lost and r.id not in moved and _allowed(r, f):
-                    best = (gain, i, r)
-                    break
-        return None if best is None else best[2]
-
-
-def _saving(types: _Types, job: JobView, slow: float, fast: float) -> float:
-    """Seconds the job's remaining work takes less at affinity `fast` than at `slow`."""
-    return types.work[job.id] * (1.0 / slow - 1.0 / fast)
 
 
 def _batch_rank(job: JobView, types: _Types) -> float:
@@ -526,10 +446,6 @@ def _median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def _allowed(job: JobView, gpu_type: str) -> bool:
-    return not job.gpu_type or job.gpu_type == gpu_type
 
 
 def _as(job: JobView, gpu_type: str, gpus: int | None = None) -> JobView:
