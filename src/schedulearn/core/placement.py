@@ -4,8 +4,9 @@
 `decide` call. It starts from the snapshot and records what the policy
 has already handed out or taken back in this pass, so a policy that
 starts several jobs never gives a GPU twice. Only the nodes a pass
-touches are copied, which keeps a pass cheap on clusters of thousands
-of GPUs.
+touches are copied, and nodes are found by their free GPU count
+(`core.free_counts`) rather than by reading every node, which keeps a
+pass cheap on clusters of thousands of GPUs.
 
 The rules, in one place:
 - a job gets all of its GPUs at once or none (gang scheduling);
@@ -31,10 +32,10 @@ it is a cache only, so results never depend on it.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 
 from schedulearn.core.capabilities import can_run, is_plain
+from schedulearn.core.free_counts import FreeCounts, Scope
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 
 # name -> position in the node tuple last seen; verified on every lookup.
@@ -51,17 +52,10 @@ def _position(nodes: tuple[NodeView, ...], name: str) -> int:
     return _positions[name]
 
 
-# Free count -> how many nodes have it (entries may fall to 0).
-_Tally = dict[int, int]
-
-
 class FreePool:
     """What is free on each node, as seen by one policy pass."""
 
-    __slots__ = (
-        "_counts", "_cpus", "_free", "_given", "_hint", "_mem", "_nodes", "_scope_at", "_scopes",
-        "_tally",
-    )  # fmt: skip
+    __slots__ = ("_cpus", "_free", "_given", "_index", "_mem", "_nodes")
 
     def __init__(self, view: ClusterView | tuple[NodeView, ...]) -> None:
         self._nodes: tuple[NodeView, ...] = view.nodes if isinstance(view, ClusterView) else view
@@ -69,20 +63,9 @@ class FreePool:
         self._free: dict[str, list[int]] = {}
         self._cpus: dict[str, float] = {}
         self._mem: dict[str, float] = {}
-        # Free GPUs per node position, built on first use, kept current by take/release.
-        self._counts: list[int] | None = None
-        # How many nodes have each free count (built and kept with `_counts`), so
-        # that the counts present are known without reading every node.
-        self._tally: dict[int, int] = {}
-        # Per free count, a position no node before which has that count (a lower
-        # bound kept by `_recount`): best_fit's scans start there, not at node 0.
-        self._hint: dict[int, int] = {}
-        # Per GPU type, the free counts of its nodes and their positions (built when
-        # a job that names a type is placed, kept with `_counts`): such a job's
-        # search then never reads the other types' nodes. `_scope_at[i]`: node i's
-        # index in its type's lists.
-        self._scopes: dict[str, tuple[list[int], list[int], _Tally]] | None = None
-        self._scope_at: list[int] = []
+        # Free GPUs per node position and their indexes (core.free_counts), built
+        # on first use, kept current by take/release.
+        self._index: FreeCounts | None = None
         # The counts the host handed over with the snapshot, if it keeps them.
         self._given = view.free_counts if isinstance(view, ClusterView) else None
 
@@ -111,51 +94,27 @@ class FreePool:
         return self._mem.get(node.name, node.free_memory_gb)
 
     def total_free(self) -> int:
-        return sum(self._count_list())
+        return sum(self._indexed().counts)
 
-    def _count_list(self) -> list[int]:
-        counts = self._counts
-        if counts is None:
+    def _indexed(self) -> FreeCounts:
+        index = self._index
+        if index is None:
             given = self._given
             # Unhealthy nodes have no free_gpu_indices, so they count 0.
-            counts = self._counts = (
+            counts = (
                 list(given)
                 if given is not None
                 else [len(node.free_gpu_indices) for node in self._nodes]
             )
             for name, free in self._free.items():
                 counts[_position(self._nodes, name)] = len(free)
-            tally = self._tally
-            for c in counts:
-                tally[c] = tally.get(c, 0) + 1
-        return counts
+            index = self._index = FreeCounts(self._nodes, counts)
+        return index
 
-    def _scope(self, job: JobView, gpus: int) -> tuple[list[int], list[int] | None, _Tally]:
-        """The free counts to search for `gpus` GPUs of `job`, the node position of
-        each (None: the counts are every node's, by position) and their tally. A job
-        that names a GPU type (and asks for GPUs) fits only on that type's nodes."""
-        if not (job.gpu_type and gpus > 0):
-            return self._count_list(), None, self._tally
-        if self._scopes is None:
-            counts = self._count_list()
-            scopes: dict[str, tuple[list[int], list[int], _Tally]] = {}
-            at = self._scope_at
-            for i, node in enumerate(self._nodes):
-                mine, where, tally = scopes.setdefault(node.gpu_type, ([], [], {}))
-                at.append(len(mine))
-                mine.append(counts[i])
-                where.append(i)
-                tally[counts[i]] = tally.get(counts[i], 0) + 1
-            self._scopes = scopes
-        return self._scopes.get(job.gpu_type) or ([], [], {})
-
-    def _present(self, least: int, tally: _Tally | None = None) -> list[int]:
-        """The free counts of `least` or more that some node has (of those `tally`
-        counts; every node by default), ascending."""
-        if tally is None:
-            self._count_list()
-            tally = self._tally
-        return sorted(c for c, nodes in tally.items() if nodes and c >= least)
+    def _scope(self, job: JobView, gpus: int) -> Scope:
+        """The free counts to search for `gpus` GPUs of `job`: a job that names a
+        GPU type (and asks for GPUs) fits only on that type's nodes."""
+        return self._indexed().scope(job.gpu_type if gpus > 0 else None)
 
     def fits(self, node: NodeView, job: JobView, gpus: int) -> bool:
         """Can `node` alone hold `gpus` GPUs of `job`, with its CPUs and memory?"""
@@ -182,36 +141,9 @@ class FreePool:
 
         The pool must not change while the caller iterates."""
         nodes = self._nodes
-        for i in self._holding(gpus, 0, len(nodes)):
+        for i in self._indexed().holding(gpus, 0, len(nodes)):
             if self.fits(nodes[i], job, gpus):
                 yield nodes[i]
-
-    def _holding(self, gpus: int, start: int, stop: int) -> Iterator[int]:
-        """Positions in [start, stop), ascending, of the nodes with at least
-        `gpus` free GPUs (any node for 0 GPUs).
-
-        Why: a pass over 1,000 nodes asks this for hundreds of jobs; one
-        `list.index` per free count found (a scan in C) replaces a Python
-        loop over every node. A k-way merge of the positions of each count.
-        """
-        if gpus <= 0:
-            yield from range(start, stop)
-            return
-        counts = self._count_list()
-        heads: list[tuple[int, int]] = []  # (next position, count)
-        for k in self._present(gpus):
-            try:
-                heads.append((counts.index(k, start, stop), k))
-            except ValueError:
-                continue
-        heapq.heapify(heads)
-        while heads:
-            i, k = heads[0]
-            yield i
-            try:
-                heapq.heapreplace(heads, (counts.index(k, i + 1, stop), k))
-            except ValueError:
-                heapq.heappop(heads)
 
     # --- choosing ----------------------------------------------------------
 
@@ -233,7 +165,7 @@ class FreePool:
             except KeyError:
                 i = 0
         for start, stop in ((i, len(nodes)), (0, i)):
-            for k in self._holding(n, start, stop):
+            for k in self._indexed().holding(n, start, stop):
                 if self.fits(nodes[k], job, n):
                     return self.on_node(nodes[k], n)
         return None
@@ -253,8 +185,8 @@ class FreePool:
         gpus_only = n > 0 and not (job.cpus or job.memory_gb) and is_plain(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
-        present = self._present(n, tally)
-        hint = self._hint if where is None else {}
+        present = self._indexed().present(n, tally)
+        hint = self._indexed().hint if where is None else {}
         for k in present:
             i = hint.get(k, 0) - 1
             seen = False
@@ -286,7 +218,7 @@ class FreePool:
         counts, where, tally = self._scope(job, n)
         nodes = self._nodes
         gpu_type = job.gpu_type
-        present = self._present(1, tally)
+        present = self._indexed().present(1, tally)
         # Per free count, where the search for the next usable node resumes:
         # a node passed over (unusable, or already chosen) stays so.
         resume: dict[int, int] = {}
@@ -366,7 +298,8 @@ class FreePool:
             else:
                 for g in gpus:
                     free.remove(g)
-            self._recount(i, free)
+            if self._index is not None:
+                self._index.set(i, len(free))
             cpus, mem = job.demand_on(placement, k, node.cpus)
             if cpus:
                 self._cpus[name] -= cpus
@@ -382,30 +315,13 @@ class FreePool:
             i, node, free = self._touch(name)
             free.extend(gpus)
             free.sort()
-            self._recount(i, free)
+            if self._index is not None:
+                self._index.set(i, len(free))
             cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
             if cpus:
                 self._cpus[name] += cpus
             if mem:
                 self._mem[name] += mem
-
-    def _recount(self, i: int, free: list[int]) -> None:
-        """Keep the counts, their tally, the scan marks and the per-type counts
-        of node position `i` in step with its free GPUs."""
-        counts = self._counts
-        if counts is not None:
-            tally = self._tally
-            tally[counts[i]] -= 1
-            counts[i] = now = len(free)
-            tally[now] = tally.get(now, 0) + 1
-            if i < self._hint.get(now, 0):
-                self._hint[now] = i
-            if self._scopes is not None:
-                mine, _, kinds = self._scopes[self._nodes[i].gpu_type]
-                j = self._scope_at[i]
-                kinds[mine[j]] -= 1
-                mine[j] = now
-                kinds[now] = kinds.get(now, 0) + 1
 
 
 def stuck(view: ClusterView, free: int) -> bool:
