@@ -20,6 +20,7 @@ only. Pure and standard library only, like the rest of the core.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -41,9 +42,7 @@ class FreeCounts:
     def __init__(self, nodes: Sequence[NodeView], counts: list[int]) -> None:
         self._nodes = nodes
         self.counts = counts
-        self.tally: Tally = {}
-        for c in counts:
-            self.tally[c] = self.tally.get(c, 0) + 1
+        self.tally: Tally = Counter(counts)  # counted in C: the simulator builds one a pass
         self.hint: dict[int, int] = {}
         self._scopes: dict[str, Scope] | None = None
         self._at: list[int] = []  # node position -> its index in its type's lists
