@@ -109,6 +109,7 @@ class Goodput:
         node_size = max(largest_node_gpus(view), 1)
         reports = view.goodput or {}
         penalty = self.restart_cost * self.hysteresis
+        restart, exponent = self.restart_cost, 1.0 - self.fairness
         total = view.total_gpus
         jobs: list[_Job] = []
         unknown: list[_Job] = []
@@ -151,12 +152,13 @@ class Goodput:
                 unknown.append(entry)
                 jobs.append(entry)
                 continue
-            weight = (base / work) ** (1.0 - self.fairness)
-            urgent = max(urgent, weight)
+            weight = (base / work) ** exponent
+            if weight > urgent:
+                urgent = weight
             current = job.allocated_gpus
             # A first start costs one restart whatever the count; a change of a
             # running job is damped further (hysteresis), so jobs do not thrash.
-            cost = penalty if current else self.restart_cost
+            cost = penalty if current else restart
             values: dict[int, float] = {}
             for a in counts:
                 s = speeds[a]
