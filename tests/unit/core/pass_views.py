@@ -10,9 +10,12 @@ Two users:
   decisions recorded with the code of main at 3bde86d, before the pass
   was made faster (issue 36): a speed-up may change no decision.
 
-`python tests/unit/core/pass_views.py record` rewrote that file; it is
-kept to show how the cases were made (`CASES`), not to be rerun after a
-policy changes: the recorded decisions are the old code's.
+`python tests/unit/core/pass_views.py record` wrote that file, run with
+main at 3bde86d's core first on the path (`PYTHONPATH=<that checkout>/src`);
+the cases added later were recorded the same way. It is kept to show how
+the cases were made (`CASES`), not to be rerun with a changed policy: the
+recorded decisions are the old code's. (Rerun with today's code, it must
+write the same file, which is what the test checks.)
 
 The generator places running jobs on random nodes (not packed), so the
 free GPUs are scattered as on a cluster that has run for a while; a

@@ -1,12 +1,13 @@
 """A faster pass decides exactly what the old pass decided (issue 36, item 2).
 
-`data/pass_decisions.json` holds seeded snapshots of 50-100 nodes with
+`data/pass_decisions.json` holds 20 seeded snapshots of 50-100 nodes with
 120-500 waiting jobs (half free, full, nearly full, scattered free
 GPUs, CPU and memory demands with labels and GPU types, three GPU types
-for similarity, elastic jobs for goodput and elastic-fifo, unhealthy
-nodes) and, for every built-in policy, the decisions the code of main at
-3bde86d made on each, recorded before any pass was made faster
-(`pass_views.py` made them). Each policy is created fresh, as the live
+for similarity's matching, exchanges and upgrades, elastic jobs for
+goodput and elastic-fifo, unhealthy nodes, full clusters where nothing
+may be preempted, with and without jobs of no GPUs) and, for every
+built-in policy, the decisions the code of main at 3bde86d made on each,
+recorded with that code (`pass_views.py` made them). Each policy is created fresh, as the live
 server creates one on a switch, and replays every snapshot.
 """
 
