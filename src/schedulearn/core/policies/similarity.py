@@ -188,7 +188,13 @@ class Similarity:
             return []  # nothing to start and, on one GPU type, nothing to move
         self._remaining_work(view, types)
         decisions: list[Decision] = []
-        urgent = [j for j in view.pending if view.now - j.waiting_since >= self.max_wait]
+        now, wait = view.now, self.max_wait
+        # j.waiting_since, inline: this reads every waiting job.
+        urgent = [
+            j
+            for j in view.pending
+            if now - (j.submitted_at if j.queued_at is None else j.queued_at) >= wait
+        ]
         for job in sorted(urgent, key=lambda j: (j.waiting_since, _batch_rank(j, types), j.id)):
             placement = self._place_urgent(pool, job, types)
             if placement is None:
@@ -241,30 +247,37 @@ class Similarity:
         which makes the ranking the plain affinity one).
         """
         known: dict[int, float] = {}
-        for job in (*view.pending, *view.running):
-            left = self._left_on_best(job, view.now, types)
+        jobs = (*view.pending, *view.running)
+        now = view.now
+        for job in jobs:
+            left = self._left_on_best(job, now, types)
             if left is not None:
                 types.fastest[job.id], known[job.id] = left
         default = _median(list(known.values())) if known else 1.0
-        jobs = (*view.pending, *view.running)
-        types.work = {j.id: known.get(j.id, default) for j in jobs}
+        work: dict[int, float] = {}
+        shares: list[float] = []  # each job's work times its GPUs (at least 1)
+        for j in jobs:
+            w = work[j.id] = known.get(j.id, default)
+            shares.append(w * (j.gpus or 1))
+        types.work = work
         # The drain time: all remaining work spread evenly over every GPU.
         gpus = sum(types.total.values()) or 1
-        types.drain = sum(types.work[j.id] * max(1, j.gpus) for j in jobs) / gpus
+        types.drain = sum(shares) / gpus
 
     def _left_on_best(self, job: JobView, now: float, types: _Types) -> tuple[float, float] | None:
         """Seconds left on the job's fastest type, and the same on an average GPU."""
         if job.estimated_duration is None or not job.gpus or not types.total:
             return None
         n = job.placement.num_gpus if job.placement and job.placement.num_gpus else job.gpus
-        affinity = self.affinity(job, types, n)
         best = types.best.get((job.model, n, job.gpu_type))
         if best is None:
+            affinity = self.affinity(job, types, n)
             best = max((a for t, a in affinity.items() if allowed(job, t)), default=1.0)
             types.best[(job.model, n, job.gpu_type)] = best
         if job.progress is None:
             left = job.remaining_at(now) or 0.0  # wall seconds served stand in for work
         else:
+            affinity = self.affinity(job, types, n)
             left = job.estimated_duration * (1.0 - min(1.0, max(0.0, job.progress)))
             if job.placement is not None and job.started_at is not None:
                 here = min(affinity[types.of[name]] for name, g in job.placement if g)
