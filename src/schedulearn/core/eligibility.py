@@ -41,6 +41,9 @@ def doomed(view: ClusterView) -> dict[int, str]:
 def set_aside(view: ClusterView) -> dict[int, str]:
     """The pending jobs that may not start this pass, each with why."""
     aside: dict[int, str] = {}
+    # Most passes have no held job, dependency or limited array: skip the sort.
+    if not any(j.held or j.dependency or j.array_limit is not None for j in view.pending):
+        return aside
     running = Counter(j.array_id for j in view.running if j.array_id is not None)
     slots: dict[int, int] = {}
     for job in sorted(view.pending, key=lambda j: j.id):

@@ -4,8 +4,9 @@
 `decide` call. It starts from the snapshot and records what the policy
 has already handed out or taken back in this pass, so a policy that
 starts several jobs never gives a GPU twice. Only the nodes a pass
-touches are copied, which keeps a pass cheap on clusters of thousands
-of GPUs.
+touches are copied, and nodes are found by their free GPU count
+(`core.free_counts`) rather than by reading every node, which keeps a
+pass cheap on clusters of thousands of GPUs.
 
 The rules, in one place:
 - a job gets all of its GPUs at once or none (gang scheduling);
@@ -34,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from schedulearn.core.capabilities import can_run, is_plain
+from schedulearn.core.free_counts import FreeCounts, Scope
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 
 # name -> position in the node tuple last seen; verified on every lookup.
@@ -53,7 +55,7 @@ def _position(nodes: tuple[NodeView, ...], name: str) -> int:
 class FreePool:
     """What is free on each node, as seen by one policy pass."""
 
-    __slots__ = ("_counts", "_cpus", "_free", "_given", "_mem", "_nodes")
+    __slots__ = ("_cpus", "_free", "_given", "_index", "_mem", "_nodes")
 
     def __init__(self, view: ClusterView | tuple[NodeView, ...]) -> None:
         self._nodes: tuple[NodeView, ...] = view.nodes if isinstance(view, ClusterView) else view
@@ -61,8 +63,9 @@ class FreePool:
         self._free: dict[str, list[int]] = {}
         self._cpus: dict[str, float] = {}
         self._mem: dict[str, float] = {}
-        # Free GPUs per node position, built on first use, kept current by take/release.
-        self._counts: list[int] | None = None
+        # Free GPUs per node position and their indexes (core.free_counts), built
+        # on first use, kept current by take/release.
+        self._index: FreeCounts | None = None
         # The counts the host handed over with the snapshot, if it keeps them.
         self._given = view.free_counts if isinstance(view, ClusterView) else None
 
@@ -71,6 +74,10 @@ class FreePool:
     @property
     def nodes(self) -> tuple[NodeView, ...]:
         return self._nodes
+
+    def node(self, name: str) -> NodeView:
+        """The node called `name` (KeyError if the pool has none)."""
+        return self._nodes[_position(self._nodes, name)]
 
     def free_gpus(self, node: NodeView) -> tuple[int, ...] | list[int]:
         free = self._free.get(node.name)
@@ -87,21 +94,27 @@ class FreePool:
         return self._mem.get(node.name, node.free_memory_gb)
 
     def total_free(self) -> int:
-        return sum(self._count_list())
+        return sum(self._indexed().counts)
 
-    def _count_list(self) -> list[int]:
-        counts = self._counts
-        if counts is None:
+    def _indexed(self) -> FreeCounts:
+        index = self._index
+        if index is None:
             given = self._given
             # Unhealthy nodes have no free_gpu_indices, so they count 0.
-            counts = self._counts = (
+            counts = (
                 list(given)
                 if given is not None
                 else [len(node.free_gpu_indices) for node in self._nodes]
             )
             for name, free in self._free.items():
                 counts[_position(self._nodes, name)] = len(free)
-        return counts
+            index = self._index = FreeCounts(self._nodes, counts)
+        return index
+
+    def _scope(self, job: JobView, gpus: int) -> Scope:
+        """The free counts to search for `gpus` GPUs of `job`: a job that names a
+        GPU type (and asks for GPUs) fits only on that type's nodes."""
+        return self._indexed().scope(job.gpu_type if gpus > 0 else None)
 
     def fits(self, node: NodeView, job: JobView, gpus: int) -> bool:
         """Can `node` alone hold `gpus` GPUs of `job`, with its CPUs and memory?"""
@@ -124,10 +137,13 @@ class FreePool:
         return not (memory_gb and self.free_memory_gb(node) + 1e-9 < memory_gb)
 
     def candidates(self, job: JobView, gpus: int) -> Iterator[NodeView]:
-        """Nodes, in cluster order, that can hold the whole job alone."""
-        for node in self._nodes:
-            if self.fits(node, job, gpus):
-                yield node
+        """Nodes, in cluster order, that can hold the whole job alone.
+
+        The pool must not change while the caller iterates."""
+        nodes = self._nodes
+        for i in self._indexed().holding(gpus, 0, len(nodes)):
+            if self.fits(nodes[i], job, gpus):
+                yield nodes[i]
 
     # --- choosing ----------------------------------------------------------
 
@@ -141,23 +157,26 @@ class FreePool:
         """The first node (in cluster order, or the first after node `after`,
         wrapping around) that holds the whole job."""
         n = job.gpus if gpus is None else gpus
-        order = self._nodes
+        nodes = self._nodes
+        i = 0
         if after is not None:
             try:
-                i = _position(order, after) + 1
+                i = _position(nodes, after) + 1
             except KeyError:
                 i = 0
-            order = order[i:] + order[:i]
-        for node in order:
-            if self.fits(node, job, n):
-                return self.on_node(node, n)
+        for start, stop in ((i, len(nodes)), (0, i)):
+            for k in self._indexed().holding(n, start, stop):
+                if self.fits(nodes[k], job, n):
+                    return self.on_node(nodes[k], n)
         return None
 
-    def best_fit(self, job: JobView, gpus: int | None = None) -> Placement | None:
+    def best_fit(
+        self, job: JobView, gpus: int | None = None, avoid: str | None = None
+    ) -> Placement | None:
         """The node that holds the whole job with the fewest GPUs left over
-        (the first in cluster order among equals)."""
+        (the first in cluster order among equals), other than node `avoid`."""
         n = job.gpus if gpus is None else gpus
-        counts = self._count_list()
+        counts, where, tally = self._scope(job, n)
         nodes = self._nodes
         # A job that asks for GPUs only (no CPUs, memory, image, label or GPU
         # type) fits on any healthy node with enough free GPUs that can run it
@@ -166,49 +185,88 @@ class FreePool:
         gpus_only = n > 0 and not (job.cpus or job.memory_gb) and is_plain(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
-        for k in sorted(c for c in set(counts) if c >= n):
-            i = -1
+        present = self._indexed().present(n, tally)
+        hint = self._indexed().hint if where is None else {}
+        for k in present:
+            i = hint.get(k, 0) - 1
+            seen = False
             while True:
                 try:
                     i = counts.index(k, i + 1)
                 except ValueError:
                     break
-                node = nodes[i]
+                if not seen and where is None:
+                    hint[k], seen = i, True
+                node = nodes[i if where is None else where[i]]
+                if node.name == avoid:
+                    continue
                 if (gpus_only and node.healthy and can_run(job, node)) or self.fits(node, job, n):
                     return self.on_node(node, n)
         return None
 
     def gang(self, job: JobView, gpus: int | None = None) -> Placement | None:
         """Spread the job over the fewest nodes, emptiest first; None if the
-        cluster cannot hold all of it now."""
+        cluster cannot hold all of it now.
+
+        Each step finishes on the node with the fewest free GPUs that holds
+        the remainder, or, when none does, takes the node with the most free
+        GPUs whole; among nodes with equal free GPUs the first in cluster
+        order. The nodes are found by free count (`list.index`, a scan in
+        C), not by sorting every node on every call.
+        """
         n = job.gpus if gpus is None else gpus
-        usable = [
-            node
-            for node in self._nodes
-            if node.healthy
-            and self.num_free(node) > 0
-            and not (job.gpu_type and node.gpu_type != job.gpu_type)
-            and self.runnable(job, node)
-        ]
-        if sum(self.num_free(node) for node in usable) < n:
-            return None
-        usable.sort(key=lambda node: -self.num_free(node))
+        counts, where, tally = self._scope(job, n)
+        nodes = self._nodes
+        gpu_type = job.gpu_type
+        present = self._indexed().present(1, tally)
+        # Per free count, where the search for the next usable node resumes:
+        # a node passed over (unusable, or already chosen) stays so.
+        resume: dict[int, int] = {}
+
+        def first(k: int) -> int | None:
+            i = resume.get(k, 0)
+            while True:
+                try:
+                    i = counts.index(k, i)
+                except ValueError:
+                    resume[k] = len(counts)
+                    return None
+                node = nodes[i if where is None else where[i]]
+                if (
+                    node.healthy
+                    and not (gpu_type and node.gpu_type != gpu_type)
+                    and self.runnable(job, node)
+                ):
+                    resume[k] = i + 1  # it is chosen now
+                    return i
+                i += 1
+
         parts: dict[str, list[int]] = {}
         left = n
-        while left:
-            # Finish on the tightest node that holds the remainder; until
-            # then take the emptiest node whole.
-            tail = [m for m in usable if self.num_free(m) >= left]
-            chosen = min(tail, key=self.num_free) if tail else usable[0]
-            take = min(left, self.num_free(chosen))
+        while left > 0:
+            pick = None
+            for k in present:  # the tightest node that holds the remainder
+                if k >= left:
+                    pick = first(k)
+                    if pick is not None:
+                        break
+            if pick is None:  # else the emptiest node, whole
+                for k in reversed(present):
+                    if k < left:
+                        pick = first(k)
+                        if pick is not None:
+                            break
+            if pick is None:
+                return None  # the usable nodes hold fewer than n free GPUs
+            take = min(left, counts[pick])
+            chosen = nodes[pick if where is None else where[pick]]
             parts[chosen.name] = list(self.free_gpus(chosen)[:take])
-            usable.remove(chosen)
             left -= take
         placement = Placement.of(parts)
-        by_name = {m.name: m for m in self._nodes}
         for name, held in placement:
-            cpus, mem = job.demand_on(placement, len(held), by_name[name].cpus)
-            if not self._fits_rest(by_name[name], cpus, mem):
+            node = nodes[_position(nodes, name)]
+            cpus, mem = job.demand_on(placement, len(held), node.cpus)
+            if not self._fits_rest(node, cpus, mem):
                 return None
         return placement
 
@@ -219,25 +277,34 @@ class FreePool:
 
     # --- recording ---------------------------------------------------------
 
-    def _touch(self, name: str) -> NodeView:
-        node = self._nodes[_position(self._nodes, name)]
-        if name not in self._free:
-            self._free[name] = list(node.free_gpu_indices)
+    def _touch(self, name: str) -> tuple[int, NodeView, list[int]]:
+        """Node `name`'s position, view and free GPUs, copied into the pass on first touch."""
+        i = _position(self._nodes, name)
+        node = self._nodes[i]
+        free = self._free.get(name)
+        if free is None:
+            free = self._free[name] = list(node.free_gpu_indices)
             self._cpus[name] = node.free_cpus
             self._mem[name] = node.free_memory_gb
-        return node
+        return i, node, free
 
     def take(self, job: JobView, placement: Placement) -> None:
         """Mark `placement`'s GPUs (and the job's CPU and memory) as handed out."""
         for name, gpus in placement:
-            node = self._touch(name)
-            free = self._free[name]
-            for g in gpus:
-                free.remove(g)
-            self._recount(name, free)
-            cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
-            self._cpus[name] -= cpus
-            self._mem[name] -= mem
+            i, node, free = self._touch(name)
+            k = len(gpus)
+            if free[:k] == list(gpus):
+                del free[:k]  # the lowest free GPUs, as `on_node` hands them out
+            else:
+                for g in gpus:
+                    free.remove(g)
+            if self._index is not None:
+                self._index.set(i, len(free))
+            cpus, mem = job.demand_on(placement, k, node.cpus)
+            if cpus:
+                self._cpus[name] -= cpus
+            if mem:
+                self._mem[name] -= mem
 
     def release(self, job: JobView, placement: Placement | None = None) -> None:
         """Give back what a running job holds (for a preemption or resize in this pass)."""
@@ -245,18 +312,32 @@ class FreePool:
         if placement is None:
             return
         for name, gpus in placement:
-            node = self._touch(name)
-            free = self._free[name]
+            i, node, free = self._touch(name)
             free.extend(gpus)
             free.sort()
-            self._recount(name, free)
+            if self._index is not None:
+                self._index.set(i, len(free))
             cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
-            self._cpus[name] += cpus
-            self._mem[name] += mem
+            if cpus:
+                self._cpus[name] += cpus
+            if mem:
+                self._mem[name] += mem
 
-    def _recount(self, name: str, free: list[int]) -> None:
-        if self._counts is not None:
-            self._counts[_position(self._nodes, name)] = len(free)
+
+def stuck(view: ClusterView, free: int) -> bool:
+    """With `free` GPUs free, can this pass start nothing, even by preempting?
+
+    True when no GPU is free, every waiting job asks for at least one (a
+    job of no GPUs may still start on a node's CPUs) and no running job
+    may be preempted. A full cluster is the common case on a busy pass;
+    policies return at once instead of ranking thousands of waiting jobs
+    to find that none fits.
+    """
+    return (
+        free == 0
+        and all(job.gpus > 0 for job in view.pending)
+        and not any(job.preemptible and job.placement is not None for job in view.running)
+    )
 
 
 def largest_node_gpus(view: ClusterView) -> int:

@@ -35,7 +35,7 @@ from typing import Any
 
 from schedulearn.core.decisions import Decision, Preempt, Start
 from schedulearn.core.placement import FreePool
-from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
+from schedulearn.core.views import ClusterView, JobView, Placement
 
 _NO_BAR = float("-inf")
 
@@ -127,10 +127,22 @@ class Victims:
             decisions.append(Preempt(victim.id))
             free += victim.allocated_gpus
         decisions.append(Start(job.id, placement))
+        # The victims are among the first candidates: drop them from that prefix
+        # only, so a pass that preempts often does not copy every candidate each time.
         gone = {v.id for v in used}
-        keep = [i for i, j in enumerate(jobs) if j.id not in gone]
-        self._jobs = [jobs[i] for i in keep]
-        self._levels = [self._levels[i] for i in keep]
+        levels = self._levels
+        kept: list[JobView] = []
+        kept_levels: list[float] = []
+        k = 0
+        while gone and k < len(jobs):
+            if jobs[k].id in gone:
+                gone.discard(jobs[k].id)
+            else:
+                kept.append(jobs[k])
+                kept_levels.append(levels[k])
+            k += 1
+        jobs[:k] = kept
+        levels[:k] = kept_levels
         return Room(placement, tuple(used), tuple(decisions), free - placement.num_gpus)
 
 
@@ -188,9 +200,8 @@ def make_room(
 def can_retake(pool: FreePool, job: JobView, placement: Placement) -> bool:
     """Are all of `placement`'s GPUs, CPUs and memory free in `pool` now, on
     nodes that can run `job` (a swap may offer it another job's nodes)?"""
-    by_name = {node.name: node for node in pool.nodes} if placement.num_nodes > 1 else None
     for name, gpus in placement:
-        node = by_name[name] if by_name is not None else _node(pool, name)
+        node = pool.node(name)
         free = pool.free_gpus(node)
         if any(g not in free for g in gpus) or not pool.runnable(job, node):
             return False
@@ -200,10 +211,3 @@ def can_retake(pool: FreePool, job: JobView, placement: Placement) -> bool:
         if mem and pool.free_memory_gb(node) + 1e-9 < mem:
             return False
     return True
-
-
-def _node(pool: FreePool, name: str) -> NodeView:
-    for node in pool.nodes:
-        if node.name == name:
-            return node
-    raise KeyError(name)

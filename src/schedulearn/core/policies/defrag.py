@@ -91,14 +91,18 @@ class Defrag:
         """Moves that free one node for `head`; none if no node can be freed."""
         if head.gpus == 0 or head.gpus > free or head.gpus > largest_node_gpus(view):
             return []
-        movable = self._movable(view)
+        # The movable jobs that run on one node only, by node, in `_movable`'s order.
+        alone: dict[str, list[JobView]] = {}
+        for job in self._movable(view):
+            if job.placement is not None and job.placement.num_nodes == 1:
+                alone.setdefault(job.placement.parts[0][0], []).append(job)
         best: list[Decision] | None = None
         for node in view.nodes:
             if not node.healthy or node.num_gpus < head.gpus:
                 continue
             if head.gpu_type and node.gpu_type != head.gpu_type:
                 continue
-            moves = self._clear(pool, node, head, movable)
+            moves = self._clear(pool, node, head, alone.get(node.name, []))
             if moves is not None and (best is None or len(moves) < len(best)):
                 best = moves
         return best or []
@@ -106,11 +110,9 @@ class Defrag:
     def _clear(
         self, pool: FreePool, node: NodeView, head: JobView, movable: list[JobView]
     ) -> list[Decision] | None:
-        """Try moving jobs off `node` until `head` fits there; undo and None if it never does."""
-        here = sorted(
-            (j for j in movable if j.placement is not None and j.placement.nodes == (node.name,)),
-            key=lambda j: (-j.allocated_gpus, j.id),
-        )
+        """Try moving jobs off `node` (`movable`: those running there alone) until
+        `head` fits there; undo and None if it never does."""
+        here = sorted(movable, key=lambda j: (-j.allocated_gpus, j.id))
         done: list[tuple[JobView, Placement]] = []
         while not pool.fits(node, head, head.gpus) and here:
             job = here.pop(0)
@@ -150,10 +152,4 @@ class Defrag:
 
 def _best_elsewhere(pool: FreePool, job: JobView, avoid: str) -> Placement | None:
     """The best-fitting single node for the whole `job`, other than `avoid`."""
-    best: NodeView | None = None
-    for node in pool.candidates(job, job.allocated_gpus):
-        if node.name == avoid:
-            continue
-        if best is None or pool.num_free(node) < pool.num_free(best):
-            best = node
-    return None if best is None else pool.on_node(best, job.allocated_gpus)
+    return pool.best_fit(job, job.allocated_gpus, avoid=avoid)

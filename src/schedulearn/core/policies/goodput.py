@@ -109,18 +109,41 @@ class Goodput:
         node_size = max(largest_node_gpus(view), 1)
         reports = view.goodput or {}
         penalty = self.restart_cost * self.hysteresis
+        restart, exponent = self.restart_cost, 1.0 - self.fairness
         total = view.total_gpus
         jobs: list[_Job] = []
         unknown: list[_Job] = []
         urgent = 0.0  # the best value of one GPU among measured jobs
+        now = view.now
+        # Counts (and the prior's speeds) of the jobs without reports, by (least, most,
+        # allocated): a pass over thousands of waiting jobs meets few distinct sizes.
+        # Read only, so shared.
+        grids: dict[tuple[int, int, int], tuple[list[int], dict[int, float]]] = {}
         for job in (*view.running, *view.pending):
-            if job.is_running and not job.preemptible:
+            if job.placement is not None and not job.preemptible:
                 continue
-            info = reports.get(job.id)
-            counts = [c for c in _counts(job, node_size, info, self.explore) if c <= total]
-            if not counts:
-                continue
-            speeds, work = _speeds_and_work(job, info, counts, node_size, view.now)
+            info = reports.get(job.id) if reports else None
+            speeds: dict[int, float] | None
+            work: float | None
+            if info is None:
+                key = (job.least_gpus, job.most_gpus, job.allocated_gpus)
+                grid = grids.get(key)
+                if grid is None:
+                    grid_counts = [
+                        c for c in _counts(job, node_size, None, self.explore) if c <= total
+                    ]
+                    grid = grids[key] = (grid_counts, _prior_speeds(tuple(grid_counts)))
+                counts, speeds = grid
+                if not counts:
+                    continue
+                # The prior (linear speedup): work in seconds at one GPU, or unknown.
+                left = job.remaining_at(now)
+                work = None if left is None else max(left * _linear(job.gpus), 1e-9)
+            else:
+                counts = [c for c in _counts(job, node_size, info, self.explore) if c <= total]
+                if not counts:
+                    continue
+                speeds, work = _speeds_and_work(info, counts, node_size)
             base = 0.0
             if speeds is not None and work is not None:
                 base = speeds.get(1) or speeds[counts[0]] / counts[0]
@@ -129,12 +152,13 @@ class Goodput:
                 unknown.append(entry)
                 jobs.append(entry)
                 continue
-            weight = (base / work) ** (1.0 - self.fairness)
-            urgent = max(urgent, weight)
+            weight = (base / work) ** exponent
+            if weight > urgent:
+                urgent = weight
             current = job.allocated_gpus
             # A first start costs one restart whatever the count; a change of a
             # running job is damped further (hysteresis), so jobs do not thrash.
-            cost = penalty if current else self.restart_cost
+            cost = penalty if current else restart
             values: dict[int, float] = {}
             for a in counts:
                 s = speeds[a]
@@ -182,6 +206,11 @@ class Goodput:
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending and not any(j.preemptible for j in view.running):
             return []
+        if not any(j.preemptible and j.placement is not None for j in view.running):
+            pool = FreePool(view)
+            if pool.total_free() == 0:
+                # No GPU free and none to take back: only jobs of no GPUs can start.
+                return sorted(_cpu_tasks(view, pool), key=_order)
         jobs = self._jobs(view)
         fixed = sum(j.allocated_gpus for j in view.running if not j.preemptible)
         budget = view.total_gpus - fixed
@@ -218,26 +247,26 @@ def _count_grid(least: int, most: int, current: int, node_size: int) -> tuple[in
 
 
 def _speeds_and_work(
-    job: JobView, info: JobGoodput | None, counts: list[int], node_size: int, now: float
+    info: JobGoodput, counts: list[int], node_size: int
 ) -> tuple[dict[int, float] | None, float | None]:
-    """Progress per second at each count (and at 1), and the progress left (None: unknown)."""
-    if info is not None:
-        if not info.samples or info.remaining is None:
-            return None, None
-        model: GoodputModel = info.model()
-        speeds = {a: model.speed(-(-a // node_size), a) for a in counts}
-        speeds.setdefault(1, model.speed(1, 1))
-        return speeds, max(info.remaining, 1e-9)
-    left = job.remaining_at(now)
-    if left is None:
+    """From a job's reports: progress per second at each count (and at 1), and the
+    progress left (None: unknown). Jobs without reports use the prior (`_jobs`)."""
+    if not info.samples or info.remaining is None:
         return None, None
+    model: GoodputModel = info.model()
+    speeds = {a: model.speed(-(-a // node_size), a) for a in counts}
+    speeds.setdefault(1, model.speed(1, 1))
+    return speeds, max(info.remaining, 1e-9)
 
-    def linear(a: int) -> float:
-        return 1.0 + PRIOR_EFFICIENCY * (a - 1) if a > 0 else 0.0
 
-    speeds = {a: linear(a) for a in (*counts, 1)}
-    # Work in units of "seconds at one GPU".
-    return speeds, max(left * linear(job.gpus), 1e-9)
+def _linear(a: int) -> float:
+    return 1.0 + PRIOR_EFFICIENCY * (a - 1) if a > 0 else 0.0
+
+
+@lru_cache(maxsize=1024)
+def _prior_speeds(counts: tuple[int, ...]) -> dict[int, float]:
+    """The prior's speed at each count and at 1 (read only: shared between jobs)."""
+    return {a: _linear(a) for a in (*counts, 1)}
 
 
 def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
@@ -261,10 +290,20 @@ def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
 
     free = budget
     heap: list[tuple[float, int, int, int]] = []
-    for k in range(len(jobs)):
+    for k, job in enumerate(jobs):
+        counts = job.counts
+        if len(counts) == 1:
+            # A rigid job has one jump, from nothing: best_jump(k, free), inline
+            # for the thousands of waiting jobs a pass may weigh.
+            c = counts[0]
+            if 0 < c <= free:
+                gain = (values[k][c] - 0.0) / c
+                if gain > 1e-15:
+                    heap.append((-gain, job.view.id, k, c))
+            continue
         jump = best_jump(k, free)
         if jump is not None:
-            heap.append((-jump[0], jobs[k].view.id, k, jump[1]))
+            heap.append((-jump[0], job.view.id, k, jump[1]))
     heapq.heapify(heap)
     while heap and free > 0:
         _, jid, k, c = heapq.heappop(heap)
@@ -318,14 +357,21 @@ def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[
     for k, j in enumerate(jobs):
         if j.current and target[k] == 0:
             decisions.append(Preempt(j.view.id))
-    # Jobs that ask for no GPU (CPU-only tasks) start wherever their CPUs and memory fit.
+    decisions.extend(_cpu_tasks(view, pool))
+    decisions.sort(key=_order)
+    return decisions
+
+
+def _cpu_tasks(view: ClusterView, pool: FreePool) -> list[Decision]:
+    """Jobs that ask for no GPU (CPU-only tasks) start wherever their CPUs and memory fit."""
+    decisions: list[Decision] = []
     for task in view.pending:
-        if task.most_gpus == 0:
+        # task.most_gpus == 0, inline: this reads every waiting job.
+        if (task.gpus if task.max_gpus is None else task.max_gpus) == 0:
             placement = pool.pack(task, 0)
             if placement is not None:
                 pool.take(task, placement)
                 decisions.append(Start(task.id, placement))
-    decisions.sort(key=_order)
     return decisions
 
 

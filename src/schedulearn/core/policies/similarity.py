@@ -86,6 +86,7 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Resize, Start
 from schedulearn.core.estimator import Estimator, builtin_table
 from schedulearn.core.placement import FreePool
+from schedulearn.core.policies._similarity_exchange import Partners, allowed, saving
 from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.preemption import can_retake
 from schedulearn.core.registry import register
@@ -119,6 +120,10 @@ class _Types:
         self.work: dict[int, float] = {}
         self.fastest: dict[int, float] = {}
         self.drain = 0.0
+        # This pass's affinities by (model, GPUs), and a job's best one by (model,
+        # GPUs, GPU type named): read for every job, so kept without hashing `shape`.
+        self.affinities: dict[tuple[str | None, int], dict[str, float]] = {}
+        self.best: dict[tuple[str | None, int, str | None], float] = {}
 
     def single(self, placement: Placement) -> str | None:
         """The placement's one GPU type, or None when it mixes types."""
@@ -175,13 +180,21 @@ class Similarity:
         if not view.pending and not (self.migrate and view.running):
             return []
         pool = FreePool(view)
+        if pool.total_free() == 0 and all(j.gpus for j in view.pending):
+            return []  # nothing can start, so nothing to exchange; no room to upgrade into
         types = _Types(view, pool)
         moving = self.migrate and len(types.total) > 1
         if not view.pending and not moving:
             return []  # nothing to start and, on one GPU type, nothing to move
         self._remaining_work(view, types)
         decisions: list[Decision] = []
-        urgent = [j for j in view.pending if view.now - j.waiting_since >= self.max_wait]
+        now, wait = view.now, self.max_wait
+        # j.waiting_since, inline: this reads every waiting job.
+        urgent = [
+            j
+            for j in view.pending
+            if now - (j.submitted_at if j.queued_at is None else j.queued_at) >= wait
+        ]
         for job in sorted(urgent, key=lambda j: (j.waiting_since, _batch_rank(j, types), j.id)):
             placement = self._place_urgent(pool, job, types)
             if placement is None:
@@ -200,9 +213,13 @@ class Similarity:
     def affinity(self, job: JobView, types: _Types, gpus: int | None = None) -> dict[str, float]:
         """The job's speed on each type over its GPU-weighted mean speed on the cluster."""
         n = max(1, job.gpus if gpus is None else gpus)
+        mine = types.affinities.get((job.model, n))
+        if mine is not None:
+            return mine
         key = (job.model, n, types.shape)
         cached = self._affinity.get(key)
         if cached is not None:
+            types.affinities[(job.model, n)] = cached
             return cached
         names = [t for t, _, _ in types.shape]
         # A type whose servers are too small runs the job spread over servers.
@@ -217,6 +234,7 @@ class Similarity:
         total = sum(types.total.values()) or 1
         centre = sum(types.total[t] * logs[t] for t in names) / total
         result = self._affinity[key] = {t: math.exp(logs[t] - centre) for t in names}
+        types.affinities[(job.model, n)] = result
         return result
 
     def _remaining_work(self, view: ClusterView, types: _Types) -> None:
@@ -229,27 +247,37 @@ class Similarity:
         which makes the ranking the plain affinity one).
         """
         known: dict[int, float] = {}
-        for job in (*view.pending, *view.running):
-            left = self._left_on_best(job, view.now, types)
+        jobs = (*view.pending, *view.running)
+        now = view.now
+        for job in jobs:
+            left = self._left_on_best(job, now, types)
             if left is not None:
                 types.fastest[job.id], known[job.id] = left
         default = _median(list(known.values())) if known else 1.0
-        jobs = (*view.pending, *view.running)
-        types.work = {j.id: known.get(j.id, default) for j in jobs}
+        work: dict[int, float] = {}
+        shares: list[float] = []  # each job's work times its GPUs (at least 1)
+        for j in jobs:
+            w = work[j.id] = known.get(j.id, default)
+            shares.append(w * (j.gpus or 1))
+        types.work = work
         # The drain time: all remaining work spread evenly over every GPU.
         gpus = sum(types.total.values()) or 1
-        types.drain = sum(types.work[j.id] * max(1, j.gpus) for j in jobs) / gpus
+        types.drain = sum(shares) / gpus
 
     def _left_on_best(self, job: JobView, now: float, types: _Types) -> tuple[float, float] | None:
         """Seconds left on the job's fastest type, and the same on an average GPU."""
         if job.estimated_duration is None or not job.gpus or not types.total:
             return None
         n = job.placement.num_gpus if job.placement and job.placement.num_gpus else job.gpus
-        affinity = self.affinity(job, types, n)
-        best = max((a for t, a in affinity.items() if _allowed(job, t)), default=1.0)
+        best = types.best.get((job.model, n, job.gpu_type))
+        if best is None:
+            affinity = self.affinity(job, types, n)
+            best = max((a for t, a in affinity.items() if allowed(job, t)), default=1.0)
+            types.best[(job.model, n, job.gpu_type)] = best
         if job.progress is None:
             left = job.remaining_at(now) or 0.0  # wall seconds served stand in for work
         else:
+            affinity = self.affinity(job, types, n)
             left = job.estimated_duration * (1.0 - min(1.0, max(0.0, job.progress)))
             if job.placement is not None and job.started_at is not None:
                 here = min(affinity[types.of[name]] for name, g in job.placement if g)
@@ -262,7 +290,7 @@ class Similarity:
             return pool.pack(job)
         affinity = self.affinity(job, types)
         for gpu_type in sorted(affinity, key=lambda t: (-affinity[t], t)):
-            if _allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
+            if allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
                 placement = pool.pack(_as(job, gpu_type))
                 if placement is not None:
                     return placement
@@ -274,17 +302,31 @@ class Similarity:
         started = {d.job_id for d in decisions}
         pairs: list[tuple[float, float, int, str, JobView]] = []
         mixed: list[JobView] = []
+        free, work = types.free, types.work
+        # Per affinity table, each type's saving factor: `saving(types, job, 1.0, score)`
+        # is the job's work times it, computed once for thousands of jobs.
+        factors: dict[int, list[tuple[str, float]]] = {}
         for job in view.pending:
             if job.id in started:
                 continue
-            if not job.gpus or not types.total or (job.gpus > types.largest and not job.gpu_type):
+            gpus = job.gpus
+            if not gpus or not types.total or (gpus > types.largest and not job.gpu_type):
                 mixed.append(job)  # CPU-only, or bigger than any one type
                 continue
-            for gpu_type, score in self.affinity(job, types).items():
-                if _allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
-                    saved = _saving(types, job, 1.0, score)
-                    pairs.append((-saved, job.waiting_since, job.id, gpu_type, job))
-        pairs.sort(key=lambda p: p[:4])
+            affinity = self.affinity(job, types)
+            per_type = factors.get(id(affinity))
+            if per_type is None:
+                per_type = factors[id(affinity)] = [
+                    (t, 1.0 / 1.0 - 1.0 / score) for t, score in affinity.items()
+                ]
+            since = job.submitted_at if job.queued_at is None else job.queued_at
+            named, left = job.gpu_type, work[job.id]
+            for gpu_type, factor in per_type:
+                # allowed(job, gpu_type), inline: this runs for every waiting job.
+                if (not named or named == gpu_type) and free.get(gpu_type, 0) >= gpus:
+                    pairs.append((-(left * factor), since, job.id, gpu_type, job))
+        # (job id, type) is unique, so the sort never compares the views themselves.
+        pairs.sort()
         for _, _, job_id, gpu_type, job in pairs:
             if job_id in started or types.free.get(gpu_type, 0) < job.gpus:
                 continue
@@ -300,12 +342,8 @@ class Similarity:
     def _exchange(
         self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
     ) -> list[Decision]:
+        partners = Partners(self, view, types)
         pending = {j.id: j for j in view.pending}
-        movable = [
-            j
-            for j in view.running
-            if j.preemptible and j.placement is not None and j.placement.num_gpus
-        ]
         moved = {d.job_id for d in decisions if isinstance(d, Resize)}
         out: list[Decision] = []
         for d in decisions:
@@ -317,27 +355,11 @@ class Similarity:
             if f is None or not a.gpus:
                 out.append(d)
                 continue
-            aff_a = self.affinity(a, types)
-            best: tuple[float, JobView, str] | None = None
-            for r in movable:
-                assert r.placement is not None
-                s = types.single(r.placement)
-                if r.id in moved or s is None or s == f or r.placement.num_gpus != a.gpus:
-                    continue
-                if not (_allowed(a, s) and _allowed(r, f)):
-                    continue
-                aff_r = self.affinity(r, types, r.placement.num_gpus)
-                gain = (aff_r[f] / aff_r[s]) / (aff_a[f] / aff_a[s])
-                # ...and R must save more time on f than A loses on s: a short job
-                # never pushes a long one onto slower GPUs (that would set the makespan).
-                saved_r = _saving(types, r, aff_r[s], aff_r[f])
-                worth = saved_r > _saving(types, a, aff_a[s], aff_a[f])
-                if worth and gain >= self.min_gain and (best is None or gain > best[0]):
-                    best = (gain, r, s)
-            if best is None or not _swap(pool, a, d.placement, best[1]):
+            best = partners.best(a, f, moved)
+            if best is None or not _swap(pool, a, d.placement, best):
                 out.append(d)
                 continue
-            r = best[1]
+            r = best
             assert r.placement is not None
             moved.add(r.id)
             out.append(Start(a.id, r.placement))
@@ -358,23 +380,39 @@ class Similarity:
         # would gain less from, and leaves it the ones it gives up.
         rival_saving: dict[tuple[str, str], float] = {}
         if compete:
+            # Waiting jobs alike in model, size and GPU type share their affinities,
+            # so the most any of them saves is at the least or the most work among
+            # them (a job saves its work times a factor of the pair of types).
+            alike: dict[tuple[str | None, int, str | None], tuple[JobView, float, float]] = {}
             for job in view.pending:
                 if job.id in started or not job.gpus or job.gpus > types.largest:
                     continue
+                work = types.work[job.id]
+                key = (job.model, job.gpus, job.gpu_type)
+                seen = alike.get(key)
+                if seen is None:
+                    alike[key] = (job, work, work)
+                elif work < seen[1] or work > seen[2]:
+                    alike[key] = (seen[0], min(seen[1], work), max(seen[2], work))
+            for job, least, most in alike.values():
                 aff = self.affinity(job, types)
                 for f in aff:
                     for s_ in aff:
-                        if f != s_ and _allowed(job, f):
-                            key = (f, s_)
-                            saved = _saving(types, job, aff[s_], aff[f])
-                            rival_saving[key] = max(rival_saving.get(key, 0.0), saved)
+                        if f != s_ and allowed(job, f):
+                            factor = 1.0 / aff[s_] - 1.0 / aff[f]
+                            saved = max(least * factor, most * factor)
+                            key2 = (f, s_)
+                            rival_saving[key2] = max(rival_saving.get(key2, 0.0), saved)
         # Room the biggest still-waiting job could use on each type: keep it free.
-        keep = dict.fromkeys(types.total, 0)
+        sizes: dict[str | None, set[int]] = {}  # by the GPU type a job names
         for job in view.pending:
             if job.id not in started and job.gpus:
-                for gpu_type, total in types.total.items():
-                    if _allowed(job, gpu_type) and job.gpus <= total:
-                        keep[gpu_type] = max(keep[gpu_type], job.gpus)
+                sizes.setdefault(job.gpu_type, set()).add(job.gpus)
+        keep = dict.fromkeys(types.total, 0)
+        for named, gpus in sizes.items():
+            for gpu_type, total in types.total.items():
+                if not named or named == gpu_type:
+                    keep[gpu_type] = max([keep[gpu_type], *(g for g in gpus if g <= total)])
         moves: list[tuple[float, float, int, str, JobView, int]] = []
         for job in view.running:
             if job.id in started or not job.preemptible or job.placement is None:
@@ -386,9 +424,9 @@ class Similarity:
             now = min((types.of[name] for name, g in job.placement if g), key=affinity.__getitem__)
             for gpu_type, speed in affinity.items():
                 gain = speed / affinity[now]
-                saved = _saving(types, job, affinity[now], speed)
+                saved = saving(types, job, affinity[now], speed)
                 bar = self.min_gain * rival_saving.get((gpu_type, now), 0.0)
-                if gain >= self.min_gain and saved >= bar and _allowed(job, gpu_type):
+                if gain >= self.min_gain and saved >= bar and allowed(job, gpu_type):
                     moves.append((-saved, job.started_at or 0.0, job.id, gpu_type, job, n))
         moves.sort(key=lambda m: m[:4])
         moved: set[int] = set()
@@ -402,11 +440,6 @@ class Similarity:
             types.take(placement)
             decisions.append(Resize(job_id, placement))
             moved.add(job_id)
-
-
-def _saving(types: _Types, job: JobView, slow: float, fast: float) -> float:
-    """Seconds the job's remaining work takes less at affinity `fast` than at `slow`."""
-    return types.work[job.id] * (1.0 / slow - 1.0 / fast)
 
 
 def _batch_rank(job: JobView, types: _Types) -> float:
@@ -426,10 +459,6 @@ def _median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def _allowed(job: JobView, gpu_type: str) -> bool:
-    return not job.gpu_type or job.gpu_type == gpu_type
 
 
 def _as(job: JobView, gpu_type: str, gpus: int | None = None) -> JobView:

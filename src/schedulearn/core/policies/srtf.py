@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
-from schedulearn.core.placement import FreePool
+from schedulearn.core.placement import FreePool, stuck
 from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
@@ -52,7 +52,9 @@ class Srtf:
 
     def order(self, view: ClusterView) -> QueueOrder:
         now = view.now
-        return QueueOrder(tuple(sorted(view.pending, key=lambda j: _rank(j, now))), RULE)
+        # Ranks end in the job's id, which is unique: the sort never compares views.
+        ranked = sorted((*_rank(j, now), j) for j in view.pending)
+        return QueueOrder(tuple(r[-1] for r in ranked), RULE)
 
     def decide(self, view: ClusterView) -> list[Decision]:
         if not view.pending:
@@ -60,7 +62,7 @@ class Srtf:
         now = view.now
         pool = FreePool(view)
         free = pool.total_free()
-        if free == 0 and not self.preempt:
+        if (free == 0 and not self.preempt) or stuck(view, free):
             return []
         victims: Victims | None = None  # built when a job does not fit
         decisions: list[Decision] = []

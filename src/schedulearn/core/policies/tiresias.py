@@ -46,7 +46,7 @@ from bisect import bisect_right
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
-from schedulearn.core.placement import FreePool
+from schedulearn.core.placement import FreePool, stuck
 from schedulearn.core.policies.tiresias_artifact import Demotions, artifact_pass
 from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import Victims
@@ -165,10 +165,8 @@ class Tiresias:
     def _ranked(self, view: ClusterView) -> list[tuple[int, float, int, JobView]]:
         """Pending jobs by (queue, submission time, id), each with its queue."""
         now = view.now
-        return sorted(
-            ((self.queue_of(j, now), j.submitted_at, j.id, j) for j in view.pending),
-            key=lambda t: t[:3],
-        )
+        # Ids are unique, so the sort never compares the views themselves.
+        return sorted((self.queue_of(j, now), j.submitted_at, j.id, j) for j in view.pending)
 
     def order(self, view: ClusterView) -> QueueOrder:
         return QueueOrder(
@@ -192,6 +190,8 @@ class Tiresias:
             return []
         pool = FreePool(view)
         free = pool.total_free()
+        if stuck(view, free):
+            return []
         # `order` is this list without the queues, which the pass also needs.
         ranked = self._ranked(view)
         last = self.queues - 1

@@ -1,0 +1,145 @@
+"""How long one scheduling pass takes on a large cluster, per policy.
+
+One pass is what the live scheduler does between its snapshot and its
+writes: `eligibility.schedulable(view)` then `policy.decide(view)`, on
+1,000 nodes x 8 GPUs with 10,000 waiting jobs (sizes 1-16 GPUs, mostly
+one, as on Philly), once with half the GPUs free (held by running jobs
+placed at random, so the free GPUs are scattered) and once with the
+cluster full (nothing can start). The policy object is kept between
+passes, as the live server keeps it; one pass warms it and is not
+counted. Full means every GPU busy and no running job preemptible.
+Goals (issue 36): fifo, tiresias, srtf, goodput and similarity
+at most 50 ms with half free and 10 ms when full; defrag and round-robin
+at most 100 ms. `similarity/3 types` is the same cluster with V100, P100
+and K80 nodes in turn, where similarity also matches, exchanges and
+upgrades. Prints the machine and its speed probe beside the figures;
+nothing is asserted. Run it by hand:
+
+    uv run python bench/pass_scale.py
+    uv run python bench/pass_scale.py --policy fifo,goodput --runs 5 --profile goodput:half
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from machine import describe, speed_line
+
+from schedulearn.core import ClusterView, create
+from schedulearn.core.eligibility import schedulable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "unit" / "core"))
+from pass_views import TYPES, Shape, scale_view  # the shared generator
+
+POLICIES = "fifo,tiresias,srtf,goodput,similarity,similarity/3 types,defrag,round-robin"
+GOALS = {"defrag": (100.0, 100.0), "round-robin": (100.0, 100.0)}
+DEFAULT_GOAL = (50.0, 10.0)  # ms with half free, ms when full
+
+
+def one_pass(policy: object, view: ClusterView) -> int:
+    decide = policy.decide  # type: ignore[attr-defined]
+    return len(decide(schedulable(view)))
+
+
+def timed(spec: str, view: ClusterView, runs: int) -> tuple[list[float], list[float], int]:
+    """Wall and CPU milliseconds of each of `runs` passes (after one warm-up), and
+    the decisions of the last pass."""
+    policy = create(spec)
+    decided = one_pass(policy, view)
+    times, cpu = [], []
+    for _ in range(runs):
+        t0, c0 = time.perf_counter(), time.process_time()
+        decided = one_pass(policy, view)
+        times.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    return times, cpu, decided
+
+
+def p99(times: list[float]) -> float:
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per node [8]")
+    parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=9, help="timed passes per cell [9]")
+    parser.add_argument("--policy", default=POLICIES, help="comma-separated policies")
+    parser.add_argument("--seed", type=int, default=36)
+    parser.add_argument("--profile", help="POLICY:half|full: print its cProfile top 25 instead")
+    parser.add_argument("--sort", default="tottime", help="cProfile sort key [tottime]")
+    parser.add_argument("--pin", action="store_true", help="pin to one CPU core")
+    args = parser.parse_args()
+
+    if args.pin and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    print(describe())
+    print(speed_line())
+    shape = Shape(nodes=args.nodes, gpus_per_node=args.gpus, pending=args.pending)
+    views: dict[tuple[bool, bool], ClusterView] = {}
+
+    def view_of(typed: bool, full: bool) -> ClusterView:
+        key = (typed, full)
+        if key not in views:
+            # Full: every GPU busy and no running job preemptible, so nothing
+            # can start (a pass that decides nothing).
+            changes = {"free_share": 0.0, "preemptible": 0.0} if full else {"free_share": 0.5}
+            types = TYPES if typed else ()
+            views[key] = scale_view(replace(shape, gpu_types=types, **changes), args.seed)
+        return views[key]
+
+    if args.profile:
+        spec, _, case = args.profile.partition(":")
+        name, _, typed = spec.partition("/")
+        view = view_of(bool(typed), case == "full")
+        policy = create(name)
+        one_pass(policy, view)
+        profile = cProfile.Profile()
+        profile.enable()
+        one_pass(policy, view)
+        profile.disable()
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(25)
+        return 0
+
+    half = view_of(False, False)
+    print(
+        f"cluster: {args.nodes:,} nodes x {args.gpus} GPUs, {len(half.pending):,} waiting; "
+        f"half free: {half.free_gpus:,} GPUs free, {len(half.running):,} running; "
+        f"{args.runs} timed passes a cell (p99 of so few is near the slowest)"
+    )
+    print(
+        "wall ms p50 and p99 of the timed passes; CPU ms of the fastest (least moved by other load)"
+    )
+    print(
+        f"{'policy':<20} {'half p50':>9} {'p99':>7} {'cpu':>7} {'starts':>7} "
+        f"{'full p50':>9} {'p99':>7} {'cpu':>7} {'decided':>7}  goal ms (half/full)"
+    )
+    for spec in args.policy.split(","):
+        name, _, typed = spec.partition("/")
+        goal = GOALS.get(name, DEFAULT_GOAL)
+        cells = []
+        for full in (False, True):
+            times, cpu, decided = timed(name, view_of(bool(typed), full), args.runs)
+            cells.append((statistics.median(times), p99(times), min(cpu), decided))
+        (hp50, hp99, hcpu, hd), (fp50, fp99, fcpu, fd) = cells
+        met = "met" if hp99 <= goal[0] and fp99 <= goal[1] else "NOT met"
+        print(
+            f"{spec:<20} {hp50:>9.1f} {hp99:>7.1f} {hcpu:>7.1f} {hd:>7,} "
+            f"{fp50:>9.1f} {fp99:>7.1f} {fcpu:>7.1f} {fd:>7,}  {goal[0]:g}/{goal[1]:g} {met}"
+        )
+    print(speed_line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Free GPUs per node for one policy pass, indexed so that a placement search on
+1,000 nodes does not read every node (issue 36).
+
+`FreeCounts` owns, for the nodes of one `FreePool` (by position):
+
+- `counts`: free GPUs per node position (0 for an unhealthy node);
+- `tally`: how many nodes have each free count, so the counts present are
+  known without reading every node (`present`);
+- `hint`: per free count, a position no node before which has that count
+  (a lower bound, moved back by `set`): best fit's scans start there;
+- per GPU type (built on the first search for a job that names one): the
+  counts of that type's nodes, their positions and their tally, so such a
+  search never reads the other types' nodes (`scope`).
+
+The searches go by free count with `list.index`, a scan in C, instead of a
+Python loop over every node. The pool changes a node's count through `set`
+only. Pure and standard library only, like the rest of the core.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schedulearn.core.views import NodeView
+
+# Free count -> how many nodes have it (entries may fall to 0).
+Tally = dict[int, int]
+# What a search reads: free counts, the node position of each (None: the
+# counts are every node's, by position), and their tally.
+Scope = tuple[list[int], list[int] | None, Tally]
+
+
+class FreeCounts:
+    """The free GPUs of every node of one pass, by position, with their indexes."""
+
+    __slots__ = ("_at", "_nodes", "_scopes", "counts", "hint", "tally")
+
+    def __init__(self, nodes: Sequence[NodeView], counts: list[int]) -> None:
+        self._nodes = nodes
+        self.counts = counts
+        self.tally: Tally = Counter(counts)  # counted in C: the simulator builds one a pass
+        self.hint: dict[int, int] = {}
+        self._scopes: dict[str, Scope] | None = None
+        self._at: list[int] = []  # node position -> its index in its type's lists
+
+    def scope(self, gpu_type: str | None) -> Scope:
+        """The counts a search for GPUs of `gpu_type` reads (every node's for None or '')."""
+        if not gpu_type:
+            return self.counts, None, self.tally
+        if self._scopes is None:
+            scopes: dict[str, Scope] = {}
+            for i, node in enumerate(self._nodes):
+                mine, where, tally = scopes.setdefault(node.gpu_type, ([], [], {}))
+                assert where is not None
+                self._at.append(len(mine))
+                mine.append(self.counts[i])
+                where.append(i)
+                tally[self.counts[i]] = tally.get(self.counts[i], 0) + 1
+            self._scopes = scopes
+        return self._scopes.get(gpu_type) or ([], [], {})
+
+    def present(self, least: int, tally: Tally | None = None) -> list[int]:
+        """The free counts of `least` or more that some node has (of those `tally`
+        counts; every node by default), ascending."""
+        tally = self.tally if tally is None else tally
+        return sorted(c for c, nodes in tally.items() if nodes and c >= least)
+
+    def holding(self, gpus: int, start: int, stop: int) -> Iterator[int]:
+        """Positions in [start, stop), ascending, of the nodes with at least `gpus`
+        free GPUs (any node for 0 GPUs): a k-way merge of each count's positions."""
+        if gpus <= 0:
+            yield from range(start, stop)
+            return
+        counts = self.counts
+        heads: list[tuple[int, int]] = []  # (next position, count)
+        for k in self.present(gpus):
+            try:
+                heads.append((counts.index(k, start, stop), k))
+            except ValueError:
+                continue
+        heapq.heapify(heads)
+        while heads:
+            i, k = heads[0]
+            yield i
+            try:
+                heapq.heapreplace(heads, (counts.index(k, i + 1, stop), k))
+            except ValueError:
+                heapq.heappop(heads)
+
+    def set(self, i: int, now: int) -> None:
+        """Node position `i` has `now` free GPUs: keep every index in step."""
+        counts, tally = self.counts, self.tally
+        tally[counts[i]] -= 1
+        counts[i] = now
+        tally[now] = tally.get(now, 0) + 1
+        if i < self.hint.get(now, 0):
+            self.hint[now] = i
+        if self._scopes is not None:
+            mine, _, kinds = self._scopes[self._nodes[i].gpu_type]
+            j = self._at[i]
+            kinds[mine[j]] -= 1
+            mine[j] = now
+            kinds[now] = kinds.get(now, 0) + 1
