@@ -51,7 +51,7 @@ from __future__ import annotations
 import bisect
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedulearn.core.goodput import BatchLimits, StepSample, batch_configs
@@ -312,6 +312,18 @@ class EpochCurve:
     # chose them (adaptive jobs); empty for a fixed batch.
     choices: tuple[tuple[int, int, int], ...] = ()
     whole_seconds: bool = False
+    # Where each epoch starts, and the seconds a whole epoch takes (`_to_end`
+    # from its start): a replay asks for the time to a job's end at every
+    # start and stop, over up to a hundred epochs, and all but the first
+    # are whole. The same floats `_to_end` gives, so sums come out the same.
+    _starts: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    _full: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        starts = (0.0, *self.ends[:-1]) if self.ends else ()
+        object.__setattr__(self, "_starts", starts)
+        full = tuple(self._to_end(start, e) for e, start in enumerate(starts))
+        object.__setattr__(self, "_full", full)
 
     def epoch(self, done: float) -> int:
         """The epoch under way after `done` units of work."""
@@ -323,13 +335,16 @@ class EpochCurve:
         return float(round(exact)) if self.whole_seconds else exact
 
     def seconds_to(self, done: float, target: float) -> float:
+        ends, starts, full = self.ends, self._starts, self._full
+        count, short_of = len(ends), target - 1e-12
         seconds = 0.0
-        e = bisect.bisect_right(self.ends, done)
+        e = bisect.bisect_right(ends, done)
         position = done
-        while e < len(self.ends) and position < target - 1e-12:
-            if target >= self.ends[e]:
-                seconds += self._to_end(position, e)
-                position = self.ends[e]
+        while e < count and position < short_of:
+            end = ends[e]
+            if target >= end:
+                seconds += full[e] if position == starts[e] else self._to_end(position, e)
+                position = end
             else:
                 seconds += (target - position) / self.rates[e]
                 position = target
@@ -337,10 +352,11 @@ class EpochCurve:
         return seconds
 
     def advance(self, done: float, seconds: float) -> float:
-        e = bisect.bisect_right(self.ends, done)
+        ends, starts, full = self.ends, self._starts, self._full
+        e = bisect.bisect_right(ends, done)
         position = done
-        while e < len(self.ends) and seconds > 0:
-            need = self._to_end(position, e)
+        while e < len(ends) and seconds > 0:
+            need = full[e] if position == starts[e] else self._to_end(position, e)
             if need > seconds:
                 # Short of the epoch's end: never past it, even when the
                 # whole-second end comes later than the exact one.
