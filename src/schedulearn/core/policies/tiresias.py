@@ -140,24 +140,31 @@ class Tiresias:
         """
         if self.mode == "artifact" or not self.thresholds:
             return view.now if self.mode == "artifact" else float("inf")
+        # A simulator asks this after every pass that decided nothing, over
+        # every waiting job: the loops below read each field once.
         now, first = view.now, float("inf")
+        thresholds = self.thresholds
         for job in view.running:
-            if job.started_at is None or job.placement is None or not job.placement.num_gpus:
+            started, placement = job.started_at, job.placement
+            if started is None or placement is None or not placement.num_gpus:
                 continue
-            gpus = job.placement.num_gpus
+            gpus = placement.num_gpus
             if self._promoted_run(job, now):
-                first = min(first, job.started_at + self.thresholds[0] / gpus)
+                first = min(first, started + thresholds[0] / gpus)
                 continue
-            attained = job.attained_at(now)
-            above = [t for t in self.thresholds if t > attained]
-            if above:
-                reach = job.started_at + (above[0] - job.attained_gpu_seconds) / gpus
+            # The first threshold above the attained service (they ascend).
+            above = bisect_right(thresholds, job.attained_at(now))
+            if above < len(thresholds):
+                reach = started + (thresholds[above] - job.attained_gpu_seconds) / gpus
                 first = min(first, reach)
         factor = self.starvation_factor
         if factor > 0:
             for job in view.pending:
-                if job.service_seconds > 0 and not self._starving(job, now):
-                    first = min(first, job.waiting_since + factor * job.service_seconds)
+                service = job.service_seconds
+                if service > 0:
+                    since = job.waiting_since
+                    if not now - since > factor * service:  # not starving yet (`_starving`)
+                        first = min(first, since + factor * service)
         return first
 
     # --- the pass ----------------------------------------------------------
