@@ -305,8 +305,12 @@ class Simulator:
         if not callable(steady) or self._last_view is None:
             return next_tick
         until = float(steady(self._last_view))
-        if until <= next_tick or until == float("inf"):
+        if until <= next_tick:
             return next_tick
+        if until == float("inf"):
+            # Steady until something happens: no tick before the next event
+            # (which puts the ticks back on their grid).
+            return until
         return t + math.ceil((until - t) / tick - 1e-9) * tick
 
     def _pass(self, t: float) -> int:

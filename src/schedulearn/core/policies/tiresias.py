@@ -140,6 +140,10 @@ class Tiresias:
         """
         if self.mode == "artifact" or not self.thresholds:
             return view.now if self.mode == "artifact" else float("inf")
+        if not view.pending:
+            # Nobody waits: a pass starts and suspends nothing (`decide`), and
+            # time alone brings nobody. Most ticks of a replay are such.
+            return float("inf")
         # A simulator asks this after every pass that decided nothing, over
         # every waiting job: the loops below read each field once.
         now, first = view.now, float("inf")
