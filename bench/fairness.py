@@ -219,6 +219,12 @@ def main() -> int:
         action="store_true",
         help="promise the whole cluster (largest remainder) instead of rounding down",
     )
+    parser.add_argument(
+        "--parents",
+        type=int,
+        default=0,
+        help="group the virtual clusters under N parent queues (a queue tree)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = parser.parse_args()
     if not args.trace.is_file():
@@ -239,6 +245,7 @@ def main() -> int:
         "machine": describe(),
         "single_core_kloops": speed,
         "guarantees": "whole cluster, largest remainder" if args.share_out else "rounded down",
+        "parents": args.parents,
         "cells": [],
     }
     arrivals = [j.submitted_at for j in workload.jobs]
@@ -247,12 +254,15 @@ def main() -> int:
     for load in (float(x) for x in args.load.split(",")):
         shape, util = calibrate(workload, load / 100, args.node_gpus, window)
         cluster = parse_cluster(shape)
-        tenancy = proportional(workload, cluster.total_gpus, share_out=args.share_out)
+        tenancy = proportional(
+            workload, cluster.total_gpus, share_out=args.share_out, parents=args.parents
+        )
         print(
             f"\n== load {load:.0f}%: {len(workload):,} jobs from offset {args.offset}, "
             f"cluster {shape} ({cluster.total_gpus:,} GPUs: plain {CALIBRATE} keeps {util:.1%} "
             f"busy over the makespan; offered load "
-            f"{offered(workload, cluster.total_gpus):.0%}), {len(tenancy.queues)} queues"
+            f"{offered(workload, cluster.total_gpus):.0%}), {len(tenancy.queues) - args.parents} "
+            f"queues{f' under {args.parents} parents' if args.parents else ''}"
         )
         for spec in args.policy.split(","):
             runs = run_tenants(

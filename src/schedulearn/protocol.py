@@ -714,6 +714,27 @@ def parse_time_limit(value: float | int | str) -> float:
         ) from None
 
 
+def parse_array(text: str) -> tuple[int, int, int | None]:
+    """A job array as `submit --array` and the web form's Array field write it:
+    `0-9%2` -> (first index 0, 10 tasks, at most 2 at once); `4` -> (0, 4, None)."""
+    body, sep, limit_text = text.strip().partition("%")
+    first_text, dash, last_text = body.partition("-")
+    try:
+        if dash:
+            first, last = int(first_text), int(last_text)
+        else:
+            first, last = 0, int(first_text) - 1
+        limit = int(limit_text) if sep else None
+    except ValueError:
+        first, last, limit = 0, -1, None
+    if first < 0 or last < first or (limit is not None and limit < 1):
+        raise ValueError(
+            f"{text!r}: write FIRST-LAST (0-9: ten tasks, indices 0 to 9) or a count (10), "
+            "optionally %N to run at most N at once (0-9%2)"
+        )
+    return first, last - first + 1, limit
+
+
 Name = Annotated[str, Field(max_length=200)]
 
 
@@ -1256,6 +1277,40 @@ class TokenInfo(_Reply):
 
 class TokenList(_Reply):
     items: list[TokenInfo]
+
+
+PASSWORD_MIN_LENGTH = 10
+
+
+class PasswordSet(_Request):
+    """A user's web sign-in password (their own, or anyone's as admin)."""
+
+    password: str = Field(max_length=1000, repr=False)
+
+    @field_validator("password")
+    @classmethod
+    def _long_enough(cls, value: str) -> str:
+        if len(value) < PASSWORD_MIN_LENGTH:
+            raise ValueError(
+                f"the password is {len(value)} characters; give at least {PASSWORD_MIN_LENGTH}"
+            )
+        return value
+
+
+class PasswordSetReply(_Reply):
+    user: str
+    role: str = Field(description="What a web sign-in with it gets: user or admin")
+    set_at: float
+
+
+class WebLoginLink(_Reply):
+    """A one-time web sign-in link (`schedulearn web-login`)."""
+
+    user: str
+    role: str
+    code: str = Field(description="Works once, until expires_at")
+    path: str = Field(description="Open the server's address with this path in a browser")
+    expires_at: float
 
 
 class WhoAmI(_Reply):

@@ -65,7 +65,9 @@ SINCE: dict[str, int] = {
     "POST /api/v1/nodes/{name}/resume": 3,
     "POST /api/v1/queues": 3,
     "POST /api/v1/users": 3,
+    "POST /api/v1/web-login": 3,
     "PUT /api/v1/agent/jobs/{job_id}/full-log": 3,
+    "PUT /api/v1/users/{name}/password": 3,
 }
 
 

@@ -79,6 +79,12 @@ class ServerSettings(BaseSettings):
         "This replica honours a revocation, an expiry or a disabled user at once; other "
         "replicas within this many seconds (0: every request asks the database)",
     )
+    web_login_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=86400,
+        description="How long a one-time sign-in link from `schedulearn web-login` works",
+    )
     user_priority_min: int = Field(
         default=-100, description="Lowest priority a user (not an admin) may give a job"
     )

@@ -48,7 +48,7 @@ def test_a_session_lives_on_the_server_and_sign_out_ends_it(tmp_path: Path) -> N
             assert (
                 sessions.resolve(session, cookie, 1000.0 + sessions.SESSION_SECONDS, bounds) is None
             )
-            sessions.end(session, cookie)
+            sessions.end(session, cookie, 1001.0)
             assert sessions.resolve(session, cookie, 1001.0, bounds) is None
     finally:
         database.close()

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         NodeList,
         NodePublic,
         NodeRemoved,
+        PasswordSetReply,
         PolicyPreview,
         PolicyPublic,
         ProfileImport,
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
         UserList,
         UserPublic,
         UserUpdate,
+        WebLoginLink,
     )
     from schedulearn.protocol_calls import Peer
 
@@ -455,6 +457,23 @@ class Client:
             "PATCH", f"/users/{name}", json=body.model_dump(exclude_defaults=True)
         )
         return UserPublic.model_validate(response.json())
+
+    def set_password(self, name: str, password: str) -> PasswordSetReply:
+        from schedulearn.protocol import PasswordSet, PasswordSetReply
+
+        body = PasswordSet(password=password).model_dump()
+        path = f"/users/{quote(name, safe='')}/password"
+        return PasswordSetReply.model_validate(self._call("PUT", path, json=body).json())
+
+    def web_login(self) -> WebLoginLink:
+        from schedulearn.protocol import WebLoginLink
+
+        return WebLoginLink.model_validate(self._call("POST", "/web-login").json())
+
+    @property
+    def address(self) -> str:
+        """The server address that answered last (one of the replicas given)."""
+        return self._http.rotation.current
 
     def add_node(self, name: str, expires_seconds: float) -> JoinTokenPublic:
         from schedulearn.protocol import JoinTokenPublic, NodeAdd

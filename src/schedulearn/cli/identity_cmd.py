@@ -1,21 +1,26 @@
-"""`schedulearn user ...` and `schedulearn token ...`: users as records, tokens that end.
+"""`schedulearn user ...` and `schedulearn token ...`: users as records, tokens that end;
+`user passwd` and `web-login`: signing in to the web without a token.
 
 Thin over `cli.client.Client`, like `cli.jobs`: parse flags, make one
 call, print a Rich table (or JSON with `--json`). `user` commands are for
 admins; `token create` too, while `token list` and `token revoke` also
 serve a user for their own tokens. A token's secret is printed once, by
 `token create`, to standard output only (so `> file` keeps it out of the
-terminal's scroll-back); `token list` never has it.
+terminal's scroll-back); `token list` never has it. A password is read
+from the terminal without echo (twice), or from standard input with
+`--stdin`, never from the command line (where `ps` would show it).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from schedulearn.cli.common import error
 from schedulearn.cli.jobs import JsonOpt, ServerOpt, TokenOpt, _dump, connect, err, out
 from schedulearn.protocol import TokenInfo, UserCreate, UserPublic, UserUpdate
 
@@ -160,6 +165,86 @@ def user_list(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt
     out.print(_user_table(listing.items))
 
 
+def _read_password(from_stdin: bool) -> str:
+    if from_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    elif sys.stdin.isatty():
+        password = typer.prompt("New password", hide_input=True, confirmation_prompt=True)
+    else:
+        raise typer.BadParameter(
+            "no terminal to ask on; pass --stdin and give the password on standard input"
+        )
+    from pydantic import ValidationError
+
+    from schedulearn.protocol import PasswordSet
+
+    try:
+        PasswordSet(password=password)
+    except ValidationError as exc:
+        error(str(exc.errors()[0]["msg"]).removeprefix("Value error, "))
+        raise typer.Exit(2) from None
+    return password
+
+
+def user_passwd(
+    name: Annotated[
+        str | None, typer.Argument(help="Whose password: yours, or anyone's as admin [you]")
+    ] = None,
+    from_stdin: Annotated[
+        bool, typer.Option("--stdin", help="Read the password from standard input (one line)")
+    ] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set a password for signing in to the web pages (yours, or anyone's as admin).
+
+    Your own password signs in with the role of the token you set it with; one
+    an admin sets for someone else signs in as a user."""
+    password = _read_password(from_stdin)
+    with connect(server, token) as client:
+        who = name or client.whoami().user
+        done = client.set_password(who, password)
+    if as_json:
+        _dump(done)
+        return
+    out.print(
+        f"password set for {done.user}: the web pages sign them in as {done.role}",
+        highlight=False,
+    )
+
+
+def web_login(
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Also open the link in this machine's browser")
+    ] = False,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a one-time link that signs a browser in to the web pages as you.
+
+    It works once, for a few minutes; anyone who opens it first is you, so
+    keep it to yourself."""
+    with connect(server, token) as client:
+        link = client.web_login()
+        url = client.address.rstrip("/") + link.path
+    if as_json:
+        _dump({**link.model_dump(mode="json"), "url": url})
+        return
+    minutes = max(1, round((link.expires_at - time.time()) / 60))
+    err.print(
+        f"signs a browser in as {link.user} ({link.role}); works once, within {minutes} "
+        f"minutes (until {time.strftime('%H:%M', time.localtime(link.expires_at))}):",
+        highlight=False,
+    )
+    out.print(url, highlight=False, soft_wrap=True)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(url)
+
+
 # --- token -----------------------------------------------------------------------
 
 
@@ -228,15 +313,19 @@ def token_revoke(
 
 
 def register(app: typer.Typer) -> None:
-    users = typer.Typer(help="Users as records (admin).", no_args_is_help=True)
+    users = typer.Typer(
+        help="Users as records (admin); your own web password (passwd).", no_args_is_help=True
+    )
     users.command("add")(user_add)
     users.command("list")(user_list)
     users.command("set")(user_set)
     users.command("disable")(user_disable)
     users.command("enable")(user_enable)
+    users.command("passwd")(user_passwd)
     app.add_typer(users, name="user")
     tokens = typer.Typer(help="API tokens: make, list, revoke.", no_args_is_help=True)
     tokens.command("create")(token_create)
     tokens.command("list")(token_list)
     tokens.command("revoke")(token_revoke)
     app.add_typer(tokens, name="token")
+    app.command("web-login")(web_login)

@@ -164,23 +164,46 @@ def _parse_secret_env(items: list[str]) -> dict[str, str]:
 
 def parse_array(text: str) -> tuple[int, int, int | None]:
     """`0-9%2` -> (first index 0, 10 tasks, at most 2 at once); `4` -> (0, 4, None)."""
-    body, sep, limit_text = text.partition("%")
-    first_text, dash, last_text = body.partition("-")
+    from schedulearn.protocol import parse_array as parse
+
     try:
-        if dash:
-            first, last = int(first_text), int(last_text)
-        else:
-            first, last = 0, int(first_text) - 1
-        limit = int(limit_text) if sep else None
-    except ValueError:
-        first, last, limit = 0, -1, None
-    if first < 0 or last < first or (limit is not None and limit < 1):
-        raise typer.BadParameter(
-            f"{text!r}: write FIRST-LAST (0-9: ten tasks, indices 0 to 9) or a count (10), "
-            "optionally %N to run at most N at once (0-9%2)",
-            param_hint="--array",
-        )
-    return first, last - first + 1, limit
+        return parse(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--array") from None
+
+
+# Each JobSpec field and the flag of `submit` that sets it: a validation error
+# names the flag too, and tests/unit/test_every_job_option.py fails when a field
+# has no flag here (or the flag is not one of `submit`'s).
+SPEC_FLAGS: dict[str, str] = {
+    "name": "--name",
+    "command": "COMMAND",
+    "image": "--image",
+    "gpus": "--gpus",
+    "min_gpus": "--min-gpus",
+    "max_gpus": "--max-gpus",
+    "cpus": "--cpus",
+    "memory": "--memory",
+    "gpu_type": "--gpu-type",
+    "priority": "--priority",
+    "deadline": "--deadline",
+    "estimated_duration": "--estimated-duration",
+    "model": "--model",
+    "preemptible": "--preemptible",
+    "env": "--env",
+    "secret_env": "--secret-env",
+    "workdir": "--workdir",
+    "shm_size": "--shm-size",
+    "launcher": "--launcher",
+    "count": "--count",
+    "array_start": "--array",
+    "array_limit": "--array",
+    "max_restarts": "--max-restarts",
+    "constraints": "--constraint",
+    "time_limit": "--time",
+    "dependency": "--dependency",
+    "queue": "--queue",
+}
 
 
 def submit(
@@ -189,6 +212,14 @@ def submit(
         Path | None, typer.Option("-f", "--file", help="A job spec (YAML or JSON)")
     ] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="GPUs (default 1)")] = None,
+    min_gpus: Annotated[
+        int | None,
+        typer.Option("--min-gpus", help="An elastic job's fewest GPUs (with --max-gpus)"),
+    ] = None,
+    max_gpus: Annotated[
+        int | None,
+        typer.Option("--max-gpus", help="An elastic job's most GPUs (with --min-gpus)"),
+    ] = None,
     image: Annotated[
         str | None, typer.Option("--image", help="Run in this container image")
     ] = None,
@@ -215,6 +246,25 @@ def submit(
         str | None, typer.Option("--estimated-duration", help="e.g. 30m, 2h")
     ] = None,
     preemptible: Annotated[bool | None, typer.Option("--preemptible/--not-preemptible")] = None,
+    deadline: Annotated[
+        str | None,
+        typer.Option(
+            "--deadline",
+            help="When it should be done, e.g. 2030-06-01T18:00 (local time) or epoch "
+            "seconds; edf runs the earliest first",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="The model it trains, e.g. resnet50 (GPU-type placement)"),
+    ] = None,
+    shm_size: Annotated[
+        str | None, typer.Option("--shm-size", help="Containers only: /dev/shm size, e.g. 8g")
+    ] = None,
+    max_restarts: Annotated[
+        int | None,
+        typer.Option("--max-restarts", help="How often to requeue it when its node is lost [3]"),
+    ] = None,
     time_limit: Annotated[
         str | None,
         typer.Option(
@@ -274,6 +324,12 @@ def submit(
         data["command"] = command[0] if len(command) == 1 and " " in command[0] else command
     flags = {
         "gpus": gpus,
+        "min_gpus": min_gpus,
+        "max_gpus": max_gpus,
+        "deadline": deadline,
+        "model": model,
+        "shm_size": shm_size,
+        "max_restarts": max_restarts,
         "image": image,
         "name": name,
         "cpus": cpus,
@@ -351,7 +407,10 @@ def _job_spec(data: dict[str, Any]) -> JobSpec:
     except ValidationError as exc:
         for e in explain(JobSpec, exc.errors()):
             loc = ".".join(str(x) for x in e["loc"])
-            error(f"{loc}: {e['msg']}")
+            flag = SPEC_FLAGS.get(str(e["loc"][0])) if e["loc"] else None
+            where = f"{loc} ({flag})" if flag and flag != "COMMAND" else loc
+            message = str(e["msg"]).removeprefix("Value error, ")
+            error(f"{where}: {message}" if where else message)
         raise typer.Exit(2) from None
 
 

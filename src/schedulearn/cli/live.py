@@ -233,7 +233,11 @@ def up(
             highlight=False,
             soft_wrap=True,
         )
-    err.print(f"  web page: {url}/ui (sign in with the `token` in {path})")
+    err.print(
+        f"  web page: {url}/ui (to sign in: {cli} web-login prints a one-time link)",
+        highlight=False,
+        soft_wrap=True,
+    )
     err.print("  Ctrl-C stops both.")
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     from schedulearn.cli.serving import serve_with_agent

@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "profiles": "schedulearn.cli.profiles_cmd",
     "user": "schedulearn.cli.identity_cmd",
     "token": "schedulearn.cli.identity_cmd",
+    "web-login": "schedulearn.cli.identity_cmd",
     "queue": "schedulearn.cli.queue_cmd",
     "usage": "schedulearn.cli.queue_cmd",
     "acct": "schedulearn.cli.acct_cmd",

@@ -71,6 +71,7 @@ weight and reclaim; Slurm's fair-share factor for usage decay.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
@@ -162,6 +163,10 @@ class FairShare:
         tenancy = view.tenancy
         if tenancy is None:
             return self._inner_steady(view)
+        if not view.pending:
+            # Nobody waits: the pass is the inner policy's (`decide`), and no
+            # `min_run` deadline can matter until a job arrives (an event).
+            return self._inner_steady(view) if self.inner.tick_seconds is not None else math.inf
         last = self._quiet
         return last[2] if last is not None and self._still_quiet(view, tenancy) else view.now
 

@@ -4,7 +4,7 @@
 `fairshare_queues.sweep` answers (each queue's `QueueShare` and its
 pending jobs by queue) for the pass at hand, recounting the running jobs
 only when the snapshot's running jobs changed and regrouping the pending
-jobs only when those changed. A host that keeps its job tuples while
+jobs (and indexing them by id) only when those changed. A host that keeps its job tuples while
 nothing changes (the simulator; a tick of a policy with `tick_seconds`)
 then pays for the counts once per change, not once per pass. The shares
 themselves (`fill`) follow usage, which moves with time, so they are
@@ -13,6 +13,8 @@ the layer still decides from the snapshot alone.
 """
 
 from __future__ import annotations
+
+from operator import attrgetter
 
 from schedulearn.core.fairshare_queues import (
     QueueShare,
@@ -23,11 +25,14 @@ from schedulearn.core.fairshare_queues import (
 )
 from schedulearn.core.views import ClusterView, JobView
 
+_GPUS = attrgetter("gpus")
+_ID = attrgetter("id")
+
 
 class ShareBook:
     """Counts per queue, kept while the snapshot's job tuples stay the same."""
 
-    __slots__ = ("_by_queue", "_held", "_pending", "_running", "_waiting")
+    __slots__ = ("_by_id", "_by_queue", "_held", "_pending", "_running", "_waiting")
 
     def __init__(self) -> None:
         self._running: tuple[JobView, ...] | None = None
@@ -35,6 +40,7 @@ class ShareBook:
         # queue -> (GPUs held, of them by non-preemptible jobs)
         self._held: dict[str, tuple[int, int]] = {}
         self._by_queue: dict[str, list[JobView]] = {}
+        self._by_id: dict[int, JobView] = {}
         # queue -> GPUs its pending jobs ask for
         self._waiting: dict[str, int] = {}
 
@@ -47,8 +53,14 @@ class ShareBook:
             self._running = view.running
         if view.pending is not self._pending:
             self._by_queue = pending_by_queue(view.pending)
-            self._waiting = {q: sum(j.gpus for j in js) for q, js in self._by_queue.items()}
+            # map(attrgetter) and zip sweep at C speed: this runs on every change.
+            self._waiting = {q: sum(map(_GPUS, js)) for q, js in self._by_queue.items()}
+            self._by_id = dict(zip(map(_ID, view.pending), view.pending, strict=True))
             self._pending = view.pending
         out = book(view, tenancy, self._held, self._waiting)
         # The pass reads the lists and never changes them: shared, not copied.
         return out, self._by_queue
+
+    def pending_by_id(self) -> dict[int, JobView]:
+        """The pending jobs of the last `shares` by id (read-only: the book's own)."""
+        return self._by_id

@@ -164,14 +164,15 @@ class SharePass(ReclaimingPass):
                 freed = sum(v.allocated_gpus for v in released)
                 if self.free + freed - n < others:
                     return False
-        # The GPUs it takes must be free once its own releases are done.
+        # The GPUs it takes must be free once its own releases are done
+        # (checked without releasing them: most groups proposed are refused).
+        given_back: dict[str, set[int]] = {}
         for v in released:
-            self.release(v)
-        ok = all(self.free_in(d.placement) for d in group if isinstance(d, Start | Resize))
-        for v in reversed(released):
             assert v.placement is not None
-            self.take(v, v.placement)
-        return ok
+            for name, gpus in v.placement:
+                given_back.setdefault(name, set()).update(gpus)
+        placements = [d.placement for d in group if isinstance(d, Start | Resize)]
+        return all(self.free_in(p, given_back) for p in placements)
 
     def _apply(self, group: list[Decision]) -> None:
         last = group[-1]

@@ -43,15 +43,21 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING
+
+from schedulearn.core.fairshare_fill import AHEAD_AT, check_tree, split_shares, used_lately
 
 if TYPE_CHECKING:
     from schedulearn.core.views import ClusterView, JobView
+
+__all__ = ["AHEAD_AT", "used_lately"]  # re-exported: part of the queues' vocabulary
 
 ANY_TYPE = ""
 # The queue of a job that names none (JobView.queue "").
 DEFAULT_QUEUE = "default"
 _EPS = 1e-9
+_QUEUE_OF = attrgetter("queue")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +68,15 @@ class Queue:
     promised ("" = any type): `{"": 8}` is 8 GPUs of any type,
     `{"v100": 4}` four V100s. `limit` caps the GPUs it may hold at once
     (None: no cap). `weight` is its share of idle capacity relative to
-    the other queues.
+    the other queues. `parent` puts it under another queue, whose
+    guarantee it shares with its siblings first (`fairshare_fill`).
     """
 
     name: str
     guaranteed: Mapping[str, int] = field(default_factory=dict)
     limit: int | None = None
     weight: float = 1.0
+    parent: str | None = None
     # sum(guaranteed.values()), read on every share comparison of a pass.
     _gpus: int = field(init=False, repr=False, compare=False, default=0)
 
@@ -88,14 +96,21 @@ class Queue:
             )
         if not self.weight > 0:
             raise ValueError(f"queue {self.name!r}: weight must be above 0, not {self.weight}")
+        if self.parent is not None and self.parent in (self.name, ""):
+            raise ValueError(f"queue {self.name!r}: a queue's parent must be another queue")
         object.__setattr__(self, "guaranteed", dict(self.guaranteed))
 
     @classmethod
     def of(
-        cls, name: str, guaranteed: int = 0, limit: int | None = None, weight: float = 1.0
+        cls,
+        name: str,
+        guaranteed: int = 0,
+        limit: int | None = None,
+        weight: float = 1.0,
+        parent: str | None = None,
     ) -> Queue:
         """A queue guaranteed `guaranteed` GPUs of any type."""
-        return cls(name, {ANY_TYPE: guaranteed} if guaranteed else {}, limit, weight)
+        return cls(name, {ANY_TYPE: guaranteed} if guaranteed else {}, limit, weight, parent)
 
     @property
     def guaranteed_gpus(self) -> int:
@@ -122,7 +137,8 @@ def named(view: ClusterView) -> ClusterView:
     from the (declared or best-effort) default queue and never served by
     its share rounds. Returns `view` itself when every job names a queue.
     """
-    if all(j.queue for j in view.pending) and all(j.queue for j in view.running):
+    # map(attrgetter) sweeps the tuples at C speed: this runs on every pass.
+    if all(map(_QUEUE_OF, view.pending)) and all(map(_QUEUE_OF, view.running)):
         return view
     from dataclasses import replace
 
@@ -150,6 +166,7 @@ class Tenancy:
         if dupes:
             raise ValueError(f"queues named twice: {', '.join(dupes)}; give each queue one entry")
         object.__setattr__(self, "by_name", {q.name: q for q in self.queues})
+        check_tree(self.by_name, DEFAULT_QUEUE)
 
     def queue(self, name: str) -> Queue:
         q = self.by_name.get(name)
@@ -247,6 +264,10 @@ class QueueShare:
     share: float = 0.0
     # GPUs no declared guarantee covers, owned by the default queue (`fill`).
     uncovered: int = 0
+    # In a queue tree: GPUs of its parent's guarantee its siblings do not need
+    # now, which it may keep as its own (for a parent's own jobs, minus what
+    # its children are promised); `fairshare_fill`.
+    inherited: int = 0
     # It is not behind: it has had at least `AHEAD_AT` of its guaranteed
     # fraction of the GPU-time used lately (decayed usage, `fill`). Its
     # guarantee is kept over time, so it lends what it holds like a borrower
@@ -259,8 +280,9 @@ class QueueShare:
 
     @property
     def guaranteed(self) -> int:
-        """Its guaranteed GPUs: the declared ones (and, for the default queue, the uncovered)."""
-        return self.queue._gpus + self.uncovered
+        """Its guaranteed GPUs: the declared ones (and, for the default queue, the
+        uncovered; in a tree, what it inherits)."""
+        return self.queue._gpus + self.uncovered + self.inherited
 
     @property
     def cap(self) -> int:
@@ -346,75 +368,14 @@ def book(
 
 
 def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
-    """Set each queue's `share`: guarantees first, then weighted water-filling.
+    """Set each queue's `share`: guarantees first, then weighted water-filling
+    (`fairshare_fill`, which also splits a queue tree).
 
     `queues` must hold every declared queue (the default queue's guarantee
-    is what theirs leave of `capacity`, the healthy GPUs).
+    is what the root queues' guarantees leave of `capacity`, the healthy GPUs).
     """
     qs = list(queues)
-    covered = sum(s.queue._gpus for s in qs)
+    covered = sum(s.queue._gpus for s in qs if s.queue.parent is None)
     for s in qs:
         s.uncovered = max(0, capacity - covered) if s.name == DEFAULT_QUEUE else 0
-    _mark_ahead(qs, capacity, usage)
-    left = float(capacity)
-    for s in qs:
-        s.share = float(min(s.demand, s.guaranteed))
-        left -= s.share
-    weights = dict(_decayed_weights(qs, usage))
-    wanting = [s for s in qs if s.demand > s.share + _EPS]
-    while left > _EPS and wanting:
-        total = sum(weights[s.name] for s in wanting)
-        still: list[QueueShare] = []
-        given = 0.0
-        for s in wanting:
-            offer = left * weights[s.name] / total
-            need = s.demand - s.share
-            if need <= offer + _EPS:
-                s.share += need
-                given += need
-            else:
-                still.append(s)
-        if len(still) == len(wanting):
-            for s in still:
-                s.share += left * weights[s.name] / total
-            return
-        left -= given
-        wanting = still
-
-
-# The share of its guaranteed fraction of the GPU-time used lately below
-# which a queue is behind, and only then protected: a queue near its
-# fraction competes under the policy in force as it would without queues
-# (whose order serves short jobs and slowdowns best); one clearly short-
-# changed gets its guarantee back. Measured on Philly windows
-# (docs/results.md 7): 1.05 (protect every queue not over its fraction)
-# cost tiresias x1.7 mean JCT and Jain 0.24 against 0.71; 0.8 gave x1.01
-# and Jain 0.78.
-AHEAD_AT = 0.8
-
-
-def used_lately(usage: Mapping[str, float]) -> float:
-    """Every queue's decayed usage together: what guaranteed fractions are of."""
-    return sum(u for u in usage.values() if u > 0)
-
-
-def _mark_ahead(qs: list[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
-    """Set `ahead`: decayed usage at least `AHEAD_AT` of its guaranteed fraction of all usage."""
-    total = used_lately(usage)
-    for s in qs:
-        fair = total * s.guaranteed / capacity if capacity > 0 else 0.0
-        s.ahead = total > 0 and usage.get(s.name, 0.0) >= fair * AHEAD_AT - _EPS
-
-
-def _decayed_weights(
-    qs: list[QueueShare], usage: Mapping[str, float]
-) -> Iterator[tuple[str, float]]:
-    total_usage = sum(max(0.0, usage.get(s.name, 0.0)) for s in qs)
-    total_weight = sum(s.queue.weight for s in qs)
-    for s in qs:
-        w = s.queue.weight
-        if total_usage <= 0:
-            yield s.name, w
-            continue
-        used_share = max(0.0, usage.get(s.name, 0.0)) / total_usage
-        yield s.name, w * 2.0 ** (-used_share / (w / total_weight))
+    split_shares(qs, capacity, usage)

@@ -11,12 +11,19 @@ nothing is ever undone.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from itertools import compress
+from operator import attrgetter, not_
+
 from schedulearn.core.decisions import Decision, Preempt, Start
 from schedulearn.core.fairshare_book import ShareBook
-from schedulearn.core.fairshare_queues import QueueShare, Tenancy, sweep
+from schedulearn.core.fairshare_queues import QueueShare, Tenancy
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, GpuView, JobView, Placement, rebuild
+
+_QUEUE = attrgetter("queue")
+_ID = attrgetter("id")
 
 # Tolerance for comparing GPU counts with fractional shares.
 EPS = 1e-9
@@ -31,8 +38,8 @@ class PassState:
         min_run: float,
         view: ClusterView,
         tenancy: Tenancy,
-        pinned: dict[int, tuple[JobView, JobView]] | None = None,
-        book: ShareBook | None = None,
+        pinned: dict[int, tuple[JobView, JobView]],
+        book: ShareBook,
     ) -> None:
         # Decayed usage, read once: a host's live mapping settles on every read.
         tenancy = Tenancy(tenancy.queues, dict(tenancy.usage), tenancy.half_life)
@@ -41,15 +48,14 @@ class PassState:
         self.view = view
         self.tenancy = tenancy
         # Each queue's share, and its pending jobs in arrival order.
-        self.book, self.by_queue = (
-            sweep(view, tenancy) if book is None else book.shares(view, tenancy)
-        )
+        self.book, self.by_queue = book.shares(view, tenancy)
         self.pool = FreePool(view)
         self.free = self.pool.total_free()
         self.nodes = list(view.nodes)
         self.counts = list(view.free_counts) if view.free_counts is not None else None
         self.index = {n.name: i for i, n in enumerate(view.nodes)}
-        self.pending: dict[int, JobView] = {j.id: j for j in view.pending}
+        # Read-only: the book's own (`ShareBook.pending_by_id`).
+        self.pending: dict[int, JobView] = book.pending_by_id()
         self.running: dict[int, JobView] = {j.id: j for j in view.running}
         # Jobs this pass has decided on (started, preempted, resized): a job
         # appears once in a pass.
@@ -59,7 +65,7 @@ class PassState:
         self.need: dict[str, int] = {}
         # Non-preemptible copies of running jobs a turn may not preempt, by
         # id (the layer keeps this between passes: the same views recur).
-        self.pinned: dict[int, tuple[JobView, JobView]] = {} if pinned is None else pinned
+        self.pinned = pinned
 
     # --- queues and their jobs ---------------------------------------------
 
@@ -69,15 +75,20 @@ class PassState:
 
     def waiting(self, queues: set[str] | None = None) -> tuple[JobView, ...]:
         """Pending jobs not yet decided on (of `queues` only, if given), in arrival order."""
-        decided = self.decided
         if queues is not None and len(queues) == 1:
             (name,) = queues
-            return tuple(j for j in self.by_queue.get(name, ()) if j.id not in decided)
-        if queues is None or len(queues) == len(self.by_queue):
-            if not decided:
-                return self.view.pending
-            return tuple(j for j in self.view.pending if j.id not in decided)
-        return tuple(j for j in self.view.pending if j.queue in queues and j.id not in decided)
+            jobs: Iterable[JobView] = self.by_queue.get(name, ())
+        elif queues is None or len(queues) == len(self.by_queue):
+            jobs = self.view.pending
+        else:
+            # Sweeps of every waiting job, at C speed (a few per pass).
+            jobs = compress(
+                self.view.pending, map(queues.__contains__, map(_QUEUE, self.view.pending))
+            )
+        if not self.decided:
+            return jobs if isinstance(jobs, tuple) else tuple(jobs)
+        jobs = tuple(jobs)
+        return tuple(compress(jobs, map(not_, map(self.decided.__contains__, map(_ID, jobs)))))
 
     def sub_view(self, pending: tuple[JobView, ...], turn: bool = False) -> ClusterView:
         """The whole cluster as the pass has left it, with `pending` waiting.
@@ -168,15 +179,16 @@ class PassState:
         self.mark(job.placement, None)
         self.free += job.placement.num_gpus
 
-    def free_in(self, placement: Placement) -> bool:
-        """Are all of `placement`'s GPUs free in the pool?"""
+    def free_in(self, placement: Placement, freed: Mapping[str, set[int]]) -> bool:
+        """Are all of `placement`'s GPUs free in the pool, or in `freed` (per node)?"""
         pool = self.pool
         for name, gpus in placement:
             i = self.index.get(name)
             if i is None:
                 return False
             free = pool.free_gpus(pool.nodes[i])
-            if any(g not in free for g in gpus):
+            also = freed.get(name, ())
+            if any(g not in free and g not in also for g in gpus):
                 return False
         return True
 

@@ -180,6 +180,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
     for module in (jobs, cluster, enroll, agent, ops, profiles, token_routes, user_routes):
         app.include_router(module.router)
     app.include_router(queue_routes.router)
+    app.include_router(token_routes.web_login_router)
     if importlib.util.find_spec("schedulearn.server.web") is not None:
         # The web dashboard (its own package) mounts its pages under /ui.
         importlib.import_module("schedulearn.server.web").install(app)

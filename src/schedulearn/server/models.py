@@ -28,7 +28,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Table, Text
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Table, Text, false
 from sqlmodel import Field, SQLModel
 
 from schedulearn.core.views import JobView, NodeView
@@ -281,6 +281,12 @@ class User(_Table, table=True):
     priority_max: int | None = None
     created_at: float
     disabled_at: float | None = None
+    # Web sign-in by password (`services.passwords`): a salted scrypt hash, never the
+    # password; the role a sign-in gets (the role of the token that set it when the
+    # user set their own, `user` when an admin set it); when it was set.
+    password_hash: str | None = None
+    password_role: str | None = None
+    password_set_at: float | None = None
 
 
 class WebSession(_Table, table=True):
@@ -296,6 +302,23 @@ class WebSession(_Table, table=True):
     csrf: str
     created_at: float
     expires_at: float
+    # A password sign-in makes a token for its session alone (`services.passwords`);
+    # signing out revokes it with the session.
+    own_token: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+
+
+class WebLoginCode(_Table, table=True):
+    """A one-time sign-in link (`services.login_codes`, `schedulearn web-login`): the
+    SHA-256 of its code, the token of the CLI that asked for it (the browser signs in
+    as that token), when it ends and when it was used (once only)."""
+
+    __tablename__ = "web_login_code"
+
+    code_hash: str = Field(primary_key=True)
+    token_id: int
+    created_at: float
+    expires_at: float
+    used_at: float | None = None
 
 
 class ThroughputRecord(_Table, table=True):

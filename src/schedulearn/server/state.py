@@ -1,9 +1,9 @@
 """Everything one running app holds, hung on `app.state.sl` by `create_app`.
 
 Owns the in-memory parts of the server: the token and node-credential caches, wake-up events,
-the submission batcher, the latest GPU samples from heartbeats (shown by
-`nodes`, never stored) and stop orders for runs an agent reported that
-the server does not know.
+the submission batcher, the count of failed web sign-ins, the latest GPU
+samples from heartbeats (shown by `nodes`, never stored) and stop orders
+for runs an agent reported that the server does not know.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from schedulearn.server.services.idempotency import Submission
 from schedulearn.server.services.jobs import Submitted
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
+from schedulearn.server.throttle import SignInThrottle
 from schedulearn.server.wakeups import Wakeups
 from schedulearn.settings import ServerSettings
 
@@ -46,6 +47,8 @@ class AppState:
     samples: dict[str, list[GpuSample]] = field(default_factory=dict)
     orphan_stops: dict[str, list[StopOrder]] = field(default_factory=lambda: defaultdict(list))
     credentials: CredentialCache = field(default_factory=CredentialCache)
+    # Failed password sign-ins of this process (server.throttle).
+    sign_ins: SignInThrottle = field(default_factory=SignInThrottle)
 
 
 def get_state(request: Request) -> AppState:

@@ -307,10 +307,8 @@ class Simulator:
         until = float(steady(self._last_view))
         if until <= next_tick:
             return next_tick
-        if until == float("inf"):
-            # Steady until something happens: no tick before the next event
-            # (which puts the ticks back on their grid).
-            return until
+        if until == math.inf:
+            return until  # nothing but an event changes its choice: no tick is due
         return t + math.ceil((until - t) / tick - 1e-9) * tick
 
     def _pass(self, t: float) -> int:

@@ -60,7 +60,11 @@ def tenancy_for(spec: str, workload: Workload, total_gpus: int) -> Tenancy:
 
 
 def proportional(
-    workload: Workload, total_gpus: int, half_life: float = WEEK, share_out: bool = False
+    workload: Workload,
+    total_gpus: int,
+    half_life: float = WEEK,
+    share_out: bool = False,
+    parents: int = 0,
 ) -> Tenancy:
     """Every queue named by the jobs, guaranteed GPUs in proportion to its GPU-hours.
 
@@ -68,6 +72,8 @@ def proportional(
     and lent by weight, so a queue whose GPU-hours round to 0 GPUs (many
     short jobs) still has a deserved share of them. `share_out` hands them
     out instead (largest remainder first), promising the whole cluster.
+    `parents` groups the queues under that many parent queues (`group-1`
+    ...), balanced by GPU-hours, each guaranteed what its children are.
     """
     hours: dict[str, float] = {}
     for j in workload.jobs:
@@ -83,8 +89,26 @@ def proportional(
     left = total_gpus - sum(whole.values()) if share_out else 0
     for q in sorted(exact, key=lambda q: (whole[q] - exact[q], q))[:left]:
         whole[q] += 1
-    queues = tuple(Queue.of(q or "default", whole[q]) for q in sorted(hours))
-    return Tenancy(queues, half_life=half_life)
+    parent_of = _groups(hours, parents)
+    queues = [Queue.of(q or "default", whole[q], parent=parent_of.get(q)) for q in sorted(hours)]
+    for group in sorted(set(parent_of.values())):
+        promised = sum(whole[q] for q, p in parent_of.items() if p == group)
+        queues.append(Queue.of(group, promised))
+    return Tenancy(tuple(queues), half_life=half_life)
+
+
+def _groups(hours: Mapping[str, float], parents: int) -> dict[str, str]:
+    """Each named queue's parent: the group with the fewest GPU-hours so far,
+    the queues taken largest first (the default queue stays out of trees)."""
+    if parents <= 0:
+        return {}
+    load = {f"group-{i + 1}": 0.0 for i in range(parents)}
+    out: dict[str, str] = {}
+    for q in sorted((q for q in hours if q), key=lambda q: (-hours[q], q)):
+        group = min(load, key=lambda g: (load[g], g))
+        out[q] = group
+        load[group] += hours[q]
+    return out
 
 
 def load_queue_file(path: Path) -> Tenancy:
@@ -114,15 +138,22 @@ def load_queue_file(path: Path) -> Tenancy:
 
 def _queue(name: str, spec: object) -> Queue:
     if not isinstance(spec, dict):
-        raise TypeError("write guaranteed = N, limit = N, weight = W under [queues.NAME]")
-    unknown = sorted(set(spec) - {"guaranteed", "limit", "weight"})
+        raise TypeError(
+            'write guaranteed = N, limit = N, weight = W, parent = "P" under [queues.NAME]'
+        )
+    unknown = sorted(set(spec) - {"guaranteed", "limit", "weight", "parent"})
     if unknown:
-        raise ValueError(f"unknown keys {', '.join(unknown)}; use guaranteed, limit, weight")
+        raise ValueError(
+            f"unknown keys {', '.join(unknown)}; use guaranteed, limit, weight, parent"
+        )
     g = spec.get("guaranteed", 0)
     guaranteed: Mapping[str, int] = (
         {str(k): v for k, v in g.items()} if isinstance(g, dict) else ({"": g} if g else {})
     )
-    return Queue(name, guaranteed, spec.get("limit"), float(spec.get("weight", 1.0)))
+    parent = spec.get("parent")
+    if parent is not None and not isinstance(parent, str):
+        raise TypeError(f'write parent = "NAME" (a queue\'s name), not {parent!r}')
+    return Queue(name, guaranteed, spec.get("limit"), float(spec.get("weight", 1.0)), parent)
 
 
 def alone_cluster(queue: Queue, shared: ClusterSpec) -> ClusterSpec | None:

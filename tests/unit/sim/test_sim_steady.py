@@ -104,3 +104,29 @@ def test_no_ticks_while_nobody_waits() -> None:
     assert [(r.id, r.first_start, r.end) for r in quiet.records] == [
         (r.id, r.first_start, r.end) for r in ticking.records
     ]
+
+
+def test_the_layer_over_an_untimed_policy_skips_ticks_while_nobody_waits() -> None:
+    """srtf has no tick; the layer ticks every `min_run` for its reclaims. With
+    nothing waiting (sparse arrivals, GPUs to spare) those ticks cannot start
+    anything: they are skipped until the next event, with the same replay."""
+    sparse = Workload(
+        "sparse",
+        tuple(
+            SimJob(id=i, submitted_at=i * 20_000.0, gpus=2, queue="ab"[i % 2], duration=5_000.0)
+            for i in range(20)
+        ),
+    )
+    tenancy = Tenancy((Queue.of("a", 4), Queue.of("b", 4)))
+
+    def run(policy: Policy) -> tuple[SimResult, int]:
+        sim = Simulator(sparse, parse_cluster("2x4"), policy, tenancy=tenancy)
+        return sim.run(), sim.passes
+
+    skipping, fewer = run(FairShare(create("srtf"), min_run=60.0))
+    every, all_ticks = run(Hidden(FairShare(create("srtf"), min_run=60.0)))
+    assert [(r.id, r.first_start, r.end) for r in skipping.records] == [
+        (r.id, r.first_start, r.end) for r in every.records
+    ]
+    assert all(r.end is not None for r in skipping.records)
+    assert fewer < all_ticks / 10, (fewer, all_ticks)

@@ -100,3 +100,53 @@ def test_a_workload_without_queues_needs_a_queue_file() -> None:
     )
     assert result.exit_code == 2
     assert "names no queues" in result.output
+
+
+def test_a_queue_file_may_nest_queues_and_a_tree_that_cannot_be_kept_is_one_line(
+    tmp_path: Path,
+) -> None:
+    # a and b share research's 4 GPUs: a's four 2-GPU jobs use b's part
+    # until b's jobs arrive, then b takes its 2 GPUs back at once.
+    tree = tmp_path / "tree.toml"
+    tree.write_text(
+        "[queues.research]\nguaranteed = 4\n\n"
+        '[queues.a]\nguaranteed = 2\nparent = "research"\n\n'
+        '[queues.b]\nguaranteed = 2\nparent = "research"\n'
+    )
+    _, data = simulate(
+        "-w", str(philly_csv(tmp_path)), "-c", "1x4", "--tenants", str(tree), "--min-run", "0"
+    )
+    by = {q["queue"]: q for q in data["fairness"]["fifo+queues"]["queues"]}
+    assert set(by) == {"a", "b"}  # research runs no jobs of its own
+    assert by["b"]["mean_jct"] < 200
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[queues.research]\nguaranteed = 1\n\n[queues.a]\nguaranteed = 2\nparent = "research"\n'
+    )
+    result = runner.invoke(
+        app, ["simulate", "-w", str(philly_csv(tmp_path)), "-c", "1x4", "--tenants", str(bad)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "guaranteed 2 GPUs together, more than its 1" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+def test_philly_queues_grouped_under_parents_keep_their_guarantees() -> None:
+    from schedulearn.sim.jobs import SimJob, Workload
+    from schedulearn.sim.tenants import proportional
+
+    jobs = tuple(
+        SimJob(id=i, submitted_at=float(i), gpus=1, queue=q, duration=d)
+        for i, (q, d) in enumerate([("x", 400.0), ("y", 300.0), ("z", 200.0), ("w", 100.0)])
+    )
+    tenancy = proportional(Workload("four", jobs), 10, parents=2)
+    by = tenancy.by_name
+    assert {q: by[q].guaranteed_gpus for q in "xyzw"} == {"x": 4, "y": 3, "z": 2, "w": 1}
+    # Largest first, each to the lighter group: x | y, then z joins y, w joins x.
+    assert {q: by[q].parent for q in "xyzw"} == {
+        "x": "group-1",
+        "y": "group-2",
+        "z": "group-2",
+        "w": "group-1",
+    }
+    assert by["group-1"].guaranteed_gpus == 5 and by["group-2"].guaranteed_gpus == 5

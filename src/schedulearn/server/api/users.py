@@ -1,4 +1,5 @@
-"""/api/v1/users: users as records (admin): add, list, change, disable.
+"""/api/v1/users: users as records (admin): add, list, change, disable; a user's
+web sign-in password (their own, or anyone's as admin).
 
 Routers parse, call one service function, render. A change clears this
 replica's token cache, so a disabled user's tokens stop working at once
@@ -11,10 +12,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from schedulearn.protocol import USER_NAME_PATTERN, UserCreate, UserList, UserPublic, UserUpdate
-from schedulearn.server.api.deps import Admin, State
+from schedulearn.protocol import (
+    USER_NAME_PATTERN,
+    PasswordSet,
+    PasswordSetReply,
+    UserCreate,
+    UserList,
+    UserPublic,
+    UserUpdate,
+)
+from schedulearn.server.api.deps import Admin, State, User
 from schedulearn.server.errors import ERROR_RESPONSES
-from schedulearn.server.services import users
+from schedulearn.server.services import passwords, users
 
 router = APIRouter(prefix="/api/v1/users", tags=["users"], responses=ERROR_RESPONSES)
 
@@ -42,3 +51,14 @@ async def update_user(name: UserName, body: UserUpdate, state: State, who: Admin
     )
     state.tokens.forget()
     return changed
+
+
+@router.put(
+    "/{name}/password",
+    response_model=PasswordSetReply,
+    summary="Set a web sign-in password: your own, or anyone's (admin)",
+)
+async def set_password(
+    name: UserName, body: PasswordSet, state: State, who: User
+) -> PasswordSetReply:
+    return await state.db.run(passwords.set_password, who, name, body.password, state.clock.now())

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schedulearn.protocol import JobSpec, Launcher
+from schedulearn.protocol import JobSpec, Launcher, parse_array
 
 # (name, label, hint) in the order the form shows them; `command` is required.
 FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -44,9 +44,29 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("workdir", "Working directory", "where the command runs; blank for the agent's default"),
     ("shm_size", "Shared memory", "containers only, e.g. 8g"),
     ("count", "Count", "submit a job array of this many copies"),
+    (
+        "array",
+        "Array",
+        "instead of Count: FIRST-LAST[%N], e.g. 0-9%2 (tasks 0 to 9, at most 2 at once)",
+    ),
     ("max_restarts", "Max restarts", "how often to requeue it when its node is lost"),
+    (
+        "time_limit",
+        "Time limit",
+        "e.g. 30m, 4h, 1-12:00:00; then it is stopped and ends timeout",
+    ),
+    (
+        "dependency",
+        "Dependency",
+        "start after other jobs end: afterok:12, afterany:12:13, afternotok:14",
+    ),
+    ("queue", "Queue", "the tenant queue (team); blank for your default queue"),
+    ("constraints", "Node labels", "labels the node must have, comma-separated, e.g. nvlink"),
 )
 FIELD_NAMES = tuple(f[0] for f in FIELDS)
+# Form fields that set JobSpec fields of other names (tests/unit/test_every_job_option.py
+# checks that every JobSpec field is set by some form field).
+SETS: dict[str, tuple[str, ...]] = {"array": ("count", "array_start", "array_limit")}
 LAUNCHERS = tuple(launcher.value for launcher in Launcher)
 
 
@@ -97,6 +117,20 @@ def _parse_env(text: str, secret: bool = False) -> tuple[dict[str, str], str | N
     return env, None
 
 
+def _read_array(text: str, data: dict[str, Any]) -> str | None:
+    """The Array field into count, array_start and array_limit, or what is wrong."""
+    if data.get("count", "1") != "1":  # the blank form's Count is 1
+        return "Give Array or Count, not both"
+    try:
+        first, size, limit = parse_array(text)
+    except ValueError as exc:
+        return str(exc)
+    data.update(count=size, array_start=first)
+    if limit is not None:
+        data["array_limit"] = limit
+    return None
+
+
 def _field_of_model_error(message: str) -> str:
     """Which field a whole-spec error (sizes that disagree) belongs beside."""
     if "min_gpus" in message or "max_gpus" in message:
@@ -118,6 +152,12 @@ def parse(form: Mapping[str, Any]) -> SubmitForm:
             if problem:
                 result.errors[key] = problem
             data[key] = env
+        elif key == "constraints":
+            data[key] = [label.strip() for label in raw.split(",") if label.strip()]
+        elif key == "array" and raw:
+            problem = _read_array(raw, data)
+            if problem:
+                result.errors[key] = problem
         elif raw:
             data[key] = raw
     # Secret values are never sent back, not even in the form they came from:
@@ -134,6 +174,8 @@ def parse(form: Mapping[str, Any]) -> SubmitForm:
         for err in exc.errors():
             loc = [str(x) for x in err.get("loc", ())]
             where = loc[0] if loc and loc[0] in FIELD_NAMES else None
+            if loc and loc[0] in ("array_start", "array_limit"):
+                where = "array"
             message = _FRIENDLY.get(str(err.get("type")), _clean(str(err.get("msg", "invalid"))))
             if where == "deadline":
                 message = "Give a date and time, e.g. 2030-06-01 18:00, or epoch seconds"
@@ -148,6 +190,12 @@ def refusal_field(message: str) -> str:
     text = message.lower()
     if text.startswith("priority "):
         return "priority"
+    if text.startswith("--dependency"):
+        return "dependency"
+    if "queue" in text:
+        return "queue"
+    if "label" in text:
+        return "constraints"
     if "container" in text or "image" in text:
         return "image"
     if "gpu types" in text or "gpu_type" in text:

@@ -1,7 +1,10 @@
 """Sign-in sessions and CSRF tokens of the web pages, kept on the server.
 
 Owns the `web_session` table and the `sl_session` cookie. A user signs in
-once with an API token; the server then stores a session row (the SHA-256
+once, with a user name and password (`services.passwords`, which makes a
+token for the session alone), a one-time link (`services.login_codes`,
+the token of the CLI that made it) or by pasting an API token; the server
+then stores a session row (the SHA-256
 of a random session id, the token's id, a CSRF token and an expiry) and
 the HttpOnly, SameSite cookie carries only the random id. Every page
 request looks the row up with its token and user (`auth.check`), so
@@ -21,7 +24,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 from sqlmodel import Session, col, select
 
 from schedulearn.server.auth import Caller, PriorityRange, Refusal, check
@@ -46,8 +49,11 @@ def _digest(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
 
-def start(session: Session, token_id: int, now: float) -> tuple[str, str]:
-    """A new session for a signed-in token: (the cookie's value, the CSRF token)."""
+def start(session: Session, token_id: int, now: float, own_token: bool = False) -> tuple[str, str]:
+    """A new session for a signed-in token: (the cookie's value, the CSRF token).
+
+    `own_token`: the token was made for this session (a password sign-in)
+    and is revoked when it signs out."""
     # Sessions that ended by time are swept here, so the table does not grow.
     session.execute(delete(WebSession).where(col(WebSession.expires_at) <= now))
     session_id = secrets.token_urlsafe(32)
@@ -59,6 +65,7 @@ def start(session: Session, token_id: int, now: float) -> tuple[str, str]:
             csrf=csrf,
             created_at=now,
             expires_at=now + SESSION_SECONDS,
+            own_token=own_token,
         )
     )
     session.commit()
@@ -83,9 +90,18 @@ def resolve(session: Session, session_id: str, now: float, default: PriorityRang
     return None if isinstance(caller, Refusal) else Signed(caller, web.csrf)
 
 
-def end(session: Session, session_id: str) -> None:
-    """Sign out: the session stops working at once."""
-    session.execute(delete(WebSession).where(col(WebSession.id_hash) == _digest(session_id)))
+def end(session: Session, session_id: str, now: float) -> None:
+    """Sign out: the session stops working at once (and the token it owns, if any)."""
+    row = session.get(WebSession, _digest(session_id))
+    if row is None:
+        return
+    if row.own_token:
+        session.execute(
+            update(Token)
+            .where(col(Token.id) == row.token_id, col(Token.revoked_at).is_(None))
+            .values(revoked_at=now)
+        )
+    session.delete(row)
     session.commit()
 
 
