@@ -188,6 +188,8 @@ def trace_part(args: argparse.Namespace) -> int:
         s = result.summary
         goal = QUEUES_GOAL if queues else PLAIN_GOAL
         verdict = f"<= {goal:.0f} s: {'met' if wall <= goal else 'NOT met'}"
+        if args.limit or args.cluster != "64x8":
+            verdict = "-"  # the goals are for the whole trace on 64x8
         print(
             f"{label:<18} {wall:>8.2f} {cpu:>8.2f} {len(workload) / wall:>8,.0f} "
             f"{result.passes:>9,} {s.mean_jct:>11,.0f} {s.p99_jct:>11,.0f} "
