@@ -103,8 +103,12 @@ class Tiresias:
         if not self.thresholds:
             return 0
         if job.placement is None:
-            if self._starving(job, now):
-                return 0
+            # `_starving`, inline: a pass asks this of every waiting job.
+            factor = self.starvation_factor
+            if factor > 0:
+                service = job.service_seconds
+                if service > 0 and now - job.waiting_since > factor * service:
+                    return 0
             return bisect_right(self.thresholds, job.attained_gpu_seconds)
         if self._promoted_run(job, now):
             return 0
