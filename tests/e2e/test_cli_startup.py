@@ -88,6 +88,43 @@ def test_quick_commands_import_no_pydantic_server_httpx_or_rich(
     assert not FORBIDDEN & modules, sorted(FORBIDDEN & modules)
 
 
+SIMULATE = [
+    "simulate", "--workload", "traces/pollux/workloads/workload-6.csv", "--cluster", "16x4",
+    "--policy", "tiresias:mode=artifact", "--round", "60", "--artifact-time",
+]  # fmt: skip
+# What a simulation does not use (issue 36 item 4); Rich prints its table.
+NOT_FOR_SIMULATE = (FORBIDDEN - {"rich"}) | {"multiprocessing", "tomllib"}
+
+
+def simulate_imports(*extra: str) -> tuple[set[str], str]:
+    """(top-level modules imported, stdout) of the issue-36 simulation, as a user runs it."""
+    script = shutil.which("schedulearn", path=str(Path(sys.executable).parent))
+    assert script
+    repo = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDULEARN_")}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", script, *SIMULATE, *extra],
+        capture_output=True, text=True, env=env | {"COLUMNS": "200"}, cwd=repo, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    modules = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "schedulearn" in modules
+    return modules, done.stdout
+
+
+def test_a_simulation_imports_no_pydantic_httpx_server_or_pool() -> None:
+    modules, table = simulate_imports()
+    assert not NOT_FOR_SIMULATE & modules, sorted(NOT_FOR_SIMULATE & modules)
+    assert "tiresias:mode=artifact" in table and "160" in table  # it ran: 160 jobs
+    # The check can fail: an option that needs them (a path given) loads pydantic.
+    modules, _ = simulate_imports("--json", "/dev/null")
+    assert "pydantic" in modules
+
+
 def test_the_check_sees_pydantic_where_a_command_loads_it(cluster: Cluster) -> None:
     # `jobs --json` prints the validated wire models: pydantic is imported.
     modules, _ = imported_by(cluster, "jobs", "--json")

@@ -10,7 +10,9 @@ Typer's adapter returns for a well-formed value and hands every other value
 (a malformed number, a string for a flag) to Typer's own adapter, built
 then, so errors read exactly as Typer writes them. Parameters of any other
 type (paths, enums, files, numbers with bounds, custom parsers) keep
-Typer's converter.
+Typer's converter, built only when a value comes: one left out reads as
+None (or an empty tuple), as Typer reads it, so an option such as
+`simulate --json PATH` costs nothing when it is not given.
 
 This relies on one internal of Typer: a parameter asks its
 `_runtime_param` (built by `get_runtime_param` when None) to `coerce`
@@ -78,21 +80,14 @@ def plain_kind(param: Parameter) -> tuple[type, bool] | None:
     return annotation, many
 
 
-class PlainValue:
-    """The converter of one plain parameter (what Typer's `_runtime_param` is)."""
-
-    def __init__(self, kind: type, many: bool) -> None:
-        self.kind = kind
-        self.many = many
+class TyperLater:
+    """The converter of a parameter of any other type (what Typer's
+    `_runtime_param` is): a value left out reads as Typer's `RuntimeParam.coerce`
+    reads it; any other value goes to Typer's own converter, built then."""
 
     def convert(self, value: Any) -> Any:
-        """The converted value, or _MISSING when Typer's adapter must decide."""
-        if not self.many:
-            return _plain(value, self.kind)
-        if not isinstance(value, list | tuple):
-            return _MISSING
-        items = [_plain(v, self.kind) for v in value]
-        return _MISSING if any(i is _MISSING for i in items) else items
+        """Nothing is converted here: Typer's adapter decides."""
+        return _MISSING
 
     def coerce(self, value: Any, param: Any, ctx: Context) -> Any:
         multi = param.multiple or param.nargs == -1
@@ -110,14 +105,34 @@ class PlainValue:
         return param._runtime_param.coerce(value, param=param, ctx=ctx)
 
 
+class PlainValue(TyperLater):
+    """The converter of one plain parameter."""
+
+    def __init__(self, kind: type, many: bool) -> None:
+        self.kind = kind
+        self.many = many
+
+    def convert(self, value: Any) -> Any:
+        """The converted value, or _MISSING when Typer's adapter must decide."""
+        if not self.many:
+            return _plain(value, self.kind)
+        if not isinstance(value, list | tuple):
+            return _MISSING
+        items = [_plain(v, self.kind) for v in value]
+        return _MISSING if any(i is _MISSING for i in items) else items
+
+
 def install(params: Iterable[Parameter]) -> None:
-    """Give each plain Typer parameter of `params` a pydantic-free converter."""
+    """Give each plain Typer parameter of `params` a pydantic-free converter,
+    and every other one a converter that builds Typer's when a value comes."""
     for param in params:
         if getattr(param, "_runtime_param", _MISSING) is not None:
             continue  # not a Typer parameter, another Typer, or already set
+        if getattr(param, "type_descriptor", None) is None:
+            continue  # not the Typer this module knows
         kind = plain_kind(param)
-        if kind is not None:
-            param._runtime_param = PlainValue(*kind)  # type: ignore[attr-defined]  # Typer's slot
+        later = TyperLater() if kind is None else PlainValue(*kind)
+        param._runtime_param = later  # type: ignore[attr-defined]  # Typer's slot
 
 
 def install_tree(command: Command, ctx: Context) -> None:

@@ -267,14 +267,14 @@ def simulate(
     from schedulearn.sim.engine import PolicyError
     from schedulearn.sim.jobs import SimInputError
     from schedulearn.sim.runner import cluster_for, run_all, run_parallel
-    from schedulearn.sim.tenant_runs import simulate_tenants
-    from schedulearn.sim.workloads.constraints import with_constraints
     from schedulearn.sim.workloads.spec import parse_workload
 
     out = _out()
     try:
         workloads = [w for text in workload for w in parse_workload(text, seed)]
         if constraint:
+            from schedulearn.sim.workloads.constraints import with_constraints
+
             workloads = [with_constraints(w, constraint, constrained, seed) for w in workloads]
         _check_combinations(len(workloads), tenants, min_run, half_life, round_seconds, processes)
         speed = _speed_options(
@@ -284,6 +284,9 @@ def simulate(
         big = max(len(w) for w in workloads) >= PROGRESS_FROM_JOBS
         fair: list[TenantRun] = []
         if tenants is not None:
+            # Queues (and the fair-share layer) load only when asked for.
+            from schedulearn.sim.tenant_runs import simulate_tenants
+
             fair = simulate_tenants(
                 workloads[0],
                 cluster_for(workloads[0], cluster),
@@ -438,7 +441,6 @@ def _run_done(result: SimResult, done: int, total: int) -> None:
 def _print_results(out: Console, results: list[SimResult], fair: list[TenantRun]) -> None:
     """The table, a warning per run that left jobs unfinished, and the per-queue reports."""
     from schedulearn.cli.fitting import print_fitted
-    from schedulearn.sim.tenants import render as render_fairness
 
     print_fitted(out, render_table(results), SIMULATE_DROP, err)
     stuck = [r for r in results if r.summary.unfinished]
@@ -448,6 +450,8 @@ def _print_results(out: Console, results: list[SimResult], fair: list[TenantRun]
             f"{r.workload} unfinished (it started nothing while they waited)",
             highlight=False,
         )
+    if fair:
+        from schedulearn.sim.tenants import render as render_fairness
     for run in fair:
         out.print(f"\n{run.shared.policy}: per queue (ratio: mean JCT shared / alone)")
         out.print(render_fairness(run.fairness), highlight=False)

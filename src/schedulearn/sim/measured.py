@@ -51,7 +51,7 @@ from __future__ import annotations
 import bisect
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from schedulearn.core.goodput import BatchLimits, StepSample, batch_configs
@@ -79,15 +79,25 @@ def _interp(
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
-def _series(rows: list[tuple[float, float, float]]) -> _Series:
-    # Average duplicate local batch sizes, then sort.
-    acc: dict[float, list[tuple[float, float]]] = {}
-    for bsz, step, sync in rows:
-        acc.setdefault(bsz, []).append((step, sync))
-    keys = sorted(acc)
-    steps = tuple(sum(s for s, _ in acc[k]) / len(acc[k]) for k in keys)
-    syncs = tuple(sum(s for _, s in acc[k]) / len(acc[k]) for k in keys)
-    return tuple(keys), steps, syncs
+def _series(rows: list[list[str]]) -> _Series:
+    """(local batch, step time, sync time) columns of table rows as one series:
+    duplicate local batch sizes averaged (in the rows' order), then sorted."""
+    steps: dict[float, list[float]] = {}
+    syncs: dict[float, list[float]] = {}
+    for row in rows:
+        bsz = float(row[0])
+        if bsz in steps:
+            steps[bsz].append(float(row[1]))
+            syncs[bsz].append(float(row[2]))
+        else:
+            steps[bsz] = [float(row[1])]
+            syncs[bsz] = [float(row[2])]
+    keys = sorted(steps)
+    return (
+        tuple(keys),
+        tuple(sum(steps[k]) / len(steps[k]) for k in keys),
+        tuple(sum(syncs[k]) / len(syncs[k]) for k in keys),
+    )
 
 
 def canonical(counts: tuple[int, ...]) -> tuple[int, ...]:
@@ -116,45 +126,45 @@ class AppTables:
                 f"no epoch count for application {self.name!r}; known: {', '.join(sorted(EPOCHS))}"
             )
         self.epochs = EPOCHS[self.name]
-        by_placement: dict[tuple[int, ...], list[tuple[float, float, float]]] = {}
-        by_shape: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
-        for row in read_table(directory / "placements.csv"):
-            counts = tuple(int(c) for c in row["placement"])
-            point = (float(row["local_bsz"]), float(row["step_time"]), float(row["sync_time"]))
-            by_placement.setdefault(canonical(counts), []).append(point)
-            by_shape.setdefault((len(counts), sum(counts)), []).append(point)
-        for row in read_table(directory / "scalability.csv"):
-            key = (int(row["num_nodes"]), int(row["num_replicas"]))
-            point = (float(row["local_bsz"]), float(row["step_time"]), float(row["sync_time"]))
-            by_shape.setdefault(key, []).append(point)
-        self.placements = {k: _series(v) for k, v in by_placement.items()}
+        # The speed tables' rows, grouped by placement and by shape (nodes,
+        # GPUs) in the files' order, as text: a series is made of a group's
+        # numbers when a run first looks it up (`_placement`, `_shape`), and a
+        # run looks up a few dozen of the hundreds measured.
+        self._placement_rows: dict[tuple[int, ...], list[list[str]]] = {}
+        self._shape_rows: dict[tuple[int, int], list[list[str]]] = {}
+        # A placement string's two groups, worked out once: the table repeats
+        # each placement for every local batch measured.
+        groups: dict[str, tuple[list[list[str]], list[list[str]]]] = {}
+        for row in read_columns(directory / "placements.csv", _PLACEMENT_COLUMNS):
+            both = groups.get(row[3])
+            if both is None:
+                counts = tuple(int(c) for c in row[3])
+                both = groups[row[3]] = (
+                    self._placement_rows.setdefault(canonical(counts), []),
+                    self._shape_rows.setdefault((len(counts), sum(counts)), []),
+                )
+            both[0].append(row)
+            both[1].append(row)
+        bszs = [float(row[0]) for rows in self._placement_rows.values() for row in rows]
+        for row in read_columns(directory / "scalability.csv", _SCALABILITY_COLUMNS):
+            self._shape_rows.setdefault((int(row[3]), int(row[4])), []).append(row)
+        self._placements: dict[tuple[int, ...], _Series] = {}
         # Per node count: the GPU counts measured and their series.
-        shapes = {k: _series(v) for k, v in by_shape.items()}
-        self.node_counts = tuple(sorted({n for n, _ in shapes}))
-        self.shapes: dict[int, tuple[tuple[int, ...], tuple[_Series, ...]]] = {}
-        for n in self.node_counts:
-            reps = tuple(sorted(r for m, r in shapes if m == n))
-            self.shapes[n] = (reps, tuple(shapes[n, r] for r in reps))
+        self.node_counts = tuple(sorted({n for n, _ in self._shape_rows}))
+        self._shapes: dict[int, tuple[tuple[int, ...], tuple[_Series, ...]]] = {}
         validation: list[_Validation] = []
         for path in directory.glob("validation-*.csv"):
-            rows = list(read_table(path))
-            validation.append(
-                _Validation(
-                    int(path.stem.split("-")[-1]),
-                    tuple(float(r["progress"]) for r in rows),
-                    tuple(float(r["grad_sqr"]) for r in rows),
-                    tuple(float(r["grad_var"]) for r in rows),
-                )
-            )
-        if not validation or not self.placements:
+            rows = read_columns(path, TABLE_COLUMNS["validation"])
+            progress, sqr, var = (tuple(map(float, c)) for c in zip(*rows, strict=True))
+            validation.append(_Validation(int(path.stem.split("-")[-1]), progress, sqr, var))
+        if not validation or not bszs:
             raise SimInputError(f"{str(directory)!r} lacks placements.csv or validation-*.csv")
         self.validation = tuple(sorted(validation, key=lambda v: v.batch))
         self.batches = tuple(v.batch for v in self.validation)
         self.init_batch = self.batches[0]
         self.max_batch = self.batches[-1]
-        all_bsz = [b for s in self.placements.values() for b in s[0]]
-        self.min_local = int(min(all_bsz))
-        self.max_local = MAX_LOCAL_BSZ.get(self.name, int(max(all_bsz)))
+        self.min_local = int(min(bszs))
+        self.max_local = MAX_LOCAL_BSZ.get(self.name, int(max(bszs)))
         # Progress at the end of each epoch: the smallest over the tables.
         self.epoch_ends = tuple(
             min(v.progress[e] for v in self.validation) for e in range(self.epochs)
@@ -164,10 +174,29 @@ class AppTables:
     def total_work(self) -> float:
         return self.epoch_ends[-1]
 
+    def _placement(self, key: tuple[int, ...]) -> _Series | None:
+        """The series measured on placement `key` (a canonical one), if any."""
+        series = self._placements.get(key)
+        if series is None:
+            rows = self._placement_rows.get(key)
+            if rows is None:
+                return None
+            series = self._placements[key] = _series(rows)
+        return series
+
+    def _shape(self, nodes: int) -> tuple[tuple[int, ...], tuple[_Series, ...]]:
+        """The GPU counts measured on `nodes` nodes, and their series."""
+        shape = self._shapes.get(nodes)
+        if shape is None:
+            reps = tuple(sorted(r for m, r in self._shape_rows if m == nodes))
+            series = tuple(_series(self._shape_rows[nodes, r]) for r in reps)
+            shape = self._shapes[nodes] = (reps, series)
+        return shape
+
     def throughput(self, counts: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
         """(step time, sync time) in seconds for `counts` GPUs per node at a local batch."""
         key = canonical(counts)
-        series = self.placements.get(key)
+        series = self._placement(key)
         if series is not None:
             xs, steps, syncs = series
             return _interp(xs, steps, local_bsz), _interp(xs, syncs, local_bsz)
@@ -183,7 +212,7 @@ class AppTables:
         return s_lo + (s_hi - s_lo) * w, y_lo + (y_hi - y_lo) * w
 
     def _at_nodes(self, nodes: int, gpus: int, local_bsz: float) -> tuple[float, float]:
-        reps, series = self.shapes[nodes]
+        reps, series = self._shape(nodes)
         steps = [_interp(s[0], s[1], local_bsz) for s in series]
         syncs = [_interp(s[0], s[2], local_bsz) for s in series]
         g = min(max(gpus, reps[0]), reps[-1])  # no extrapolation over GPU counts
@@ -283,6 +312,18 @@ class EpochCurve:
     # chose them (adaptive jobs); empty for a fixed batch.
     choices: tuple[tuple[int, int, int], ...] = ()
     whole_seconds: bool = False
+    # Where each epoch starts, and the seconds a whole epoch takes (`_to_end`
+    # from its start): a replay asks for the time to a job's end at every
+    # start and stop, over up to a hundred epochs, and all but the first
+    # are whole. The same floats `_to_end` gives, so sums come out the same.
+    _starts: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    _full: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        starts = (0.0, *self.ends[:-1]) if self.ends else ()
+        object.__setattr__(self, "_starts", starts)
+        full = tuple(self._to_end(start, e) for e, start in enumerate(starts))
+        object.__setattr__(self, "_full", full)
 
     def epoch(self, done: float) -> int:
         """The epoch under way after `done` units of work."""
@@ -294,13 +335,16 @@ class EpochCurve:
         return float(round(exact)) if self.whole_seconds else exact
 
     def seconds_to(self, done: float, target: float) -> float:
+        ends, starts, full = self.ends, self._starts, self._full
+        count, short_of = len(ends), target - 1e-12
         seconds = 0.0
-        e = bisect.bisect_right(self.ends, done)
+        e = bisect.bisect_right(ends, done)
         position = done
-        while e < len(self.ends) and position < target - 1e-12:
-            if target >= self.ends[e]:
-                seconds += self._to_end(position, e)
-                position = self.ends[e]
+        while e < count and position < short_of:
+            end = ends[e]
+            if target >= end:
+                seconds += full[e] if position == starts[e] else self._to_end(position, e)
+                position = end
             else:
                 seconds += (target - position) / self.rates[e]
                 position = target
@@ -308,10 +352,11 @@ class EpochCurve:
         return seconds
 
     def advance(self, done: float, seconds: float) -> float:
-        e = bisect.bisect_right(self.ends, done)
+        ends, starts, full = self.ends, self._starts, self._full
+        e = bisect.bisect_right(ends, done)
         position = done
-        while e < len(self.ends) and seconds > 0:
-            need = self._to_end(position, e)
+        while e < len(ends) and seconds > 0:
+            need = full[e] if position == starts[e] else self._to_end(position, e)
             if need > seconds:
                 # Short of the epoch's end: never past it, even when the
                 # whole-second end comes later than the exact one.
@@ -464,6 +509,9 @@ TABLE_COLUMNS = {
     "scalability": ("num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"),
     "validation": ("progress", "grad_sqr", "grad_var"),
 }
+# As AppTables reads them: a series' three columns first (`_series`).
+_PLACEMENT_COLUMNS = ("local_bsz", "step_time", "sync_time", "placement")
+_SCALABILITY_COLUMNS = ("local_bsz", "step_time", "sync_time", "num_nodes", "num_replicas")
 
 
 def read_table(path: Path) -> list[dict[str, str]]:
@@ -472,3 +520,33 @@ def read_table(path: Path) -> list[dict[str, str]]:
         raise SimInputError(f"measured table {str(path)!r} is missing")
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+def read_columns(path: Path, columns: tuple[str, ...]) -> list[list[str]]:
+    """The named columns of one measured table, row by row, in `columns`' order
+    (a plain reader: several times faster than a dict per row)."""
+    if not path.is_file():
+        raise SimInputError(f"measured table {str(path)!r} is missing")
+    with path.open(newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, [])
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise SimInputError(
+                f"measured table {str(path)!r} lacks the column(s) {', '.join(missing)}; "
+                f"it has {', '.join(header) or 'no header'}"
+            )
+        at = [header.index(c) for c in columns]
+        rows = list(reader)
+    if not rows:
+        raise SimInputError(f"measured table {str(path)!r} has a header but no rows")
+    width = len(header)
+    for line, row in enumerate(rows, start=2):
+        if len(row) != width:
+            raise SimInputError(
+                f"measured table {str(path)!r}, line {line}: {len(row)} fields where the "
+                f"header names {width}"
+            )
+    if at == list(range(width)):
+        return rows
+    return [[row[i] for i in at] for row in rows]

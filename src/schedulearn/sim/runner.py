@@ -8,7 +8,6 @@ for each run from the registry, and reports progress through a callback.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from pathlib import Path
 from schedulearn.core.registry import UnknownPolicyError, create
 from schedulearn.sim.cluster import ClusterSpec, parse_cluster
 from schedulearn.sim.engine import Simulator
-from schedulearn.sim.gavel import GavelSpeed
 from schedulearn.sim.jobs import SimInputError, Workload
 from schedulearn.sim.measured import MeasuredSpeed
 from schedulearn.sim.results import SimResult
@@ -79,6 +77,9 @@ class SpeedOptions:
             gpu_speed=TypeFactors() if gavel else TypeFactors.parse(self.gpu_speed),
         )
         if gavel or any(w.source == "gavel" for w in workloads):
+            # Gavel's tables and the estimator load only for Gavel workloads.
+            from schedulearn.sim.gavel import GavelSpeed
+
             return GavelSpeed(linear=linear)
         apps = self.apps or find_apps(workloads)
         if apps is None and not any(j.app for w in workloads for j in w.jobs):
@@ -216,6 +217,8 @@ def run_parallel(
         for index, task in enumerate(tasks):
             finished(index, _one(task))
     else:
+        import multiprocessing  # several workloads only: one process per run
+
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
             for index, result in pool.imap_unordered(_one_at, enumerate(tasks), chunksize=1):
                 finished(index, result)

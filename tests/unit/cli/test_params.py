@@ -55,6 +55,14 @@ def _app(group: type[TyperGroup] = LazyGroup) -> typer.Typer:
     ) -> None:
         print(repr((count, ratio, flag, tags, name)))
 
+    @app.command("paths")
+    def paths(
+        where: Annotated[Path | None, typer.Option()] = None,
+        many: Annotated[list[Path] | None, typer.Option("--many")] = None,
+        colour: Annotated[Colour | None, typer.Option()] = None,
+    ) -> None:
+        print(repr((where, many, colour)))
+
     return app
 
 
@@ -85,6 +93,23 @@ def test_command_lines_read_as_typer_alone_reads_them(args: list[str]) -> None:
     assert run(LazyGroup, "go", *args) == alone
     if "--help" not in args and alone[0] == 0:
         assert alone[1].startswith("(")  # the command ran and printed its values
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--where", "/tmp", "--many", "a", "--many", "b/c", "--colour", "blue"],
+        ["--colour", "green"],
+    ],
+)
+def test_options_left_out_read_as_typer_alone_reads_them(args: list[str]) -> None:
+    # Paths, lists of paths and enums left out read as None without Typer's
+    # converter; given, they go through it.
+    alone = run(TyperGroup, "paths", *args)
+    assert run(LazyGroup, "paths", *args) == alone
+    if not args:
+        assert alone == (0, "(None, None, None)\n")
 
 
 @pytest.mark.parametrize(
@@ -148,10 +173,10 @@ def test_only_plain_parameters_are_installed() -> None:
         "tags": "PlainValue",
         "nums": "PlainValue",
         "help": "PlainValue",
-        # Bounds, enums and paths keep Typer's converter (built when used).
-        "bounded": "NoneType",
-        "colour": "NoneType",
-        "where": "NoneType",
+        # Bounds, enums and paths keep Typer's converter, built when a value comes.
+        "bounded": "TyperLater",
+        "colour": "TyperLater",
+        "where": "TyperLater",
     }
 
 
@@ -173,8 +198,11 @@ print('pydantic' in sys.modules)
         (["plain", "--count", "3", "--tag", "a", "--flag", "--ratio", "1.5", "n"], False),
         (["plain"], False),
         (["go", "--help"], False),
-        # The check can fail: enums, bounded numbers and paths (here their
-        # defaults) still go through Typer's pydantic adapter.
+        # Paths and enums left out cost nothing (simulate's --json, --plot, --apps).
+        (["paths"], False),
+        # The check can fail: enums, bounded numbers and paths given (or an
+        # enum's default) still go through Typer's pydantic adapter.
+        (["paths", "--where", "/tmp"], True),
         (["go"], True),
     ],
 )

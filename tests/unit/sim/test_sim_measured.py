@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,49 @@ def test_a_job_naming_an_application_without_tables_is_a_clear_error() -> None:
     speed = MeasuredSpeed(None)
     with pytest.raises(SimInputError, match="--apps"):
         speed.work(SimJob(0, 0.0, 1, app="bert", batch_size=12))
+
+
+def _copy_app(apps: Path, tmp_path: Path, name: str = "bert") -> Path:
+    """A copy of one application's tables that a test may spoil."""
+    target = tmp_path / name
+    target.mkdir()
+    for table in (apps / name).glob("*.csv"):
+        (target / table.name).write_text(table.read_text())
+    return target
+
+
+def test_a_copy_of_the_tables_reads_as_the_tables(apps: Path, tmp_path: Path) -> None:
+    copy, real = AppTables(_copy_app(apps, tmp_path)), AppTables(apps / "bert")
+    assert copy.epoch_ends == real.epoch_ends
+    assert copy.throughput((2, 2), 8) == real.throughput((2, 2), 8)
+
+
+@pytest.mark.parametrize(
+    ("table", "spoil", "message"),
+    [
+        (
+            "placements.csv",
+            lambda text: text.replace("step_time", "step_seconds", 1),
+            r"placements.csv' lacks the column\(s\) step_time; it has placement, local_bsz",
+        ),
+        (
+            "scalability.csv",
+            lambda text: text + "4,8,16\n",
+            r"scalability.csv', line \d+: 3 fields where the header names 5",
+        ),
+        (
+            "validation-12.csv",
+            lambda text: text.splitlines()[0] + "\n",
+            r"validation-12.csv' has a header but no rows",
+        ),
+    ],
+)
+def test_a_spoilt_table_is_a_clear_error(
+    apps: Path, tmp_path: Path, table: str, spoil: Callable[[str], str], message: str
+) -> None:
+    from schedulearn.sim import SimInputError
+
+    app = _copy_app(apps, tmp_path)
+    (app / table).write_text(spoil((app / table).read_text()))
+    with pytest.raises(SimInputError, match=message):
+        AppTables(app)

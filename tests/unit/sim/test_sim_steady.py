@@ -84,6 +84,28 @@ def test_skipped_ticks_leave_the_replay_unchanged(queues: bool) -> None:
     assert fewer < all_ticks / 2, (fewer, all_ticks)
 
 
+def test_no_ticks_while_nobody_waits() -> None:
+    # Jobs that fit at once, one of them past tiresias's threshold (16
+    # GPU-hours) after 4 hours: with nobody waiting there is nothing to start
+    # or suspend, however long they run, so the replay passes only at
+    # arrivals and ends and at the first tick after each (asked then).
+    jobs = (
+        SimJob(id=0, submitted_at=0.0, gpus=3, duration=100_000.0),
+        SimJob(id=1, submitted_at=100.0, gpus=1, duration=30_000.0),
+    )
+    results = {}
+    for hide in (False, True):
+        policy: Policy = Hidden(create("tiresias")) if hide else create("tiresias")
+        sim = Simulator(Workload("nobody-waits", jobs), parse_cluster("1x4"), policy)
+        results[hide] = (sim.run(), sim.passes)
+    (quiet, passes), (ticking, every) = results[False], results[True]
+    assert passes <= 8, passes  # two arrivals, two ends, a tick after each
+    assert every > 1000  # asked at every 60 s tick: the same replay
+    assert [(r.id, r.first_start, r.end) for r in quiet.records] == [
+        (r.id, r.first_start, r.end) for r in ticking.records
+    ]
+
+
 def test_the_layer_over_an_untimed_policy_skips_ticks_while_nobody_waits() -> None:
     """srtf has no tick; the layer ticks every `min_run` for its reclaims. With
     nothing waiting (sparse arrivals, GPUs to spare) those ticks cannot start

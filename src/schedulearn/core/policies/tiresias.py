@@ -103,8 +103,12 @@ class Tiresias:
         if not self.thresholds:
             return 0
         if job.placement is None:
-            if self._starving(job, now):
-                return 0
+            # `_starving`, inline: a pass asks this of every waiting job.
+            factor = self.starvation_factor
+            if factor > 0:
+                service = job.service_seconds
+                if service > 0 and now - job.waiting_since > factor * service:
+                    return 0
             return bisect_right(self.thresholds, job.attained_gpu_seconds)
         if self._promoted_run(job, now):
             return 0
@@ -140,24 +144,35 @@ class Tiresias:
         """
         if self.mode == "artifact" or not self.thresholds:
             return view.now if self.mode == "artifact" else float("inf")
+        if not view.pending:
+            # Nobody waits: a pass starts and suspends nothing (`decide`), and
+            # time alone brings nobody. Most ticks of a replay are such.
+            return float("inf")
+        # A simulator asks this after every pass that decided nothing, over
+        # every waiting job: the loops below read each field once.
         now, first = view.now, float("inf")
+        thresholds = self.thresholds
         for job in view.running:
-            if job.started_at is None or job.placement is None or not job.placement.num_gpus:
+            started, placement = job.started_at, job.placement
+            if started is None or placement is None or not placement.num_gpus:
                 continue
-            gpus = job.placement.num_gpus
+            gpus = placement.num_gpus
             if self._promoted_run(job, now):
-                first = min(first, job.started_at + self.thresholds[0] / gpus)
+                first = min(first, started + thresholds[0] / gpus)
                 continue
-            attained = job.attained_at(now)
-            above = [t for t in self.thresholds if t > attained]
-            if above:
-                reach = job.started_at + (above[0] - job.attained_gpu_seconds) / gpus
+            # The first threshold above the attained service (they ascend).
+            above = bisect_right(thresholds, job.attained_at(now))
+            if above < len(thresholds):
+                reach = started + (thresholds[above] - job.attained_gpu_seconds) / gpus
                 first = min(first, reach)
         factor = self.starvation_factor
         if factor > 0:
             for job in view.pending:
-                if job.service_seconds > 0 and not self._starving(job, now):
-                    first = min(first, job.waiting_since + factor * job.service_seconds)
+                service = job.service_seconds
+                if service > 0:
+                    since = job.waiting_since
+                    if not now - since > factor * service:  # not starving yet (`_starving`)
+                        first = min(first, since + factor * service)
         return first
 
     # --- the pass ----------------------------------------------------------

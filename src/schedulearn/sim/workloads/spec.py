@@ -34,7 +34,6 @@ from pathlib import Path
 from schedulearn.sim.jobs import SimInputError, Workload
 from schedulearn.sim.workloads.adaptive import DEFAULT_CAP
 from schedulearn.sim.workloads.constraints import with_constraints
-from schedulearn.sim.workloads.gavel import gavel
 from schedulearn.sim.workloads.options import Options
 from schedulearn.sim.workloads.synthetic import bursts, poisson, uniform
 from schedulearn.sim.workloads.tetris import tetris
@@ -51,11 +50,20 @@ SAMPLES = {
     "tiresias": "tiresias-sample.csv",
 }
 DEFAULT_CLUSTERS = {"philly": "256x8", "pollux": "16x4", "tiresias": "32x4:cpus=40:mem=256"}
+
+
+def _gavel(opts: Options, seed: int) -> Workload:
+    # Gavel's profile table loads only for a Gavel workload.
+    from schedulearn.sim.workloads.gavel import gavel
+
+    return gavel(opts, seed)
+
+
 _GENERATORS: dict[str, Callable[[Options, int], Workload]] = {
     "poisson": poisson,
     "uniform": uniform,
     "tetris": tetris,
-    "gavel": gavel,
+    "gavel": _gavel,
 }
 KINDS = ("poisson", "uniform", "bursts", "tetris", "gavel", "philly", "pollux", "tiresias")
 
