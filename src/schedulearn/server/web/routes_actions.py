@@ -41,24 +41,29 @@ def _back(value: str) -> str:
 async def hold(
     request: Request, state: State, who: Signed, job_id: str, csrf: Csrf = ""
 ) -> Response:
-    check_csrf(request, who, csrf)
-    number = _job_id(job_id)
-    _, changes = await call(state, job_service.set_held, number, who.caller, True)
-    state.wakeups.notify(changes)
-    return redirect(
-        f"/ui/jobs/{number}", f"Job {number} is held: it keeps its place but does not start."
-    )
+    return await _set_held(request, state, who, job_id, csrf, held=True)
 
 
 @router.post("/jobs/{job_id}/release", response_model=None)
 async def release(
     request: Request, state: State, who: Signed, job_id: str, csrf: Csrf = ""
 ) -> Response:
+    return await _set_held(request, state, who, job_id, csrf, held=False)
+
+
+async def _set_held(
+    request: Request, state: State, who: Signed, job_id: str, csrf: str, held: bool
+) -> Response:
     check_csrf(request, who, csrf)
     number = _job_id(job_id)
-    _, changes = await call(state, job_service.set_held, number, who.caller, False)
+    _, changes = await call(state, job_service.set_held, number, who.caller, held)
     state.wakeups.notify(changes)
-    return redirect(f"/ui/jobs/{number}", f"Job {number} is released: it may start again.")
+    said = (
+        "is held: it keeps its place but does not start"
+        if held
+        else "is released: it may start again"
+    )
+    return redirect(f"/ui/jobs/{number}", f"Job {number} {said}.")
 
 
 @router.post("/jobs/{job_id}/priority", response_model=None)
