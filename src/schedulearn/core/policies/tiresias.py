@@ -45,6 +45,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import ClassVar
 
+from schedulearn.core.capabilities import is_plain
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool, stuck
 from schedulearn.core.policies.tiresias_artifact import Demotions, artifact_pass
@@ -214,25 +215,38 @@ class Tiresias:
             return []  # nothing fits and nobody may preempt anyone
         decisions: list[Decision] = []
         victims: Victims | None = None  # built when someone must preempt
+        # Per user, the fewest GPUs a GPU-only job could not make room for
+        # since the pool last changed: a later one (same user, so the same
+        # nodes; a queue no higher, so no more victims) needing as many fails
+        # too, since such a job fits exactly when enough GPUs are free on its
+        # nodes. On a backlogged cluster this skips most of the pass.
+        failed: dict[str, int] = {}
         for queue, _, _, job in ranked:
             placement = pool.pack(job) if job.gpus <= free else None
             if placement is not None:
                 pool.take(job, placement)
                 free -= placement.num_gpus
                 decisions.append(Start(job.id, placement))
+                failed.clear()
                 continue
             if queue == last:
                 if free == 0:
                     break  # the rest are in the last queue too
+                continue
+            gpus_only = not (job.cpus or job.memory_gb) and is_plain(job)
+            if gpus_only and job.gpus >= failed.get(job.user, job.gpus + 1):
                 continue
             if victims is None:
                 victims = self._victims(view, pool)
             # Only jobs of strictly lower priority queues may be suspended.
             room = victims.room_for(job, free, above=queue)
             if room is None:
+                if gpus_only:
+                    failed[job.user] = job.gpus
                 continue
             decisions.extend(room.decisions)
             free = room.free
+            failed.clear()
         return decisions
 
 
