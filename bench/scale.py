@@ -59,6 +59,7 @@ from schedulearn.protocol import JobState
 ADMIN = "scale-admin"
 AGENT = "scale-agent"
 PHILLY = Path(__file__).resolve().parents[1] / "../shared/traces/philly/philly-jobs.csv"
+SUCCEEDED = f"/api/v1/jobs?state={JobState.SUCCEEDED.value}&limit=1"
 FINAL = "/api/v1/jobs?" + "&".join(f"state={s.value}" for s in JobState if s.is_final) + "&limit=1"
 
 
@@ -128,10 +129,10 @@ async def probe(url: str, until: float) -> tuple[list[float], list[float]]:
     return submits, lists
 
 
-async def count_final(url: str) -> int:
+async def count_final(url: str, query: str = FINAL) -> int:
     conn = Connection(url, ADMIN)
     try:
-        return int((await conn.json("GET", FINAL))["total"])
+        return int((await conn.json("GET", query))["total"])
     finally:
         conn.close()
 
@@ -206,6 +207,7 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
                     raise TimeoutError("the jobs did not all end")
                 await asyncio.sleep(0.5)
         ended = await count_final(server.url)
+        succeeded = await count_final(server.url, SUCCEEDED)
         down = (await scrape(server.url)).get('schedulearn_nodes{health="down"}', 0)
         stop_flag.set()
         samples = []
@@ -215,7 +217,7 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
         return Figures.of(
             backend, hosts, args, (w0, w1), elapsed, cpu, pg_share, submits, lists,
             (before, after), (size0, size1), final1 - final0, samples, down, load,
-            ended, len(bodies) + len(submits),
+            (ended, succeeded, len(bodies) + len(submits)),
         )  # fmt: skip
     finally:
         stop_flag.set()

@@ -129,6 +129,7 @@ class Figures:
     agent_loop_lag_p99_ms: float
     agent_errors: list[str]
     jobs_ended: int
+    jobs_succeeded: int
     jobs_total: int
     pending_at_end: int  # jobs still queued when the window closed (0: GPUs idled for want of work)
     load: tuple[float, float, float]
@@ -151,9 +152,9 @@ class Figures:
         samples: list[dict[str, Any]],
         down: float,
         load: tuple[float, float, float],
-        ended: int,
-        total: int,
+        jobs: tuple[int, int, int],
     ) -> Figures:
+        ended, succeeded, total = jobs
         beats = [s for w in samples for s in _within(w["heartbeat"], window)]
         free = [s for w in samples for s in _within(w["free_to_start"], window)]
         lag = [s for w in samples for s in _within(w["loop_lag"], window)]
@@ -191,6 +192,7 @@ class Figures:
             agent_loop_lag_p99_ms=pct(lag, 0.99) * 1000,
             agent_errors=[e for w in samples for e in w["errors"]][:20],
             jobs_ended=ended,
+            jobs_succeeded=succeeded,
             jobs_total=total,
             pending_at_end=int(after.get('schedulearn_jobs{state="pending"}', 0)),
             load=load,
@@ -219,7 +221,7 @@ class Figures:
             f"+{self.db_growth_bytes / 1e6:.2f} MB (now {self.db_bytes / 1e6:.1f} MB)",
             f"nodes marked down {self.nodes_down}, registered again {self.reregistered}, "
             f"stop orders {self.stopped or 'none'}; jobs ended {self.jobs_ended} of "
-            f"{self.jobs_total}",
+            f"{self.jobs_total} ({self.jobs_succeeded} succeeded)",
         ]
         if self.agent_errors:
             lines.append(f"agent errors (first {len(self.agent_errors)}): {self.agent_errors}")
