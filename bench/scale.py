@@ -142,6 +142,9 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
     pg = LocalPostgres() if backend == "postgresql" else None
     url = pg.new_database("scale") if pg else f"sqlite:///{root / 'scale.db'}"
     server = ServerProcess(url, root / "server.log", ADMIN, AGENT, env=args.server_env)
+    if args.profile:
+        wrapper = str(Path(__file__).with_name("profiled_server.py"))
+        server.args[1:3] = [wrapper, str(root / f"server-{backend}-{hosts}.prof")]
     stop_flag = multiprocessing.get_context("spawn").Event()
     procs: list[Any] = []
     try:
@@ -156,13 +159,6 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
             {"command": ["sleep", f"{s:.3f}"], "gpus": g, "name": "philly"}
             for (g, _), s in zip(jobs, seconds, strict=True)
         ]
-        t = time.perf_counter()
-        await submit_all(server.url, bodies)
-        print(
-            f"queued {len(bodies)} jobs in {time.perf_counter() - t:.1f}s; Philly durations "
-            f"x {factor:.2e} (the queue is {args.drain:g}s of the cluster's GPU-time), "
-            f"scaled mean {sum(seconds) / len(seconds):.2f}s, max {max(seconds):.1f}s"
-        )
         names = [f"scale-{i:04d}" for i in range(hosts)]
         tokens = await enrol_all(server.url, names)
         ctx = multiprocessing.get_context("spawn")
@@ -183,10 +179,27 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
                 raise TimeoutError(f"not all {hosts} nodes registered in 300 s")
             await asyncio.sleep(1.0)
         print(f"{hosts} nodes enrolled and registered in {time.perf_counter() - t:.1f}s")
-        await asyncio.sleep(args.warmup)
-
         assert server.popen is not None
         meter = CpuMeter({"server": server.popen.pid})
+
+        # The idle cluster: heartbeats and long polls alone, nothing queued.
+        await asyncio.sleep(3.0)
+        meter.start()
+        idle0 = time.time()
+        await asyncio.sleep(args.idle)
+        idle = (idle0, time.time())
+        idle_cpu = meter.spent()["server"] / (idle[1] - idle[0])
+        print(f"idle cluster: the server used {idle_cpu:.2f} of a core")
+
+        t = time.perf_counter()
+        await submit_all(server.url, bodies)
+        print(
+            f"queued {len(bodies)} jobs in {time.perf_counter() - t:.1f}s; Philly durations "
+            f"x {factor:.2e} (the queue is {args.drain:g}s of the cluster's GPU-time), "
+            f"scaled mean {sum(seconds) / len(seconds):.2f}s, max {max(seconds):.1f}s"
+        )
+        await asyncio.sleep(args.warmup)
+
         pg_cpu0 = postgres_cpu(pg) if pg else 0.0
         before, size0 = await scrape(server.url), db_size(url)
         final0 = await count_final(server.url)
@@ -217,7 +230,7 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
         return Figures.of(
             backend, hosts, args, (w0, w1), elapsed, cpu, pg_share, submits, lists,
             (before, after), (size0, size1), final1 - final0, samples, down, load,
-            (ended, succeeded, len(bodies) + len(submits)),
+            (ended, succeeded, len(bodies) + len(submits)), (idle, idle_cpu),
         )  # fmt: skip
     finally:
         stop_flag.set()
@@ -241,12 +254,14 @@ async def main() -> None:
     p.add_argument("--database", default="postgresql,sqlite", help="postgresql and/or sqlite")
     p.add_argument("--procs", type=int, default=4, help="agent worker processes")
     p.add_argument("--drain", type=float, default=150.0, help="queue GPU-time in cluster-seconds")
+    p.add_argument("--idle", type=float, default=10.0, help="seconds measured before the queue")
     p.add_argument("--warmup", type=float, default=10.0)
     p.add_argument("--window", type=float, default=60.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--until-done", action="store_true", help="wait for every job to end")
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    p.add_argument("--profile", action="store_true", help="the server under yappi (with --keep)")
     args = p.parse_args()
     args.server_env = {"SCHEDULEARN_DEFAULT_POLICY": "fifo"}
     results = []

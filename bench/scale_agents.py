@@ -34,6 +34,7 @@ from pathlib import Path
 
 from schedulearn.agent.client import AgentClient, Rejected, ServerUnavailable
 from schedulearn.agent.outbox import EventOutbox
+from schedulearn.agent.retry import Retry
 from schedulearn.protocol import (
     Assignment,
     CapabilitiesReport,
@@ -97,7 +98,8 @@ class FakeNode:
         self.reporting: set[asyncio.Task[None]] = set()  # exits of stopped runs on the way
 
     async def enrol(self) -> None:
-        joined = await self.client.join(self.join_token)
+        # Retried while the server is busy or unreachable, as the agent's enrolment does.
+        joined = await Retry(f"{self.name} join").run(lambda: self.client.join(self.join_token))
         self.client.set_token(joined.credential)
         self.beat_client.set_token(joined.credential)
         await self.register()
@@ -121,7 +123,8 @@ class FakeNode:
         return [RunningJobReport(job_id=a.job_id, attempt=a.attempt) for a, _ in self.runs.values()]
 
     async def register(self) -> None:
-        reply = await self.client.register(self.registration())
+        retry = Retry(f"{self.name} register")
+        reply = await retry.run(lambda: self.client.register(self.registration()))
         self.heartbeat_seconds = max(0.2, reply.heartbeat_seconds)
         self.registered.set()
 
