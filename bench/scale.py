@@ -42,6 +42,7 @@ import json
 import multiprocessing
 import os
 import random
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -50,7 +51,7 @@ from typing import Any
 import scale_agents
 from machine import CpuMeter, describe, speed_line
 from rawhttp import Connection, HttpError
-from scale_figures import Figures, db_size, postgres_cpu, scrape
+from scale_figures import Figures, db_size, pct, postgres_cpu, scrape
 
 from schedulearn.cli.localcluster import ServerProcess, ctrl_c_held
 from schedulearn.cli.localpostgres import LocalPostgres
@@ -78,7 +79,8 @@ def scaled(jobs: list[tuple[int, float]], gpus: int, drain: float) -> tuple[list
     return [min(max(d * factor, 0.2), drain / 3) for _, d in jobs], factor
 
 
-async def submit_all(url: str, bodies: list[dict[str, Any]], clients: int = 8) -> None:
+async def submit_all(url: str, bodies: list[dict[str, Any]], clients: int = 64) -> None:
+    # Many at once: the server records concurrent submissions in one transaction.
     conns = [Connection(url, ADMIN) for _ in range(clients)]
     queue = list(reversed(bodies))
 
@@ -137,7 +139,7 @@ async def count_final(url: str, query: str = FINAL) -> int:
         conn.close()
 
 
-async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures:
+async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures | dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="sl-scale-"))
     pg = LocalPostgres() if backend == "postgresql" else None
     url = pg.new_database("scale") if pg else f"sqlite:///{root / 'scale.db'}"
@@ -190,6 +192,9 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
         idle = (idle0, time.time())
         idle_cpu = meter.spent()["server"] / (idle[1] - idle[0])
         print(f"idle cluster: the server used {idle_cpu:.2f} of a core")
+        if args.idle_only:
+            stop_flag.set()
+            return await idle_figures(backend, hosts, idle, idle_cpu, procs, server.url)
 
         t = time.perf_counter()
         await submit_all(server.url, bodies)
@@ -246,6 +251,35 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
             print(f"logs in {root}")
 
 
+async def idle_figures(
+    backend: str,
+    hosts: int,
+    idle: tuple[float, float],
+    cpu: float,
+    procs: list[Any],
+    url: str,
+) -> dict[str, Any]:
+    """`--idle-only`: the idle cluster's figures (heartbeats and polls alone)."""
+    down = (await scrape(url)).get('schedulearn_nodes{health="down"}', 0)
+    beats: list[float] = []
+    for p, result in procs:
+        p.join(timeout=60)
+        beats += [
+            s
+            for t, s in json.loads(Path(result).read_text())["heartbeat"]
+            if idle[0] <= t <= idle[1]
+        ]
+    return {
+        "database": backend,
+        "hosts": hosts,
+        "idle_cpu_share": cpu,
+        "cpu_ms_per_node_second": cpu / hosts * 1000,
+        "idle_heartbeat_p99_ms": pct(beats, 0.99) * 1000,
+        "nodes_down": int(down),
+        "load": os.getloadavg(),
+    }
+
+
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--hosts", default="100,300,1000", help="comma-separated N")
@@ -255,6 +289,7 @@ async def main() -> None:
     p.add_argument("--procs", type=int, default=4, help="agent worker processes")
     p.add_argument("--drain", type=float, default=150.0, help="queue GPU-time in cluster-seconds")
     p.add_argument("--idle", type=float, default=10.0, help="seconds measured before the queue")
+    p.add_argument("--idle-only", action="store_true", help="measure the idle cluster alone")
     p.add_argument("--warmup", type=float, default=10.0)
     p.add_argument("--window", type=float, default=60.0)
     p.add_argument("--seed", type=int, default=1)
@@ -267,14 +302,28 @@ async def main() -> None:
     results = []
     for backend in args.database.split(","):
         for hosts in (int(h) for h in args.hosts.split(",")):
-            figures = await one_run(backend, hosts, args)
+            try:
+                figures = await one_run(backend, hosts, args)
+            except (TimeoutError, HttpError, OSError) as exc:
+                # One N that collapses says so; the curve goes on.
+                print(f"  {backend}, {hosts} hosts: no figures: {exc!r}")
+                continue
+            if isinstance(figures, dict):
+                print(f"  {figures}")
+                results.append(figures)
+                continue
             print(figures.render())
             results.append(figures.as_dict())
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
-    if len(results) > 1:
+    if len(results) > 1 and not args.idle_only:
         print(Figures.curve(results))
 
 
+def _interrupted(*_: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM cleans up as Ctrl-C does: servers and agents stopped
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupted)
     asyncio.run(main())

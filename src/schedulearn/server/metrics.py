@@ -13,7 +13,6 @@ from sqlmodel import Session, col
 from schedulearn.protocol import JobState
 from schedulearn.server.models import Allocation, Gpu, Job, Node
 
-
 PASS_BUCKETS = (
     0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
     0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2.5, 5, 10,
