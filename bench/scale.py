@@ -4,9 +4,10 @@ For each database (PostgreSQL, then SQLite) and each N in `--hosts`:
 
 1. a real `schedulearn server` process starts (a throwaway PostgreSQL of
    its own, `cli.localpostgres`, or an SQLite file), policy fifo;
-2. `--jobs` jobs of 1-8 GPUs are queued, their sizes and durations drawn
-   from the Philly trace (seeded) and scaled so that their GPU-time is
-   `--drain` seconds of the whole cluster (each job `sleep SECONDS`);
+2. `--jobs` jobs of 1-8 GPUs are queued (before any node joins: the API
+   alone), their sizes and durations drawn from the Philly trace (seeded)
+   and scaled so that their GPU-time is `--drain` seconds of the whole
+   cluster (each job `sleep SECONDS`);
 3. N nodes are enrolled (each its own join token) and served by
    `--procs` worker processes of lightweight agents (bench/scale_agents.py:
    the agent's own client and protocol models, each node its own
@@ -15,6 +16,10 @@ For each database (PostgreSQL, then SQLite) and each N in `--hosts`:
    `--window` seconds is measured while a probe client submits one job
    every 0.25 s and lists jobs (`GET /api/v1/jobs`, what `schedulearn
    jobs` asks) every 0.5 s.
+
+`--idle-only` queues nothing and measures instead the idle cluster's cost
+(`--idle` seconds of heartbeats and long polls alone): the server's CPU
+per node-second and the heartbeat round trip.
 
 Printed per N: the server's CPU share (and PostgreSQL's), submission and
 listing p50/p99, heartbeat round trip p50/p99, scheduling pass p50/p99
@@ -161,6 +166,15 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
             {"command": ["sleep", f"{s:.3f}"], "gpus": g, "name": "philly"}
             for (g, _), s in zip(jobs, seconds, strict=True)
         ]
+        if not args.idle_only:
+            # Before the nodes join: the API alone, so the queue is whole when they do.
+            t = time.perf_counter()
+            await submit_all(server.url, bodies)
+            print(
+                f"queued {len(bodies)} jobs in {time.perf_counter() - t:.1f}s; Philly durations "
+                f"x {factor:.2e} (the queue is {args.drain:g}s of the cluster's GPU-time), "
+                f"scaled mean {sum(seconds) / len(seconds):.2f}s, max {max(seconds):.1f}s"
+            )
         names = [f"scale-{i:04d}" for i in range(hosts)]
         tokens = await enrol_all(server.url, names)
         ctx = multiprocessing.get_context("spawn")
@@ -184,25 +198,18 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
         assert server.popen is not None
         meter = CpuMeter({"server": server.popen.pid})
 
-        # The idle cluster: heartbeats and long polls alone, nothing queued.
-        await asyncio.sleep(3.0)
-        meter.start()
-        idle0 = time.time()
-        await asyncio.sleep(args.idle)
-        idle = (idle0, time.time())
-        idle_cpu = meter.spent()["server"] / (idle[1] - idle[0])
-        print(f"idle cluster: the server used {idle_cpu:.2f} of a core")
         if args.idle_only:
+            # The idle cluster: heartbeats and long polls alone, nothing queued.
+            await asyncio.sleep(3.0)
+            meter.start()
+            idle0 = time.time()
+            await asyncio.sleep(args.idle)
+            idle = (idle0, time.time())
+            idle_cpu = meter.spent()["server"] / (idle[1] - idle[0])
+            print(f"idle cluster: the server used {idle_cpu:.2f} of a core")
             stop_flag.set()
             return await idle_figures(backend, hosts, idle, idle_cpu, procs, server.url)
 
-        t = time.perf_counter()
-        await submit_all(server.url, bodies)
-        print(
-            f"queued {len(bodies)} jobs in {time.perf_counter() - t:.1f}s; Philly durations "
-            f"x {factor:.2e} (the queue is {args.drain:g}s of the cluster's GPU-time), "
-            f"scaled mean {sum(seconds) / len(seconds):.2f}s, max {max(seconds):.1f}s"
-        )
         await asyncio.sleep(args.warmup)
 
         pg_cpu0 = postgres_cpu(pg) if pg else 0.0
@@ -235,7 +242,7 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
         return Figures.of(
             backend, hosts, args, (w0, w1), elapsed, cpu, pg_share, submits, lists,
             (before, after), (size0, size1), final1 - final0, samples, down, load,
-            (ended, succeeded, len(bodies) + len(submits)), (idle, idle_cpu),
+            (ended, succeeded, len(bodies) + len(submits)),
         )  # fmt: skip
     finally:
         stop_flag.set()

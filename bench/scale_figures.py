@@ -106,8 +106,6 @@ class Figures:
     gpus: int
     window_s: float
     server_cpu_share: float  # of one core
-    idle_cpu_share: float  # of one core, nothing queued: heartbeats and polls alone
-    idle_heartbeat_p99_ms: float
     postgres_cpu_share: float | None
     submit_p50_ms: float
     submit_p99_ms: float
@@ -155,11 +153,8 @@ class Figures:
         down: float,
         load: tuple[float, float, float],
         jobs: tuple[int, int, int],
-        idle_phase: tuple[tuple[float, float], float],
     ) -> Figures:
         ended, succeeded, total = jobs
-        idle, idle_cpu = idle_phase
-        idle_beats = [s for w in samples for s in _within(w["heartbeat"], idle)]
         beats = [s for w in samples for s in _within(w["heartbeat"], window)]
         free = [s for w in samples for s in _within(w["free_to_start"], window)]
         lag = [s for w in samples for s in _within(w["loop_lag"], window)]
@@ -174,8 +169,6 @@ class Figures:
             gpus=args.gpus,
             window_s=elapsed,
             server_cpu_share=cpu / elapsed,
-            idle_cpu_share=idle_cpu,
-            idle_heartbeat_p99_ms=pct(idle_beats, 0.99) * 1000,
             postgres_cpu_share=pg_share,
             submit_p50_ms=pct(submits, 0.5) * 1000,
             submit_p99_ms=pct(submits, 0.99) * 1000,
@@ -213,9 +206,7 @@ class Figures:
         pg = "" if pg_share is None else f", PostgreSQL {pg_share:.2f}"
         lines = [
             f"window {self.window_s:.0f}s, load average {', '.join(f'{x:.2f}' for x in self.load)}",
-            f"server CPU share {self.server_cpu_share:.2f} of a core{pg}; idle cluster "
-            f"{self.idle_cpu_share:.2f} ({self.idle_cpu_share / self.hosts * 1000:.2f} ms of "
-            f"CPU per node-second; heartbeat p99 {self.idle_heartbeat_p99_ms:.1f} ms idle)",
+            f"server CPU share {self.server_cpu_share:.2f} of a core{pg}",
             f"submission p50 {self.submit_p50_ms:.1f} ms, p99 {self.submit_p99_ms:.1f} ms; "
             f"listing p50 {self.list_p50_ms:.1f} ms, p99 {self.list_p99_ms:.1f} ms",
             f"heartbeat round trip p50 {self.heartbeat_p50_ms:.1f} ms, p99 "
@@ -240,15 +231,14 @@ class Figures:
     def curve(results: list[dict[str, Any]]) -> str:
         """One row per run: the figures the goals name."""
         head = (
-            "db          N  idle  cpu   sub p99  list p99  hb p99  pass p50/p99  free->start p99  "
+            "db          N  cpu   sub p99  list p99  hb p99  pass p50/p99  free->start p99  "
             "MB/min  down"
         )
         rows = [head]
         for r in results:
             mb_min = r["db_growth_bytes"] / 1e6 / r["window_s"] * 60
             rows.append(
-                f"{r['database']:<10} {r['hosts']:>4}  {r['idle_cpu_share']:.2f}  "
-                f"{r['server_cpu_share']:.2f}  "
+                f"{r['database']:<10} {r['hosts']:>4}  {r['server_cpu_share']:.2f}  "
                 f"{r['submit_p99_ms']:7.1f}  {r['list_p99_ms']:8.1f}  "
                 f"{r['heartbeat_p99_ms']:6.1f}  "
                 f"{r['pass_p50_ms']:5.1f}/{r['pass_p99_ms']:<6.1f}  "
