@@ -1,5 +1,6 @@
-"""An agent's `POST /api/v1/agent/events`, `GET /api/v1/agent/work` and
-`POST /api/v1/agent/jobs/{job_id}/logs` have two ways through the server:
+"""An agent's `POST /api/v1/agent/events`, `GET /api/v1/agent/work`,
+`POST /api/v1/agent/jobs/{job_id}/logs` and `POST /api/v1/agent/heartbeat`
+have two ways through the server:
 `FastAgent` for a credential the cache knows, the FastAPI routes for the
 rest. These tests pin which requests each takes and that an agent cannot
 tell them apart: every kind of request gets the same reply both ways."""
@@ -21,6 +22,7 @@ NODE = "n1"
 EVENTS = "/api/v1/agent/events"
 WORK = "/api/v1/agent/work"
 LOGS = "/api/v1/agent/jobs/{}/logs"
+HEARTBEAT = "/api/v1/agent/heartbeat"
 SPEC = {"command": ["true"], "gpus": 1}
 
 
@@ -56,6 +58,12 @@ def _started(job: int, **changes: Any) -> bytes:
     return _batch(_event(job, **changes))
 
 
+def _beat(*running: int, name: str = NODE, **changes: Any) -> bytes:
+    jobs = [{"job_id": job, "attempt": 1} for job in running]
+    gpus = [{"index": i, "utilization_pct": 50.0} for i in range(4)]
+    return json.dumps({"name": name, "gpus": gpus, "running": jobs, **changes}).encode()
+
+
 def _lines(*texts: str, attempt: int = 1) -> bytes:
     lines = [{"seq": i, "text": t, "at": 1.0} for i, t in enumerate(texts, 1)]
     return json.dumps({"attempt": attempt, "node": NODE, "lines": lines}).encode()
@@ -88,7 +96,10 @@ def test_a_known_agent_is_served_by_the_fast_path_and_every_other_goes_to_the_ro
     assert status == 200 and json.loads(body)["acks"][0]["ok"] is True
     status, body = api.call_asgi(fast, "POST", LOGS.format(job), as_json, _lines("hello"))
     assert status == 200 and json.loads(body)["ok"] is True
+    status, body = api.call_asgi(fast, "POST", HEARTBEAT, as_json, _beat(job))
+    assert status == 200 and json.loads(body)["reregister"] is False
     assert routed == []  # answered without the routes, and recorded
+    assert api.state.samples[NODE][0].utilization_pct == 50.0
     assert api.get(f"/api/v1/jobs/{job}").json()["state"] == "running"
     logged = api.get(f"/api/v1/jobs/{job}/logs").json()["lines"]
     assert [line["text"] for line in logged] == ["hello"]
@@ -123,6 +134,10 @@ def test_a_known_agent_is_served_by_the_fast_path_and_every_other_goes_to_the_ro
         ("POST", LOGS.format(2**62 + 1), as_json, _lines("x")),
         ("POST", LOGS.format("+5"), as_json, _lines("x")),
         ("POST", LOGS.format(job) + "x", as_json, _lines("x")),
+        ("POST", HEARTBEAT, headers, _beat(job)),  # no content type
+        ("POST", HEARTBEAT, as_json, b"{nope"),
+        ("POST", HEARTBEAT, as_json, _beat(job, bogus=1)),
+        ("POST", HEARTBEAT, {}, _beat(job)),
     ]
     for method, path, case_headers, body in cases:
         assert api.call_asgi(fast, method, path, case_headers, body)[0] == 299, (method, path)
@@ -199,6 +214,10 @@ CASES: dict[str, Any] = {
     "a backslash before u0000": lambda h, job: ("POST", LOGS.format(job), h, _lines("\\u0000")),
     "no log lines": lambda h, job: ("POST", LOGS.format(job), h, _lines()),
     "a log job id that is not one": lambda h, job: ("POST", LOGS.format(0), h, _lines("x")),
+    "a heartbeat": lambda h, job: ("POST", HEARTBEAT, h, _beat(job)),
+    "a heartbeat with an orphan": lambda h, job: ("POST", HEARTBEAT, h, _beat(job, job + 1000)),
+    "a heartbeat for another node": lambda h, job: ("POST", HEARTBEAT, h, _beat(name="n2")),
+    "a heartbeat of an unknown field": lambda h, job: ("POST", HEARTBEAT, h, _beat(bogus=1)),
 }
 
 

@@ -41,6 +41,7 @@ from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.state import AppState
 from schedulearn.server.wakeups import Wakeups
+from schedulearn.server.workwatch import WorkWatch
 from schedulearn.settings import ServerSettings
 
 log = logging.getLogger("schedulearn.server")
@@ -126,6 +127,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
             yield
         finally:
             await sl.scheduler.stop()
+            await sl.work_watch.stop()
             database.close()
 
     app = FastAPI(
@@ -157,6 +159,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
             min_resize_age=settings.min_resize_age_seconds,
             queue_min_run=settings.queue_min_run_seconds,
         ),
+        work_watch=WorkWatch(database, wakeups, clock),
         timing=AgentTiming(
             heartbeat_seconds=settings.heartbeat_seconds,
             node_timeout_seconds=settings.node_timeout_seconds,

@@ -28,6 +28,7 @@ from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.throttle import SignInThrottle
 from schedulearn.server.wakeups import Wakeups
+from schedulearn.server.workwatch import WorkWatch
 from schedulearn.settings import ServerSettings
 
 
@@ -44,6 +45,7 @@ class AppState:
     timing: AgentTiming
     shape: ShapeCache
     predictions: Predictor
+    work_watch: WorkWatch
     samples: dict[str, list[GpuSample]] = field(default_factory=dict)
     orphan_stops: dict[str, list[StopOrder]] = field(default_factory=lambda: defaultdict(list))
     credentials: CredentialCache = field(default_factory=CredentialCache)

@@ -69,7 +69,13 @@ async def register(body: NodeRegistration, state: State, who: Agent) -> Registra
 
 
 @router.post("/heartbeat", response_model=HeartbeatReply)
-async def heartbeat(body: Heartbeat, state: State, who: Agent) -> HeartbeatReply:
+async def heartbeat(body: Heartbeat, state: State, who: Agent) -> Response:
+    return await record_heartbeat(state, who, body)
+
+
+async def record_heartbeat(state: AppState, who: AgentIdentity, body: Heartbeat) -> Response:
+    """A heartbeat recorded, and the reply (the route and `fast_agent.FastAgent`
+    both answer with this: every node sends one every `heartbeat_seconds`)."""
     beat = await state.db.run(agent_access.heartbeat, who, body, state.clock.now(), state.timing)
     state.samples[body.name] = body.gpus
     if beat.orphans:
@@ -77,8 +83,10 @@ async def heartbeat(body: Heartbeat, state: State, who: Agent) -> HeartbeatReply
         state.wakeups.wake_nodes([body.name])
     state.wakeups.notify(beat.changes)
     lease = state.timing.lease_reply() if beat.known else {}
-    return HeartbeatReply(
-        heartbeat_seconds=state.settings.heartbeat_seconds, reregister=not beat.known, **lease
+    return json_reply(
+        HeartbeatReply(
+            heartbeat_seconds=state.settings.heartbeat_seconds, reregister=not beat.known, **lease
+        )
     )
 
 
@@ -107,23 +115,30 @@ async def take_work(
     node = agent_access.own_node(who, node)
     event = state.wakeups.node(node)
     deadline = state.clock.now() + wait
-    while True:
-        # Clear before reading: a wake-up that lands during the read is kept.
-        event.clear()
-        batch = await state.db.run(
-            agent_access.take_work, who, node, state.clock.now(), state.timing
-        )
-        orphans = state.orphan_stops.pop(node, None)
-        if orphans:
-            batch.stops.extend(orphans)
-        left = deadline - state.clock.now()
-        if batch.starts or batch.stops or left <= 0:
-            return json_reply(batch)
-        # Wake at least every second: to notice an agent that went away (so a
-        # shutdown does not wait on its poll), and to re-read work another
-        # replica may have written.
-        if not await wait_for(event, min(left, 1.0)) and await disconnected():
-            return json_reply(WorkBatch())
+    with state.work_watch.waiting(node, who.digest):
+        while True:
+            # Clear before reading: a wake-up that lands during the read is kept.
+            event.clear()
+            batch = await state.db.run(
+                agent_access.take_work, who, node, state.clock.now(), state.timing
+            )
+            orphans = state.orphan_stops.pop(node, None)
+            if orphans:
+                batch.stops.extend(orphans)
+            left = deadline - state.clock.now()
+            if batch.starts or batch.stops or left <= 0:
+                return json_reply(batch)
+            # Read again when woken: by this replica's own writes, or by
+            # `work_watch`'s one read a second for every waiting poll (work or
+            # a revocation another replica wrote), or at the deadline. Awake
+            # every second meanwhile, to notice an agent that went away (so a
+            # shutdown does not wait on its poll).
+            while not await wait_for(event, min(left, 1.0)):
+                if await disconnected():
+                    return json_reply(WorkBatch())
+                left = deadline - state.clock.now()
+                if left <= 0:
+                    break
 
 
 @router.post("/jobs/{job_id}/events", response_model=Ack)

@@ -3,7 +3,10 @@ per-request machinery.
 
 An agent sends these two for every few jobs it runs: `POST
 /api/v1/agent/events` (its jobs' starts and exits) and `GET
-/api/v1/agent/work` (the long poll for starts and stops). FastAPI's
+/api/v1/agent/work` (the long poll for starts and stops); and every
+node sends `POST /api/v1/agent/heartbeat` every `heartbeat_seconds`,
+which with a thousand nodes is the server's busiest route
+(bench/scale.py). FastAPI's
 routing, dependency solving and body validation were about 8% of the
 server's samples under `bench/api_load.py` (py-spy). The third is `POST
 /api/v1/agent/jobs/{job_id}/logs`, a batch of up to 10,000 lines of a
@@ -14,7 +17,8 @@ is read straight into its model (`protocol.request_from_json`).
 (below the protocol check and the body limit, which still judge every
 request) and answers a request whose credential this replica's cache
 holds (`state.credentials`) and whose body or query it can read, with
-the route's own function (`agent.record_events`, `agent.take_work`);
+the route's own function (`agent.record_events`, `agent.take_work`,
+`agent.record_heartbeat`);
 an exception is rendered by the app's handlers (`below.answer`).
 
 Anything else goes on, untouched, to the route: an unknown credential
@@ -34,7 +38,7 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from schedulearn.protocol import EventBatch, LogBatch, request_from_json
+from schedulearn.protocol import EventBatch, Heartbeat, LogBatch, request_from_json
 from schedulearn.server.api import agent
 from schedulearn.server.api.below import (
     answer,
@@ -49,12 +53,12 @@ from schedulearn.server.auth import hash_token
 from schedulearn.server.services.enrollment import AgentIdentity
 from schedulearn.server.state import AppState
 
-_Body = TypeVar("_Body", EventBatch, LogBatch)
+_Body = TypeVar("_Body", EventBatch, LogBatch, Heartbeat)
 
 
 class FastAgent:
-    """ASGI middleware: serve a known agent's event batches, work polls and log
-    batches directly."""
+    """ASGI middleware: serve a known agent's event batches, work polls, log
+    batches and heartbeats directly."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -65,6 +69,7 @@ class FastAgent:
         self.events = routes[agent.events]
         self.work = routes[agent.work]
         self.logs = routes[agent.job_logs]
+        self.heartbeat = routes[agent.heartbeat]
         self._logs_prefix, _, self._logs_suffix = self.logs.path.partition("{job_id}")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -75,6 +80,9 @@ class FastAgent:
                 return
             if method == "GET" and path == self.work.path:
                 await self._work(scope, receive, send)
+                return
+            if method == "POST" and path == self.heartbeat.path:
+                await self._heartbeat(scope, receive, send)
                 return
             if method == "POST" and path.startswith(self._logs_prefix):
                 job_id = _job_id(path, self._logs_prefix, self._logs_suffix)
@@ -90,6 +98,15 @@ class FastAgent:
             scope["route"] = self.events
             await answer(
                 scope, receive, send, request, lambda: agent.record_events(state, who, batch)
+            )
+
+    async def _heartbeat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        read = await self._read(scope, receive, send, Heartbeat)
+        if read is not None:
+            state, who, request, beat = read
+            scope["route"] = self.heartbeat
+            await answer(
+                scope, receive, send, request, lambda: agent.record_heartbeat(state, who, beat)
             )
 
     async def _logs(self, scope: Scope, receive: Receive, send: Send, job_id: int) -> None:
