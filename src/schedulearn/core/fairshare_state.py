@@ -11,9 +11,7 @@ nothing is ever undone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from itertools import compress
-from operator import attrgetter, not_
+from collections.abc import Mapping
 
 from schedulearn.core.decisions import Decision, Preempt, Start
 from schedulearn.core.fairshare_book import ShareBook
@@ -21,9 +19,6 @@ from schedulearn.core.fairshare_queues import QueueShare, Tenancy
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, GpuView, JobView, Placement, rebuild
-
-_QUEUE = attrgetter("queue")
-_ID = attrgetter("id")
 
 # Tolerance for comparing GPU counts with fractional shares.
 EPS = 1e-9
@@ -75,20 +70,15 @@ class PassState:
 
     def waiting(self, queues: set[str] | None = None) -> tuple[JobView, ...]:
         """Pending jobs not yet decided on (of `queues` only, if given), in arrival order."""
+        decided = self.decided
         if queues is not None and len(queues) == 1:
             (name,) = queues
-            jobs: Iterable[JobView] = self.by_queue.get(name, ())
-        elif queues is None or len(queues) == len(self.by_queue):
-            jobs = self.view.pending
-        else:
-            # Sweeps of every waiting job, at C speed (a few per pass).
-            jobs = compress(
-                self.view.pending, map(queues.__contains__, map(_QUEUE, self.view.pending))
-            )
-        if not self.decided:
-            return jobs if isinstance(jobs, tuple) else tuple(jobs)
-        jobs = tuple(jobs)
-        return tuple(compress(jobs, map(not_, map(self.decided.__contains__, map(_ID, jobs)))))
+            return tuple(j for j in self.by_queue.get(name, ()) if j.id not in decided)
+        if queues is None or len(queues) == len(self.by_queue):
+            if not decided:
+                return self.view.pending
+            return tuple(j for j in self.view.pending if j.id not in decided)
+        return tuple(j for j in self.view.pending if j.queue in queues and j.id not in decided)
 
     def sub_view(self, pending: tuple[JobView, ...], turn: bool = False) -> ClusterView:
         """The whole cluster as the pass has left it, with `pending` waiting.
