@@ -180,6 +180,12 @@ def is_plain(job: JobView) -> bool:
     return job.image is None and not job.constraints and not job.gpu_type
 
 
+def asks_gpus_only(job: JobView) -> bool:
+    """A plain job (`is_plain`) that asks for no CPUs or memory either: it fits
+    wherever enough GPUs are free on a node that can run it (`can_run`)."""
+    return not (job.cpus or job.memory_gb) and is_plain(job)
+
+
 def why_not(job: JobView, node: NodeView) -> str | None:
     """Why `can_run(job, node)` is False (None when it is True), for messages."""
     caps = node.capabilities

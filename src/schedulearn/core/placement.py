@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from schedulearn.core.capabilities import can_run, is_plain
+from schedulearn.core.capabilities import asks_gpus_only, can_run
 from schedulearn.core.free_counts import FreeCounts, Scope
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 
@@ -182,7 +182,7 @@ class FreePool:
         # type) fits on any healthy node with enough free GPUs that can run it
         # (`can_run`: host processes, the owner's account), so the count
         # decides without the rest of the check.
-        gpus_only = n > 0 and not (job.cpus or job.memory_gb) and is_plain(job)
+        gpus_only = n > 0 and asks_gpus_only(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
         present = self._indexed().present(n, tally)

@@ -45,7 +45,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import ClassVar
 
-from schedulearn.core.capabilities import is_plain
+from schedulearn.core.capabilities import asks_gpus_only
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool, stuck
 from schedulearn.core.policies.tiresias_artifact import Demotions, artifact_pass
@@ -233,7 +233,7 @@ class Tiresias:
                 if free == 0:
                     break  # the rest are in the last queue too
                 continue
-            gpus_only = not (job.cpus or job.memory_gb) and is_plain(job)
+            gpus_only = asks_gpus_only(job)
             if gpus_only and job.gpus >= failed.get(job.user, job.gpus + 1):
                 continue
             if victims is None:
