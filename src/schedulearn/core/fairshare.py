@@ -77,7 +77,7 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.fairshare_book import ShareBook
 from schedulearn.core.fairshare_pass import SharePass
-from schedulearn.core.fairshare_queues import Tenancy, named, shares
+from schedulearn.core.fairshare_queues import Tenancy, named
 from schedulearn.core.fairshare_state import EPS
 from schedulearn.core.policy import Policy, QueueOrder, queue_order
 from schedulearn.core.views import ClusterView, JobView
@@ -224,7 +224,7 @@ class FairShare:
             if free < 0:
                 return None
         if tenancy.has_limits:
-            book = shares(view, tenancy)
+            book, _ = self._book.shares(view, tenancy)
             want: dict[str, int] = {}
             for j in pending:
                 want[j.queue] = want.get(j.queue, 0) + j.gpus
