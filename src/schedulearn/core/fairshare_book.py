@@ -4,9 +4,10 @@
 `fairshare_queues.sweep` answers (each queue's `QueueShare` and its
 pending jobs by queue) for the pass at hand, recounting the running jobs
 only when the snapshot's running jobs changed and regrouping the pending
-jobs (and indexing them by id) only when those changed. A host that keeps its job tuples while
-nothing changes (the simulator; a tick of a policy with `tick_seconds`)
-then pays for the counts once per change, not once per pass. The shares
+jobs (and indexing them by id) only when those changed. A host that keeps
+its job tuples while nothing changes (the simulator; a tick of a policy
+with `tick_seconds`) then pays for the counts once per change, not once
+per pass. The shares
 themselves (`fill`) follow usage, which moves with time, so they are
 filled afresh each pass (a few queues: cheap). Only counts are kept, so
 the layer still decides from the snapshot alone.
