@@ -76,8 +76,9 @@ from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.fairshare_book import ShareBook
+from schedulearn.core.fairshare_fill import next_turn
 from schedulearn.core.fairshare_pass import SharePass
-from schedulearn.core.fairshare_queues import Tenancy, named
+from schedulearn.core.fairshare_queues import Tenancy, fits_guarantee, named
 from schedulearn.core.fairshare_state import EPS
 from schedulearn.core.policy import Policy, QueueOrder, queue_order
 from schedulearn.core.views import ClusterView, JobView
@@ -130,8 +131,11 @@ class FairShare:
         fast = self._fast(view, tenancy)
         if fast is not None:
             return fast
-        decisions = self._pass(view, tenancy).run()
-        until = self._steady_until(view) if not decisions else view.now
+        full = self._pass(view, tenancy)
+        decisions = full.run()
+        until = view.now
+        if not decisions:
+            until = min(self._steady_until(view), view.now + _next_turn(view, full))
         self._quiet = (view.now, seen, until) if until > view.now + EPS else None
         return decisions
 
@@ -234,6 +238,18 @@ class FairShare:
         if len(decisions) != len(pending) or not all(isinstance(d, Start) for d in decisions):
             return None
         return decisions
+
+
+def _next_turn(view: ClusterView, full: SharePass) -> float:
+    """Seconds until a queue turns ahead or behind with the jobs running now
+    (`fairshare_fill.next_turn`): a pass then may decide differently."""
+    tenancy, capacity = full.tenancy, view.total_gpus
+    busy: dict[str, int] = {}
+    for job in view.running:
+        if fits_guarantee(tenancy, job.queue, job.gpus, capacity):
+            busy[job.queue] = busy.get(job.queue, 0) + job.allocated_gpus
+    served = tenancy.usage if tenancy.served is None else tenancy.served
+    return next_turn(full.book.values(), capacity, served, busy, tenancy.half_life)
 
 
 def _seen(view: ClusterView, tenancy: Tenancy) -> tuple[object, ...]:

@@ -25,7 +25,7 @@ the GPU-time lately (the over-time rule of `core.fairshare`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -45,9 +45,15 @@ _EPS = 1e-9
 AHEAD_AT = 0.8
 
 
-def split_shares(qs: list[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
+def split_shares(
+    qs: list[QueueShare],
+    capacity: int,
+    usage: Mapping[str, float],
+    served: Mapping[str, float],
+) -> None:
     """Set each queue's `share` (and in a tree, `inherited`) and `ahead`:
-    guarantees first, then weighted water-filling (module doc).
+    guarantees first, then weighted water-filling by `usage` (module doc);
+    `ahead` on `served` (`Tenancy.served`).
 
     `qs` holds every declared queue, their `uncovered` GPUs already set.
     """
@@ -55,7 +61,7 @@ def split_shares(qs: list[QueueShare], capacity: int, usage: Mapping[str, float]
         s.inherited = 0
     roots = _tree(qs, usage)
     if roots is None:
-        mark_ahead(qs, capacity, usage)
+        mark_ahead(qs, capacity, served)
         shares = water(
             capacity,
             [float(min(s.demand, s.guaranteed)) for s in qs],
@@ -67,7 +73,7 @@ def split_shares(qs: list[QueueShare], capacity: int, usage: Mapping[str, float]
         return
     for part in roots:
         part.inherit(part.guaranteed)
-    mark_ahead(qs, capacity, usage)
+    mark_ahead(qs, capacity, served)
     _split(roots, float(capacity))
 
 
@@ -122,12 +128,56 @@ def used_lately(usage: Mapping[str, float]) -> float:
     return sum(u for u in usage.values() if u > 0)
 
 
-def mark_ahead(qs: list[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
-    """Set `ahead`: decayed usage at least `AHEAD_AT` of its guaranteed fraction of all usage."""
-    total = used_lately(usage)
+def mark_ahead(qs: list[QueueShare], capacity: int, served: Mapping[str, float]) -> None:
+    """Set `ahead`: decayed use at least `AHEAD_AT` of its guaranteed fraction of all use
+    (`served`: of jobs that fit their queue's guarantee, `Tenancy.served`)."""
+    total = used_lately(served)
     for s in qs:
         fair = total * s.guaranteed / capacity if capacity > 0 else 0.0
-        s.ahead = total > 0 and usage.get(s.name, 0.0) >= fair * AHEAD_AT - _EPS
+        s.ahead = total > 0 and served.get(s.name, 0.0) >= fair * AHEAD_AT - _EPS
+
+
+def next_turn(
+    qs: Iterable[QueueShare],
+    capacity: int,
+    served: Mapping[str, float],
+    busy: Mapping[str, int],
+    half_life: float | None,
+) -> float:
+    """Seconds until the first queue turns from ahead to behind or back
+    (`mark_ahead`), if each queue goes on holding `busy` GPUs of jobs that fit
+    its guarantee; inf if none ever does. (A host that skips ticks must not
+    skip the one at which a queue falls behind: `FairShare.steady_until`.)
+
+    A queue's served use follows dS/dt = busy - r S (r = ln 2 / half-life),
+    so S(t) = busy/r + (S - busy/r) e^(-rt); its margin over its mark,
+    S_q - AHEAD_AT g_q / C * (sum of every S_p), is then A + D e^(-rt),
+    which crosses zero at most once (a straight line without decay).
+    """
+    rate = 0.0 if half_life is None else math.log(2) / half_life
+    total = used_lately(served)
+    total_busy = sum(busy.values())
+    if total <= 0:
+        return 0.0 if total_busy > 0 else math.inf  # every queue is behind until use begins
+    soonest = math.inf
+    for s in qs:
+        mark = AHEAD_AT * s.guaranteed / capacity if capacity > 0 else 0.0
+        now = max(0.0, served.get(s.name, 0.0)) - mark * total
+        gain = busy.get(s.name, 0) - mark * total_busy
+        if rate == 0.0:
+            at = -now / gain if gain != 0.0 else math.inf
+        else:
+            # margin(t) = A + D e^(-rt), with A + D = now and A = gain / r.
+            steady = gain / rate
+            moving = now - steady
+            at = (
+                -math.log(-steady / moving) / rate
+                if moving != 0.0 and 0 < -steady / moving < 1
+                else math.inf
+            )
+        if at > 0:
+            soonest = min(soonest, at)
+    return soonest
 
 
 # --- queue trees -------------------------------------------------------------

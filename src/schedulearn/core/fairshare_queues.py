@@ -158,6 +158,10 @@ class Tenancy:
     usage: Mapping[str, float] = field(default_factory=dict)
     # Seconds for past usage to count half; None: usage never decays.
     half_life: float | None = 7 * 24 * 3600.0
+    # The part of `usage` by jobs that fit their queue's own guarantee
+    # (`fits_guarantee`): what a queue is judged behind or ahead on
+    # (`QueueShare.ahead`). None: all of `usage`.
+    served: Mapping[str, float] | None = None
     by_name: Mapping[str, Queue] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -175,6 +179,30 @@ class Tenancy:
     @property
     def has_limits(self) -> bool:
         return any(q.limit is not None for q in self.queues)
+
+
+def own_guarantee(tenancy: Tenancy, queue: str, capacity: int) -> int:
+    """`queue`'s own guaranteed GPUs on `capacity` healthy ones: its declared ones
+    and, for the default queue, those no root guarantee covers (`uncovered`)."""
+    name = queue or DEFAULT_QUEUE
+    declared = tenancy.queue(name)._gpus
+    if name != DEFAULT_QUEUE:
+        return declared
+    return declared + uncovered(tenancy.queues, capacity)
+
+
+def fits_guarantee(tenancy: Tenancy, queue: str, gpus: int, capacity: int) -> bool:
+    """Could a job of `queue` asking for `gpus` run on its queue's own guarantee alone?
+
+    Only such jobs' use counts towards the queue's share of the GPU-time
+    (`Tenancy.served`, and so `QueueShare.ahead`): a larger job runs on
+    borrowed GPUs only, which its team alone could not run at all, so the
+    GPU-time it takes must not leave the team's smaller jobs unprotected
+    (a team worse off for sharing). A queue with no guarantee has nothing
+    to be behind on: everything counts.
+    """
+    own = own_guarantee(tenancy, queue, capacity)
+    return own == 0 or gpus <= own
 
 
 class UsageMeter:
@@ -363,19 +391,30 @@ def book(
         s.used, s.pinned = used, pinned
     for name, gpus in waiting.items():
         share(name).pending = gpus
-    fill(out.values(), view.total_gpus, tenancy.usage)
+    fill(out.values(), view.total_gpus, tenancy.usage, tenancy.served)
     return out
 
 
-def fill(queues: Iterable[QueueShare], capacity: int, usage: Mapping[str, float]) -> None:
+def uncovered(queues: Iterable[Queue], capacity: int) -> int:
+    """The healthy GPUs no root queue's guarantee covers (the default queue owns them)."""
+    return max(0, capacity - sum(q._gpus for q in queues if q.parent is None))
+
+
+def fill(
+    queues: Iterable[QueueShare],
+    capacity: int,
+    usage: Mapping[str, float],
+    served: Mapping[str, float] | None = None,
+) -> None:
     """Set each queue's `share`: guarantees first, then weighted water-filling
-    (`fairshare_fill`, which also splits a queue tree).
+    (`fairshare_fill`, which also splits a queue tree), and `ahead` on `served`
+    (`Tenancy.served`; None: on `usage`).
 
     `queues` must hold every declared queue (the default queue's guarantee
     is what the root queues' guarantees leave of `capacity`, the healthy GPUs).
     """
     qs = list(queues)
-    covered = sum(s.queue._gpus for s in qs if s.queue.parent is None)
+    free = uncovered((s.queue for s in qs), capacity)
     for s in qs:
-        s.uncovered = max(0, capacity - covered) if s.name == DEFAULT_QUEUE else 0
-    split_shares(qs, capacity, usage)
+        s.uncovered = free if s.name == DEFAULT_QUEUE else 0
+    split_shares(qs, capacity, usage, usage if served is None else served)

@@ -152,11 +152,12 @@ def share_reason(
         return None
     others = [o for o in book.values() if o.name != s.name and o.used > 0]
     if s.used + job.gpus <= s.guaranteed and s.ahead:
+        served = tenancy.usage if tenancy.served is None else tenancy.served
         return reason(
             ShareRule.AHEAD,
             gpus=job.gpus,
             free=free,
-            had=tenancy.usage.get(s.name, 0.0) / used_lately(tenancy.usage),
+            had=served.get(s.name, 0.0) / used_lately(served),
             promised=s.guaranteed / view.total_gpus,
         )
     if s.used + job.gpus <= s.guaranteed:

@@ -37,7 +37,8 @@ class PassState:
         book: ShareBook,
     ) -> None:
         # Decayed usage, read once: a host's live mapping settles on every read.
-        tenancy = Tenancy(tenancy.queues, dict(tenancy.usage), tenancy.half_life)
+        served = None if tenancy.served is None else dict(tenancy.served)
+        tenancy = Tenancy(tenancy.queues, dict(tenancy.usage), tenancy.half_life, served)
         self.inner = inner
         self.min_run = min_run
         self.view = view

@@ -30,14 +30,14 @@ from typing import Any
 
 from schedulearn.core import timelimits
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
-from schedulearn.core.fairshare_queues import Tenancy, UsageMeter
+from schedulearn.core.fairshare_queues import Tenancy, UsageMeter, fits_guarantee
 from schedulearn.core.ledger import GpuLedger, InvalidDecision
 from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.feasibility import check_feasible
 from schedulearn.sim.goodput_feed import GoodputFeed
-from schedulearn.sim.jobs import SimInputError, Workload
+from schedulearn.sim.jobs import SimInputError, SimJob, Workload
 from schedulearn.sim.metrics import summarize
 from schedulearn.sim.results import JobRecord, Segment, Series, SimResult
 from schedulearn.sim.runstate import RunState, running_view, stopped_view
@@ -84,12 +84,17 @@ class Simulator:
         # Tenant queues: the view carries them, with usage the meter keeps
         # from every start and stop (read lazily, as of the pass's time).
         self._meter: UsageMeter | None = None
+        # The part of it by jobs that fit their queue's guarantee (`Tenancy.served`).
+        self._served: UsageMeter | None = None
         # The last pass's snapshot, for `_skip_steady`.
         self._last_view: ClusterView | None = None
         self._tenancy: Tenancy | None = None
         if tenancy is not None:
             self._meter = UsageMeter(tenancy.half_life)
-            self._tenancy = Tenancy(tenancy.queues, self._meter.live(), tenancy.half_life)
+            self._served = UsageMeter(tenancy.half_life)
+            self._tenancy = Tenancy(
+                tenancy.queues, self._meter.live(), tenancy.half_life, self._served.live()
+            )
         self._runs: dict[int, RunState] = {}
         for job in workload.jobs:
             work = self.speed.work(job)
@@ -257,7 +262,7 @@ class Simulator:
         assert placement is not None
         self._busy -= placement.num_gpus
         if self._meter is not None:
-            self._meter.change(t, run.job.queue, -placement.num_gpus)
+            self._meter_change(t, run.job, -placement.num_gpus)
         if self.record_segments:
             self._segments.append(Segment(run.job.id, run.started, t, placement, reason))
         run.served += max(0.0, t - run.started)
@@ -277,7 +282,7 @@ class Simulator:
             run.first_start = t
         self._busy += placement.num_gpus
         if self._meter is not None:
-            self._meter.change(t, job.queue, placement.num_gpus)
+            self._meter_change(t, job, placement.num_gpus)
         finish = run.ready + curve.seconds_to(run.done, run.work)
         left = timelimits.left_of(job.time_limit, run.served)
         if left is not None:
@@ -285,6 +290,14 @@ class Simulator:
             finish = min(finish, t + left)
         self._seq += 1
         heapq.heappush(self._heap, (finish, self._seq, job.id, run.version))
+
+    def _meter_change(self, t: float, job: SimJob, gpus: int) -> None:
+        """`job`'s queue holds `gpus` more (or fewer) GPUs from `t` on."""
+        assert self._meter is not None and self._served is not None
+        assert self._tenancy is not None
+        self._meter.change(t, job.queue, gpus)
+        if fits_guarantee(self._tenancy, job.queue, job.gpus, self.cluster.total_gpus):
+            self._served.change(t, job.queue, gpus)
 
     def _progress_at(self, run: RunState, t: float) -> float:
         assert run.curve is not None
@@ -318,8 +331,8 @@ class Simulator:
         if self._feed is not None:
             ids = [*self._pending, *self._running]
             goodput = self._feed.snapshot(t, self._runs, ids)
-        if self._meter is not None:
-            self._meter.now = t
+        if self._meter is not None and self._served is not None:
+            self._meter.now = self._served.now = t
         view = ClusterView(t, nodes, pending, running, self._counts, goodput, self._tenancy)
         self._last_view = view
         self.passes += 1

@@ -2,10 +2,13 @@
 had at least 80% of its guaranteed fraction of the GPU-time used lately)
 lends what it holds like a borrower (no reclaim, its jobs preemptible by the
 policy in force once they ran `min_run`), and is told why it waits; a queue
-behind keeps its rules."""
+behind keeps its rules. Only the use by jobs that fit their queue's
+guarantee counts (`Tenancy.served`), and the moment a queue turns behind
+with time alone is known (`next_turn`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -13,6 +16,7 @@ from core_scenario import Scenario, job, node, preempts, starts
 
 from schedulearn.core import ClusterView, JobView, create
 from schedulearn.core.fairshare import FairShare
+from schedulearn.core.fairshare_fill import next_turn
 from schedulearn.core.fairshare_queues import Queue, Tenancy, shares
 from schedulearn.core.fairshare_reasons import ShareRule, share_reason
 
@@ -21,8 +25,10 @@ BEHIND = {"A": 0.0, "B": 10_000.0}
 AHEAD = {"A": 10_000.0, "B": 1_000.0}
 
 
-def tenancy(usage: dict[str, float]) -> Tenancy:
-    return Tenancy((Queue.of("A", 2), Queue.of("B", 2), Queue.of("C", 0)), usage=usage)
+def tenancy(usage: dict[str, float], served: dict[str, float] | None = None) -> Tenancy:
+    return Tenancy(
+        (Queue.of("A", 2), Queue.of("B", 2), Queue.of("C", 0)), usage=usage, served=served
+    )
 
 
 def b_fills_four() -> Scenario:
@@ -33,8 +39,13 @@ def b_fills_four() -> Scenario:
     return sc
 
 
-def view(sc: Scenario, pending: list[JobView], usage: dict[str, float]) -> ClusterView:
-    return replace(sc.view(1000.0, pending), tenancy=tenancy(usage))
+def view(
+    sc: Scenario,
+    pending: list[JobView],
+    usage: dict[str, float],
+    served: dict[str, float] | None = None,
+) -> ClusterView:
+    return replace(sc.view(1000.0, pending), tenancy=tenancy(usage, served))
 
 
 def test_a_queue_behind_takes_its_guarantee_back_one_ahead_does_not() -> None:
@@ -77,3 +88,49 @@ def test_the_policy_in_force_preempts_a_queue_ahead_within_its_guarantee(spec: s
     usage_behind = {"A": 2_000.0, "B": 10_000.0, "C": 0.0}
     behind = FairShare(create(spec), min_run=60).decide(view(cluster(), short, usage_behind))
     assert set(starts(behind)) <= {20} and not preempts(behind) & {0, 1}, behind
+
+
+def test_use_by_jobs_larger_than_the_guarantee_leaves_a_queue_behind() -> None:
+    # A's 10,000 GPU-seconds were all a 4-GPU job's, on GPUs borrowed beyond its
+    # 2: its team alone could not have run it. It does not make A ahead, so A's
+    # small jobs take their guarantee back as if it had used nothing.
+    a = [job(10, 1, queue="A", preemptible=True), job(11, 1, queue="A", preemptible=True)]
+    served = {"A": 0.0, "B": 1_000.0}
+    only_fitting = view(b_fills_four(), a, AHEAD, served)
+    assert not shares(only_fitting, tenancy(AHEAD, served))["A"].ahead
+    decisions = FairShare(create("fifo"), min_run=60).decide(only_fitting)
+    assert set(starts(decisions)) == {10, 11} and len(preempts(decisions)) == 2
+
+
+def _later(
+    served: dict[str, float], busy: dict[str, int], seconds: float, half_life: float
+) -> dict[str, float]:
+    """Each queue's decayed use after `seconds` more holding `busy` GPUs (the meter's integral)."""
+    rate = math.log(2) / half_life
+    keep = math.exp(-rate * seconds)
+    return {q: s * keep + busy.get(q, 0) * (1 - keep) / rate for q, s in served.items()}
+
+
+def test_the_moment_a_queue_turns_is_known_ahead_of_time() -> None:
+    # A is ahead (most of the recent use) but holds nothing; B, behind, holds
+    # all 4 GPUs. With time alone B catches up and then A falls behind: a host
+    # that skips quiet ticks must not skip those (test_sim_steady replays it).
+    sc = b_fills_four()
+
+    def ahead_at(seconds: float) -> set[str]:
+        usage = _later(AHEAD, busy, seconds, half_life)
+        book = shares(view(sc, [], usage), tenancy(usage))
+        return {q for q, s in book.items() if s.ahead}
+
+    busy, half_life = {"B": 4}, 3600.0
+    book = shares(view(sc, [], AHEAD), tenancy(AHEAD))
+    turn = next_turn(book.values(), 4, AHEAD, busy, half_life)
+    assert ahead_at(0) == ahead_at(turn - 1) == {"A", "C"}
+    assert ahead_at(turn + 1) == {"A", "B", "C"}  # B first
+    later = _later(AHEAD, busy, turn + 1, half_life)
+    book = shares(view(sc, [], later), tenancy(later))
+    second = next_turn(book.values(), 4, later, busy, half_life)
+    assert ahead_at(turn + 1 + second - 1) == {"A", "B", "C"}
+    assert ahead_at(turn + 1 + second + 1) == {"B", "C"}  # then A falls behind
+    # Nothing held, nothing decays: no queue ever turns.
+    assert next_turn(book.values(), 4, AHEAD, {}, None) == math.inf
