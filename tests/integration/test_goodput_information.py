@@ -2,11 +2,12 @@
 (`server/services/goodput_work.py`). The work a job has left reaches the
 policy's view (`ClusterView.goodput`, built as the live scheduler builds
 it) only when the job declared its total through its runtime's reports
-(`GoodputReport.target`), or as the median total that the same user's
-ended jobs like it reached (learnt online); a job that declared nothing,
-and that no ended job is like, gives the policy no remaining work, whatever
-else the server knows of it (its submitted duration estimate and time
-limit, how long it has run, its epochs)."""
+(`GoodputReport.target`, or epochs or steps of a total), or as the median
+total that the same user's ended jobs like it reached (learnt online); a
+job that declared nothing, and that no ended job is like, gives the policy
+no remaining work, whatever else the server knows of it (its submitted
+duration estimate and time limit, how long it has run, its epochs and
+steps so far)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,18 @@ LIMITS = {"init_batch": 32, "max_batch": 256, "min_local_batch": 1, "max_local_b
 ELASTIC = {"gpus": 1, "min_gpus": 1, "max_gpus": 4, "preemptible": True}
 
 
-def _send(api: Api, job_id: int, at: float, progress: float, **goodput: Any) -> None:
+def _send(
+    api: Api,
+    job_id: int,
+    at: float,
+    progress: float,
+    said: dict[str, Any] | None = None,
+    **goodput: Any,
+) -> None:
+    """A progress report with a goodput record; `said`: the report's other fields."""
     report = ProgressReport(
         at=at,
-        epoch=2,
-        total_epochs=8,
+        **{"epoch": 2, "step": 200, **(said or {})},
         goodput=GoodputReport(
             **{**LIMITS, "batch_size": 32, "local_batch": 32, "step_time": 0.1, **goodput},
             progress=progress,
@@ -62,15 +70,23 @@ def test_the_policy_reads_declared_totals_and_nothing_else(api: Api) -> None:
     node = WireAgent(api, "n1", gpus=4)
     node.register()
     declared = _submit(api, "declared")
+    in_epochs = _submit(api, "in-epochs")
+    in_steps = _submit(api, "in-steps")
     # Everything the server knows of this one except a declared total: a submitted
-    # estimate, a time limit, epochs of a total, run time, measured steps.
+    # estimate, a time limit, epochs and steps done, run time, measured steps.
     silent = _submit(api, "silent", estimated_duration="2h", time_limit="4h")
-    node.work_until(lambda b: {s.job_id for s in b.starts} >= {declared, silent})
+    ids = {declared, in_epochs, in_steps, silent}
+    node.work_until(lambda b: {s.job_id for s in b.starts} >= ids)
     _send(api, declared, 10.0, progress=100.0, target=400.0)
+    # 2 of 8 epochs, 200 of 500 steps: a quarter and two fifths of the declared total.
+    _send(api, in_epochs, 10.0, progress=100.0, said={"total_epochs": 8})
+    _send(api, in_steps, 10.0, progress=100.0, said={"metrics": {"total_steps": 500}})
     _send(api, silent, 10.0, progress=100.0)
 
     view = _policy_view(api)
     assert view[declared].remaining == 300.0  # target - progress, as declared
+    assert view[in_epochs].remaining == pytest.approx(300.0)  # 6 more epochs at 50 a piece
+    assert view[in_steps].remaining == pytest.approx(150.0)  # 300 more steps at 0.5 a piece
     assert view[silent].remaining is None  # no declared length: no remaining work
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlmodel import Session, col
@@ -87,12 +88,15 @@ def load(session: Session) -> dict[int, JobGoodput]:
             col(Job.user),
             col(Job.name),
             col(Job.command),
+            col(Job.progress),
         )
         .join(Job, col(Job.id) == col(GoodputState.job_id))
         .where(col(Job.state).in_(_ACTIVE))
     )
-    parsed: list[tuple[int, GoodputReport, tuple[StepSample, ...], int, Owner]] = []
-    for job_id, report, samples, preemptions, resizes, migrations, user, name, command in rows:
+    parsed: list[tuple[int, GoodputReport, tuple[StepSample, ...], int, Owner, Any]] = []
+    for row in rows:
+        job_id, report, samples, preemptions, resizes, migrations = row[:6]
+        user, name, command, progress = row[6:]
         try:
             latest = GoodputReport(**report)
             measured = tuple(
@@ -104,14 +108,15 @@ def load(session: Session) -> dict[int, JobGoodput]:
             log.warning("job %s: goodput report not usable (%s)", job_id, exc)
             continue
         owner = Owner(user, name or "", command, latest.init_batch)
-        parsed.append((job_id, latest, measured, preemptions + resizes + migrations, owner))
+        restarts = preemptions + resizes + migrations
+        parsed.append((job_id, latest, measured, restarts, owner, progress))
     # Totals are learnt only for jobs that declared none (one query, when some did not).
-    undeclared = {owner.user for _, latest, _, _, owner in parsed if latest.target is None}
+    undeclared = {p[4].user for p in parsed if work_left(p[1], None, p[5]) is None}
     learned = learn_totals(session, undeclared) if undeclared else None
     out: dict[int, JobGoodput] = {}
-    for job_id, latest, measured, restarts, owner in parsed:
+    for job_id, latest, measured, restarts, owner, progress in parsed:
         total = learned.total(owner) if learned is not None else None
-        left = work_left(latest, total)
+        left = work_left(latest, total, progress)
         out[job_id] = JobGoodput(
             latest.limits(),
             measured,

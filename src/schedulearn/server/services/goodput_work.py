@@ -6,8 +6,14 @@ batch). Live, the server hands it only what a running system can know,
 from two sources, and nothing else about a job's length:
 
 1. **declared**: the total the job itself declared and its runtime
-   reports through `runtime.report()` (`AdaptiveBatch(target=...)`, sent as
-   `GoodputReport.target`): what is left is `target - progress`;
+   reports through `runtime.report()`: in steps at the initial batch
+   (`AdaptiveBatch(target=...)`, sent as `GoodputReport.target`), what is
+   left is `target - progress`; or as epochs or steps (`report(epoch=e,
+   total_epochs=n)`, `step=` with a `total_steps=` keyword, or a
+   `fraction=` keyword, read as `services.durations` reads them), the
+   fraction `f` done, once at least 2% of it: what is left is
+   `progress * (1 - f) / f`, the rest of the declared total at the
+   progress per epoch (or step) the job made so far;
 2. **learned**: for a job that declared no total, an estimate learned
    online from jobs that already ended, the kind of estimate the
    predictions use (`services.durations`' history): the median of the
@@ -42,7 +48,12 @@ from sqlmodel import Session, col
 from schedulearn.core.goodput import GoodputReport
 from schedulearn.protocol import JobState
 from schedulearn.server.models import Job
-from schedulearn.server.services.durations import HISTORY_WINDOW, command_key
+from schedulearn.server.services.durations import (
+    HISTORY_WINDOW,
+    MIN_FRACTION,
+    command_key,
+    fraction_done,
+)
 
 
 class WorkSource(StrEnum):
@@ -84,14 +95,34 @@ class LearnedTotals:
         return statistics.median(totals) if totals else None
 
 
-def work_left(report: GoodputReport, learned: float | None) -> WorkLeft | None:
-    """The rule of the module docstring, for one job's newest report and the
-    total learned for jobs like it (None: none learned)."""
+def work_left(report: GoodputReport, learned: float | None, latest: Any = None) -> WorkLeft | None:
+    """The rule of the module docstring, for one job's newest goodput report, the
+    total learned for jobs like it (None: none learned) and its newest progress
+    report as stored (`Job.progress`, for a total declared in epochs or steps)."""
     if report.target is not None:
         return WorkLeft(max(0.0, report.target - report.progress), WorkSource.DECLARED)
+    declared = _declared_fraction(latest)
+    if declared is not None:
+        fraction, progress = declared
+        return WorkLeft(progress * (1.0 - fraction) / fraction, WorkSource.DECLARED)
     if learned is not None and learned > report.progress:
         return WorkLeft(learned - report.progress, WorkSource.LEARNED)
     return None
+
+
+def _declared_fraction(latest: Any) -> tuple[float, float] | None:
+    """(fraction done of a total declared in epochs or steps, progress made), from
+    one stored progress report that carries both; None below `MIN_FRACTION`."""
+    if not isinstance(latest, Mapping):
+        return None
+    goodput = latest.get("goodput")
+    progress = goodput.get("progress") if isinstance(goodput, Mapping) else None
+    if not isinstance(progress, int | float) or isinstance(progress, bool) or progress <= 0:
+        return None
+    fraction = fraction_done(latest)
+    if fraction is None or fraction < MIN_FRACTION:
+        return None
+    return fraction, float(progress)
 
 
 def learn_totals(
