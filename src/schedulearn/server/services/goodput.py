@@ -111,7 +111,7 @@ def load(session: Session) -> dict[int, JobGoodput]:
         restarts = preemptions + resizes + migrations
         parsed.append((job_id, latest, measured, restarts, owner, progress))
     # Totals are learnt only for jobs that declared none (one query, when some did not).
-    undeclared = {p[4].user for p in parsed if work_left(p[1], None, p[5]) is None}
+    undeclared = {o.user for _, r, _, _, o, said in parsed if work_left(r, None, said) is None}
     learned = learn_totals(session, undeclared) if undeclared else None
     out: dict[int, JobGoodput] = {}
     for job_id, latest, measured, restarts, owner, progress in parsed:

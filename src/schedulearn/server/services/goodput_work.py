@@ -17,10 +17,10 @@ from two sources, and nothing else about a job's length:
 2. **learned**: for a job that declared no total, an estimate learned
    online from jobs that already ended, the kind of estimate the
    predictions use (`services.durations`' history): the median of the
-   totals reached (the final `GoodputReport.progress`) by the same user's
-   latest succeeded jobs of the same name, or else of the same command,
-   at the same initial batch; what is left is that median minus the
-   progress so far, while the job is short of it;
+   totals reached (the final `GoodputReport.progress`) by the same
+   user's latest (`WINDOW`) succeeded jobs of the same name, or else of
+   the same command, at the same initial batch; what is left is that
+   median minus the progress so far, while the job is short of it;
 3. otherwise **unknown** (None): the policy gets no remaining work and
    treats the job as one of unknown length (`core.policies.goodput`).
 
@@ -49,11 +49,14 @@ from schedulearn.core.goodput import GoodputReport
 from schedulearn.protocol import JobState
 from schedulearn.server.models import Job
 from schedulearn.server.services.durations import (
-    HISTORY_WINDOW,
     MIN_FRACTION,
     command_key,
     fraction_done,
 )
+
+# The latest succeeded jobs of the users concerned that totals are learnt from: read
+# on scheduler passes (not only by forecasts, as `durations`' history is), so fewer.
+WINDOW = 500
 
 
 class WorkSource(StrEnum):
@@ -125,9 +128,7 @@ def _declared_fraction(latest: Any) -> tuple[float, float] | None:
     return fraction, float(progress)
 
 
-def learn_totals(
-    session: Session, users: Iterable[str], window: int = HISTORY_WINDOW
-) -> LearnedTotals:
+def learn_totals(session: Session, users: Iterable[str], window: int = WINDOW) -> LearnedTotals:
     """What `users`' latest `window` succeeded jobs that reported goodput reached."""
     wanted = sorted(set(users))
     by_name: dict[tuple[str, str, int], list[float]] = defaultdict(list)
