@@ -238,6 +238,25 @@ def finish(model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor) -> None
     print(f"final weights sha256 {digest(model)}", flush=True)
 
 
+def held_out(model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor) -> tuple[float, float]:
+    """Loss and accuracy on the held-out fifth of the data."""
+    model.eval()
+    with torch.no_grad():
+        out = model(x_test)
+        loss = float(nn.functional.cross_entropy(out, y_test))
+        accuracy = float((out.argmax(dim=1) == y_test).float().mean())
+    return loss, accuracy
+
+
+def decayed(progress: float, target: float, schedule: str) -> float:
+    """The schedule's factor on the learning rate at `progress` of `target` (steps at
+    the initial batch, AdaScale's scale-invariant clock): 1 throughout for `constant`,
+    from 1 down to 0 at the target along half a cosine for `cosine`."""
+    if schedule == "constant" or target <= 0:
+        return 1.0
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress / target)))
+
+
 def flat_grad(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
 
@@ -260,7 +279,11 @@ def _train_adaptive(args: argparse.Namespace, world: int, distributed: bool) -> 
     gradient per piece (a process's micro-batch; alone, this process plays
     every worker of the world in turn), averages them by hand (an
     all-reduce under torchrun, timed as the synchronisation) and reports
-    the pieces' squared norms for the gradient noise estimate.
+    the pieces' squared norms for the gradient noise estimate. With
+    `--schedule cosine` the rate also decays over the progress, so a run
+    ends near the same loss whatever batches it chose. The batch size and
+    rate chosen go out as metrics with every report (`batch_size`,
+    `learning_rate`), as does each epoch's held-out loss (`test_loss`).
     """
     procs, me = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
     x_train, y_train, x_test, y_test = digits_tensors(args.seed)
@@ -283,6 +306,7 @@ def _train_adaptive(args: argparse.Namespace, world: int, distributed: bool) -> 
         target=args.epochs * math.ceil(n_train / args.batch_size),
         state=state.get("adaptive") if state else None,
     )
+    target = batch.target or 0.0
     main = runtime.is_main_process()
 
     def say(text: str) -> None:
@@ -302,7 +326,14 @@ def _train_adaptive(args: argparse.Namespace, world: int, distributed: bool) -> 
             f"{args.lr * batch.lr_scale:.6g} (scale {batch.lr_scale:.4g})"
         )
 
+    def configured() -> dict[str, float]:
+        # The configuration as metrics too (`schedulearn show`, the API's progress
+        # history), not only in the log: the batch size and the rate it implies
+        # (the base rate times AdaScale's scale; the schedule's factor is apart).
+        return {"batch_size": batch.batch_size, "learning_rate": args.lr * batch.lr_scale}
+
     say(configuration())
+    batch.report(step=step, epoch=epoch, **configured())
     params = list(model.parameters())
     loss_fn = nn.CrossEntropyLoss()
     loss_sum, batches = 0.0, 0
@@ -357,8 +388,9 @@ def _train_adaptive(args: argparse.Namespace, world: int, distributed: bool) -> 
             for p in params:
                 p.grad = mean[at : at + p.numel()].view_as(p).clone()
                 at += p.numel()
+            rate_now = args.lr * batch.lr_scale * decayed(batch.progress, target, args.schedule)
             for group in optimizer.param_groups:
-                group["lr"] = args.lr * batch.lr_scale
+                group["lr"] = rate_now
             optimizer.step()
             # A simulated accelerator: a fixed cost per step, and per sample of one
             # worker's share (the workers run side by side).
@@ -389,9 +421,7 @@ def _train_adaptive(args: argparse.Namespace, world: int, distributed: bool) -> 
                 return STOPPED_EXIT_CODE
         if offset >= n_train:
             epoch, offset = epoch + 1, 0
-        model.eval()
-        with torch.no_grad():
-            accuracy = float((model(x_test).argmax(dim=1) == y_test).float().mean())
+        test_loss, accuracy = held_out(model, x_test, y_test)
         mean_loss = loss_sum / max(1, batches)
         loss_sum, batches = 0.0, 0
         rate = samples / max(1e-9, time.perf_counter() - started)
@@ -401,13 +431,17 @@ def _train_adaptive(args: argparse.Namespace, world: int, distributed: bool) -> 
             loss=mean_loss,
             accuracy=accuracy,
             samples_per_sec=rate,
+            test_loss=test_loss,
+            **configured(),
         )
         say(
             f"epoch {epoch} loss={mean_loss:.4f} accuracy={accuracy:.4f} step={step} "
-            f"progress={batch.progress:.0f}/{batch.target:g} samples/s={rate:.0f}"
+            f"progress={batch.progress:.0f}/{batch.target:g} samples/s={rate:.0f} "
+            f"test_loss={test_loss:.4f}"
         )
-        if batch.adapt():
+        if not batch.done and batch.adapt():
             say(configuration())
+            batch.report(step=step, epoch=epoch, **configured())
         save(checkpoint_state(shuffle.get_state()))
     finish(model, x_test, y_test)
     return 0
@@ -440,6 +474,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=64,
         help="largest batch one GPU computes at once; more is accumulated [64]",
+    )
+    adaptive.add_argument(
+        "--schedule",
+        choices=("constant", "cosine"),
+        default="constant",
+        help="learning-rate schedule over the progress towards the target: constant, or "
+        "a cosine decay to 0 at the target (the same whatever batches the run chose) [constant]",
     )
     adaptive.add_argument(
         "--sleep-per-sample",

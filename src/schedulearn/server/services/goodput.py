@@ -13,7 +13,9 @@ reported, for policies that ask for it (`uses_goodput`, the `goodput`
 policy). A job that reported its limits but no step yet gets the core
 model's prior (no samples: linear speedup, relative units); a job that
 never reported is left out, and the policy uses its own prior for it
-(linear speedup over the estimated duration, when there is one).
+(linear speedup over the estimated duration, when there is one). The
+work a job has left is what it declared, or else what was learnt from
+ended jobs like it, or unknown: `services.goodput_work` states the rule.
 
 `prune` (called with the scheduler's other periodic clean-ups) deletes
 the rows of jobs that have ended: nothing reads them then, and a busy
@@ -27,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlmodel import Session, col
@@ -34,6 +37,7 @@ from sqlmodel import Session, col
 from schedulearn.core.goodput import GoodputReport, JobGoodput, StepSample
 from schedulearn.protocol import JobState, ProgressReport
 from schedulearn.server.models import GoodputState, Job
+from schedulearn.server.services.goodput_work import Owner, learn_totals, work_left
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +75,8 @@ def record(session: Session, job_id: int, reports: Sequence[ProgressReport]) -> 
 
 
 def load(session: Session) -> dict[int, JobGoodput]:
-    """A `JobGoodput` for every waiting or running job that reported one."""
+    """A `JobGoodput` for every waiting or running job that reported one; its
+    work left by the information rule (`services.goodput_work`) and nothing else."""
     rows = session.connection().execute(
         select(
             col(GoodputState.job_id),
@@ -80,12 +85,18 @@ def load(session: Session) -> dict[int, JobGoodput]:
             col(Job.preemptions),
             col(Job.resizes),
             col(Job.migrations),
+            col(Job.user),
+            col(Job.name),
+            col(Job.command),
+            col(Job.progress),
         )
         .join(Job, col(Job.id) == col(GoodputState.job_id))
         .where(col(Job.state).in_(_ACTIVE))
     )
-    out: dict[int, JobGoodput] = {}
-    for job_id, report, samples, preemptions, resizes, migrations in rows:
+    parsed: list[tuple[int, GoodputReport, tuple[StepSample, ...], int, Owner, Any]] = []
+    for row in rows:
+        job_id, report, samples, preemptions, resizes, migrations = row[:6]
+        user, name, command, progress = row[6:]
         try:
             latest = GoodputReport(**report)
             measured = tuple(
@@ -96,13 +107,23 @@ def load(session: Session) -> dict[int, JobGoodput]:
             # Stored by an older release, say: the job falls back to the prior.
             log.warning("job %s: goodput report not usable (%s)", job_id, exc)
             continue
+        owner = Owner(user, name or "", command, latest.init_batch)
+        restarts = preemptions + resizes + migrations
+        parsed.append((job_id, latest, measured, restarts, owner, progress))
+    # Totals are learnt only for jobs that declared none (one query, when some did not).
+    undeclared = {o.user for _, r, _, _, o, said in parsed if work_left(r, None, said) is None}
+    learned = learn_totals(session, undeclared) if undeclared else None
+    out: dict[int, JobGoodput] = {}
+    for job_id, latest, measured, restarts, owner, progress in parsed:
+        total = learned.total(owner) if learned is not None else None
+        left = work_left(latest, total, progress)
         out[job_id] = JobGoodput(
             latest.limits(),
             measured,
             latest.grad_sqr,
             latest.grad_var,
-            latest.remaining(),
-            preemptions + resizes + migrations,
+            None if left is None else left.steps,
+            restarts,
         )
     return out
 
