@@ -7,6 +7,7 @@ SCHEDULEARN_TEST_POSTGRES=1)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -303,3 +304,32 @@ def test_acct_counts_a_preemption_and_sums_to_usage(qapi: Api) -> None:
         assert mine == pytest.approx(per_queue[queue], abs=1e-4)
     refused = qapi.get("/api/v1/acct?since=yesterday")
     assert refused.status_code == 400 and "90m, 12h, 7d, 2w" in refused.json()["error"]
+
+
+def test_a_large_job_on_borrowed_gpus_does_not_make_its_queue_ahead(qapi: Api) -> None:
+    # A (guaranteed 1 of 4) runs a 4-GPU job on GPUs borrowed from B: its team
+    # alone could not have run it, so that GPU-time does not count towards A's
+    # share (`Tenancy.served`). Then B's borrowers fill the node, and A's
+    # 1-GPU job takes its guarantee back at once, as if A had used nothing.
+    node = WireAgent(qapi, "n1", gpus=4)
+    node.register()
+    add_queue(qapi, name="A", guaranteed={"": 1})
+    add_queue(qapi, name="B", guaranteed={"": 3})
+    big = submit(qapi, queue="A", gpus=4, preemptible=True)
+    (start,) = node.work_until(lambda b: len(b.starts) == 1).starts
+    node.start(big, start.attempt)
+    wait_until(lambda: queues(qapi), 10, "A to hold 4 GPUs", until=lambda q: q["A"].used == 4)
+    time.sleep(3.0)  # A's usage grows over a few scheduler rounds (1 s ticks)
+    node.exit(big, start.attempt, 0)
+    b_jobs = [submit(qapi, queue="B", gpus=1, preemptible=True) for _ in range(4)]
+    starts = node.work_until(lambda b: len(b.starts) >= 4).starts
+    for s in starts:
+        node.start(s.job_id, s.attempt)
+    wait_until(lambda: queues(qapi), 10, "B to hold 4 GPUs", until=lambda q: q["B"].used == 4)
+    small = submit(qapi, queue="A", gpus=1, preemptible=True)
+    # Had the large job's GPU-time counted, A would be "ahead" (99% of the use
+    # lately against its 25%) and take nothing back until B caught up.
+    why = job(qapi, small).waiting_reason or ""
+    assert "takes nothing back" not in why, why
+    stops = node.work_until(lambda b: len(b.stops) >= 1).stops
+    assert [s.reason for s in stops] == ["preempt"] and stops[0].job_id in b_jobs, stops

@@ -426,13 +426,17 @@ class QueueMember(_Table, table=True):
 
 class QueueUsage(_Table, table=True):
     """A queue's decayed GPU-seconds (`usage` as of `at`) and the GPUs it held since
-    (`busy`): the live form of `core.fairshare_queues.UsageMeter`, settled on read."""
+    (`busy`): the live form of `core.fairshare_queues.UsageMeter`, settled on read.
+    `served` and `serving` are the same for its jobs that fit its guarantee
+    (`Tenancy.served`, which the queue is judged ahead or behind on)."""
 
     __tablename__ = "queue_usage"
 
     queue: str = Field(primary_key=True)
     usage: float = 0.0
     busy: int = 0
+    served: float = Field(default=0.0, sa_column_kwargs=_ZERO_FOR_OLD_ROWS)
+    serving: int = Field(default=0, sa_column_kwargs=_ZERO_FOR_OLD_ROWS)
     at: float = 0.0
     half_life: float = 7 * 24 * 3600.0  # seconds; the server's setting when it was written
 

@@ -36,6 +36,7 @@ from schedulearn.core.fairshare_queues import (
     Tenancy,
     best_effort,
     fill,
+    fits_guarantee,
 )
 from schedulearn.core.fairshare_reasons import never_starts
 from schedulearn.core.views import JobView, NodeView
@@ -97,9 +98,14 @@ def settle(usage: float, busy: int, seconds: float, half_life: float) -> float:
 # --- the scheduler's side ----------------------------------------------------------
 
 
-def _usage(session: Session, now: float) -> dict[str, float]:
-    rows = session.execute(select(QueueUsage)).scalars()
-    return {r.queue: settle(r.usage, r.busy, now - r.at, r.half_life) for r in rows}
+def _usage(session: Session, now: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Every queue's decayed usage as of `now`, and its served part (`Tenancy.served`)."""
+    usage: dict[str, float] = {}
+    served: dict[str, float] = {}
+    for r in session.execute(select(QueueUsage)).scalars():
+        usage[r.queue] = settle(r.usage, r.busy, now - r.at, r.half_life)
+        served[r.queue] = settle(r.served, r.serving, now - r.at, r.half_life)
+    return usage, served
 
 
 def tenancy(session: Session, now: float) -> Tenancy | None:
@@ -107,12 +113,12 @@ def tenancy(session: Session, now: float) -> Tenancy | None:
     if not declared(session):  # a plain read first: every pass asks, and most clusters have none
         return None
     rows = session.execute(select(TenantQueue)).scalars().all()
-    usage = _usage(session, now)
+    usage, served = _usage(session, now)
     queues = tuple(core_queue(r) for r in rows)
     half_life = session.execute(select(func.max(col(QueueUsage.half_life)))).scalar()
     if half_life is None:
-        return Tenancy(queues, usage)
-    return Tenancy(queues, usage, half_life)
+        return Tenancy(queues, usage, served=served)
+    return Tenancy(queues, usage, half_life, served)
 
 
 def _held(session: Session) -> dict[str, tuple[int, int]]:
@@ -128,6 +134,22 @@ def _held(session: Session) -> dict[str, tuple[int, int]]:
         if not preemptible:
             held[_key(queue)][1] += n
     return {q: (a, b) for q, (a, b) in held.items()}
+
+
+def _serving(session: Session) -> dict[str, int]:
+    """GPUs held now per queue by its jobs that fit its own guarantee (`fits_guarantee`)."""
+    queues = Tenancy(tuple(core_queue(r) for r in session.execute(select(TenantQueue)).scalars()))
+    capacity = _healthy_gpus(session)
+    serving: dict[str, int] = defaultdict(int)
+    for queue, gpus, n in session.execute(
+        select(job_queue_column, col(Job.gpus), func.count())
+        .select_from(Allocation)
+        .join(Job, col(Allocation.job_id) == col(Job.id))
+        .group_by(job_queue_column, col(Job.gpus))
+    ):
+        if fits_guarantee(queues, _key(queue), int(gpus), capacity):
+            serving[_key(queue)] += n
+    return serving
 
 
 def _waiting(session: Session) -> dict[str, tuple[int, int]]:
@@ -165,7 +187,7 @@ def book(session: Session, now: float) -> Book:
         queue = core_queue(rows[name]) if name in rows else best_effort(name)
         used, pinned = held.get(name, (0, 0))
         out[name] = QueueShare(queue, used, pinned, waiting.get(name, (0, 0))[1])
-    fill(out.values(), _healthy_gpus(session), _usage(session, now))
+    fill(out.values(), _healthy_gpus(session), *_usage(session, now))
     return Book(rows, out, waiting)
 
 
@@ -199,17 +221,26 @@ def observe(session: Session, now: float, half_life: float) -> bool:
     whether it wrote. Called once per scheduler round while queues are declared."""
     usage = {r.queue: r for r in session.execute(select(QueueUsage)).scalars()}
     held = {q: n for q, (n, _) in _held(session).items()}
+    serving = _serving(session)
     names = {*usage, *held}
-    changed = any(held.get(q, 0) != (usage[q].busy if q in usage else 0) for q in names)
+
+    def moved(q: str) -> bool:
+        row = usage.get(q)
+        was = (row.busy, row.serving) if row is not None else (0, 0)
+        return was != (held.get(q, 0), serving.get(q, 0))
+
+    changed = any(moved(q) for q in names)
     stale = any(now - r.at >= RESAMPLE_SECONDS for r in usage.values())
     if not changed and not stale and all(r.half_life == half_life for r in usage.values()):
         return False
     for q in names:
         row = usage.get(q)
         if row is None:
-            row = QueueUsage(queue=q, usage=0.0, busy=0, at=now, half_life=half_life)
+            row = QueueUsage(queue=q, at=now, half_life=half_life)
         row.usage = settle(row.usage, row.busy, now - row.at, row.half_life)
-        row.busy, row.at, row.half_life = held.get(q, 0), now, half_life
+        row.served = settle(row.served, row.serving, now - row.at, row.half_life)
+        row.busy, row.serving = held.get(q, 0), serving.get(q, 0)
+        row.at, row.half_life = now, half_life
         session.add(row)
     session.flush()
     current = book(session, now)
