@@ -248,8 +248,7 @@ def _next_turn(view: ClusterView, full: SharePass) -> float:
     for job in view.running:
         if fits_guarantee(tenancy, job.queue, job.gpus, capacity):
             busy[job.queue] = busy.get(job.queue, 0) + job.allocated_gpus
-    served = tenancy.usage if tenancy.served is None else tenancy.served
-    return next_turn(full.book.values(), capacity, served, busy, tenancy.half_life)
+    return next_turn(full.book.values(), capacity, tenancy.counted, busy, tenancy.half_life)
 
 
 def _seen(view: ClusterView, tenancy: Tenancy) -> tuple[object, ...]:

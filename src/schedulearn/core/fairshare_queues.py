@@ -180,6 +180,12 @@ class Tenancy:
     def has_limits(self) -> bool:
         return any(q.limit is not None for q in self.queues)
 
+    @property
+    def counted(self) -> Mapping[str, float]:
+        """The use a queue is judged ahead or behind on: `served`, or all of
+        `usage` from a host that keeps no served figure."""
+        return self.usage if self.served is None else self.served
+
 
 def own_guarantee(tenancy: Tenancy, queue: str, capacity: int) -> int:
     """`queue`'s own guaranteed GPUs on `capacity` healthy ones: its declared ones
@@ -391,7 +397,7 @@ def book(
         s.used, s.pinned = used, pinned
     for name, gpus in waiting.items():
         share(name).pending = gpus
-    fill(out.values(), view.total_gpus, tenancy.usage, tenancy.served)
+    fill(out.values(), view.total_gpus, tenancy.usage, tenancy.counted)
     return out
 
 

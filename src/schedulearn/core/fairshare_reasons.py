@@ -152,7 +152,7 @@ def share_reason(
         return None
     others = [o for o in book.values() if o.name != s.name and o.used > 0]
     if s.used + job.gpus <= s.guaranteed and s.ahead:
-        served = tenancy.usage if tenancy.served is None else tenancy.served
+        served = tenancy.counted
         return reason(
             ShareRule.AHEAD,
             gpus=job.gpus,
