@@ -139,8 +139,15 @@ class JobGoodput:
     `samples` are the distinct step measurements so far (empty for a job
     never run), `grad_sqr`/`grad_var` its latest gradient statistics
     (None before any), `remaining` the progress still to make in the
-    model's units (steps at the initial batch; None if unknown) and
-    `restarts` how many times it was (re)allocated after its first start.
+    model's units (steps at the initial batch): from the total the job's
+    spec declares, or from an estimate learned from jobs that already
+    ended, never the job's own truth; None if neither is known.
+    `restarts` is how many times it was (re)allocated after its first
+    start and `progress` the steps at the initial batch made so far.
+
+    Every field is one a live job reports (`GoodputReport`) or the host
+    counts; `of_report` is the one way both the live scheduler and the
+    simulator build it.
     """
 
     limits: BatchLimits
@@ -149,6 +156,34 @@ class JobGoodput:
     grad_var: float | None = None
     remaining: float | None = None
     restarts: int = 0
+    progress: float = 0.0
+
+    @classmethod
+    def of_report(
+        cls,
+        report: GoodputReport,
+        samples: tuple[StepSample, ...],
+        restarts: int,
+        estimate: float | None = None,
+    ) -> JobGoodput:
+        """What the policy may know of a job: its latest report, its measured
+        steps, its restart count and, for a job that declares no total, an
+        estimate of its total progress learned from ended jobs (None: none).
+
+        A job past its estimate has no known remaining work (the estimate
+        was wrong for it), rather than none left."""
+        remaining = report.remaining()
+        if remaining is None and estimate is not None and estimate > report.progress:
+            remaining = estimate - report.progress
+        return cls(
+            report.limits(),
+            samples,
+            report.grad_sqr,
+            report.grad_var,
+            remaining,
+            restarts,
+            report.progress,
+        )
 
     def model(self) -> GoodputModel:
         """The fitted model (cached: equal inputs give the same object)."""
@@ -194,6 +229,8 @@ class GoodputReport:
     grad_var: float | None = None
     progress: float = 0.0
     target: float | None = None
+    # A job that keeps one total batch (it does not adapt it); None: it adapts.
+    fixed_batch: int | None = None
     # Read by pydantic where the wire models carry it (a plain dict: core imports
     # no pydantic). Unknown keys are dropped, not refused: the runtime in a job's
     # environment may be newer than the agent or the client reading it.
@@ -216,7 +253,11 @@ class GoodputReport:
 
     def limits(self) -> BatchLimits:
         return BatchLimits(
-            self.init_batch, self.max_batch, self.min_local_batch, self.max_local_batch
+            self.init_batch,
+            self.max_batch,
+            self.min_local_batch,
+            self.max_local_batch,
+            self.fixed_batch,
         )
 
     def sample(self) -> StepSample | None:

@@ -394,7 +394,7 @@ class MeasuredSpeed:
                     self.apps[sub.name] = AppTables(sub)
         self._curves: dict[tuple[str, tuple[int, ...], int], EpochCurve] = {}
 
-    def _counts(self, placement: Placement) -> tuple[int, ...]:
+    def counts_of(self, placement: Placement) -> tuple[int, ...]:
         """GPUs per node in rank order: node-name order, or with `artifact_time`
         the node holding the most first (the artifact's allocation order)."""
         counts = tuple(len(g) for _, g in placement if g)
@@ -423,7 +423,7 @@ class MeasuredSpeed:
         tables = self._tables(job)
         if tables is None:
             return self.fallback.curve(job, placement, shape)
-        counts = self._counts(placement)
+        counts = self.counts_of(placement)
         return self._curve(tables, counts, job.batch_size)
 
     def _curve(self, tables: AppTables, counts: tuple[int, ...], batch: int | None) -> EpochCurve:
@@ -448,7 +448,7 @@ class MeasuredSpeed:
         tables = self._tables(job)
         if tables is None or placement.num_gpus == 0:
             return None
-        counts = self._counts(placement)
+        counts = self.counts_of(placement)
         curve = self._curve(tables, counts, job.batch_size)
         if curve.choices:
             _, atomic, _ = curve.choices[curve.epoch(done)]
@@ -467,7 +467,7 @@ class MeasuredSpeed:
         epoch = min(bisect.bisect_right(tables.epoch_ends, done), tables.epochs - 1)
         batch = job.batch_size or tables.init_batch
         if placement is not None and placement.num_gpus and not job.batch_size:
-            counts = self._counts(placement)
+            counts = self.counts_of(placement)
             curve = self._curve(tables, counts, None)
             batch = curve.choices[epoch][0]
         return tables.grad_stats(batch, epoch)

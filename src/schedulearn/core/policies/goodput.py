@@ -91,6 +91,7 @@ class Goodput:
         restart_cost: float = 30.0,
         hysteresis: float = 8.0,
         explore: float = 4.0,
+        floor: float = 600.0,
     ) -> None:
         if not 0.0 <= fairness <= 1.0:
             raise ValueError(f"goodput: fairness must be in [0, 1], not {fairness}")
@@ -98,10 +99,13 @@ class Goodput:
             raise ValueError("goodput: restart_cost and hysteresis must not be negative")
         if explore < 1:
             raise ValueError(f"goodput: explore must be 1 or more, not {explore}")
+        if floor < 0:
+            raise ValueError(f"goodput: floor must not be negative, not {floor}")
         self.fairness = float(fairness)
         self.restart_cost = float(restart_cost)
         self.hysteresis = float(hysteresis)
         self.explore = float(explore)
+        self.floor = float(floor)
 
     # --- values --------------------------------------------------------------
 
@@ -143,7 +147,7 @@ class Goodput:
                 counts = [c for c in _counts(job, node_size, info, self.explore) if c <= total]
                 if not counts:
                     continue
-                speeds, work = _speeds_and_work(info, counts, node_size)
+                speeds, work = _speeds_and_work(info, counts, node_size, self.floor)
             base = 0.0
             if speeds is not None and work is not None:
                 base = speeds.get(1) or speeds[counts[0]] / counts[0]
@@ -247,16 +251,23 @@ def _count_grid(least: int, most: int, current: int, node_size: int) -> tuple[in
 
 
 def _speeds_and_work(
-    info: JobGoodput, counts: list[int], node_size: int
+    info: JobGoodput, counts: list[int], node_size: int, floor: float
 ) -> tuple[dict[int, float] | None, float | None]:
     """From a job's reports: progress per second at each count (and at 1), and the
-    progress left (None: unknown). Jobs without reports use the prior (`_jobs`)."""
-    if not info.samples or info.remaining is None:
+    progress left (None: unknown). Jobs without reports use the prior (`_jobs`).
+
+    Without a declared or learned length the job is expected to need as much
+    again as it has made so far (the longer a job has run, the longer it will
+    run: least attained service, as Tiresias assumes), and at least `floor`
+    seconds on one GPU."""
+    if not info.samples:
         return None, None
     model: GoodputModel = info.model()
     speeds = {a: model.speed(-(-a // node_size), a) for a in counts}
     speeds.setdefault(1, model.speed(1, 1))
-    return speeds, max(info.remaining, 1e-9)
+    if info.remaining is not None:
+        return speeds, max(info.remaining, 1e-9)
+    return speeds, max(info.progress, speeds[1] * floor, 1e-9)
 
 
 def _linear(a: int) -> float:
