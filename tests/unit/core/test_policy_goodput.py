@@ -206,3 +206,15 @@ def test_below_the_floor_jobs_of_unknown_length_weigh_alike() -> None:
     s3 = Scenario(node("a", 4))
     got = decide(s3, 0, [adaptive(1), adaptive(2)], reports, floor=1e6)
     assert {j: p.num_gpus for j, p in starts(got).items()} == {1: 2, 2: 2}
+
+
+def test_past_the_ceiling_jobs_of_unknown_length_weigh_alike_again() -> None:
+    """Two jobs far past `ceiling` seconds of one-GPU work split four GPUs evenly
+    (neither is starved for being older); with no ceiling the younger takes more."""
+    reports = {1: unknown_length(5e7, 1, 2), 2: unknown_length(1e9, 1, 2)}
+    s = Scenario(node("a", 4))
+    got = decide(s, 0, [adaptive(1), adaptive(2)], reports)
+    assert {j: p.num_gpus for j, p in starts(got).items()} == {1: 2, 2: 2}
+    s2 = Scenario(node("a", 4))
+    got = decide(s2, 0, [adaptive(1), adaptive(2)], reports, ceiling=0)
+    assert starts(got)[1].num_gpus > starts(got).get(2, place({"a": []})).num_gpus
