@@ -395,10 +395,13 @@ class Simulator:
         return learning is not None and learning.speed.tables_of(run.job) is not None
 
     def _estimate_of(self, run: RunState) -> float | None:
-        """A waiting job's expected duration as a policy sees it: none for a job of a
-        measured application (a live job reports steps, not its duration at its
-        requested size); the workload's own figure for the others."""
-        return None if self._measured(run) else run.estimate
+        """A waiting job's expected duration as a policy sees it: for a job of a
+        measured application, only when its spec declares its total (its length
+        at its requested size is then the user's to declare, as live); the
+        workload's own figure for the others."""
+        if self._measured(run) and not run.job.declares_total:
+            return None
+        return run.estimate
 
     def _fraction(self, run: RunState) -> float | None:
         """The fraction done as a policy sees it: for a job of a measured
