@@ -57,7 +57,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schedulearn.core.goodput import BatchLimits, StepSample, batch_configs
+from schedulearn.core.goodput import BatchLimits, batch_configs
 from schedulearn.core.views import Placement
 from schedulearn.sim.interp3d import Delaunay3D
 from schedulearn.sim.jobs import SimInputError, SimJob
@@ -460,35 +460,6 @@ class MeasuredSpeed:
     def tables_of(self, job: SimJob) -> AppTables | None:
         """The measured tables of the job's application, if it names one."""
         return self._tables(job)
-
-    def sample(self, job: SimJob, placement: Placement, done: float) -> StepSample | None:
-        """The step the job runs at `done` units of work on `placement`, as measured."""
-        tables = self._tables(job)
-        if tables is None or placement.num_gpus == 0:
-            return None
-        counts = self.counts_of(placement)
-        curve = self._curve(tables, counts, job.batch_size)
-        if curve.choices:
-            _, atomic, _ = curve.choices[curve.epoch(done)]
-        else:
-            atomic, _ = tables.batch_split(job.batch_size or tables.init_batch, sum(counts))
-        step, sync = tables.throughput(counts, atomic)
-        return StepSample(len(counts), sum(counts), atomic, step, sync)
-
-    def grad_stats(
-        self, job: SimJob, placement: Placement | None, done: float
-    ) -> tuple[float, float] | None:
-        """(grad_sqr, grad_var) the job measures at `done` with the batch it uses there."""
-        tables = self._tables(job)
-        if tables is None:
-            return None
-        epoch = min(bisect.bisect_right(tables.epoch_ends, done), tables.epochs - 1)
-        batch = job.batch_size or tables.init_batch
-        if placement is not None and placement.num_gpus and not job.batch_size:
-            counts = self.counts_of(placement)
-            curve = self._curve(tables, counts, None)
-            batch = curve.choices[epoch][0]
-        return tables.grad_stats(batch, epoch)
 
     def switch_cost(self, job: SimJob, first: bool) -> float:
         if self._tables(job) is None:
