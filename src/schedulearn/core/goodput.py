@@ -40,7 +40,7 @@ No state lives here: everything is a frozen value or a pure function.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import ClassVar
 
@@ -165,18 +165,24 @@ class JobGoodput:
         samples: tuple[StepSample, ...],
         restarts: int,
         estimate: float | None = None,
+        fixed_batch: int | None = None,
     ) -> JobGoodput:
         """What the policy may know of a job: its latest report, its measured
         steps, its restart count and, for a job that declares no total, an
         estimate of its total progress learned from ended jobs (None: none).
+        `fixed_batch` is the batch of a job whose spec pins it (it does not
+        adapt; None: it does).
 
         A job past its estimate has no known remaining work (the estimate
         was wrong for it), rather than none left."""
         remaining = report.remaining()
         if remaining is None and estimate is not None and estimate > report.progress:
             remaining = estimate - report.progress
+        limits = report.limits()
+        if fixed_batch is not None:
+            limits = replace(limits, fixed_batch=fixed_batch)
         return cls(
-            report.limits(),
+            limits,
             samples,
             report.grad_sqr,
             report.grad_var,
@@ -229,8 +235,6 @@ class GoodputReport:
     grad_var: float | None = None
     progress: float = 0.0
     target: float | None = None
-    # A job that keeps one total batch (it does not adapt it); None: it adapts.
-    fixed_batch: int | None = None
     # Read by pydantic where the wire models carry it (a plain dict: core imports
     # no pydantic). Unknown keys are dropped, not refused: the runtime in a job's
     # environment may be newer than the agent or the client reading it.
@@ -253,11 +257,7 @@ class GoodputReport:
 
     def limits(self) -> BatchLimits:
         return BatchLimits(
-            self.init_batch,
-            self.max_batch,
-            self.min_local_batch,
-            self.max_local_batch,
-            self.fixed_batch,
+            self.init_batch, self.max_batch, self.min_local_batch, self.max_local_batch
         )
 
     def sample(self) -> StepSample | None:

@@ -243,7 +243,6 @@ class JobLearning:
             grad_var=var,
             progress=done,
             target=run.work if job.declares_total else None,
-            fixed_batch=limits.fixed_batch,
         )
 
     def goodput(self, run: RunState, done: float) -> JobGoodput | None:
@@ -254,7 +253,8 @@ class JobLearning:
         profile = self._profiles.get(run.job.id)
         samples = tuple(profile.samples.values()) if profile else ()
         restarts = max(0, run.preemptions + run.resizes + run.migrations)
-        return JobGoodput.of_report(report, samples, restarts, self.estimate(run.job))
+        estimate = self.estimate(run.job)
+        return JobGoodput.of_report(report, samples, restarts, estimate, run.job.batch_size)
 
 
 def _model_of(job: SimJob) -> str:

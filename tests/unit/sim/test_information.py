@@ -39,7 +39,7 @@ from schedulearn.sim.workloads.spec import parse_workload
 # an estimate learned from ended jobs. A field added to `JobGoodput` must say
 # here where a live host gets it, or this test fails.
 LIVE_SOURCE = {
-    "limits": "report: init_batch, max_batch, min/max_local_batch, fixed_batch",
+    "limits": "report: init_batch, max_batch, min/max_local_batch; the spec: a fixed batch",
     "samples": "report: step_time and sync_time at each configuration run",
     "grad_sqr": "report",
     "grad_var": "report",
