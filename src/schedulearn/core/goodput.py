@@ -40,7 +40,7 @@ No state lives here: everything is a frozen value or a pure function.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import ClassVar
 
@@ -139,8 +139,15 @@ class JobGoodput:
     `samples` are the distinct step measurements so far (empty for a job
     never run), `grad_sqr`/`grad_var` its latest gradient statistics
     (None before any), `remaining` the progress still to make in the
-    model's units (steps at the initial batch; None if unknown) and
-    `restarts` how many times it was (re)allocated after its first start.
+    model's units (steps at the initial batch): from the total the job's
+    spec declares, or from an estimate learned from jobs that already
+    ended, never the job's own truth; None if neither is known.
+    `restarts` is how many times it was (re)allocated after its first
+    start and `progress` the steps at the initial batch made so far.
+
+    Every field is one a live job reports (`GoodputReport`) or the host
+    counts; `of_report` is the one way both the live scheduler and the
+    simulator build it.
     """
 
     limits: BatchLimits
@@ -149,6 +156,40 @@ class JobGoodput:
     grad_var: float | None = None
     remaining: float | None = None
     restarts: int = 0
+    progress: float = 0.0
+
+    @classmethod
+    def of_report(
+        cls,
+        report: GoodputReport,
+        samples: tuple[StepSample, ...],
+        restarts: int,
+        estimate: float | None = None,
+        fixed_batch: int | None = None,
+    ) -> JobGoodput:
+        """What the policy may know of a job: its latest report, its measured
+        steps, its restart count and, for a job that declares no total, an
+        estimate of its total progress learned from ended jobs (None: none).
+        `fixed_batch` is the batch of a job whose spec pins it (it does not
+        adapt; None: it does).
+
+        A job past its estimate has no known remaining work (the estimate
+        was wrong for it), rather than none left."""
+        remaining = report.remaining()
+        if remaining is None and estimate is not None and estimate > report.progress:
+            remaining = estimate - report.progress
+        limits = report.limits()
+        if fixed_batch is not None:
+            limits = replace(limits, fixed_batch=fixed_batch)
+        return cls(
+            limits,
+            samples,
+            report.grad_sqr,
+            report.grad_var,
+            remaining,
+            restarts,
+            report.progress,
+        )
 
     def model(self) -> GoodputModel:
         """The fitted model (cached: equal inputs give the same object)."""

@@ -37,7 +37,9 @@ from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
 from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.feasibility import check_feasible
 from schedulearn.sim.goodput_feed import GoodputFeed
+from schedulearn.sim.job_learning import JobLearning
 from schedulearn.sim.jobs import SimInputError, SimJob, Workload
+from schedulearn.sim.measured import MeasuredSpeed
 from schedulearn.sim.metrics import summarize
 from schedulearn.sim.results import JobRecord, Segment, Series, SimResult
 from schedulearn.sim.runstate import RunState, running_view, stopped_view
@@ -78,8 +80,13 @@ class Simulator:
         # Decide only at multiples of this (Pollux's simulator: 60 s), not at events.
         self.round_seconds = round_seconds
         check_feasible(workload, cluster)
-        # Measured steps and gradient statistics, for a policy that asks for them.
-        self._feed = GoodputFeed.wanted(self.speed, policy)
+        # What jobs of measured applications learn of themselves (their batch
+        # choice, steps, statistics), and the feed of it for a policy that asks.
+        self._learning: JobLearning | None = None
+        if isinstance(self.speed, MeasuredSpeed) and self.speed.apps:
+            learned = workload.params.get("lengths") == "learned"
+            self._learning = JobLearning(self.speed, learned)
+        self._feed = GoodputFeed.wanted(self._learning, policy)
         self.ledger = GpuLedger(cluster.nodes)
         # Tenant queues: the view carries them, with usage the meter keeps
         # from every start and stop (read lazily, as of the pass's time).
@@ -185,7 +192,7 @@ class Simulator:
             changed = False
             while ai < n and jobs[ai].submitted_at <= t:
                 job = jobs[ai]
-                pending[job.id] = job.view(runs[job.id].estimate)
+                pending[job.id] = job.view(self._estimate_of(runs[job.id]))
                 self._pending_changed = changed = True
                 ai += 1
             while heap and heap[0][0] <= t:
@@ -253,6 +260,8 @@ class Simulator:
         run.end = t
         self._finished += 1
         self._stop_segment(run, t, "timeout" if timed_out else "completed")
+        if self._learning is not None and not timed_out:
+            self._learning.ended(run)
         self.ledger.release(jid)
         del self._running[jid]
         self._running_changed = True
@@ -266,13 +275,16 @@ class Simulator:
         if self.record_segments:
             self._segments.append(Segment(run.job.id, run.started, t, placement, reason))
         run.served += max(0.0, t - run.started)
+        if self._learning is not None:
+            self._learning.stop(run)
         run.placement = None
         run.curve = None
         run.version += 1
 
     def _start_segment(self, run: RunState, placement: Placement, t: float, first: bool) -> None:
         job = run.job
-        curve = self.speed.curve(job, placement, self.shape)
+        learnt = None if self._learning is None else self._learning.curve(run, placement)
+        curve = learnt or self.speed.curve(job, placement, self.shape)
         run.curve = curve
         run.placement = placement
         run.started = t
@@ -362,7 +374,7 @@ class Simulator:
             self._pending_changed = True
             first = run.first_start is None
             self._start_segment(run, d.placement, t, first)
-            self._running[jid] = running_view(pending, d.placement, t, run.done / run.work)
+            self._running[jid] = running_view(pending, d.placement, t, self._fraction(run))
             self._running_changed = True
         elif isinstance(d, Preempt):
             old = self._running.pop(jid)
@@ -371,7 +383,7 @@ class Simulator:
             run.done = self._progress_at(run, t) if run.job.preemptible else 0.0
             self._stop_segment(run, t, "preempted")
             run.preemptions += 1
-            self._pending[jid] = stopped_view(old, t, run.done / run.work, preempted=True)
+            self._pending[jid] = stopped_view(old, t, self._fraction(run), preempted=True)
             self._pending_changed = self._pending_unordered = True
             self._running_changed = True
         elif isinstance(d, Resize):
@@ -385,9 +397,31 @@ class Simulator:
             else:
                 run.resizes += 1
             self._start_segment(run, d.placement, t, first=False)
-            paused = stopped_view(old, t, run.done / run.work, preempted=False)
-            self._running[jid] = running_view(paused, d.placement, t, run.done / run.work)
+            paused = stopped_view(old, t, self._fraction(run), preempted=False)
+            self._running[jid] = running_view(paused, d.placement, t, self._fraction(run))
             self._running_changed = True
+
+    # --- what a policy may know ------------------------------------------
+
+    def _measured(self, run: RunState) -> bool:
+        learning = self._learning
+        return learning is not None and learning.speed.tables_of(run.job) is not None
+
+    def _estimate_of(self, run: RunState) -> float | None:
+        """A waiting job's expected duration as a policy sees it: for a job of a
+        measured application, only when its spec declares its total (its length
+        at its requested size is then the user's to declare, as live); the
+        workload's own figure for the others."""
+        if self._measured(run) and not run.job.declares_total:
+            return None
+        return run.estimate
+
+    def _fraction(self, run: RunState) -> float | None:
+        """The fraction done as a policy sees it: for a job of a measured
+        application, only when its spec declares its total."""
+        if self._measured(run) and not run.job.declares_total:
+            return None
+        return run.done / run.work
 
     # --- snapshot caches ---------------------------------------------------
 

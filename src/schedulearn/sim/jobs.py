@@ -45,6 +45,9 @@ class SimJob(JobView):
     _: KW_ONLY
     app: str | None = None
     batch_size: int | None = None
+    # Its spec declares its total steps or epochs (a live job reports it as its
+    # `target`): a policy may then know its remaining work, else not.
+    declares_total: bool = False
     # Simulated jobs may be preempted unless a workload says otherwise.
     preemptible: bool = field(default=True, metadata=SUBMITTED)
 

@@ -16,7 +16,8 @@ Pollux's simulator (petuum/adaptdl, `osdi21-artifact`), re-implemented:
   as the table's smallest rotation) interpolated linearly over the local
   batch; for placements not in the table, interpolated over local batch,
   then GPUs, then nodes (capped at 16) from both tables. Pollux uses a
-  3-D Delaunay interpolation here; ours is separable, see docs/results.md;
+  3-D Delaunay interpolation here; ours is separable by default, and
+  `interpolation="delaunay"` takes Pollux's (`sim.interp3d`, with scipy);
 - progress per second in epoch `e` is `gain / step_time`, `gain =
   (var + sqr) / (var / scale + sqr)`, `scale = batch /
   smallest_measured_batch`, with the gradient statistics of epoch `e`
@@ -38,9 +39,11 @@ see `schedulearn.sim.workloads.adaptive`) picks its batch size itself,
 as a job under Pollux's AdaptDL library does: at each epoch it runs the
 batch that maximises its progress rate on the placement it was given,
 among the configurations `core.goodput.batch_configs` allows (the same
-candidates the `goodput` policy's model considers). Unlike Pollux, whose
-jobs choose with their fitted model, ours choose with the measured
-tables: an oracle per epoch, documented in docs/results.md.
+candidates the `goodput` policy's model considers). In a replay the
+engine has each job choose with the model it fitted from its own
+measurements (`sim.job_learning`), as Pollux's jobs do;
+`adaptive_rates` here is the choice made with the true tables, kept for
+`estimate` and as the reference a learnt choice is compared with.
 
 Jobs without an application (or with one that has no table) fall back
 to the linear model. Work units here are Pollux's progress units.
@@ -54,11 +57,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from schedulearn.core.goodput import BatchLimits, StepSample, batch_configs
+from schedulearn.core.goodput import BatchLimits, batch_configs
 from schedulearn.core.views import Placement
+from schedulearn.sim.interp3d import Delaunay3D
 from schedulearn.sim.jobs import SimInputError, SimJob
 from schedulearn.sim.speed import ClusterShape, Curve, LinearSpeed
 
+# How step times of placements no table measured are interpolated (module doc).
+INTERPOLATIONS = ("separable", "delaunay")
 EPOCHS = {"bert": 2, "cifar10": 100, "deepspeech2": 80, "imagenet": 90, "ncf": 10, "yolov3": 50}
 MAX_LOCAL_BSZ = {"yolov3": 8}
 MAX_TABLE_NODES = 16
@@ -119,8 +125,10 @@ class _Validation:
 class AppTables:
     """The measured tables of one application, loaded from its directory."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, delaunay: bool = False) -> None:
         self.name = directory.name
+        # Pollux's 3-D interpolation for placements not in the table (None: ours).
+        self._nd = Delaunay3D(directory) if delaunay else None
         if self.name not in EPOCHS:
             raise SimInputError(
                 f"no epoch count for application {self.name!r}; known: {', '.join(sorted(EPOCHS))}"
@@ -201,6 +209,10 @@ class AppTables:
             xs, steps, syncs = series
             return _interp(xs, steps, local_bsz), _interp(xs, syncs, local_bsz)
         nodes, gpus = min(len(key), MAX_TABLE_NODES), sum(key)
+        if self._nd is not None:
+            got = self._nd(nodes, gpus, local_bsz)
+            if got is not None:
+                return got
         i = bisect.bisect_left(self.node_counts, nodes)
         if i < len(self.node_counts) and self.node_counts[i] == nodes:
             return self._at_nodes(nodes, gpus, local_bsz)
@@ -376,7 +388,13 @@ class MeasuredSpeed:
         fallback: LinearSpeed | None = None,
         realloc_cost: float = 30.0,
         artifact_time: bool = False,
+        interpolation: str = "separable",
     ) -> None:
+        if interpolation not in INTERPOLATIONS:
+            raise SimInputError(
+                f"unknown interpolation {interpolation!r}; use one of {', '.join(INTERPOLATIONS)}"
+            )
+        self.interpolation = interpolation
         self.fallback = fallback or LinearSpeed()
         self.realloc_cost = realloc_cost
         # Pollux's simulator's rules of time (module doc): off by default.
@@ -391,10 +409,10 @@ class MeasuredSpeed:
                 )
             for sub in sorted(p for p in apps_dir.iterdir() if p.is_dir()):
                 if (sub / "placements.csv").is_file() and sub.name in EPOCHS:
-                    self.apps[sub.name] = AppTables(sub)
+                    self.apps[sub.name] = AppTables(sub, interpolation == "delaunay")
         self._curves: dict[tuple[str, tuple[int, ...], int], EpochCurve] = {}
 
-    def _counts(self, placement: Placement) -> tuple[int, ...]:
+    def counts_of(self, placement: Placement) -> tuple[int, ...]:
         """GPUs per node in rank order: node-name order, or with `artifact_time`
         the node holding the most first (the artifact's allocation order)."""
         counts = tuple(len(g) for _, g in placement if g)
@@ -423,7 +441,7 @@ class MeasuredSpeed:
         tables = self._tables(job)
         if tables is None:
             return self.fallback.curve(job, placement, shape)
-        counts = self._counts(placement)
+        counts = self.counts_of(placement)
         return self._curve(tables, counts, job.batch_size)
 
     def _curve(self, tables: AppTables, counts: tuple[int, ...], batch: int | None) -> EpochCurve:
@@ -442,35 +460,6 @@ class MeasuredSpeed:
     def tables_of(self, job: SimJob) -> AppTables | None:
         """The measured tables of the job's application, if it names one."""
         return self._tables(job)
-
-    def sample(self, job: SimJob, placement: Placement, done: float) -> StepSample | None:
-        """The step the job runs at `done` units of work on `placement`, as measured."""
-        tables = self._tables(job)
-        if tables is None or placement.num_gpus == 0:
-            return None
-        counts = self._counts(placement)
-        curve = self._curve(tables, counts, job.batch_size)
-        if curve.choices:
-            _, atomic, _ = curve.choices[curve.epoch(done)]
-        else:
-            atomic, _ = tables.batch_split(job.batch_size or tables.init_batch, sum(counts))
-        step, sync = tables.throughput(counts, atomic)
-        return StepSample(len(counts), sum(counts), atomic, step, sync)
-
-    def grad_stats(
-        self, job: SimJob, placement: Placement | None, done: float
-    ) -> tuple[float, float] | None:
-        """(grad_sqr, grad_var) the job measures at `done` with the batch it uses there."""
-        tables = self._tables(job)
-        if tables is None:
-            return None
-        epoch = min(bisect.bisect_right(tables.epoch_ends, done), tables.epochs - 1)
-        batch = job.batch_size or tables.init_batch
-        if placement is not None and placement.num_gpus and not job.batch_size:
-            counts = self._counts(placement)
-            curve = self._curve(tables, counts, None)
-            batch = curve.choices[epoch][0]
-        return tables.grad_stats(batch, epoch)
 
     def switch_cost(self, job: SimJob, first: bool) -> float:
         if self._tables(job) is None:

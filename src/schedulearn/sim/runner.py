@@ -43,6 +43,9 @@ class SpeedOptions:
     # Measured model only: time as Pollux's simulator computes it
     # (`simulate --artifact-time`; see `MeasuredSpeed`).
     artifact_time: bool = False
+    # Measured model only: "delaunay" interpolates step times of placements no
+    # table measured as Pollux's simulator does (needs scipy; `sim.interp3d`).
+    interpolation: str = "separable"
     # The options the user gave explicitly (CLI names, e.g. "--efficiency"):
     # one the chosen model does not use is refused rather than ignored.
     given: frozenset[str] = frozenset()
@@ -86,7 +89,7 @@ class SpeedOptions:
             return linear
         # --restart-cost is the measured model's cost of a (re)allocation too.
         realloc = self.restart_cost if "--restart-cost" in self.given else self.realloc_cost
-        return MeasuredSpeed(apps, linear, realloc, self.artifact_time)
+        return MeasuredSpeed(apps, linear, realloc, self.artifact_time, self.interpolation)
 
 
 def find_apps(workloads: Sequence[Workload]) -> Path | None:

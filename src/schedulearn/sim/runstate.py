@@ -57,12 +57,14 @@ class RunState:
         self.resizes = 0
 
 
-def running_view(pending: JobView, placement: Placement, now: float, progress: float) -> JobView:
+def running_view(
+    pending: JobView, placement: Placement, now: float, progress: float | None
+) -> JobView:
     """The view of a job that starts (or restarts) on `placement` at `now`."""
     return rebuild(pending, placement=placement, started_at=now, progress=progress)
 
 
-def stopped_view(running: JobView, now: float, progress: float, preempted: bool) -> JobView:
+def stopped_view(running: JobView, now: float, progress: float | None, preempted: bool) -> JobView:
     """The pending view of a job suspended at `now` (service accrued up to now)."""
     return rebuild(
         running,

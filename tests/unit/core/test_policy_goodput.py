@@ -168,3 +168,53 @@ def test_without_reports_a_running_job_is_not_preempted_for_an_older_one() -> No
     # A job that fits starts on the free GPUs.
     got = decide(s, 10, [job(1, gpus=4, preemptible=True), job(6, gpus=2)], {})
     assert starts(got) == {6: place({"a": [2, 3]})}
+
+
+def unknown_length(progress: float, *replicas: int) -> JobGoodput:
+    """A job that declares no total and has no learned estimate: its progress only."""
+    samples = tuple(sample(1, r) for r in replicas)
+    return JobGoodput(LIMITS, samples, 1.0, 4.0, None, 0, progress)
+
+
+def test_of_unknown_length_the_job_that_made_less_progress_goes_first() -> None:
+    """Least attained service: with no length known, the younger job gets the GPU
+    (one GPU at 0.1 s a step: 3,000 s are 30,000 steps, the floor)."""
+    s = Scenario(node("a", 1))
+    young, old = unknown_length(40_000, 1), unknown_length(400_000, 1)
+    got = decide(s, 0, [adaptive(1), adaptive(2)], {1: old, 2: young})
+    assert set(starts(got)) == {2}
+    s2 = Scenario(node("a", 1))
+    got = decide(s2, 0, [adaptive(1), adaptive(2)], {1: young, 2: old})
+    assert set(starts(got)) == {1}
+
+
+def test_below_the_floor_jobs_of_unknown_length_weigh_alike() -> None:
+    """Under `floor` seconds of one-GPU work made, progress does not rank jobs: the
+    two split four GPUs evenly; a high floor keeps them even far past it."""
+    s = Scenario(node("a", 4))
+    got = decide(
+        s,
+        0,
+        [adaptive(1), adaptive(2)],
+        {1: unknown_length(10, 1, 2), 2: unknown_length(20_000, 1, 2)},
+    )
+    assert {j: p.num_gpus for j, p in starts(got).items()} == {1: 2, 2: 2}
+    s2 = Scenario(node("a", 4))
+    reports = {1: unknown_length(10, 1, 2), 2: unknown_length(200_000, 1, 2)}
+    got = decide(s2, 0, [adaptive(1), adaptive(2)], reports)
+    assert starts(got)[1].num_gpus > starts(got).get(2, place({"a": []})).num_gpus
+    s3 = Scenario(node("a", 4))
+    got = decide(s3, 0, [adaptive(1), adaptive(2)], reports, floor=1e6)
+    assert {j: p.num_gpus for j, p in starts(got).items()} == {1: 2, 2: 2}
+
+
+def test_past_the_ceiling_jobs_of_unknown_length_weigh_alike_again() -> None:
+    """Two jobs far past `ceiling` seconds of one-GPU work split four GPUs evenly
+    (neither is starved for being older); with no ceiling the younger takes more."""
+    reports = {1: unknown_length(5e7, 1, 2), 2: unknown_length(1e9, 1, 2)}
+    s = Scenario(node("a", 4))
+    got = decide(s, 0, [adaptive(1), adaptive(2)], reports)
+    assert {j: p.num_gpus for j, p in starts(got).items()} == {1: 2, 2: 2}
+    s2 = Scenario(node("a", 4))
+    got = decide(s2, 0, [adaptive(1), adaptive(2)], reports, ceiling=0)
+    assert starts(got)[1].num_gpus > starts(got).get(2, place({"a": []})).num_gpus

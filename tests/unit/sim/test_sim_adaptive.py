@@ -14,6 +14,7 @@ from schedulearn.core.views import Placement
 from schedulearn.sim import parse_cluster
 from schedulearn.sim.engine import Simulator
 from schedulearn.sim.goodput_feed import GoodputFeed
+from schedulearn.sim.job_learning import JobLearning
 from schedulearn.sim.jobs import SimInputError, SimJob, Workload
 from schedulearn.sim.measured import EpochCurve, MeasuredSpeed
 from schedulearn.sim.runner import SpeedOptions, adapt, run_all
@@ -87,19 +88,27 @@ def test_an_adaptive_job_is_never_slower_than_at_its_initial_batch(apps: Path) -
 
 def test_the_feed_reports_measured_steps_and_gradient_statistics(apps: Path) -> None:
     speed = MeasuredSpeed(apps)
-    shape = ClusterShape.of(parse_cluster("4x4").nodes)
     job = SimJob(7, 0.0, 2, app="cifar10")
     run = RunState(job, speed.work(job), 1000.0, 1000.0)
-    feed = GoodputFeed(speed)
+    learning = JobLearning(speed)
+    feed = GoodputFeed(learning)
     (info,) = feed.snapshot(0.0, {7: run}, [7]).values()
-    assert info.samples == () and info.grad_sqr is None and info.remaining == run.work
+    # Nothing measured yet, and no declared total: no remaining work either.
+    assert info.samples == () and info.grad_sqr is None and info.remaining is None
     placement = Placement.of({"n0": [0], "n1": [0]})
-    run.placement, run.curve, run.ready = placement, speed.curve(job, placement, shape), 0.0
+    curve = learning.curve(run, placement)
+    assert curve is not None
+    run.placement, run.curve, run.ready = placement, curve, 0.0
     info = feed.snapshot(600.0, {7: run}, [7])[7]
-    (sample,) = info.samples
-    assert (sample.nodes, sample.replicas) == (2, 2)
+    assert info.samples and {(s.nodes, s.replicas) for s in info.samples} == {(2, 2)}
     assert info.grad_sqr is not None and info.grad_var is not None
-    assert info.remaining is not None and 0 < info.remaining < run.work
+    assert info.remaining is None and 0 < info.progress < run.work
+    # A job whose spec declares its total: the rest of it is known.
+    declared = RunState(replace(job, declares_total=True), run.work, 1000.0, 1000.0)
+    declared.placement, declared.curve, declared.ready = placement, curve, 0.0
+    learning.curve(declared, placement)
+    info = feed.snapshot(600.0, {7: declared}, [7])[7]
+    assert info.remaining == pytest.approx(run.work - info.progress)
 
 
 def test_rigid_policies_run_adaptive_jobs_at_their_requested_size(

@@ -124,6 +124,7 @@ def load(session: Session) -> dict[int, JobGoodput]:
             latest.grad_var,
             None if left is None else left.steps,
             restarts,
+            latest.progress,
         )
     return out
 

@@ -9,17 +9,19 @@ A PATH is a CSV in a known trace format (Philly, Pollux, Tiresias; see
   tetris                       40 jobs x 30 tasks, the Tetris packing experiment
   gavel[:n=300][:rate=2]       Gavel's models on K80/P100/V100 (see `gavel`)
   philly[:path=FILE][:limit=N] the Philly trace (default: the packaged sample)
-  pollux[:path=FILE][:adaptive=true|CAP]
+  pollux[:path=FILE][:adaptive=true|CAP][:lengths=none|declared|learned]
                                a Pollux workload (default: the packaged sample);
-                               `adaptive` makes its jobs adaptive (see `adaptive`)
+                               `adaptive` makes its jobs adaptive (see `adaptive`);
+                               `lengths` what a policy may know of each job's
+                               length (see `lengths_of`)
   tiresias[:path=FILE]         a Tiresias job CSV (default: the packaged sample)
 
 Any spec also takes `constraint=LABEL[,LABEL]` and `constrained=SHARE`:
 that share of its jobs (default all) need those node labels (see
 `constraints`; the cluster labels nodes with `label=`).
 
-A trace PATH may carry the same option: `workload-6.csv:adaptive` (or
-`:adaptive=32` for a GPU cap other than 64). A directory stands for
+A trace PATH may carry the same options: `workload-6.csv:adaptive` (or
+`:adaptive=32` for a GPU cap other than 64), `:lengths=declared`. A directory stands for
 every `.csv` in it, in name order (`workloads/:adaptive` too). Some specs give several
 workloads (`bursts:5,10`), so the result is a list.
 """
@@ -95,9 +97,10 @@ def parse_workload(text: str, seed: int = 0) -> list[Workload]:
         parts = [f"{t}=true" if t.strip() == "adaptive" else t for t in tail.split(":")]
         opts = Options.parse("trace:" + ":".join(parts))
         cap = _adaptive_cap(opts)
+        lengths = opts.text("lengths", "")
         opts.finish()
         path = Path(head + ".csv").expanduser()
-        return [_mark_adaptive(_load(detect(path), path, None), cap)]
+        return [lengths_of(_mark_adaptive(_load(detect(path), path, None), cap), lengths)]
     path = Path(text).expanduser()
     if path.suffix == ".csv" or path.is_file():
         return [_load(detect(path), path, None)]
@@ -121,11 +124,12 @@ def _parse(opts: Options, seed: int) -> list[Workload]:
         given = opts.text("path", "")
         limit = opts.integer("limit", 0, low=0)
         cap = _adaptive_cap(opts) if opts.kind == "pollux" else None
+        lengths = opts.text("lengths", "") if opts.kind == "pollux" else ""
         opts.finish()
         trace = Path(given).expanduser() if given else sample_path(opts.kind)
         if given and detect(trace) != opts.kind:
             raise SimInputError(f"{given!r} is a {detect(trace)} trace, not {opts.kind}")
-        return [_mark_adaptive(_load(opts.kind, trace, limit or None), cap)]
+        return [lengths_of(_mark_adaptive(_load(opts.kind, trace, limit or None), cap), lengths)]
     raise SimInputError(
         f"unknown workload {opts.kind!r}; give a CSV path or one of: {', '.join(KINDS)}"
     )
@@ -147,6 +151,30 @@ def _adaptive_cap(opts: Options) -> int | None:
             f"bad adaptive={value!r}; write adaptive=true or adaptive=N with a GPU cap N >= 1"
         )
     return cap
+
+
+LENGTHS = ("none", "declared", "learned")
+
+
+def lengths_of(workload: Workload, lengths: str) -> Workload:
+    """What a policy may know of the length of jobs of measured applications.
+
+    `none`: nothing but their progress so far (and, per job, what the
+    trace's `declares_total` column declares); `declared`: every job
+    declares its total epochs, so its remaining work is known; `learned`:
+    estimates learned from jobs that already ended (the mean progress of
+    ended jobs of the same model), beside any declared totals. Empty: as
+    the trace says.
+    """
+    value = lengths.strip().lower()
+    if not value:
+        return workload
+    if value not in LENGTHS:
+        raise SimInputError(f"bad lengths={lengths!r}; write one of {', '.join(LENGTHS)}")
+    jobs = workload.jobs
+    if value == "declared":
+        jobs = tuple(replace(j, declares_total=True) if j.app else j for j in jobs)
+    return replace(workload, jobs=jobs, params={**workload.params, "lengths": value})
 
 
 def _mark_adaptive(workload: Workload, cap: int | None) -> Workload:

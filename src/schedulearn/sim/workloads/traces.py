@@ -6,7 +6,9 @@ Formats, recognised by their header:
   id becomes the job's `user` and its `queue` (`simulate --tenants philly`).
 - Pollux workloads (`name,time,application,num_replicas,batch_size`):
   no duration; the job names its application and batch size, and the
-  measured speed model supplies its work.
+  measured speed model supplies its work. An optional `declares_total`
+  column (true/false) says which jobs declare their total epochs (what a
+  policy may then know; see `spec.lengths_of`).
 - Tiresias (`job_id,num_gpu,submit_time,iterations,model_name,duration,interval`).
 
 Every trace job is preemptible (checkpointing training jobs). Samples
@@ -90,6 +92,16 @@ def load_philly(path: Path, limit: int | None = None) -> Workload:
     )
 
 
+def _flag(text: str) -> bool:
+    """An optional yes/no column: empty is no."""
+    value = text.strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"declares_total must be true or false, not {text!r}")
+
+
 def load_pollux(path: Path) -> Workload:
     _, rows = _rows(path)
     jobs = []
@@ -104,6 +116,7 @@ def load_pollux(path: Path) -> Workload:
                     app=row["application"],
                     model=row["application"],
                     batch_size=int(row["batch_size"]),
+                    declares_total=_flag(row.get("declares_total", "")),
                 )
             )
         except ValueError as exc:
