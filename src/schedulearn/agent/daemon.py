@@ -55,7 +55,6 @@ from schedulearn.agent.enrolment import enroll
 from schedulearn.agent.errors import AgentError, protocol_refused, token_refused
 from schedulearn.agent.executors import registry
 from schedulearn.agent.executors.base import ExecutorImpl, RunHandle
-from schedulearn.agent.executors.process import SubprocessExecutor
 from schedulearn.agent.gpus import GpuSource
 from schedulearn.agent.heartbeat import HeartbeatThread
 from schedulearn.agent.jobs import RunnerContext
@@ -64,7 +63,6 @@ from schedulearn.agent.leasekeeper import LeaseKeeper
 from schedulearn.agent.outbox import EventOutbox
 from schedulearn.agent.retry import Retry, Stopped
 from schedulearn.agent.runners import Runners
-from schedulearn.agent.settling import Settling
 from schedulearn.agent.starts import StartGate
 from schedulearn.agent.state import StateStore
 from schedulearn.agent.workloop import WorkLoop
@@ -109,26 +107,16 @@ class Agent:
         self.client = client or AgentClient(config.server, config.token)
         self.token = config.token  # the heartbeat thread's client uses it too
         self.store = StateStore(config.state_dir)
-        # Starts and exits still on a thread are waited for (a few ms at most),
-        # so one burst's reports go in one event batch (`agent.settling`).
-        settling = Settling()
-        for executor in executors.values():
-            if isinstance(executor, SubprocessExecutor):
-                executor.settling = settling
-        starts = StartGate(
-            config.max_concurrent_starts,
-            config.max_starts_per_second,
-            config.start_burst,
-            settling=settling,
-        )
-        self.events = EventOutbox(self.client, hold=settling.none)
+        self.events = EventOutbox(self.client)
         ctx = RunnerContext(
             self.client,
             self.events,
             self.store,
             config.name,
             jobs_as=config.jobs_as,
-            starts=starts,
+            starts=StartGate(
+                config.max_concurrent_starts, config.max_starts_per_second, config.start_burst
+            ),
             log_disk_cap_bytes=config.log_disk_max_bytes,
         )
         self.runners = Runners(ctx, executors, self._background)

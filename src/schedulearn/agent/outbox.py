@@ -11,11 +11,6 @@ backoff while the server is unreachable or could not record it, given
 up only when the server refuses it for good. A batch refused as a whole
 (a 4xx) is sent again event by event, so one bad event cannot hold up
 the rest.
-
-`hold`, when given, is awaited before each batch is taken: the agent
-passes `Settling.none` (bounded to a few milliseconds), so the reports of
-one burst of starts, or of exits, go in one batch even when each start
-and exit waits on a thread (`agent.settling`).
 """
 
 from __future__ import annotations
@@ -23,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 
 from schedulearn.agent.client import (
     AgentClient,
@@ -44,15 +38,9 @@ _Entry = tuple[JobEventReport, "asyncio.Future[Ack]"]
 class EventOutbox:
     """`await send(report)` -> the server's `Ack` (`ignored` if it refused the event for good)."""
 
-    def __init__(
-        self,
-        client: AgentClient,
-        max_batch: int = 500,
-        hold: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
+    def __init__(self, client: AgentClient, max_batch: int = 500) -> None:
         self.client = client
         self.max_batch = max_batch
-        self.hold = hold
         self.requests = 0  # batches sent, for the curious (tests, benchmarks)
         self._queue: list[_Entry] = []
         self._task: asyncio.Task[None] | None = None
@@ -77,8 +65,6 @@ class EventOutbox:
         # the same `Retry` by hand.
         retry = Retry("send job events")
         while self._queue:
-            if self.hold is not None:
-                await self.hold()
             # A runner that gave up waiting (its task was cancelled) needs no report.
             self._queue = [e for e in self._queue if not e[1].done()]
             batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]

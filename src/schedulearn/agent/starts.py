@@ -17,10 +17,6 @@ two agents finished at 303-376 a second against 263-298, at 15-27% less
 CPU a job (docs/results.md 6.8); a 1,000-run array still starts at
 `per_second` after its first 32.
 
-A start counts as settling (`agent.settling`) from the moment it asks for
-its turn until it has begun, so the event outbox waits for the burst's
-starts and their "started" reports go in one batch.
-
 The default rate, 500 a second, leaves the loop most of its time: a
 start of a process costs it about 1 ms of CPU, so even at the full rate
 half of every second is left for output, reports and stop orders (and
@@ -35,8 +31,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-
-from schedulearn.agent.settling import Settling
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_PER_SECOND = 500.0
@@ -53,10 +47,8 @@ class StartGate:
         burst: int = DEFAULT_BURST,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        settling: Settling | None = None,
     ) -> None:
-        """`clock` and `sleep`: the time and the wait (tests pass their own);
-        `settling`: where starts in progress or waiting their turn are counted."""
+        """`clock` and `sleep`: the time and the wait (tests pass their own)."""
         if concurrency < 1 or per_second <= 0 or burst < 1:
             raise ValueError("a start gate needs concurrency >= 1, per_second > 0 and burst >= 1")
         self.concurrency = concurrency
@@ -69,23 +61,18 @@ class StartGate:
         # time"): a start may begin `burst - 1` intervals before it.
         self._full_at = 0.0
         self.started = 0
-        self.settling = settling or Settling()
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         if self._semaphore is None:  # made in the running loop
             self._semaphore = asyncio.Semaphore(self.concurrency)
-        self.settling.enter()
-        try:
-            async with self._semaphore:
-                now = self._clock()
-                interval = 1.0 / self.per_second
-                full_at = max(now, self._full_at)
-                at = max(now, full_at - (self.burst - 1) * interval)
-                self._full_at = full_at + interval
-                if at > now:
-                    await self._sleep(at - now)
-                self.started += 1
-                yield
-        finally:
-            self.settling.leave()
+        async with self._semaphore:
+            now = self._clock()
+            interval = 1.0 / self.per_second
+            full_at = max(now, self._full_at)
+            at = max(now, full_at - (self.burst - 1) * interval)
+            self._full_at = full_at + interval
+            if at > now:
+                await self._sleep(at - now)
+            self.started += 1
+            yield

@@ -34,7 +34,6 @@ from schedulearn.agent.executors.base import OutputLine, StartError
 from schedulearn.agent.executors.process import ProcessHandle, SubprocessExecutor
 from schedulearn.agent.gpus import VirtualGpus, device_numbers
 from schedulearn.agent.leaseguard import Run, _Log, stop
-from schedulearn.agent.settling import Settling
 from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.protocol import Assignment, Executor
 from waiting import wait_until
@@ -462,38 +461,3 @@ def test_a_restarted_agent_sweeps_run_cgroups_no_record_names(
         await asyncio.wait_for(handles[0].stop(grace_seconds=0.2), 30)
 
     asyncio.run(go())
-
-
-class Watched(Settling):
-    """A `Settling` that remembers the most runs it counted at once."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.most = 0
-
-    def enter(self) -> None:
-        super().enter()
-        self.most = max(self.most, self.count)
-
-
-def test_a_run_settles_while_its_cgroup_is_emptied_and_not_after_it_ended(
-    cgroup_backend: CgroupBackend, store: StateStore
-) -> None:
-    """The agent's event outbox waits for runs still settling (agent.settling):
-    an exit counts from the shim's end until its cgroup is gone, and no longer."""
-    record = new_record(store, 3)
-    settling = Watched()
-
-    async def go() -> None:
-        ex = SubprocessExecutor("node-a", cgroups=cgroup_backend)
-        ex.settling = settling
-        handle = await ex.start(job(3, "exit 3"), record)
-        status = await asyncio.wait_for(handle.wait(), 30)
-        assert status.exit_code == 3
-        # Settled before the end woke the waiter: its report is not held.
-        assert settling.count == 0
-        assert not RunCgroup(record.cgroup).exists()
-        await ex.close()
-
-    asyncio.run(go())
-    assert settling.most == 1

@@ -11,8 +11,6 @@ from agent_support import AGENT_TOKEN, AdminApi, ServerProc
 
 from schedulearn.agent.client import AgentClient
 from schedulearn.agent.outbox import EventOutbox
-from schedulearn.agent.settling import Settling
-from schedulearn.agent.starts import StartGate
 from schedulearn.protocol import (
     EventKind,
     Executor,
@@ -67,36 +65,6 @@ def test_events_of_many_runners_share_one_request(server: ServerProc, api: Admin
     states = [api.job(j) for j in ids]
     assert [s["state"] for s in states] == ["succeeded"] * 5 + ["failed"]
     assert states[-1]["exit_code"] == 7
-
-
-def test_a_bursts_starts_on_threads_report_together(server: ServerProc, api: AdminApi) -> None:
-    """Starts that wait on a thread (a run's cgroup is made off the loop) end
-    one by one; the outbox waits for the burst's last before it sends, so its
-    six "started" reports and then its six exits go in one request each."""
-
-    async def scenario() -> tuple[list[int], int]:
-        client = AgentClient(server.url, AGENT_TOKEN)
-        settling = Settling()
-        gate = StartGate(concurrency=2, settling=settling)
-        outbox = EventOutbox(client, hold=lambda: settling.none(at_most=10.0))
-        try:
-            ids = await _place(client, api, 6)
-
-            async def runner(i: int, job_id: int) -> None:
-                async with gate.slot():
-                    await asyncio.to_thread(time.sleep, 0.01 * (i + 1))
-                await outbox.send(report(job_id, EventKind.STARTED))
-                await outbox.send(report(job_id, EventKind.EXITED, 0))
-
-            await asyncio.gather(*(runner(i, j) for i, j in enumerate(ids)))
-            return ids, outbox.requests
-        finally:
-            await outbox.close()
-            await client.close()
-
-    ids, requests = asyncio.run(scenario())
-    assert requests == 2
-    assert [api.job(j)["state"] for j in ids] == ["succeeded"] * 6
 
 
 def test_a_batch_refused_as_a_whole_is_sent_event_by_event(

@@ -92,7 +92,6 @@ from schedulearn.agent.executors.base import (
 from schedulearn.agent.gpus import device_numbers
 from schedulearn.agent.launchers import LaunchError, plan_launch
 from schedulearn.agent.progress import progress_file
-from schedulearn.agent.settling import Settling
 from schedulearn.agent.state import EXIT_FILE, JobRecord
 from schedulearn.agent.waits import wait_set
 from schedulearn.core.capabilities import ExecutorKind
@@ -172,9 +171,6 @@ class SubprocessExecutor:
         pids limit (0: none); `gpu_devices`: each GPU's device number, by index."""
         self.node_name = node_name
         self.cgroups = cgroups
-        # Where a run whose cgroup is being emptied after its exit is counted
-        # (the agent's, so its event outbox waits for the exit's report).
-        self.settling = Settling()
         self.containment = f"cgroup {cgroups.version}" if cgroups is not None else "none"
         self.pids_max = pids_max
         self.gpu_devices = dict(gpu_devices or {})
@@ -233,13 +229,7 @@ class SubprocessExecutor:
                 accounts.job_file(path, account)
         # In a thread: on v1, making five directories and moving a process into
         # each waits on the kernel (RCU) for milliseconds, which the loop need not.
-        # Without cgroups no hop: a start with no await finishes within its slot
-        # of the start gate, so one work reply's starts report in one event batch.
-        cgroup = (
-            None
-            if self.cgroups is None
-            else await asyncio.to_thread(self._cgroup, assignment, record)
-        )
+        cgroup = await asyncio.to_thread(self._cgroup, assignment, record)
         argv = ["/bin/sh", "-c", SHIM if cgroup is None else GATED_SHIM, exit_path, *plan.argv]
         gate_read, gate = os.pipe() if cgroup is not None else (subprocess.DEVNULL, -1)
         out = _open_log(log_file(record.job_dir, LogStream.STDOUT))
@@ -284,7 +274,7 @@ class SubprocessExecutor:
             finally:
                 os.close(gate)
         record.pid = proc.pid
-        return ProcessHandle(record, proc, settling=self.settling)
+        return ProcessHandle(record, proc)
 
     def _cgroup(self, assignment: Assignment, record: JobRecord) -> RunCgroup | None:
         """The run's cgroup with its limits, named in its record (None: no cgroups)."""
@@ -379,11 +369,8 @@ class ProcessHandle:
         record: JobRecord,
         proc: subprocess.Popen[bytes] | None,
         ended: ExitStatus | None = None,
-        settling: Settling | None = None,
     ) -> None:
-        """`settling`: where the run counts while its cgroup is emptied after its exit."""
         self.record = record
-        self._settling = settling
         self._proc = proc
         self._status = ended
         self._exited = asyncio.Event()
@@ -470,17 +457,7 @@ class ProcessHandle:
             oom = self.cgroup.empty_and_remove(EMPTY_NOW_SECONDS)
             self._end(ExitStatus(code, f"{oom}; {message}" if oom and message else oom or message))
             return
-        if self._settling is not None:
-            self._settling.enter()
         self._emptying = loop.create_task(self._empty_then_end(self.cgroup, code, message))
-        # However the task ends (even cancelled before it ran).
-        self._emptying.add_done_callback(lambda _: self._settled())
-
-    def _settled(self) -> None:
-        """No longer settling (once): the run has ended, or its emptying was given up."""
-        if self._settling is not None:
-            self._settling.leave()
-            self._settling = None
 
     async def _empty_then_end(self, cgroup: RunCgroup, code: int | None, message: str) -> None:
         """Kill what is left in the cgroup, wait until it is empty, then end the run:
@@ -501,7 +478,6 @@ class ProcessHandle:
                 )
                 stuck_since = time.monotonic()
         oom = await asyncio.to_thread(cgroup.finish)  # rmdir waits on the kernel (v1)
-        self._settled()  # before the run's end wakes its runner to report it
         self._end(ExitStatus(code, f"{oom}; {message}" if oom and message else oom or message))
 
     def _end(self, status: ExitStatus) -> None:
