@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 from agent_support import AGENT_TOKEN, AdminApi, ServerProc
 
 from schedulearn.agent.client import AgentClient
+from schedulearn.agent.executors.process import SubprocessExecutor
 from schedulearn.agent.outbox import EventOutbox
+from schedulearn.agent.starts import StartGate
+from schedulearn.agent.state import JobRecord, StateStore
 from schedulearn.protocol import (
+    Assignment,
     EventKind,
     Executor,
     GpuInfo,
@@ -65,6 +70,50 @@ def test_events_of_many_runners_share_one_request(server: ServerProc, api: Admin
     states = [api.job(j) for j in ids]
     assert [s["state"] for s in states] == ["succeeded"] * 5 + ["failed"]
     assert states[-1]["exit_code"] == 7
+
+
+def test_uncontained_starts_through_the_start_gate_report_together(
+    server: ServerProc, api: AdminApi, tmp_path: Path
+) -> None:
+    """Without cgroups a process start never leaves the agent's loop, so the
+    starts of one work reply, two at a time through the start gate, all queue
+    their "started" before the outbox runs: one request (a start that hopped
+    to a thread let the first report go alone, the rest after it)."""
+    store = StateStore(tmp_path / "state")
+
+    async def scenario() -> tuple[list[int], int]:
+        client = AgentClient(server.url, AGENT_TOKEN)
+        outbox = EventOutbox(client)
+        executor = SubprocessExecutor("n1", cgroups=None)
+        gate = StartGate(concurrency=2)
+        try:
+            ids = await _place(client, api, 6)
+
+            async def runner(job_id: int) -> None:
+                record = JobRecord(
+                    job_id=job_id,
+                    attempt=1,
+                    executor=Executor.SUBPROCESS,
+                    job_dir=str(store.create_job_dir(job_id, 1)),
+                    checkpoint_dir=str(store.default_checkpoint_dir(job_id)),
+                    started_at=time.time(),
+                )
+                assignment = Assignment(job_id=job_id, attempt=1, command="true")
+                async with gate.slot():
+                    handle = await executor.start(assignment, record)
+                await outbox.send(report(job_id, EventKind.STARTED))
+                await handle.wait()
+
+            await asyncio.gather(*(runner(j) for j in ids))
+            return ids, outbox.requests
+        finally:
+            await outbox.close()
+            await client.close()
+            await executor.close()
+
+    ids, requests = asyncio.run(scenario())
+    assert requests == 1
+    assert [api.job(j)["state"] for j in ids] == ["running"] * 6
 
 
 def test_a_batch_refused_as_a_whole_is_sent_event_by_event(
