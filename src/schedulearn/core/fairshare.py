@@ -78,7 +78,7 @@ from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.fairshare_book import ShareBook
 from schedulearn.core.fairshare_fill import next_turn
 from schedulearn.core.fairshare_pass import SharePass
-from schedulearn.core.fairshare_queues import Tenancy, fits_guarantee, named
+from schedulearn.core.fairshare_queues import Tenancy, fits_guarantee
 from schedulearn.core.fairshare_state import EPS
 from schedulearn.core.policy import Policy, QueueOrder, queue_order
 from schedulearn.core.views import ClusterView, JobView
@@ -123,11 +123,11 @@ class FairShare:
         if not view.pending:
             # Nobody waits: only a policy that grows running jobs acts, and
             # then limits apply, so the full pass checks it.
-            return self.inner.decide(view) and self._pass(named(view), tenancy).run()
+            return self.inner.decide(view) and self._pass(self._book.named(view), tenancy).run()
         if self._still_quiet(view, tenancy):
             return []
         seen = _seen(view, tenancy)
-        view = named(view)
+        view = self._book.named(view)
         fast = self._fast(view, tenancy)
         if fast is not None:
             return fast
@@ -203,7 +203,7 @@ class FairShare:
         tenancy = view.tenancy
         if tenancy is None:
             return queue_order(self.inner, view)
-        view = named(view)
+        view = self._book.named(view)
         return QueueOrder(
             tuple(self._pass(view, tenancy).order()),
             "jobs of queues below their deserved share first, "

@@ -12,6 +12,7 @@ nothing is ever undone.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cached_property
 
 from schedulearn.core.decisions import Decision, Preempt, Start
 from schedulearn.core.fairshare_book import ShareBook
@@ -50,8 +51,7 @@ class PassState:
         self.nodes = list(view.nodes)
         self.counts = list(view.free_counts) if view.free_counts is not None else None
         self.index = {n.name: i for i, n in enumerate(view.nodes)}
-        # Read-only: the book's own (`ShareBook.pending_by_id`).
-        self.pending: dict[int, JobView] = book.pending_by_id()
+        self._shelf = book
         self.running: dict[int, JobView] = {j.id: j for j in view.running}
         # Jobs this pass has decided on (started, preempted, resized): a job
         # appears once in a pass.
@@ -62,6 +62,12 @@ class PassState:
         # Non-preemptible copies of running jobs a turn may not preempt, by
         # id (the layer keeps this between passes: the same views recur).
         self.pinned = pinned
+
+    @cached_property
+    def pending(self) -> dict[int, JobView]:
+        """The pending jobs by id, read-only: the book's own (`ShareBook.pending_by_id`),
+        indexed when first asked (most passes propose nothing)."""
+        return self._shelf.pending_by_id()
 
     # --- queues and their jobs ---------------------------------------------
 
