@@ -53,9 +53,10 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.errors import Conflict, Forbidden, NotFound
 from schedulearn.server.models import Job, JobPart, PartStatus
-from schedulearn.server.services import agents, checkpoints, enrollment, logs, progress
-from schedulearn.server.services.agents import AgentTiming, Beat, EventsRecorded, Registered
+from schedulearn.server.services import agents, checkpoints, enrollment, heartbeats, logs, progress
+from schedulearn.server.services.agents import AgentTiming, EventsRecorded, Registered
 from schedulearn.server.services.enrollment import AgentIdentity
+from schedulearn.server.services.heartbeats import Beat
 from schedulearn.server.wakeups import Changes
 
 
@@ -149,7 +150,7 @@ def heartbeat(
     session: Session, who: AgentIdentity, beat: Heartbeat, now: float, timing: AgentTiming
 ) -> Beat:
     own_node(who, beat.name)
-    return agents.heartbeat(session, beat, now, timing)
+    return heartbeats.record(session, beat, now, timing.report_grace)
 
 
 def take_work(
