@@ -20,55 +20,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from served import Served
+from served import Served, ServedApi
 from wire_agent import WireAgent
 
 from schedulearn.protocol import (
-    PROTOCOL_HEADER,
-    PROTOCOL_VERSION,
     Heartbeat,
     HeartbeatReply,
-    JobPublic,
     RunningJobReport,
 )
 from waiting import wait_until
 
 HEARTBEAT = 1.0
 REPORT_GRACE = 5.0  # max(3 x HEARTBEAT, 5): `AgentTiming.report_grace`
-
-
-class ServedApi:
-    """What `WireAgent` needs of an API (`server_api.Api`), over a real server."""
-
-    def __init__(self, http: httpx.Client) -> None:
-        self.http = http
-        # This release's protocol: older clients' replies leave out `WorkBatch.at`.
-        http.headers[PROTOCOL_HEADER] = str(PROTOCOL_VERSION)
-        self._nodes: dict[str, dict[str, str]] = {}
-
-    def get(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
-        return self.http.get(path, headers=headers, **kw)
-
-    def post(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
-        return self.http.post(path, headers=headers, **kw)
-
-    def node(self, name: str) -> dict[str, str]:
-        if name not in self._nodes:
-            r = self.http.post("/api/v1/nodes", json={"name": name})
-            assert r.status_code == 201, r.text
-            joined = self.http.post(
-                "/api/v1/agent/join", json={"join_token": r.json()["join_token"]}
-            )
-            assert joined.status_code == 200, joined.text
-            self._nodes[name] = {"Authorization": f"Bearer {joined.json()['credential']}"}
-        return self._nodes[name]
-
-    def job(self, job_id: int) -> JobPublic:
-        r = self.http.get(f"/api/v1/jobs/{job_id}")
-        assert r.status_code == 200, r.text
-        return JobPublic.model_validate(r.json())
 
 
 def beat(node: WireAgent, running: list[int], work_through: float | None) -> HeartbeatReply:
