@@ -138,3 +138,24 @@ def test_the_interval_lease_and_node_timeout_grow_with_the_cluster(
             assert listed["n9"]["healthy"] is True, listed["n9"]
     finally:
         server.stop()
+
+
+def test_a_heartbeat_built_before_an_exit_was_acknowledged_orders_no_stop(
+    served: ServedApi,
+) -> None:
+    node = WireAgent(served, "n1", gpus=1)
+    node.register()
+    r = served.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1})
+    assert r.status_code == 201, r.text
+    job_id = int(r.json()["ids"][0])
+    wait_until(lambda: node.work(wait=2.0).starts, 30, "the job's start")
+    node.start(job_id, 1)
+    # The agent lists the run until its exit is acknowledged: a heartbeat built
+    # meanwhile arrives after the exit. A run the server never knew is still
+    # told to stop.
+    node.exit(job_id, 1, 0, on_its_own=True)
+    unknown = job_id + 1000
+    beat(node, running=[job_id, unknown], work_through=None)
+    stops = node.work(wait=0).stops
+    assert [(s.job_id, s.reason) for s in stops] == [(unknown, "lost")], stops
+    assert served.job(job_id).state == "succeeded"

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Connection, bindparam, select, update
 from sqlmodel import Session
 
 from schedulearn.protocol import Heartbeat, RunningJobReport
-from schedulearn.server.models import Job, JobPart, Node
+from schedulearn.server.models import Job, JobPart, Node, PartStatus
 from schedulearn.server.services import lifecycle
 from schedulearn.server.wakeups import Changes
 
@@ -60,6 +60,11 @@ _LIVE_HERE = (
     )
     .where(_PARTS.c.node == bindparam("node"), _PARTS.c.status.in_(lifecycle.LIVE))
     .order_by(_PARTS.c.id)
+)
+_ENDED_HERE = select(_PARTS.c.job_id, _PARTS.c.attempt).where(
+    _PARTS.c.node == bindparam("node"),
+    _PARTS.c.job_id.in_(bindparam("ids", expanding=True)),
+    _PARTS.c.status == PartStatus.EXITED,
 )
 # In id order (the caller's), the lock order of every bulk update of parts.
 _REPORTED = (
@@ -118,6 +123,18 @@ def record(session: Session, beat: Heartbeat, now: float, grace: float) -> Beat:
         if lose is not None and job is not None:
             why = f"node {beat.name} no longer runs it"
             changes.merge(lifecycle.part_lost(session, job, lose, now, why))
+    unknown = reported - listed
+    if unknown:
+        unknown -= _ended_here(conn, beat.name, unknown)
     session.commit()
-    orphans = [RunningJobReport(job_id=j, attempt=a) for j, a in sorted(reported - listed)]
+    orphans = [RunningJobReport(job_id=j, attempt=a) for j, a in sorted(unknown)]
     return Beat(known=True, changes=changes, orphans=orphans)
+
+
+def _ended_here(conn: Connection, node: str, runs: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Which of `runs` ended on `node` by its agent's own report: no stop order
+    for those. The agent lists a run until the server acknowledges its exit, so
+    a heartbeat built before that acknowledgement may be recorded after the
+    exit; the stop order it would get is noise (and looks like a lost run)."""
+    rows = conn.execute(_ENDED_HERE, {"node": node, "ids": sorted({j for j, _ in runs})})
+    return {(r.job_id, r.attempt) for r in rows} & runs
