@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -56,7 +57,7 @@ from typing import Any
 import scale_agents
 from machine import CpuMeter, describe, speed_line
 from rawhttp import Connection, HttpError
-from scale_figures import Figures, db_size, pct, postgres_cpu, scrape
+from scale_figures import Figures, db_size, pct, postgres_cpu, scrape, troubles
 
 from schedulearn.cli.localcluster import ServerProcess, ctrl_c_held
 from schedulearn.cli.localpostgres import LocalPostgres
@@ -239,11 +240,18 @@ async def one_run(backend: str, hosts: int, args: argparse.Namespace) -> Figures
         for p, result in procs:
             p.join(timeout=60)
             samples.append(json.loads(Path(result).read_text()))
-        return Figures.of(
+        figures = Figures.of(
             backend, hosts, args, (w0, w1), elapsed, cpu, pg_share, submits, lists,
             (before, after), (size0, size1), final1 - final0, samples, down, load,
             (ended, succeeded, len(bodies) + len(submits)),
         )  # fmt: skip
+        seen = troubles(url, root / "server.log")
+        return dataclasses.replace(
+            figures,
+            lost_runs=seen["lost_runs"],
+            ledger_refusals=seen["ledger_refusals"],
+            server_errors=seen["server_errors"],
+        )
     finally:
         stop_flag.set()
         with ctrl_c_held():

@@ -94,6 +94,7 @@ class FakeNode:
         self.runs: dict[int, tuple[Assignment, asyncio.Task[None]]] = {}
         self.freed_at: dict[int, float] = {}  # GPU index -> when its last run's exit went out
         self.heartbeat_seconds = 2.0
+        self.work_through: float | None = None  # the newest work batch acted on, echoed
         self.registered = asyncio.Event()
         self.reporting: set[asyncio.Task[None]] = set()  # exits of stopped runs on the way
 
@@ -136,6 +137,7 @@ class FakeNode:
                 name=self.name,
                 gpus=[GpuSample(index=i) for i in range(self.gpus)],
                 running=self.reports(),
+                work_through=self.work_through,
             )
             sent = time.time()
             try:
@@ -168,6 +170,9 @@ class FakeNode:
                 self.runs[a.job_id] = (a, asyncio.create_task(self.run(a)))
             for order in batch.stops:
                 self.stop(order)
+            # As the agent's work loop does: its runs are now in `reports()`.
+            if batch.at is not None:
+                self.work_through = batch.at
 
     async def run(self, a: Assignment) -> None:
         await self.report(a, EventKind.STARTED, None)

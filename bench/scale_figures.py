@@ -9,6 +9,7 @@ as JSON, and the curve over N.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,6 +73,30 @@ def db_size(url: str) -> int:
     return int(row[0]) if row else 0
 
 
+def troubles(url: str, log: Path) -> dict[str, int]:
+    """What went wrong over the whole run: runs lost (jobs moved to `lost`: a node
+    marked down, or a run a heartbeat no longer listed), passes the ledger
+    refused, and requests that failed in the server (500s), from its log."""
+    query = "SELECT count(*) FROM job_transition WHERE to_state = 'lost'"
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(url.split("///", 1)[1])) as db:
+            lost = int(db.execute(query).fetchone()[0])
+    else:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(query).fetchone()
+            lost = int(row[0]) if row else 0
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return {
+        "lost_runs": lost,
+        "ledger_refusals": text.count("refused by the ledger"),
+        "server_errors": text.count("unhandled error"),
+    }
+
+
 def postgres_cpu(pg: LocalPostgres) -> float:
     """CPU seconds of the PostgreSQL server: the postmaster, its live backends,
     and those it reaped."""
@@ -133,6 +158,10 @@ class Figures:
     jobs_total: int
     pending_at_end: int  # jobs still queued when the window closed (0: GPUs idled for want of work)
     load: tuple[float, float, float]
+    # Over the whole run (`troubles`).
+    lost_runs: int = 0
+    ledger_refusals: int = 0
+    server_errors: int = 0
 
     @classmethod
     def of(
@@ -223,6 +252,10 @@ class Figures:
             f"stop orders {self.stopped or 'none'}; jobs ended {self.jobs_ended} of "
             f"{self.jobs_total} ({self.jobs_succeeded} succeeded)",
         ]
+        lines.append(
+            f"over the run: runs lost {self.lost_runs}, passes refused by the ledger "
+            f"{self.ledger_refusals}, requests failed in the server {self.server_errors}"
+        )
         if self.agent_errors:
             lines.append(f"agent errors (first {len(self.agent_errors)}): {self.agent_errors}")
         return "\n".join("  " + line for line in lines)

@@ -213,7 +213,10 @@ SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
 #    web sign-in (PUT /api/v1/users/{name}/password, POST /api/v1/web-login);
 #    queue trees: a queue's `parent` (QueueCreate, QueueUpdate with `clear_parent`,
 #    QueuePublic); a protocol 3 server gets no parent (the CLI refuses to send one).
-PROTOCOL_VERSION = 4
+# 5: a heartbeat says which work batch its agent had acted on (`Heartbeat.work_through`,
+#    echoing `WorkBatch.at`), so a heartbeat that waited in a busy server's queue loses
+#    no run it could not have listed; an older server gets heartbeats without it.
+PROTOCOL_VERSION = 5
 OLDEST_PROTOCOL = 1
 UNVERSIONED_PROTOCOL = 1
 
@@ -452,6 +455,13 @@ class Heartbeat(_Request):
     name: str = Field(min_length=1, max_length=200)
     gpus: list[GpuSample] = Field(default_factory=list)
     running: list[RunningJobReport] = Field(default_factory=list)
+    work_through: float | None = Field(
+        default=None,
+        description="The `at` of the newest work batch this agent had acted on when it built "
+        "this heartbeat (the server's clock, echoed): a run handed out after it is not yet in "
+        "`running`, and its absence is no sign that the run ended (None: judged as before, "
+        "by when the server records the heartbeat) (protocol 5)",
+    )
 
 
 class HeartbeatReply(_Reply):
@@ -581,6 +591,11 @@ class StopOrder(_Reply):
 class WorkBatch(_Reply):
     starts: list[Assignment] = Field(default_factory=list)
     stops: list[StopOrder] = Field(default_factory=list)
+    at: float | None = Field(
+        default=None,
+        description="When the server took this batch (its clock): the agent echoes it in its "
+        "heartbeats' `work_through` once it has acted on the batch (None: an older server)",
+    )
 
 
 class JobEvent(_Request):

@@ -93,7 +93,20 @@ class ServerSettings(BaseSettings):
         description="Highest priority a user may give a job, unless their user record sets "
         "its own (`schedulearn user add NAME --priority-max N`); admins have no bound",
     )
-    heartbeat_seconds: float = Field(default=2.0, gt=0)
+    heartbeat_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often each node heartbeats, until the cluster is too large for "
+        "max_heartbeats_per_second",
+    )
+    max_heartbeats_per_second: float | None = Field(
+        default=100.0,
+        gt=0,
+        description="The heartbeats a second the server asks of all its nodes together: past "
+        "it, the interval each node is told, the node timeout and the lease all grow with "
+        "the number of healthy nodes (1,000 nodes at 2 s and 100 a second: every 10 s, down "
+        "after 50 s); empty: never stretched",
+    )
     node_timeout_seconds: float = Field(
         default=10.0, gt=0, description="A node silent this long is marked down"
     )

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 from pg_server import own_stores
@@ -15,6 +16,7 @@ from server_api import ADMIN, AGENT
 
 import warm_parent
 from schedulearn.cli.localcluster import free_port
+from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, JobPublic
 from waiting import wait_until
 
 
@@ -63,3 +65,36 @@ class Served:
 
     def client(self, timeout: float = 30.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=self.admin, timeout=timeout)
+
+
+class ServedApi:
+    """What `WireAgent` needs of an API (`server_api.Api`), over a `Served` server's
+    client (`Served.client()`), speaking this release's protocol."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+        # This release's protocol: older clients' replies leave out `WorkBatch.at`.
+        http.headers[PROTOCOL_HEADER] = str(PROTOCOL_VERSION)
+        self._nodes: dict[str, dict[str, str]] = {}
+
+    def get(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
+        return self.http.get(path, headers=headers, **kw)
+
+    def post(self, path: str, headers: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
+        return self.http.post(path, headers=headers, **kw)
+
+    def node(self, name: str) -> dict[str, str]:
+        if name not in self._nodes:
+            r = self.http.post("/api/v1/nodes", json={"name": name})
+            assert r.status_code == 201, r.text
+            joined = self.http.post(
+                "/api/v1/agent/join", json={"join_token": r.json()["join_token"]}
+            )
+            assert joined.status_code == 200, joined.text
+            self._nodes[name] = {"Authorization": f"Bearer {joined.json()['credential']}"}
+        return self._nodes[name]
+
+    def job(self, job_id: int) -> JobPublic:
+        r = self.http.get(f"/api/v1/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        return JobPublic.model_validate(r.json())

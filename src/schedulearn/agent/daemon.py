@@ -121,6 +121,7 @@ class Agent:
         )
         self.runners = Runners(ctx, executors, self._background)
         self.heartbeat_seconds = 5.0
+        self._work: WorkLoop | None = None
         self._registered = asyncio.Event()
         self._register_lock = asyncio.Lock()
         self._fatal: asyncio.Future[None] | None = None
@@ -163,6 +164,7 @@ class Agent:
                 self._register,
                 self._background,
             )
+            self._work = work
             tasks = [asyncio.create_task(self._guard(work.run()), name="poll")]
             heartbeat = self._heartbeat_thread()
             heartbeat.start()
@@ -310,6 +312,8 @@ class Agent:
         """Called in the heartbeat thread: reads the runners without waiting for the loop."""
         if not self._registered.is_set():
             return None
+        # Read before the runners: every run of that batch is then among them.
+        work_through = self._work.work_through if self._work is not None else None
         runners = self.runners.snapshot()
         if runners is None:
             return None
@@ -317,6 +321,7 @@ class Agent:
             name=self.config.name,
             gpus=self.gpus.sample(),
             running=[r.report() for r in runners],
+            work_through=work_through,
         )
 
     def _on_heartbeat(self, reply: HeartbeatReply) -> None:

@@ -3,7 +3,9 @@
 Each poll waits up to `poll_wait_seconds` for a `WorkBatch`: a start
 becomes a runner in the set of runners (`agent.runners`), a stop order is
 passed to its runner in the background, so a slow stop never holds up the
-next poll. The loop waits while the agent is not registered; a 404 (the
+next poll. Once a batch is acted on, its `at` is what heartbeats echo
+(`work_through`: the server then knows they list its runs). The loop
+waits while the agent is not registered; a 404 (the
 server no longer knows this node) registers again, unless the lease has
 lapsed: then the lapse goes first (`LeaseKeeper.check`). A refused
 credential or protocol ends the loop, and the agent with it.
@@ -45,6 +47,9 @@ class WorkLoop:
         self._registered = registered
         self._register = register
         self._background = background
+        # The `at` of the newest batch acted on, which heartbeats echo
+        # (`Heartbeat.work_through`); read from the heartbeat's thread.
+        self.work_through: float | None = None
 
     async def run(self) -> None:
         retry = Retry(f"get work from {self._config.server}")
@@ -75,3 +80,7 @@ class WorkLoop:
             self._runners.start(assignment)
         for order in batch.stops:
             self._background(self._runners.stop(order))
+        # Set last: a heartbeat that reads it finds this batch's runs among the
+        # runners (every run handed out up to `at` is there, or has ended).
+        if batch.at is not None:
+            self.work_through = batch.at

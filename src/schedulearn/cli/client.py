@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 # that a command which reads none (`jobs`, `whoami`) never loads pydantic.
 API_PREFIX = "/api/v1"
 PROTOCOL_HEADER = "Schedulearn-Protocol"
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 SERVER_PROTOCOL_HEADER = "Schedulearn-Server-Protocol"
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"

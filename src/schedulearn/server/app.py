@@ -33,10 +33,10 @@ from schedulearn.server.api import users as user_routes
 from schedulearn.server.api.fast_agent import FastAgent
 from schedulearn.server.api.fast_submit import FastSubmit
 from schedulearn.server.batching import Batcher
+from schedulearn.server.heartbeat_pace import HeartbeatPace
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services import idempotency, tokens
-from schedulearn.server.services.agents import AgentTiming
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.state import AppState
@@ -138,7 +138,8 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         **_fastapi_telemetry_off(),
     )
     shape = ShapeCache()
-    scheduler = Scheduler(database, wakeups, settings, clock, metrics, shape)
+    pace = HeartbeatPace.of(settings)
+    scheduler = Scheduler(database, wakeups, settings, clock, metrics, shape, pace)
     sl = AppState(
         settings=settings,
         db=database,
@@ -160,16 +161,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
             queue_min_run=settings.queue_min_run_seconds,
         ),
         work_watch=WorkWatch(database, wakeups, clock),
-        timing=AgentTiming(
-            heartbeat_seconds=settings.heartbeat_seconds,
-            node_timeout_seconds=settings.node_timeout_seconds,
-            stop_grace_seconds=settings.stop_grace_seconds,
-            gang_base_port=settings.gang_base_port,
-            checkpoint_dir=settings.checkpoint_dir,
-            lease_seconds=settings.lease[0],
-            lease_grace_seconds=settings.lease[1],
-            checkpoint_max_bytes=settings.checkpoint_max_bytes,
-        ),
+        pace=pace,
     )
     app.state.sl = sl
     errors.install(app)

@@ -27,6 +27,7 @@ from schedulearn.core import Policy
 from schedulearn.core.fairshare import FairShare
 from schedulearn.server.db import Database
 from schedulearn.server.errors import Unavailable
+from schedulearn.server.heartbeat_pace import HeartbeatPace
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.services import (
     agents,
@@ -65,6 +66,7 @@ class Scheduler:
         clock: Clock,
         metrics: Metrics,
         shape: snapshot.ShapeCache | None = None,
+        pace: HeartbeatPace | None = None,
     ) -> None:
         self.db = db
         self.wakeups = wakeups
@@ -72,6 +74,8 @@ class Scheduler:
         self.clock = clock
         self.metrics = metrics
         self.shape = shape or snapshot.ShapeCache()
+        # The node timeout in force, stretched with the cluster (`heartbeat_pace`).
+        self.pace = pace or HeartbeatPace.of(settings)
         self.started_at = clock.now()
         self.spec = ""
         self.policy: Policy | None = None
@@ -144,6 +148,9 @@ class Scheduler:
 
     def _round(self, session: Session) -> Round:
         now = self.clock.now()
+        if self.pace.due(now):
+            # Every replica: each names the interval to the agents it answers.
+            self.pace.observe(agents.healthy_nodes(session), now)
         if not self._is_leader():
             return Round(Changes(), None, self.spec)
         if self._outage:
@@ -152,7 +159,7 @@ class Scheduler:
             log.info("database back; scheduling again")
             self.started_at = now
             self._outage = False
-        changes = agents.reap(session, now, self.settings.node_timeout_seconds, self.started_at)
+        changes = agents.reap(session, now, self.pace.node_timeout, self.started_at)
         # Runs past their `--time` end now (timeout), before the pass.
         changes = changes.merge(timelimits.enforce(session, now))
         spec = policy.current_spec(session, self.settings.default_policy)

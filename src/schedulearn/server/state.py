@@ -18,6 +18,7 @@ from schedulearn.protocol import GpuSample, JobSpec, StopOrder
 from schedulearn.server.auth import Caller, TokenCache
 from schedulearn.server.batching import Batcher
 from schedulearn.server.db import Database
+from schedulearn.server.heartbeat_pace import HeartbeatPace
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services.agents import AgentTiming
@@ -42,7 +43,7 @@ class AppState:
     metrics: Metrics
     scheduler: Scheduler
     submitter: Batcher[Submission | tuple[JobSpec, Caller], Submitted]
-    timing: AgentTiming
+    pace: HeartbeatPace
     shape: ShapeCache
     predictions: Predictor
     work_watch: WorkWatch
@@ -51,6 +52,11 @@ class AppState:
     credentials: CredentialCache = field(default_factory=CredentialCache)
     # Failed password sign-ins of this process (server.throttle).
     sign_ins: SignInThrottle = field(default_factory=SignInThrottle)
+
+    @property
+    def timing(self) -> AgentTiming:
+        """The heartbeat interval, node timeout and lease in force (`heartbeat_pace`)."""
+        return self.pace.timing
 
 
 def get_state(request: Request) -> AppState:

@@ -85,7 +85,7 @@ async def record_heartbeat(state: AppState, who: AgentIdentity, body: Heartbeat)
     lease = state.timing.lease_reply() if beat.known else {}
     return json_reply(
         HeartbeatReply(
-            heartbeat_seconds=state.settings.heartbeat_seconds, reregister=not beat.known, **lease
+            heartbeat_seconds=state.timing.heartbeat_seconds, reregister=not beat.known, **lease
         )
     )
 

@@ -35,6 +35,7 @@ agent takes a refusal as final (`agent.client.until_acked`).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from sqlalchemy import bindparam
@@ -53,10 +54,14 @@ from schedulearn.protocol import (
 )
 from schedulearn.server.errors import Conflict, Forbidden, NotFound
 from schedulearn.server.models import Job, JobPart, PartStatus
-from schedulearn.server.services import agents, checkpoints, enrollment, logs, progress
-from schedulearn.server.services.agents import AgentTiming, Beat, EventsRecorded, Registered
+from schedulearn.server.services import agents, checkpoints, enrollment, heartbeats, logs, progress
+from schedulearn.server.services.agents import AgentTiming, EventsRecorded, Registered
 from schedulearn.server.services.enrollment import AgentIdentity
+from schedulearn.server.services.heartbeats import Beat
+from schedulearn.server.states import StaleState
 from schedulearn.server.wakeups import Changes
+
+log = logging.getLogger(__name__)
 
 
 def own_node(who: AgentIdentity, named: str) -> str:
@@ -149,7 +154,7 @@ def heartbeat(
     session: Session, who: AgentIdentity, beat: Heartbeat, now: float, timing: AgentTiming
 ) -> Beat:
     own_node(who, beat.name)
-    return agents.heartbeat(session, beat, now, timing)
+    return heartbeats.record(session, beat, now, timing.report_grace)
 
 
 def take_work(
@@ -191,10 +196,37 @@ _PARTS_OF = select(JobPart.job_id, JobPart.attempt, JobPart.node, JobPart.status
 )
 
 
+# How often a batch of events is read and recorded again when another writer
+# moved one of its jobs or parts between its reads and its writes.
+EVENT_TRIES = 3
+
+
 def record_events(
     session: Session, who: AgentIdentity, reports: list[JobEventReport], now: float
 ) -> EventsRecorded:
-    """A batch is refused whole (nothing recorded) if any event is not the caller's."""
+    """A batch is refused whole (nothing recorded) if any event is not the caller's.
+
+    Another writer may move a job or part of the batch between its reads
+    and its conditional writes (a heartbeat or the reaper losing the part,
+    a cancel, another replica): the batch then rolls back with `StaleState`
+    and is read and recorded again, so that, say, the exit of a part just
+    written off is judged as a late exit. Under load this race is common;
+    it used to answer 500 (issue 36).
+    """
+    for attempt in range(1, EVENT_TRIES + 1):
+        try:
+            return _record_events(session, who, reports, now)
+        except StaleState:
+            session.rollback()
+            if attempt == EVENT_TRIES:
+                raise
+            log.info("a batch of %d events raced another writer; reading it again", len(reports))
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _record_events(
+    session: Session, who: AgentIdentity, reports: list[JobEventReport], now: float
+) -> EventsRecorded:
     node = who.bound
     for report in reports:
         own_node(who, report.node)

@@ -7,7 +7,8 @@ Owns the `node` and `gpu` tables and the delivery flags of `job_part`
   agent was sent but no longer runs is lost (and requeued); a run the
   agent reports that the server does not know is listed for it to stop;
 - a heartbeat that omits a delivered part for longer than the grace
-  period loses that part the same way;
+  period loses that part the same way (`heartbeats`: its rule, and the
+  heartbeat's writes);
 - a node silent past `node_timeout_seconds` is marked down and all its
   parts are lost (`reap`).
 
@@ -23,10 +24,10 @@ missing from its next registration: lost to a node failure (counted in
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, bindparam, delete, select, update
+from sqlalchemy import Row, bindparam, delete, func, select, update
 from sqlmodel import Session, col
 
 from schedulearn.protocol import (
@@ -35,7 +36,6 @@ from schedulearn.protocol import (
     CheckpointRef,
     EventKind,
     GangInfo,
-    Heartbeat,
     JobEvent,
     JobEventReport,
     JobState,
@@ -89,13 +89,6 @@ class AgentTiming:
 class Registered:
     reply: RegistrationReply
     changes: Changes
-
-
-@dataclass(slots=True)
-class Beat:
-    known: bool
-    changes: Changes
-    orphans: list[RunningJobReport] = field(default_factory=list)
 
 
 def _live_parts_on(session: Session, node: str) -> list[JobPart]:
@@ -172,28 +165,6 @@ def register(
     return Registered(reply, changes)
 
 
-def heartbeat(session: Session, beat: Heartbeat, now: float, timing: AgentTiming) -> Beat:
-    node = session.get(Node, beat.name)
-    if node is None or not node.healthy:
-        return Beat(known=False, changes=Changes())
-    node.last_seen = now
-    session.add(node)
-    changes = Changes()
-    reported = {(r.job_id, r.attempt) for r in beat.running}
-    seen: set[tuple[int, int]] = set()
-    for part in _live_parts_on(session, beat.name):
-        key = (part.job_id, part.attempt)
-        if key in reported:
-            seen.add(key)
-            part.last_reported = now
-            session.add(part)
-        elif part.delivered and now - part.last_reported > timing.report_grace:
-            _lose(session, part, now, f"node {beat.name} no longer runs it", changes)
-    session.commit()
-    orphans = [RunningJobReport(job_id=j, attempt=a) for j, a in sorted(reported - seen)]
-    return Beat(known=True, changes=changes, orphans=orphans)
-
-
 _NODES = Node.__table__
 # Built once: every pass asks.
 _ANY_SILENT = (
@@ -201,6 +172,14 @@ _ANY_SILENT = (
     .where(_NODES.c.healthy == True, _NODES.c.last_seen < bindparam("cutoff"))  # noqa: E712
     .limit(1)
 )
+
+
+_HEALTHY = select(func.count()).select_from(_NODES).where(_NODES.c.healthy == True)  # noqa: E712
+
+
+def healthy_nodes(session: Session) -> int:
+    """How many nodes are up (`heartbeat_pace` stretches the interval with it)."""
+    return int(session.connection().execute(_HEALTHY).scalar_one())
 
 
 def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
@@ -302,9 +281,11 @@ def take_work(session: Session, node: str, now: float, timing: AgentTiming) -> W
     conn = session.connection()
     new = conn.execute(_NEW_PARTS, {"node": node}).all()
     stops = conn.execute(_STOPS, {"node": node}).all()
+    # Stamped with the clock that writes the parts' `last_reported`: the
+    # agent echoes it in its heartbeats (`heartbeats.gone`).
+    batch = WorkBatch(at=now)
     if not new and not stops:
-        return WorkBatch()
-    batch = WorkBatch()
+        return batch
     if new:
         ids = {part.job_id for part in new}
         jobs = {r.id: r for r in conn.execute(_JOBS_OF, {"ids": list(ids)})}

@@ -257,6 +257,13 @@ def build(
         else [book.attach(v) for v in pending_views(session)]
     )
     nodes, holders, rows = load_nodes(session, running)
+    # On PostgreSQL each read sees what was committed when it began: a job
+    # that ended between the read of the running jobs and that of the GPUs'
+    # holders would be free on the nodes the policy sees and held in the
+    # ledger that checks it, which then refuses the pass (issue 36). A job
+    # none of whose GPUs is held any more is left out, as if the first read
+    # had come after its end.
+    running = [j for j in running if _holds(j, attempts[j.id], holders)]
     # GPUs held by anything but the current attempt of a running job: a job
     # being preempted, or an old attempt (or a cancelled job) still exiting.
     draining: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -285,6 +292,16 @@ def build(
         addresses={n: r.address for n, r in rows.items()},
         executors={n: list(r.executors) for n, r in rows.items()},
     )
+
+
+def _holds(job: JobView, attempt: int, holders: dict[tuple[str, int], tuple[int, int]]) -> bool:
+    """Whether `holders` (read after `job`) has any GPU of its placement still held
+    by its attempt. Not all: a gang frees its GPUs part by part, and a job
+    moving holds its old GPUs under its attempt and the target's under the next."""
+    if job.placement is None:
+        return True
+    held = (job.id, attempt)
+    return any(holders.get((node, gpu)) == held for node, gpus in job.placement for gpu in gpus)
 
 
 class ShapeCache:
