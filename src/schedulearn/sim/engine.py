@@ -26,6 +26,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from schedulearn.core import timelimits
@@ -44,6 +45,8 @@ from schedulearn.sim.runstate import RunState, running_view, stopped_view
 from schedulearn.sim.speed import ClusterShape, LinearSpeed, SpeedModel
 
 ProgressFn = Callable[[int, int], None]
+# A waiting job's place in the queue: arrival order (ids break ties).
+_ARRIVAL = attrgetter("submitted_at", "id")
 
 
 class PolicyError(RuntimeError):
@@ -397,7 +400,7 @@ class Simulator:
         if self._pending_changed:
             if self._pending_unordered:
                 # A preempted job rejoins the queue at its place in arrival order.
-                ordered = sorted(self._pending.values(), key=lambda v: (v.submitted_at, v.id))
+                ordered = sorted(self._pending.values(), key=_ARRIVAL)
                 # In place: the loop holds a reference to this dict.
                 self._pending.clear()
                 self._pending.update((v.id, v) for v in ordered)
