@@ -50,6 +50,7 @@ from schedulearn.core.capabilities import asks_gpus_only
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool, stuck
 from schedulearn.core.policies.tiresias_artifact import Demotions, artifact_pass
+from schedulearn.core.policies.tiresias_waiting import WaitingQueues
 from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
@@ -99,6 +100,12 @@ class Tiresias:
         self.mode = mode
         # Queue 1's order in artifact mode (the only history that mode keeps).
         self._demotions = Demotions()
+        # The waiting jobs' queues of the last pass, a cache (`tiresias_waiting`).
+        self._waiting = (
+            WaitingQueues(self.thresholds, self.starvation_factor)
+            if self.thresholds and mode == "default"
+            else None
+        )
 
     # --- queues ------------------------------------------------------------
 
@@ -173,7 +180,11 @@ class Tiresias:
             if above < len(thresholds):
                 reach = started + (thresholds[above] - attained) / gpus
                 first = min(first, reach)
-        if factor > 0:
+        waiting = self._waiting
+        known = None if waiting is None else waiting.next_starving(view.pending, now)
+        if known is not None:
+            first = min(first, known)
+        elif factor > 0:
             for job in view.pending:
                 service = job.service_seconds
                 if service > 0:
@@ -195,6 +206,10 @@ class Tiresias:
         reached a threshold is tested for starvation.
         """
         now, thresholds, factor = view.now, self.thresholds, self.starvation_factor
+        if self._waiting is not None:
+            known = self._waiting.queues(view.pending, now)
+            if known is not None:
+                return known
         queues: list[list[JobView]] = [[] for _ in range(self.queues)]
         if not thresholds:
             queues[0].extend(view.pending)
