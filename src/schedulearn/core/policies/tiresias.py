@@ -247,7 +247,7 @@ class Tiresias:
         threshold is in queue 0 (a promoted run is too), so only one that
         reached a threshold is asked whether its run was promoted.
         """
-        now, thresholds = view.now, self.thresholds
+        now, thresholds, factor = view.now, self.thresholds, self.starvation_factor
         by_queue: list[list[JobView]] = [[] for _ in range(self.queues)]
         first = thresholds[0] if thresholds else float("inf")
         for job in view.running:
@@ -258,7 +258,10 @@ class Tiresias:
             started = job.started_at
             if started is not None:  # `JobView.attained_at`
                 attained += placement.num_gpus * max(0.0, now - started)
-            if attained < first or self._promoted_run(job, now):
+            # Only a job that ran before can have had its run promoted.
+            if attained < first or (
+                factor > 0 and job.service_seconds > 0 and self._promoted_run(job, now)
+            ):
                 by_queue[0].append(job)
             else:
                 by_queue[bisect_right(thresholds, attained)].append(job)
