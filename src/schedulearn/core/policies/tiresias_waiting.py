@@ -172,8 +172,10 @@ class WaitingQueues:
             shorter = min(len(last), len(pending))
             head = _same_run(last, pending, shorter)
             tail = min(_same_run(reversed(last), reversed(pending), shorter), shorter - head)
-            was = {id(v): v for v in last[head : len(last) - tail]}
-            now_in = {id(v): v for v in pending[head : len(pending) - tail]}
+            left = last[head : len(last) - tail]
+            joined = pending[head : len(pending) - tail]
+            was = dict(zip(map(id, left), left, strict=True))
+            now_in = dict(zip(map(id, joined), joined, strict=True))
             if len(was) + len(now_in) <= len(pending) // 2 + 16:
                 return self._apply(was, now_in, pending, now)
         current = dict(zip(map(id, pending), pending, strict=True))
