@@ -15,15 +15,16 @@ run it by hand):
    median of as many runs): what is not replay is start-up and loading.
 2. **The trace** (item 3): the whole Philly trace (82,247 jobs) on
    `--cluster` (64x8: 512 GPUs, contended) under each of `--policy`
-   (tiresias; goal <= 60 s), and with `--queues` the same under the
-   fair-share layer with the trace's 15 virtual clusters as queues
-   guaranteed GPUs in proportion to their GPU-hours, rounded down (as
-   bench/fairness.py and `simulate --tenants philly`; goal <= 90 s). The
-   process is pinned to one core, and CPU time is printed beside wall time
-   (on a shared machine other processes inflate the wall time).
+   (tiresias; goal <= 60 s), then the same under the fair-share layer
+   with the trace's 15 virtual clusters as queues guaranteed GPUs in
+   proportion to their GPU-hours, rounded down (as bench/fairness.py and
+   `simulate --tenants philly`; goal <= 90 s; `--no-queues` leaves it
+   out). The process is pinned to one core, and CPU time is printed
+   beside wall time; the goal is judged on both (on a shared machine
+   other processes inflate the wall time, not the CPU time).
 
-    uv run python bench/sim_speed.py                      # both parts
-    uv run python bench/sim_speed.py --queues             # and the run with queues
+    uv run python bench/sim_speed.py                      # both parts, with and without queues
+    uv run python bench/sim_speed.py --part trace --no-queues
     uv run python bench/sim_speed.py --part trace --cluster 256x8 --policy fifo,tiresias
     uv run python bench/sim_speed.py --part trace --limit 20000 --profile
 """
@@ -170,8 +171,8 @@ def trace_part(args: argparse.Namespace) -> int:
         f"{'mean JCT s':>11} {'p99 JCT s':>11} {'wait s':>9} {'preempt':>8}  goal"
     )
     runs: list[tuple[str, bool]] = [(spec, False) for spec in args.policy.split(",")]
-    runs += [(spec, True) for spec in args.policy.split(",")] if args.queues else []
-    tenancy = proportional(workload, cluster.total_gpus) if args.queues else None
+    runs += [(spec, True) for spec in args.policy.split(",")] if not args.no_queues else []
+    tenancy = proportional(workload, cluster.total_gpus) if not args.no_queues else None
     for spec, queues in runs:
         policy: Policy = create(spec)
         label = spec
@@ -187,7 +188,10 @@ def trace_part(args: argparse.Namespace) -> int:
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         s = result.summary
         goal = QUEUES_GOAL if queues else PLAIN_GOAL
-        verdict = f"<= {goal:.0f} s: {'met' if wall <= goal else 'NOT met'}"
+        verdict = (
+            f"<= {goal:.0f} s: cpu {'met' if cpu <= goal else 'NOT met'}, "
+            f"wall {'met' if wall <= goal else 'NOT met'}"
+        )
         if args.limit or args.cluster != "64x8":
             verdict = "-"  # the goals are for the whole trace on 64x8
         print(
@@ -208,7 +212,10 @@ def main() -> int:
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="trace CSV")
     parser.add_argument("--cluster", default="64x8", help="cluster shape [64x8]")
     parser.add_argument("--policy", default="tiresias", help="comma-separated policies")
-    parser.add_argument("--queues", action="store_true", help="each policy with queues too")
+    parser.add_argument(
+        "--no-queues", action="store_true", help="leave out each policy with queues"
+    )
+    parser.add_argument("--queues", action="store_true", help=argparse.SUPPRESS)  # the default
     parser.add_argument("--limit", type=int, default=0, help="only the first N jobs")
     parser.add_argument("--profile", action="store_true", help="print the cProfile top 25")
     parser.add_argument("--all-cores", action="store_true", help="do not pin to one core")

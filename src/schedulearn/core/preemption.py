@@ -40,6 +40,10 @@ from schedulearn.core.views import ClusterView, JobView, Placement
 _NO_BAR = float("-inf")
 
 
+def _no_level(job: JobView) -> float:
+    raise AssertionError("Victims.ranked: the candidates came ranked")
+
+
 @dataclass(frozen=True, slots=True)
 class Room:
     """What making room decided: suspend `victims`, start the job on `placement`.
@@ -81,6 +85,24 @@ class Victims:
         self._jobs: list[JobView] | None = None
         # Minus each candidate's level, ascending (parallel to `_jobs`), for bisect.
         self._levels: list[float] = []
+
+    @classmethod
+    def ranked(
+        cls, view: ClusterView, pool: FreePool, jobs: list[JobView], levels: list[float]
+    ) -> Victims:
+        """Candidates the policy has ranked itself: `jobs` most preferred first,
+        every one preemptible and placed, and `levels` their levels (so
+        descending), as if `level` and `tiebreak` had sorted them.
+
+        For a policy whose ranking is cheaper written out than asked of a
+        key per job on every pass (tiresias).
+        """
+        if len(jobs) != len(levels):
+            raise ValueError("Victims.ranked: one level for each job")
+        victims = cls(view, pool, _no_level, _no_level)
+        victims._jobs = jobs
+        victims._levels = [-level for level in levels]
+        return victims
 
     def _candidates(self) -> list[JobView]:
         if self._jobs is None:

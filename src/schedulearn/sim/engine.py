@@ -25,6 +25,7 @@ import gc
 import heapq
 import math
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -118,11 +119,14 @@ class Simulator:
         self._counts: tuple[int, ...] = tuple(self._count_list)
         self.ledger.take_dirty()
         self._pending: dict[int, JobView] = {}
+        # The waiting jobs in arrival order (submission time, then id) and their
+        # keys, for bisect: a preempted job rejoins at its place without a sort.
+        self._queue: list[JobView] = []
+        self._queue_keys: list[tuple[float, int]] = []
         self._running: dict[int, JobView] = {}
         self._pending_tuple: tuple[JobView, ...] = ()
         self._running_tuple: tuple[JobView, ...] = ()
         self._pending_changed = False
-        self._pending_unordered = False
         self._running_changed = False
         self._heap: list[tuple[float, int, int, int]] = []
         self._seq = 0
@@ -192,7 +196,11 @@ class Simulator:
             changed = False
             while ai < n and jobs[ai].submitted_at <= t:
                 job = jobs[ai]
-                pending[job.id] = job.view(self._estimate_of(runs[job.id]))
+                view = pending[job.id] = job.view(self._estimate_of(runs[job.id]))
+                # Arrivals come in arrival order (`Workload` sorts its jobs), after
+                # every job already waiting.
+                self._queue.append(view)
+                self._queue_keys.append((view.submitted_at, view.id))
                 self._pending_changed = changed = True
                 ai += 1
             while heap and heap[0][0] <= t:
@@ -341,7 +349,7 @@ class Simulator:
         pending, running = self._pending_view(), self._running_view()
         goodput = None
         if self._feed is not None:
-            ids = [*self._pending, *self._running]
+            ids = [*(v.id for v in self._queue), *self._running]
             goodput = self._feed.snapshot(t, self._runs, ids)
         if self._meter is not None and self._served is not None:
             self._meter.now = self._served.now = t
@@ -371,6 +379,7 @@ class Simulator:
         jid = d.job_id
         if isinstance(d, Start):
             pending = self._pending.pop(jid)
+            self._leave_queue(pending)
             self._pending_changed = True
             first = run.first_start is None
             self._start_segment(run, d.placement, t, first)
@@ -383,8 +392,13 @@ class Simulator:
             run.done = self._progress_at(run, t) if run.job.preemptible else 0.0
             self._stop_segment(run, t, "preempted")
             run.preemptions += 1
-            self._pending[jid] = stopped_view(old, t, self._fraction(run), preempted=True)
-            self._pending_changed = self._pending_unordered = True
+            back = self._pending[jid] = stopped_view(old, t, self._fraction(run), preempted=True)
+            # It rejoins the queue at its place in arrival order.
+            key = (back.submitted_at, back.id)
+            at = bisect_right(self._queue_keys, key)
+            self._queue_keys.insert(at, key)
+            self._queue.insert(at, back)
+            self._pending_changed = True
             self._running_changed = True
         elif isinstance(d, Resize):
             old = self._running[jid]
@@ -440,16 +454,16 @@ class Simulator:
             self._counts = tuple(counts)
         return self._nodes
 
+    def _leave_queue(self, view: JobView) -> None:
+        at = bisect_left(self._queue_keys, (view.submitted_at, view.id))
+        if at >= len(self._queue) or self._queue[at] is not view:  # not reached: ids are unique
+            at = self._queue.index(view)
+        del self._queue_keys[at]
+        del self._queue[at]
+
     def _pending_view(self) -> tuple[JobView, ...]:
         if self._pending_changed:
-            if self._pending_unordered:
-                # A preempted job rejoins the queue at its place in arrival order.
-                ordered = sorted(self._pending.values(), key=lambda v: (v.submitted_at, v.id))
-                # In place: the loop holds a reference to this dict.
-                self._pending.clear()
-                self._pending.update((v.id, v) for v in ordered)
-                self._pending_unordered = False
-            self._pending_tuple = tuple(self._pending.values())
+            self._pending_tuple = tuple(self._queue)
             self._pending_changed = False
         return self._pending_tuple
 

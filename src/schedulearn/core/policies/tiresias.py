@@ -43,12 +43,14 @@ artifact decides and computes time (docs/results.md §2).
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import attrgetter
 from typing import ClassVar
 
 from schedulearn.core.capabilities import asks_gpus_only
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool, stuck
 from schedulearn.core.policies.tiresias_artifact import Demotions, artifact_pass
+from schedulearn.core.policies.tiresias_waiting import WaitingQueues
 from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
@@ -56,6 +58,8 @@ from schedulearn.core.views import ClusterView, JobView
 
 SIXTEEN_GPU_HOURS = 16 * 3600.0
 MODES = ("default", "artifact")
+# Arrival order inside a queue (ids are unique, so it never ties).
+_ARRIVAL = attrgetter("submitted_at", "id")
 
 
 @register
@@ -96,6 +100,12 @@ class Tiresias:
         self.mode = mode
         # Queue 1's order in artifact mode (the only history that mode keeps).
         self._demotions = Demotions()
+        # The waiting jobs' queues of the last pass, a cache (`tiresias_waiting`).
+        self._waiting = (
+            WaitingQueues(self.thresholds, self.starvation_factor)
+            if self.thresholds and mode == "default"
+            else None
+        )
 
     # --- queues ------------------------------------------------------------
 
@@ -153,50 +163,117 @@ class Tiresias:
         # every waiting job: the loops below read each field once.
         now, first = view.now, float("inf")
         thresholds = self.thresholds
+        factor = self.starvation_factor
         for job in view.running:
             started, placement = job.started_at, job.placement
             if started is None or placement is None or not placement.num_gpus:
                 continue
             gpus = placement.num_gpus
-            if self._promoted_run(job, now):
+            # Only a job that ran before can have had its run promoted.
+            if factor > 0 and job.service_seconds > 0 and self._promoted_run(job, now):
                 first = min(first, started + thresholds[0] / gpus)
                 continue
-            # The first threshold above the attained service (they ascend).
-            above = bisect_right(thresholds, job.attained_at(now))
+            # The first threshold above the attained service (they ascend);
+            # `JobView.attained_at`, written out.
+            attained = job.attained_gpu_seconds
+            above = bisect_right(thresholds, attained + gpus * max(0.0, now - started))
             if above < len(thresholds):
-                reach = started + (thresholds[above] - job.attained_gpu_seconds) / gpus
+                reach = started + (thresholds[above] - attained) / gpus
                 first = min(first, reach)
-        factor = self.starvation_factor
-        if factor > 0:
+        waiting = self._waiting
+        known = None if waiting is None else waiting.next_starving(view.pending, now)
+        if known is not None:
+            first = min(first, known)
+        elif factor > 0:
             for job in view.pending:
                 service = job.service_seconds
                 if service > 0:
-                    since = job.waiting_since
+                    queued = job.queued_at  # `JobView.waiting_since`, written out
+                    since = job.submitted_at if queued is None else queued
                     if not now - since > factor * service:  # not starving yet (`_starving`)
                         first = min(first, since + factor * service)
         return first
 
     # --- the pass ----------------------------------------------------------
 
-    def _ranked(self, view: ClusterView) -> list[tuple[int, float, int, JobView]]:
-        """Pending jobs by (queue, submission time, id), each with its queue."""
-        now = view.now
-        # Ids are unique, so the sort never compares the views themselves.
-        return sorted((self.queue_of(j, now), j.submitted_at, j.id, j) for j in view.pending)
+    def _queues(self, view: ClusterView) -> list[list[JobView]]:
+        """Pending jobs per queue (0 first), each in arrival order (submission
+        time, then id): the pass takes them in this order.
+
+        This is `queue_of` for every waiting job, written out (a replay asks
+        it of every waiting job at every pass): a job under the first
+        threshold is in queue 0 whether or not it starves, so only one that
+        reached a threshold is tested for starvation.
+        """
+        now, thresholds, factor = view.now, self.thresholds, self.starvation_factor
+        if self._waiting is not None:
+            known = self._waiting.queues(view.pending, now)
+            if known is not None:
+                return known
+        queues: list[list[JobView]] = [[] for _ in range(self.queues)]
+        if not thresholds:
+            queues[0].extend(view.pending)
+        else:
+            first = thresholds[0]
+            top = queues[0]
+            for job in view.pending:
+                attained = job.attained_gpu_seconds
+                if attained < first:
+                    top.append(job)
+                    continue
+                if factor > 0:
+                    service = job.service_seconds
+                    if service > 0 and now - job.waiting_since > factor * service:
+                        top.append(job)
+                        continue
+                queues[bisect_right(thresholds, attained)].append(job)
+        for queue in queues:
+            # Ids are unique, so this is a total order; a host that hands the
+            # queue in arrival order (the simulator does) makes it one scan.
+            queue.sort(key=_ARRIVAL)
+        return queues
 
     def order(self, view: ClusterView) -> QueueOrder:
         return QueueOrder(
-            tuple(t[3] for t in self._ranked(view)),
+            tuple(job for queue in self._queues(view) for job in queue),
             "least attained GPU-service queue first, arrival order inside one",
         )
 
     def _victims(self, view: ClusterView, pool: FreePool) -> Victims:
         """Preemptible running jobs, lowest priority queue first, then the
-        latest submitted (FIFO inside a queue)."""
-        now = view.now
-        return Victims(
-            view, pool, lambda j: float(self.queue_of(j, now)), lambda j: (-j.submitted_at, -j.id)
-        )
+        latest submitted (FIFO inside a queue).
+
+        `queue_of` for every running job, written out: a job under the first
+        threshold is in queue 0 (a promoted run is too), so only one that
+        reached a threshold is asked whether its run was promoted.
+        """
+        now, thresholds, factor = view.now, self.thresholds, self.starvation_factor
+        by_queue: list[list[JobView]] = [[] for _ in range(self.queues)]
+        first = thresholds[0] if thresholds else float("inf")
+        for job in view.running:
+            placement = job.placement
+            if placement is None or not job.preemptible:
+                continue
+            attained = job.attained_gpu_seconds
+            started = job.started_at
+            if started is not None:  # `JobView.attained_at`
+                attained += placement.num_gpus * max(0.0, now - started)
+            # Only a job that ran before can have had its run promoted.
+            if attained < first or (
+                factor > 0 and job.service_seconds > 0 and self._promoted_run(job, now)
+            ):
+                by_queue[0].append(job)
+            else:
+                by_queue[bisect_right(thresholds, attained)].append(job)
+        ranked: list[JobView] = []
+        levels: list[float] = []
+        for queue in range(self.queues - 1, -1, -1):
+            jobs = by_queue[queue]
+            # Latest submitted first: (-submitted_at, -id) ascending; ids are unique.
+            jobs.sort(key=_ARRIVAL, reverse=True)
+            ranked.extend(jobs)
+            levels.extend([float(queue)] * len(jobs))
+        return Victims.ranked(view, pool, ranked, levels)
 
     def decide(self, view: ClusterView) -> list[Decision]:
         if self.mode == "artifact":
@@ -208,10 +285,10 @@ class Tiresias:
         free = pool.total_free()
         if stuck(view, free):
             return []
-        # `order` is this list without the queues, which the pass also needs.
-        ranked = self._ranked(view)
+        # `order` is these lists one after the other.
+        queues = self._queues(view)
         last = self.queues - 1
-        if free == 0 and ranked[0][0] == last:
+        if free == 0 and not any(queues[:last]):
             return []  # nothing fits and nobody may preempt anyone
         decisions: list[Decision] = []
         victims: Victims | None = None  # built when someone must preempt
@@ -221,32 +298,33 @@ class Tiresias:
         # too, since such a job fits exactly when enough GPUs are free on its
         # nodes. On a backlogged cluster this skips most of the pass.
         failed: dict[str, int] = {}
-        for queue, _, _, job in ranked:
-            placement = pool.pack(job) if job.gpus <= free else None
-            if placement is not None:
-                pool.take(job, placement)
-                free -= placement.num_gpus
-                decisions.append(Start(job.id, placement))
+        for queue, jobs in enumerate(queues):
+            for job in jobs:
+                placement = pool.pack(job) if job.gpus <= free else None
+                if placement is not None:
+                    pool.take(job, placement)
+                    free -= placement.num_gpus
+                    decisions.append(Start(job.id, placement))
+                    failed.clear()
+                    continue
+                if queue == last:
+                    if free == 0:
+                        break  # the rest are in the last queue too
+                    continue
+                gpus_only = asks_gpus_only(job)
+                if gpus_only and job.gpus >= failed.get(job.user, job.gpus + 1):
+                    continue
+                if victims is None:
+                    victims = self._victims(view, pool)
+                # Only jobs of strictly lower priority queues may be suspended.
+                room = victims.room_for(job, free, above=queue)
+                if room is None:
+                    if gpus_only:
+                        failed[job.user] = job.gpus
+                    continue
+                decisions.extend(room.decisions)
+                free = room.free
                 failed.clear()
-                continue
-            if queue == last:
-                if free == 0:
-                    break  # the rest are in the last queue too
-                continue
-            gpus_only = asks_gpus_only(job)
-            if gpus_only and job.gpus >= failed.get(job.user, job.gpus + 1):
-                continue
-            if victims is None:
-                victims = self._victims(view, pool)
-            # Only jobs of strictly lower priority queues may be suspended.
-            room = victims.room_for(job, free, above=queue)
-            if room is None:
-                if gpus_only:
-                    failed[job.user] = job.gpus
-                continue
-            decisions.extend(room.decisions)
-            free = room.free
-            failed.clear()
         return decisions
 
 
