@@ -261,9 +261,14 @@ def build(
     # that ended between the read of the running jobs and that of the GPUs'
     # holders would be free on the nodes the policy sees and held in the
     # ledger that checks it, which then refuses the pass (issue 36). A job
-    # none of whose GPUs is held any more is left out, as if the first read
-    # had come after its end.
-    running = [j for j in running if _holds(j, attempts[j.id], holders)]
+    # none of whose GPUs is held any more, and whose state says it ended when
+    # read again, is left out, as if the first read had come after its end.
+    # (One whose state still holds them stays: rows from before allocations
+    # were written for every run, e.g. an upgraded database.)
+    unheld = [j.id for j in running if not _holds(j, attempts[j.id], holders)]
+    if unheld:
+        ended = _ended(session, unheld)
+        running = [j for j in running if j.id not in ended]
     # GPUs held by anything but the current attempt of a running job: a job
     # being preempted, or an old attempt (or a cancelled job) still exiting.
     draining: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
@@ -298,10 +303,16 @@ def _holds(job: JobView, attempt: int, holders: dict[tuple[str, int], tuple[int,
     """Whether `holders` (read after `job`) has any GPU of its placement still held
     by its attempt. Not all: a gang frees its GPUs part by part, and a job
     moving holds its old GPUs under its attempt and the target's under the next."""
-    if job.placement is None:
-        return True
+    if job.placement is None or job.placement.num_gpus == 0:
+        return True  # a CPU-only job holds no GPU to lose
     held = (job.id, attempt)
     return any(holders.get((node, gpu)) == held for node, gpus in job.placement for gpu in gpus)
+
+
+def _ended(session: Session, ids: list[int]) -> set[int]:
+    """Which of `ids` no longer hold GPUs by their state (read now, after the holders)."""
+    query = select(col(Job.id)).where(col(Job.id).in_(ids), col(Job.state).not_in(HOLDING))
+    return set(session.execute(query).scalars())
 
 
 class ShapeCache:
