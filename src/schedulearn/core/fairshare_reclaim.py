@@ -6,7 +6,8 @@ waiting job that fits in it (its GPUs in use plus the
 job's at most its guarantee) starts that job, in the inner policy's
 order, on free GPUs, or else on GPUs of jobs it preempts (`victims`):
 jobs of other queues over their deserved share that have run `min_run`
-seconds, preemptible ones first, then the queue furthest over its share
+seconds; jobs a live host is still stopping (`JobView.stopping`) first,
+whatever they ran, then preemptible ones, then the queue furthest over its share
 (per weight) first, then the latest started first; never so many of one
 queue's jobs that it would fall below its own guarantee (so a reclaim
 never makes another reclaim, and queues cannot take GPUs from each other
@@ -78,25 +79,33 @@ class ReclaimingPass(PassState):
         book = self.book
         by_queue: dict[str, list[JobView]] = {}
         for j in self.running.values():
-            if j.queue == s.name or j.id in self.decided or not self.ran_min(j):
+            if j.queue == s.name or j.id in self.decided:
+                continue
+            if not (j.stopping or self.ran_min(j)):
                 continue
             owner = book[j.queue]
             if owner.used <= owner.share + EPS or owner.used <= owner.guaranteed:
                 continue
             by_queue.setdefault(j.queue, []).append(j)
-        out: list[tuple[bool, float, float, int, JobView]] = []
+        out: list[tuple[tuple[bool, bool, float, float, int], JobView]] = []
         for name, jobs in by_queue.items():
             owner = book[name]
             over = (owner.used - owner.share) / owner.queue.weight
-            # Latest started first, while the queue keeps its guarantee.
+            # Jobs already stopping first (taking one again costs nothing; a
+            # live host shows them until their process exits, and taking a
+            # new victim instead would stop one job too many), then latest
+            # started first, while the queue keeps its guarantee.
             budget = owner.used - owner.guaranteed
-            jobs.sort(key=lambda j: (not j.preemptible, -(j.started_at or 0.0), -j.id))
+            jobs.sort(
+                key=lambda j: (not j.stopping, not j.preemptible, -(j.started_at or 0.0), -j.id)
+            )
             for j in jobs:
                 if j.allocated_gpus <= budget:
                     budget -= j.allocated_gpus
-                    out.append((not j.preemptible, -over, -(j.started_at or 0.0), -j.id, j))
-        out.sort(key=lambda t: t[:4])
-        return [t[4] for t in out]
+                    key = (not j.stopping, not j.preemptible, -over, -(j.started_at or 0.0), -j.id)
+                    out.append((key, j))
+        out.sort(key=lambda t: t[0])
+        return [j for _, j in out]
 
     def _make_room(self, s: QueueShare, job: JobView, victims: list[JobView]) -> bool:
         # make_room passes over non-preemptible jobs; a reclaim requeues them.

@@ -314,6 +314,11 @@ class JobView:
     time_limit: float | None = field(default=None, metadata=SUBMITTED)
     # Fraction done, when the simulator knows it (not the live progress report).
     progress: float | None = field(default=None, metadata=VIEW)
+    # Being stopped and still holding its GPUs (a live host shows such jobs
+    # as running under tenant queues, `snapshot.build`): a reclaim takes it
+    # first, since it is going anyway. Never set in the simulator, whose
+    # preemptions free GPUs at once.
+    stopping: bool = field(default=False, metadata=VIEW)
 
     @property
     def is_running(self) -> bool:

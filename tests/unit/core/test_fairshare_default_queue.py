@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from core_scenario import Scenario, job, node, preempts, starts
 
-from schedulearn.core import Preempt, create
+from schedulearn.core import Placement, Preempt, create
 from schedulearn.core.fairshare import FairShare
 from schedulearn.core.fairshare_queues import (
     DEFAULT_QUEUE,
@@ -148,3 +148,22 @@ def test_guarantees_above_the_cluster_are_refused_unless_overcommitted() -> None
         "(team-a 4, team-c 4, team-b 2): when every queue wants its guarantee, some "
         "cannot have it; lower a guarantee, or pass --overcommit to accept that"
     )
+
+
+def test_a_reclaim_takes_a_job_still_stopping_before_a_new_victim() -> None:
+    # Live: a reclaim's victims exit over several passes and, until then, are
+    # shown as running (`JobView.stopping`). Here team-a's 2-GPU job took back
+    # jobs 2 and 3 (the only ones past the 2 s grace then); job 2 has exited,
+    # job 3 is still stopping, and job 4 has meanwhile passed the grace and is
+    # the latest started. The reclaim must take job 3 again, not stop job 4
+    # as well (found live: three plain jobs requeued for two GPUs).
+    tenancy = Tenancy((Queue.of("team-a", 2),))
+    sc = Scenario(node("n", 4))
+    started = {3: 5.4, 4: 5.5, 5: 5.6}
+    for gpu, (i, at) in enumerate(started.items(), start=1):
+        sc.run(job(i, 1, queue="", stopping=i == 3), {"n": [gpu]}, started_at=at)
+    pending = [job(6, 2, queue="team-a"), job(2, 1, queue="")]
+    view = replace(sc.view(7.55, pending), tenancy=tenancy)
+    decisions = FairShare(create("fifo"), min_run=2.0).decide(view)
+    assert preempts(decisions) == {3}, decisions
+    assert starts(decisions)[6] == Placement.of({"n": [0, 1]})

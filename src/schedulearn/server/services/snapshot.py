@@ -249,7 +249,8 @@ def build(
     for r in session.connection().execute(_HOLDING_VIEWS):
         if r.state is JobState.PREEMPTING and not stopping_as_running:
             continue
-        running.append(JOBS.from_row(r, account=book.account(r.user)))
+        stopping = r.state is JobState.PREEMPTING
+        running.append(JOBS.from_row(r, account=book.account(r.user), stopping=stopping))
         attempts[r.id] = r.attempt
     pending = (
         cache.load(session, book)
