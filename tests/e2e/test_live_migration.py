@@ -9,7 +9,7 @@ from pathlib import Path
 from live_examples import (
     CKPT_DIR,
     RESUMED,
-    STOPPED,
+    check_turns,
     digest_of,
     digits_command,
     history,
@@ -55,7 +55,10 @@ def test_a_job_moved_to_another_agent_resumes_from_the_servers_copy(tmp_path: Pa
         assert first_dir != second_dir
         assert Path(first_dir).is_relative_to(tmp_path / f"state-{source}"), first_dir
         assert Path(second_dir).is_relative_to(tmp_path / f"state-{target}"), second_dir
-        (stopped,) = STOPPED.findall(log)
+        # One resume, from exactly the state the first attempt saved last: the
+        # step it stopped at, or the epoch it had just ended when the stop came
+        # at an epoch's end (a loaded machine's timing decides which).
+        check_turns(log, preemptions=1)
         (resumed,) = RESUMED.findall(log)
-        assert resumed[:2] == stopped and int(stopped[0]) >= 1, log
+        assert int(resumed[0]) >= 1, log
         assert digest_of(log) == expected
