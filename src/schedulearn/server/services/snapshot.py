@@ -78,9 +78,10 @@ class Snapshot:
     jobs: dict[int, JobView]
     # (node, gpu) -> (job id, attempt) for every held GPU, running or draining.
     holders: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
-    # GPUs held by runs that are not in `view.running` (a job being
-    # preempted, an old attempt or a cancelled job still shutting down):
-    # (job id, attempt) -> node -> GPUs.
+    # GPUs held by runs that are not in `view.running` (an old attempt, a
+    # moving job's next one, a cancelled job still shutting down; not a job
+    # being preempted, whose GPUs `build` shows free): (job id, attempt) ->
+    # node -> GPUs.
     draining: dict[tuple[int, int], dict[str, list[int]]] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
     executors: dict[str, list[str]] = field(default_factory=dict)
@@ -100,9 +101,13 @@ _HOLDING_VIEWS = select(*JOBS.columns, col(Job.state), col(Job.attempt)).where(
 
 
 def load_nodes(
-    session: Session, running: list[JobView] | None = None
+    session: Session,
+    running: list[JobView] | None = None,
+    exiting: set[tuple[int, int]] | frozenset[tuple[int, int]] = frozenset(),
 ) -> tuple[tuple[NodeView, ...], dict[tuple[str, int], tuple[int, int]], dict[str, Node]]:
-    """Every known node with its GPUs' holders and its unreserved CPUs and memory."""
+    """Every known node with its GPUs' holders and its unreserved CPUs and
+    memory. GPUs held by an `exiting` run (job id, attempt) are shown free in
+    the views (and still returned among the holders)."""
     nodes = {n.name: n for n in session.execute(_NODES).scalars()}
     gpus: dict[str, list[tuple[int, str, str, int]]] = defaultdict(list)
     # Column reads go straight to the connection: no ORM row processing.
@@ -127,7 +132,13 @@ def load_nodes(
     for name in sorted(nodes):
         node = nodes[name]
         gpu_views = tuple(
-            GpuView(i, t, u, m, holders[(name, i)][0] if (name, i) in holders else None)
+            GpuView(
+                i,
+                t,
+                u,
+                m,
+                held[0] if (held := holders.get((name, i))) and held not in exiting else None,
+            )
             for i, u, t, m in sorted(gpus[name])
         )
         views.append(
@@ -245,9 +256,16 @@ def build(
     """
     running: list[JobView] = []
     attempts: dict[int, int] = {}
+    # Without queues, a run being preempted is shown gone and its GPUs free,
+    # as a simulated preemption frees them at once: a pass between the
+    # preemption and its victim's exit then sees room made for the job it
+    # was made for, and does not stop another job for it. A start there
+    # waits for the exit (`run_pass` defers starts on GPUs still held).
+    exiting: set[tuple[int, int]] = set()
     book = AccountBook(session)
     for r in session.connection().execute(_HOLDING_VIEWS):
         if r.state is JobState.PREEMPTING and not stopping_as_running:
+            exiting.add((r.id, r.attempt))
             continue
         stopping = r.state is JobState.PREEMPTING
         running.append(JOBS.from_row(r, account=book.account(r.user), stopping=stopping))
@@ -257,7 +275,7 @@ def build(
         if cache is not None
         else [book.attach(v) for v in pending_views(session)]
     )
-    nodes, holders, rows = load_nodes(session, running)
+    nodes, holders, rows = load_nodes(session, running, exiting)
     # On PostgreSQL each read sees what was committed when it began: a job
     # that ended between the read of the running jobs and that of the GPUs'
     # holders would be free on the nodes the policy sees and held in the
@@ -274,7 +292,7 @@ def build(
     # being preempted, or an old attempt (or a cancelled job) still exiting.
     draining: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for (node, gpu), (job_id, attempt) in holders.items():
-        if attempts.get(job_id) != attempt:
+        if attempts.get(job_id) != attempt and (job_id, attempt) not in exiting:
             draining[(job_id, attempt)][node].append(gpu)
     jobs = {j.id: j for j in pending}
     jobs.update({j.id: j for j in running})
