@@ -128,18 +128,12 @@ def load_nodes(
             )
             used_cpus[name] += cpus
             used_mem[name] += mem
+    shown = {gpu: run[0] for gpu, run in holders.items() if run not in exiting}
     views = []
     for name in sorted(nodes):
         node = nodes[name]
         gpu_views = tuple(
-            GpuView(
-                i,
-                t,
-                u,
-                m,
-                held[0] if (held := holders.get((name, i))) and held not in exiting else None,
-            )
-            for i, u, t, m in sorted(gpus[name])
+            GpuView(i, t, u, m, shown.get((name, i))) for i, u, t, m in sorted(gpus[name])
         )
         views.append(
             NODES.from_object(
