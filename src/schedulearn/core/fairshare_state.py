@@ -119,6 +119,8 @@ class PassState:
         taking that queue below its guarantee, or of a queue ahead on its
         fraction of the GPU-time (`QueueShare.ahead`) that has run `min_run`.
         """
+        if job.stopping:
+            return True  # going anyway: taking it again stops nobody new (core.preemption)
         owner = self.book[job.queue]
         if owner.pending > 0:
             return True  # its own queue's jobs (the group check keeps the queue's GPUs)

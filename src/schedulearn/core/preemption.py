@@ -17,7 +17,12 @@ so each states that as a key and `Victims` does the rest:
   `FreePool.pack` places it); a victim's whole placement is freed, every
   node of a gang at once; victims freed early whose GPUs the placement
   did not need are kept running, least preferred first;
-- a non-preemptible job is never suspended.
+- a non-preemptible job is never suspended;
+- a job a live host is already stopping (`JobView.stopping`, shown as
+  running until its process exits) comes first, above every bar and
+  whatever `may` says: taking it again costs nothing, and a new victim in
+  its place would stop one job too many. (The simulator has none: its
+  preemptions free GPUs at once.)
 
 State: a `Victims` lives for one pass. It builds its sorted candidates on
 first use (most passes start every job without preempting anyone) and
@@ -38,6 +43,7 @@ from schedulearn.core.placement import FreePool
 from schedulearn.core.views import ClusterView, JobView, Placement
 
 _NO_BAR = float("-inf")
+_STOPPING = float("inf")  # the level of a job already being stopped
 
 
 def _no_level(job: JobView) -> float:
@@ -99,6 +105,10 @@ class Victims:
         """
         if len(jobs) != len(levels):
             raise ValueError("Victims.ranked: one level for each job")
+        if any(j.stopping for j in jobs):
+            ranks = sorted(range(len(jobs)), key=lambda i: not jobs[i].stopping)
+            jobs = [jobs[i] for i in ranks]
+            levels = [_STOPPING if jobs[k].stopping else levels[i] for k, i in enumerate(ranks)]
         victims = cls(view, pool, _no_level, _no_level)
         victims._jobs = jobs
         victims._levels = [-level for level in levels]
@@ -109,9 +119,11 @@ class Victims:
             may = self._may
             ranked = sorted(
                 (
-                    (-self._level(j), self._tiebreak(j), j)
+                    (-_STOPPING if j.stopping else -self._level(j), self._tiebreak(j), j)
                     for j in self._running
-                    if j.preemptible and j.placement is not None and (may is None or may(j))
+                    if j.preemptible
+                    and j.placement is not None
+                    and (may is None or j.stopping or may(j))
                 ),
                 key=lambda t: (t[0], t[1]),
             )

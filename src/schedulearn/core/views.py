@@ -315,9 +315,10 @@ class JobView:
     # Fraction done, when the simulator knows it (not the live progress report).
     progress: float | None = field(default=None, metadata=VIEW)
     # Being stopped and still holding its GPUs (a live host shows such jobs
-    # as running under tenant queues, `snapshot.build`): a reclaim takes it
-    # first, since it is going anyway. Never set in the simulator, whose
-    # preemptions free GPUs at once.
+    # as running under tenant queues, `snapshot.build`): whatever makes room
+    # takes it first (`core.preemption`, `core.fairshare_reclaim`), since it
+    # is going anyway. Never set in the simulator, whose preemptions free
+    # GPUs at once.
     stopping: bool = field(default=False, metadata=VIEW)
 
     @property

@@ -167,3 +167,17 @@ def test_a_reclaim_takes_a_job_still_stopping_before_a_new_victim() -> None:
     decisions = FairShare(create("fifo"), min_run=2.0).decide(view)
     assert preempts(decisions) == {3}, decisions
     assert starts(decisions)[6] == Placement.of({"n": [0, 1]})
+
+
+def test_an_inner_policy_under_queues_takes_a_job_still_stopping_first() -> None:
+    # Tiresias inside queue A: job 2 is being stopped (it ran 1 s, so tiresias
+    # would keep it and suspend job 1, which ran 100 s). Taking job 2 again
+    # stops nobody new; suspending job 1 as well would stop one job too many.
+    tenancy = Tenancy((Queue.of("A", 2),))
+    sc = Scenario(node("n", 2))
+    sc.run(job(1, 1, preemptible=True, queue="A"), {"n": [0]}, started_at=0.0)
+    sc.run(job(2, 1, preemptible=True, queue="A", stopping=True), {"n": [1]}, started_at=99.0)
+    newcomer = job(3, 1, preemptible=True, submitted_at=100.0, queue="A")
+    view = replace(sc.view(100.0, [newcomer]), tenancy=tenancy)
+    decisions = FairShare(create("tiresias:threshold=3"), min_run=0).decide(view)
+    assert preempts(decisions) == {2} and set(starts(decisions)) == {3}, decisions

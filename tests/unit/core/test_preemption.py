@@ -149,3 +149,20 @@ def test_free_gpus_count_toward_the_room() -> None:
     room = _victims(view, pool).room_for(JobView(id=9, submitted_at=1, gpus=2), free=1)
     assert room is not None and [v.id for v in room.victims] == [1]
     assert room.free == 0
+
+
+def test_a_job_already_stopping_goes_first_above_every_bar_and_whatever_may_says() -> None:
+    # Live, a victim is shown running until its process exits. A pass in
+    # between must take it again, not a new victim: here the stopping job is
+    # the least preferred, below the bar, and refused by `may`.
+    stopping = replace(_running(1, {"a": [0]}, level=1), stopping=True)
+    other = _running(2, {"a": [1]}, level=90)
+    view, pool = _setup(stopping, other, sizes={"a": 2})
+    victims = _victims(view, pool, may=lambda j: j.id != 1)
+    room = victims.room_for(JobView(id=9, submitted_at=1, gpus=1), free=0, above=50)
+    assert room is not None and [v.id for v in room.victims] == [1]
+    # The same from a policy's own ranking (tiresias's).
+    view, pool = _setup(stopping, other, sizes={"a": 2})
+    ranked = Victims.ranked(view, pool, [other, stopping], [90.0, 1.0])
+    room = ranked.room_for(JobView(id=9, submitted_at=1, gpus=1), free=0, above=50)
+    assert room is not None and [v.id for v in room.victims] == [1]
