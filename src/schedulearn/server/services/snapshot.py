@@ -282,8 +282,8 @@ def build(
     if unheld:
         ended = _ended(session, unheld)
         running = [j for j in running if j.id not in ended]
-    # GPUs held by anything but the current attempt of a running job: a job
-    # being preempted, or an old attempt (or a cancelled job) still exiting.
+    # GPUs held by anything but the current attempt of a running job or an
+    # exiting one: an old attempt, a moving job's next, a cancelled job.
     draining: dict[tuple[int, int], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for (node, gpu), (job_id, attempt) in holders.items():
         if attempts.get(job_id) != attempt and (job_id, attempt) not in exiting:
