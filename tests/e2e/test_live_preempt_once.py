@@ -23,8 +23,10 @@ def test_a_victim_slow_to_exit_is_the_only_job_stopped_for_a_newcomer(tmp_path: 
     with live_cluster(tmp_path, {"pair": 2}) as cluster:
         with cluster.client() as c:
             # Queue 0 ends at 1 GPU-second: the long jobs drop to queue 1 at
-            # once, and a newcomer (queue 0) may preempt one of them.
-            c.set_policy("tiresias:threshold=1")
+            # once, and a newcomer (queue 0) may preempt one of them. No
+            # starvation guard: a victim waiting long on a loaded machine
+            # must not be promoted and preempt the other long job in turn.
+            c.set_policy("tiresias:threshold=1:starvation_factor=0")
             long = [
                 c.submit(
                     JobSpec(name=f"long{i}", command=SLOW_TO_STOP, gpus=1, preemptible=True)
