@@ -95,9 +95,9 @@ _HOLDERS = select(
     col(Allocation.node), col(Allocation.gpu_index), col(Allocation.job_id), col(Allocation.attempt)
 )
 _VIEWS_OF = select(*JOBS.columns).where(col(Job.id).in_(bindparam("ids", expanding=True)))
-_HOLDING_VIEWS = select(*JOBS.columns, col(Job.state), col(Job.attempt)).where(
-    col(Job.state).in_(HOLDING)
-)
+_HOLDING_VIEWS = select(
+    *JOBS.columns, col(Job.state), col(Job.attempt), col(Job.resume_kind)
+).where(col(Job.state).in_(HOLDING))
 
 
 def load_nodes(
@@ -254,14 +254,18 @@ def build(
     # as a simulated preemption frees them at once: a pass between the
     # preemption and its victim's exit then sees room made for the job it
     # was made for, and does not stop another job for it. A start there
-    # waits for the exit (`run_pass` defers starts on GPUs still held).
+    # waits for the exit (`run_pass` defers starts on GPUs still held). A
+    # job moving or resizing keeps its GPUs shown held: it resumes on them
+    # (or on the target they reserve) before any pass places another job.
     exiting: set[tuple[int, int]] = set()
     book = AccountBook(session)
     for r in session.connection().execute(_HOLDING_VIEWS):
         if r.state is JobState.PREEMPTING and not stopping_as_running:
-            exiting.add((r.id, r.attempt))
+            if r.resume_kind is None:
+                exiting.add((r.id, r.attempt))
             continue
-        stopping = r.state is JobState.PREEMPTING
+        # (A job moving or resizing is not: it resumes on its GPUs or target.)
+        stopping = r.state is JobState.PREEMPTING and r.resume_kind is None
         running.append(JOBS.from_row(r, account=book.account(r.user), stopping=stopping))
         attempts[r.id] = r.attempt
     pending = (
