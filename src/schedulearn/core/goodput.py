@@ -8,14 +8,16 @@ branch `osdi21-artifact`, `adaptdl/goodput.py`; none of its code is used).
 
 - **Throughput.** The time of one optimiser step on `replicas` GPUs over
   `nodes` nodes with local batch `atomic` and `accum` extra
-  gradient-accumulation steps is `accum * c + c + net`, where
-  `c = alpha_c + beta_c * atomic` (forward and backward passes) and
+  gradient-accumulation steps is `accum * c + (c ** g + net ** g) ** (1 / g)`,
+  where `c = alpha_c + beta_c * atomic` (forward and backward passes),
   `net` is `0` on one GPU, `alpha_r + beta_r * max(replicas - 2, 0)`
   within a node and `alpha_n + beta_n * max(replicas - 2, 0)` across
-  nodes (ring all-reduce). Pollux overlaps compute and network with a
-  fitted exponent; we add them (the measured tables' `step_time` is
-  compute plus `sync_time`), which makes the fit a few linear least
-  squares instead of a numerical optimisation.
+  nodes (ring all-reduce), and `g` (gamma, 1..10) is how far the
+  synchronisation overlaps the last backward pass: 1 adds them, 10 is
+  nearly their maximum (Pollux's 7-term model). Compute is a linear
+  least-squares fit; the network lines and gamma are fitted to whole
+  step times (`core.goodput_fit`), since the exposed sync time shrinks
+  as the compute grows.
 - **Statistical efficiency.** With the gradient statistics `sqr` (the
   squared norm of the true gradient) and `var` (its noise) measured at
   the initial batch size `init`, a batch `b = scale * init` makes

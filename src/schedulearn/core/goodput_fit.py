@@ -65,7 +65,8 @@ def optim_time(compute: float, network: float, gamma: float) -> float:
     if gamma == 1.0:
         return compute + network
     top = max(compute, network)
-    return top * ((compute / top) ** gamma + (network / top) ** gamma) ** (1.0 / gamma)
+    total: float = (compute / top) ** gamma + (network / top) ** gamma
+    return top * math.pow(total, 1.0 / gamma)
 
 
 def implied_network(step: float, compute: float, gamma: float) -> float:
@@ -74,7 +75,7 @@ def implied_network(step: float, compute: float, gamma: float) -> float:
         return 0.0
     if gamma == 1.0:
         return step - compute
-    return step * (1.0 - (compute / step) ** gamma) ** (1.0 / gamma)
+    return step * math.pow(1.0 - math.pow(compute / step, gamma), 1.0 / gamma)
 
 
 def nonneg_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
