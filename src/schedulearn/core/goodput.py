@@ -8,14 +8,16 @@ branch `osdi21-artifact`, `adaptdl/goodput.py`; none of its code is used).
 
 - **Throughput.** The time of one optimiser step on `replicas` GPUs over
   `nodes` nodes with local batch `atomic` and `accum` extra
-  gradient-accumulation steps is `accum * c + c + net`, where
-  `c = alpha_c + beta_c * atomic` (forward and backward passes) and
+  gradient-accumulation steps is `accum * c + (c ** g + net ** g) ** (1 / g)`,
+  where `c = alpha_c + beta_c * atomic` (forward and backward passes),
   `net` is `0` on one GPU, `alpha_r + beta_r * max(replicas - 2, 0)`
   within a node and `alpha_n + beta_n * max(replicas - 2, 0)` across
-  nodes (ring all-reduce). Pollux overlaps compute and network with a
-  fitted exponent; we add them (the measured tables' `step_time` is
-  compute plus `sync_time`), which makes the fit a few linear least
-  squares instead of a numerical optimisation.
+  nodes (ring all-reduce), and `g` (gamma, 1..10) is how far the
+  synchronisation overlaps the last backward pass: 1 adds them, 10 is
+  nearly their maximum (Pollux's 7-term model). Compute is a linear
+  least-squares fit; the network lines and gamma are fitted to whole
+  step times (`core.goodput_fit`), since the exposed sync time shrinks
+  as the compute grows.
 - **Statistical efficiency.** With the gradient statistics `sqr` (the
   squared norm of the true gradient) and `var` (its noise) measured at
   the initial batch size `init`, a batch `b = scale * init` makes
@@ -43,6 +45,8 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import ClassVar
+
+from schedulearn.core.goodput_fit import NetPoint, fit_network, nonneg_line, optim_time
 
 BATCH_CANDIDATES = 16  # batch sizes tried per allocation, geometrically spaced
 # Noise ratios within 3% share one model (the efficiency barely moves; fits are reused).
@@ -115,6 +119,7 @@ class ThroughputParams:
     beta_r: float = 0.0
     alpha_n: float = 0.0
     beta_n: float = 0.0
+    gamma: float = 1.0  # overlap of compute and network: 1 none, 10 nearly full
 
     def compute_time(self, atomic: float) -> float:
         return self.alpha_c + self.beta_c * atomic
@@ -129,7 +134,7 @@ class ThroughputParams:
 
     def step_time(self, nodes: int, replicas: int, atomic: float, accum: int) -> float:
         compute = self.compute_time(atomic)
-        return compute * (accum + 1) + self.network_time(nodes, replicas)
+        return compute * accum + optim_time(compute, self.network_time(nodes, replicas), self.gamma)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,25 +283,6 @@ class GoodputReport:
         return None if self.target is None else max(0.0, self.target - self.progress)
 
 
-def _lstsq(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Intercept and slope of the least-squares line, both kept non-negative."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx <= 0:
-        return max(my, 0.0), 0.0
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-    intercept = my - slope * mx
-    if slope < 0:
-        return max(my, 0.0), 0.0
-    if intercept < 0:
-        # Through the origin instead.
-        sxy = sum(x * y for x, y in zip(xs, ys, strict=True))
-        sx2 = sum(x * x for x in xs)
-        return 0.0, max(sxy / sx2, 0.0) if sx2 > 0 else 0.0
-    return intercept, slope
-
-
 def fit_throughput(samples: tuple[StepSample, ...]) -> ThroughputParams:
     """Fit the step-time model to measured steps (at least one)."""
     if not samples:
@@ -308,23 +294,19 @@ def fit_throughput(samples: tuple[StepSample, ...]) -> ThroughputParams:
         mean = sum(computes) / len(computes)
         alpha_c, beta_c = mean / 2, mean / 2 / bszs[0]
     else:
-        alpha_c, beta_c = _lstsq(bszs, computes)
+        alpha_c, beta_c = nonneg_line(bszs, computes)
         if alpha_c <= 0 and beta_c <= 0:
             mean = sum(computes) / len(computes)
             alpha_c, beta_c = mean / 2, mean / 2 / (sum(bszs) / len(bszs))
-    intra = [(s.replicas, s.sync_time) for s in samples if s.nodes == 1 and s.replicas > 1]
-    inter = [(s.replicas, s.sync_time) for s in samples if s.nodes > 1]
-
-    def net(points: list[tuple[int, float]]) -> tuple[float, float]:
-        xs = [float(max(r - 2, 0)) for r, _ in points]
-        return _lstsq(xs, [max(t, 0.0) for _, t in points])
-
-    alpha_r, beta_r = net(intra) if intra else (0.0, 0.0)
-    if inter:
-        alpha_n, beta_n = net(inter)
-    else:
-        alpha_n, beta_n = alpha_r * 1.1, beta_r * 1.1
-    return ThroughputParams(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n)
+    # The network and its overlap with compute are fitted to the whole steps: the
+    # exposed sync time alone shrinks as the compute grows (`core.goodput_fit`).
+    points = [
+        NetPoint(s.nodes, s.replicas, alpha_c + beta_c * s.atomic_bsz, s.step_time)
+        for s in samples
+        if s.replicas > 1
+    ]
+    alpha_r, beta_r, alpha_n, beta_n, gamma = fit_network(points)
+    return ThroughputParams(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, gamma)
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,12 +436,16 @@ class GoodputModel:
         else:
             # The hot loop of the goodput policy: inlined step time and gain.
             net = params.network_time(nodes, replicas)
-            alpha, beta = params.alpha_c, params.beta_c
+            alpha, beta, gamma = params.alpha_c, params.beta_c, params.gamma
             init = self.limits.init_batch
             noise = self.noise
             best_g = -1.0
             for b, a, c in configs:
-                step = (alpha + beta * a) * (c + 1) + net
+                compute = alpha + beta * a
+                if gamma == 1.0 or net <= 0.0:
+                    step = compute * (c + 1) + net
+                else:
+                    step = compute * c + optim_time(compute, net, gamma)
                 scale = b / init
                 if noise is None or scale <= 1.0:
                     gain = 1.0 if scale >= 1.0 or noise is None else scale

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from schedulearn.core.goodput import (
@@ -14,6 +16,7 @@ from schedulearn.core.goodput import (
     fit_throughput,
     noise_ratio,
 )
+from schedulearn.core.goodput_fit import implied_network, optim_time
 
 TRUE = ThroughputParams(
     alpha_c=0.02, beta_c=0.001, alpha_r=0.01, beta_r=0.002, alpha_n=0.05, beta_n=0.01
@@ -98,3 +101,52 @@ def test_equal_reports_share_one_fitted_model() -> None:
     assert noise_ratio(None, 1.0) is None and noise_ratio(2.0, 0.0) == 0.0
     with pytest.raises(ValueError, match="init_batch"):
         BatchLimits(0, 10)
+
+
+# Compute and network that overlap (Pollux's gamma): the exposed sync time shrinks as
+# the compute grows, as in Pollux's measured tables (imagenet on two nodes of four
+# GPUs exposes 0.41 s at a local batch of 20 and 0.006 s at 200).
+OVERLAPPED = ThroughputParams(
+    alpha_c=0.02, beta_c=0.004, alpha_r=0.01, beta_r=0.0, alpha_n=0.4, beta_n=0.01, gamma=6.0
+)
+
+
+def overlapped(nodes: int, replicas: int, atomic: int) -> StepSample:
+    step = OVERLAPPED.step_time(nodes, replicas, atomic, 0)
+    return StepSample(nodes, replicas, atomic, step, step - OVERLAPPED.compute_time(atomic))
+
+
+def test_overlap_is_learnt_from_steps_whose_exposed_sync_shrinks() -> None:
+    samples = (
+        overlapped(1, 1, 16),
+        overlapped(1, 1, 200),
+        overlapped(2, 8, 16),
+        overlapped(2, 8, 64),
+        overlapped(2, 8, 128),
+    )
+    assert samples[2].sync_time > 10 * samples[4].sync_time  # the shape of the tables
+    fitted = fit_throughput(samples)
+    assert fitted.gamma > 1.0
+    # Where it was not measured (a local batch of 256 on 4 nodes) the fitted model
+    # is within 10%; the additive one (gamma 1 on the same lines) is off by more.
+    truth = OVERLAPPED.step_time(4, 16, 256, 0)
+    assert fitted.step_time(4, 16, 256, 0) == pytest.approx(truth, rel=0.1)
+    additive = replace(fitted, gamma=1.0)
+    assert abs(additive.step_time(4, 16, 256, 0) / truth - 1) > 0.1
+
+
+def test_overlap_stays_additive_where_one_configuration_cannot_tell() -> None:
+    # One multi-GPU configuration fits any overlap exactly: the pull towards 1 keeps it additive.
+    fitted = fit_throughput((overlapped(1, 1, 64), overlapped(2, 8, 64)))
+    assert fitted.gamma == 1.0
+    assert fitted.step_time(2, 8, 64, 0) == pytest.approx(
+        OVERLAPPED.step_time(2, 8, 64, 0), rel=1e-3
+    )
+
+
+def test_overlap_helpers_are_inverse() -> None:
+    for gamma in (1.0, 2.0, 10.0):
+        step = optim_time(0.3, 0.2, gamma)
+        assert max(0.3, 0.2) <= step <= 0.5 + 1e-12
+        assert implied_network(step, 0.3, gamma) == pytest.approx(0.2)
+    assert implied_network(0.1, 0.3, 2.0) == 0.0  # compute alone takes longer
