@@ -25,6 +25,17 @@ Why that holds:
   starvation instant it cannot find exactly) or the same view twice in
   one queue make it rebuild or answer None (the caller ranks directly).
 
+A caller may also ask about a part of the snapshot it follows, as the
+fair-share layer does (`core.fairshare`: in one pass, one queue's jobs
+for a reclaim, the queues below their share for the entitled turn, then
+every job): a tuple clearly smaller than the one followed is answered by
+filtering the followed queues, brought to `now`, by identity and ranking
+the few views not among them (`_part`), without following it. (Followed,
+each part then the whole again changed most views twice a call: a third
+of a replay with queues went to ranking them anew.) A waiting job's
+queue depends on its own view and the time only, and the order inside
+a queue is total, so a part's queues are the followed ones filtered.
+
 State: the last pending tuple and its views by id, each queue's jobs and
 their sort keys, a heap of starvation instants, and a heap of what
 `steady_until` reports for waiting jobs (`since + factor * service`).
