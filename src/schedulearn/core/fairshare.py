@@ -62,7 +62,11 @@ snapshot in one sweep, two inner turns at most, and a pass that decided
 nothing is remembered until the jobs, GPUs or `min_run` deadlines
 change, or the inner policy's choice can change with time
 (`steady_until`; `_still_quiet`). A host that skips ticks asks the layer
-the same (`FairShare.steady_until`).
+the same (`FairShare.steady_until`). The inner policy is asked about
+parts of the snapshot (one queue's jobs, the entitled queues', everyone
+left): tiresias and srtf keep their order of the whole snapshot across
+passes and answer a part by filtering it (`tiresias_waiting`,
+`srtf_ranks`), so the turns do not rank the backlog anew each time.
 
 Sources: Kueue's ClusterQueue nominal quota, cohort borrowing and
 reclaim within the cohort; NVIDIA KAI's deserved quota, over-quota
