@@ -82,7 +82,7 @@ from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.fairshare_book import ShareBook
 from schedulearn.core.fairshare_fill import next_turn
 from schedulearn.core.fairshare_pass import SharePass
-from schedulearn.core.fairshare_queues import Tenancy, fits_guarantee
+from schedulearn.core.fairshare_queues import Tenancy, own_guarantee
 from schedulearn.core.fairshare_state import EPS
 from schedulearn.core.policy import Policy, QueueOrder, queue_order
 from schedulearn.core.views import ClusterView, JobView
@@ -249,9 +249,14 @@ def _next_turn(view: ClusterView, full: SharePass) -> float:
     (`fairshare_fill.next_turn`): a pass then may decide differently."""
     tenancy, capacity = full.tenancy, view.total_gpus
     busy: dict[str, int] = {}
+    own: dict[str, int] = {}  # `fits_guarantee`, its guarantee asked once a queue
     for job in view.running:
-        if fits_guarantee(tenancy, job.queue, job.gpus, capacity):
-            busy[job.queue] = busy.get(job.queue, 0) + job.allocated_gpus
+        name = job.queue
+        mine = own.get(name)
+        if mine is None:
+            mine = own[name] = own_guarantee(tenancy, name, capacity)
+        if mine == 0 or job.gpus <= mine:
+            busy[name] = busy.get(name, 0) + job.allocated_gpus
     return next_turn(full.book.values(), capacity, tenancy.counted, busy, tenancy.half_life)
 
 
