@@ -43,7 +43,7 @@ def rank(job: JobView) -> Rank:
 class RankedWaiting:
     """SRTF's waiting jobs sorted by rank, kept across passes; see the module doc."""
 
-    __slots__ = ("_jobs", "_keys", "_pending", "_views")
+    __slots__ = ("_built", "_jobs", "_keys", "_pending", "_views")
 
     def __init__(self) -> None:
         self._reset()
@@ -51,19 +51,20 @@ class RankedWaiting:
     def _reset(self) -> None:
         self._pending: tuple[JobView, ...] | None = None
         self._views: dict[int, JobView] = {}  # id(view) -> view
+        # Whether the order below holds `_views` (else only `_views` is known).
+        self._built = False
         self._keys: list[Rank] = []
         self._jobs: list[JobView] = []
 
     def order(self, pending: tuple[JobView, ...]) -> list[JobView] | None:
         """`pending` sorted by rank; None when the cache cannot say."""
-        if pending is self._pending:
+        if pending is self._pending and self._built:
             return list(self._jobs)
-        if self._pending is not None and 4 * len(pending) < 3 * len(self._views):
+        if self._built and 4 * len(pending) < 3 * len(self._views):
             part = self._part(pending)
             if part is not None:
                 return part
         if not self._follow(pending):
-            self._reset()
             return None
         return list(self._jobs)
 
@@ -89,7 +90,7 @@ class RankedWaiting:
         """Bring the order to `pending`; False when it cannot (the caller sorts)."""
         last = self._pending
         bound = len(pending) // 2 + 16
-        if last is not None:
+        if self._built and last is not None:
             # A host that keeps its views changes a few a pass: the same views
             # at both ends are skipped, compared by identity in C.
             shorter = min(len(last), len(pending))
@@ -105,16 +106,29 @@ class RankedWaiting:
             gone = was.keys() - now_in.keys()
             new = now_in.keys() - was.keys()
             if len(gone) + len(new) <= bound:
-                return self._apply([was[k] for k in gone], [now_in[k] for k in new], pending)
+                if self._apply([was[k] for k in gone], [now_in[k] for k in new], pending):
+                    return True
+                self._reset()
+                return False
+        current = dict(zip(map(id, pending), pending, strict=True))
+        seen = self._views
+        self._reset()
+        if len(seen.keys() ^ current.keys()) > bound or len(current) != len(pending):
+            # Most views are new (a host that rebuilds them every pass, or the
+            # first pass): the caller sorts; kept when the next snapshot shares
+            # most of these (sorting them here too would double a live pass).
+            self._views, self._pending = current, pending
+            return False
         if any(v.started_at is not None for v in pending):
             return False
         ranked = sorted(zip(map(rank, pending), pending, strict=True), key=_first)
-        self._views = dict(zip(map(id, pending), pending, strict=True))
-        self._keys = [k for k, _ in ranked]
+        keys = [k for k, _ in ranked]
+        if len(set(keys)) != len(keys):
+            return False  # one job twice: the caller sorts
+        self._views, self._pending, self._built = current, pending, True
+        self._keys = keys
         self._jobs = [v for _, v in ranked]
-        self._pending = pending
-        # One view twice, or one job twice: the caller sorts directly.
-        return len(self._views) == len(pending) == len(set(self._keys))
+        return True
 
     def _apply(self, gone: list[JobView], new: list[JobView], pending: tuple[JobView, ...]) -> bool:
         """The views in `gone` left and those in `new` joined."""
