@@ -62,7 +62,11 @@ snapshot in one sweep, two inner turns at most, and a pass that decided
 nothing is remembered until the jobs, GPUs or `min_run` deadlines
 change, or the inner policy's choice can change with time
 (`steady_until`; `_still_quiet`). A host that skips ticks asks the layer
-the same (`FairShare.steady_until`).
+the same (`FairShare.steady_until`). The inner policy is asked about
+parts of the snapshot (one queue's jobs, the entitled queues', everyone
+left): tiresias and srtf keep their order of the whole snapshot across
+passes and answer a part by filtering it (`tiresias_waiting`,
+`srtf_ranks`), so the turns do not rank the backlog anew each time.
 
 Sources: Kueue's ClusterQueue nominal quota, cohort borrowing and
 reclaim within the cohort; NVIDIA KAI's deserved quota, over-quota
@@ -78,7 +82,7 @@ from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.fairshare_book import ShareBook
 from schedulearn.core.fairshare_fill import next_turn
 from schedulearn.core.fairshare_pass import SharePass
-from schedulearn.core.fairshare_queues import Tenancy, fits_guarantee
+from schedulearn.core.fairshare_queues import Tenancy, own_guarantee
 from schedulearn.core.fairshare_state import EPS
 from schedulearn.core.policy import Policy, QueueOrder, queue_order
 from schedulearn.core.views import ClusterView, JobView
@@ -245,9 +249,14 @@ def _next_turn(view: ClusterView, full: SharePass) -> float:
     (`fairshare_fill.next_turn`): a pass then may decide differently."""
     tenancy, capacity = full.tenancy, view.total_gpus
     busy: dict[str, int] = {}
+    own: dict[str, int] = {}  # `fits_guarantee`, its guarantee asked once a queue
     for job in view.running:
-        if fits_guarantee(tenancy, job.queue, job.gpus, capacity):
-            busy[job.queue] = busy.get(job.queue, 0) + job.allocated_gpus
+        name = job.queue
+        mine = own.get(name)
+        if mine is None:
+            mine = own[name] = own_guarantee(tenancy, name, capacity)
+        if mine == 0 or job.gpus <= mine:
+            busy[name] = busy.get(name, 0) + job.allocated_gpus
     return next_turn(full.book.values(), capacity, tenancy.counted, busy, tenancy.half_life)
 
 

@@ -100,15 +100,37 @@ class PassState:
         if not turn:
             running = tuple(j for j in self.running.values() if j.id not in decided)
         else:
-            running = tuple(
-                j if not j.preemptible or self.may_preempt(j) else self.pinned_copy(j)
-                for j in self.running.values()
-                if j.id not in decided
-            )
+            running = self._turn_running()
         counts = tuple(self.counts) if self.counts is not None else None
         return ClusterView(
             view.now, tuple(self.nodes), pending, running, counts, view.goodput, None
         )
+
+    def _turn_running(self) -> tuple[JobView, ...]:
+        """The running jobs not decided on, each the inner policy may not preempt
+        as non-preemptible (`pinned_copy`): `may_preempt` written out, with
+        the time bar read once (a turn asks it of every running job: 7% of
+        20,000 Philly jobs on 64x8 with queues)."""
+        book, decided, pinned_copy = self.book, self.decided, self.pinned_copy
+        now, bar = self.view.now, self.min_run - EPS  # `ran_min`: now - started >= bar
+        out: list[JobView] = []
+        for j in self.running.values():
+            if j.id in decided:
+                continue
+            if j.preemptible:
+                owner = book[j.queue]
+                if owner.pending <= 0:
+                    started = j.started_at
+                    ran = started is not None and now - started >= bar
+                    if owner.ahead:
+                        if not ran:
+                            j = pinned_copy(j)
+                    elif owner.used - j.allocated_gpus < owner.guaranteed or not (
+                        owner.used > owner.share + EPS and ran
+                    ):
+                        j = pinned_copy(j)
+            out.append(j)
+        return tuple(out)
 
     def may_preempt(self, job: JobView) -> bool:
         """Could the inner policy's turn preempt `job` (before its group's exact check)?

@@ -97,6 +97,7 @@ class Simulator:
         # The last pass's snapshot, for `_skip_steady`.
         self._last_view: ClusterView | None = None
         self._tenancy: Tenancy | None = None
+        self._fits: dict[int, bool] = {}  # job id -> `fits_guarantee` (`_meter_change`)
         if tenancy is not None:
             self._meter = UsageMeter(tenancy.half_life)
             self._served = UsageMeter(tenancy.half_life)
@@ -316,7 +317,13 @@ class Simulator:
         assert self._meter is not None and self._served is not None
         assert self._tenancy is not None
         self._meter.change(t, job.queue, gpus)
-        if fits_guarantee(self._tenancy, job.queue, job.gpus, self.cluster.total_gpus):
+        # Whether it fits its queue's guarantee is fixed for a job in a replay
+        # (fixed queues and GPUs): asked once, not at every start and stop.
+        fits = self._fits.get(job.id)
+        if fits is None:
+            total = self.cluster.total_gpus
+            fits = self._fits[job.id] = fits_guarantee(self._tenancy, job.queue, job.gpus, total)
+        if fits:
             self._served.change(t, job.queue, gpus)
 
     def _progress_at(self, run: RunState, t: float) -> float:

@@ -27,6 +27,7 @@ from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.placement import FreePool, stuck
+from schedulearn.core.policies.srtf_ranks import RankedWaiting
 from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import Victims
 from schedulearn.core.registry import register
@@ -49,8 +50,13 @@ class Srtf:
         self.preempt = preempt
         self.margin = float(margin)
         self.min_gain = float(min_gain)
+        # The waiting jobs sorted by rank, kept across passes (a cache, `srtf_ranks`).
+        self._ranked = RankedWaiting()
 
     def order(self, view: ClusterView) -> QueueOrder:
+        known = self._ranked.order(view.pending)
+        if known is not None:
+            return QueueOrder(tuple(known), RULE)
         now = view.now
         # Ranks end in the job's id, which is unique: the sort never compares views.
         ranked = sorted((*_rank(j, now), j) for j in view.pending)

@@ -25,6 +25,17 @@ Why that holds:
   starvation instant it cannot find exactly) or the same view twice in
   one queue make it rebuild or answer None (the caller ranks directly).
 
+A caller may also ask about a part of the snapshot it follows, as the
+fair-share layer does (`core.fairshare`: in one pass, one queue's jobs
+for a reclaim, the queues below their share for the entitled turn, then
+every job): a tuple clearly smaller than the one followed is answered by
+filtering the followed queues, brought to `now`, by identity and ranking
+the few views not among them (`_part`), without following it. (Followed,
+each part then the whole again changed most views twice a call: a third
+of a replay with queues went to ranking them anew.) A waiting job's
+queue depends on its own view and the time only, and the order inside
+a queue is total, so a part's queues are the followed ones filtered.
+
 State: the last pending tuple and its views by id, each queue's jobs and
 their sort keys, a heap of starvation instants, and a heap of what
 `steady_until` reports for waiting jobs (`since + factor * service`).
@@ -34,7 +45,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
 from itertools import compress, count
 from operator import attrgetter, is_not
@@ -125,9 +136,65 @@ class WaitingQueues:
     def queues(self, pending: tuple[JobView, ...], now: float) -> list[list[JobView]] | None:
         """Per queue (0 first), its waiting jobs in arrival order; None when
         the cache cannot say (the caller ranks them itself)."""
+        if (
+            pending is not self._pending
+            and self._built
+            and 4 * len(pending) < 3 * len(self._views)
+            and now >= self._now
+        ):
+            # Clearly a part of what it follows (the fair-share layer asks about
+            # one queue's jobs, or some queues'): filtered, not followed, so
+            # that the next whole snapshot is still a few changes away.
+            part = self._part(pending, now)
+            if part is not None:
+                return part
         if not self._update(pending, now):
             return None
         return [list(jobs) for jobs in self._jobs]
+
+    def _part(self, pending: tuple[JobView, ...], now: float) -> list[list[JobView]] | None:
+        """The queues of `pending`, from those of the views it follows (brought
+        to `now`) and a few views besides, each ranked; None when it cannot say.
+
+        A waiting job's queue depends on its view and the time only, and
+        the order inside a queue is total, so the jobs of `pending` keep
+        their places; object identity tells views apart, as `_follow`'s.
+        """
+        last = self._pending
+        if last is None or not self._update(last, now):
+            return None
+        given = dict(zip(map(id, pending), pending, strict=True))
+        if len(given) != len(pending):
+            return None  # one view twice: `_update` ranks directly
+        new = given.keys() - self._views.keys()
+        if len(new) > len(pending) // 4 + 16:
+            return None
+        mine = given.__contains__
+        out = [list(compress(jobs, map(mine, map(id, jobs)))) for jobs in self._jobs]
+        for key in new:
+            view = given[key]
+            queue = self._queue_now(view, now)
+            if queue is None:
+                return None
+            insort(out[queue], view, key=_ARRIVAL)
+        return out
+
+    def _queue_now(self, view: JobView, now: float) -> int | None:
+        """`view`'s queue at `now` (`_add`'s rule); None when it cannot say exactly."""
+        attained = view.attained_gpu_seconds
+        if attained < self._first:
+            return 0
+        queue = bisect_right(self._thresholds, attained)
+        factor, service = self._factor, view.service_seconds
+        if factor > 0 and service > 0:
+            queued = view.queued_at
+            since = view.submitted_at if queued is None else queued
+            flip = _first_starving(since, factor * service)
+            if flip is None:
+                return None
+            if now >= flip:
+                return 0  # starving
+        return queue
 
     def next_starving(self, pending: tuple[JobView, ...], now: float) -> float | None:
         """The least `since + factor * service` over waiting jobs that ran and

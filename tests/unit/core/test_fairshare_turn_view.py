@@ -1,0 +1,49 @@
+"""The running jobs an inner turn sees (`PassState._turn_running`) follow `may_preempt`.
+
+`sub_view(turn=True)` writes `may_preempt` out for speed; over random
+snapshots with queues, before and after a reclaim has moved the book,
+each running job not decided on must be shown as it is when the inner
+policy may preempt it (or it is not preemptible), and as its
+non-preemptible copy otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from test_fairshare import tenant_snapshots
+
+from schedulearn.core import ClusterView, create
+from schedulearn.core.fairshare_book import ShareBook
+from schedulearn.core.fairshare_pass import SharePass
+from schedulearn.core.views import JobView
+
+
+def _by_rule(p: SharePass) -> list[JobView]:
+    return [
+        j if not j.preemptible or p.may_preempt(j) else p.pinned_copy(j)
+        for j in p.running.values()
+        if j.id not in p.decided
+    ]
+
+
+@pytest.mark.parametrize("later", [0.0, 450.0])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=tenant_snapshots())
+def test_the_turn_shows_what_may_preempt_allows(
+    later: float, snapshot: tuple[ClusterView, float]
+) -> None:
+    view, min_run = snapshot
+    book = ShareBook()
+    view = book.named(view)
+    view = ClusterView(
+        view.now + later, view.nodes, view.pending, view.running, view.free_counts,
+        view.goodput, view.tenancy,
+    )  # fmt: skip
+    assert view.tenancy is not None
+    p = SharePass(create("tiresias"), min_run, view, view.tenancy, {}, book)
+    assert list(p.sub_view(view.pending, turn=True).running) == _by_rule(p)
+    p.reclaim()  # the book moves, some jobs are decided on
+    got = p.sub_view(p.waiting(), turn=True).running
+    assert list(got) == _by_rule(p)
+    assert all(a is b for a, b in zip(got, _by_rule(p), strict=True))
