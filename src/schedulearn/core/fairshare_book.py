@@ -29,6 +29,7 @@ from operator import attrgetter
 
 from schedulearn.core.fairshare_queues import (
     DEFAULT_QUEUE,
+    Held,
     QueueShare,
     Tenancy,
     book,
@@ -63,8 +64,8 @@ class ShareBook:
         self._pending: tuple[JobView, ...] = ()
         self._raw_running: tuple[JobView, ...] | None = None
         self._running: tuple[JobView, ...] = ()
-        # queue -> (GPUs held, of them by non-preemptible jobs)
-        self._held: dict[str, tuple[int, int]] = {}
+        # queue -> what its running jobs hold
+        self._held: dict[str, Held] = {}
         self._by_queue: dict[str, list[JobView]] = {}
         # queue -> GPUs its pending jobs ask for
         self._waiting: dict[str, int] = {}

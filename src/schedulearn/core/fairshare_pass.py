@@ -54,7 +54,7 @@ class SharePass(ReclaimingPass):
         waiting jobs that fit in its guarantee: idle GPUs nobody may borrow."""
         need: dict[str, int] = {}
         for s in self.book.values():
-            room = s.guaranteed - s.used
+            room = s.guaranteed - s.fitting
             if room <= 0 or s.pending <= 0 or s.ahead:
                 continue
             fit = 0
@@ -193,6 +193,8 @@ class SharePass(ReclaimingPass):
                 self.running[d.job_id] = moved
                 s = self.book[old.queue]
                 s.used += d.placement.num_gpus - old.allocated_gpus
+                if s.is_beyond(old):
+                    s.beyond += d.placement.num_gpus - old.allocated_gpus
                 if not old.preemptible:  # pragma: no cover - the ledger refuses it
                     s.pinned += d.placement.num_gpus - old.allocated_gpus
                 self.decided.add(d.job_id)

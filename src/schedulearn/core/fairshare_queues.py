@@ -292,6 +292,10 @@ class QueueShare:
     # GPUs held by its non-preemptible jobs (those beyond its guarantee are
     # borrowed, and requeued when a lender reclaims them).
     pinned: int = 0
+    # GPUs held by its jobs larger than its own guarantee (`is_beyond`): they
+    # run on borrowed GPUs only, which its team alone could not have had, so
+    # they take nothing from the guarantee its smaller jobs are protected by.
+    beyond: int = 0
     pending: int = 0
     # Its deserved share now: guarantee (up to demand) plus its weighted
     # part of what no other guarantee needs (`fill`).
@@ -311,6 +315,23 @@ class QueueShare:
     @property
     def name(self) -> str:
         return self.queue.name
+
+    @property
+    def own(self) -> int:
+        """Its own guaranteed GPUs (`own_guarantee`): declared, and for the
+        default queue the uncovered ones; not what a tree lends it."""
+        return self.queue._gpus + self.uncovered
+
+    def is_beyond(self, job: JobView) -> bool:
+        """Is `job` larger than the queue's own guarantee (`fits_guarantee`, negated)?"""
+        own = self.own
+        return own > 0 and job.gpus > own
+
+    @property
+    def fitting(self) -> int:
+        """GPUs held by its jobs that fit its own guarantee: what a reclaim
+        restores and what its guarantee holds idle GPUs for."""
+        return self.used - self.beyond
 
     @property
     def guaranteed(self) -> int:
@@ -351,18 +372,34 @@ def sweep(
     return book(view, tenancy, held_by_queue(view.running), waiting), by_queue
 
 
-def held_by_queue(running: Iterable[JobView]) -> dict[str, tuple[int, int]]:
-    """Per queue: the GPUs its running jobs hold, and of those the non-preemptible ones."""
-    held: dict[str, list[int]] = {}
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What one queue's running jobs hold: GPUs, of them the non-preemptible
+    jobs', and GPUs by the size the jobs asked for."""
+
+    used: int
+    pinned: int
+    by_size: Mapping[int, int]
+
+    def beyond(self, gpus: int) -> int:
+        """GPUs held by jobs that asked for more than `gpus`."""
+        return sum(n for size, n in self.by_size.items() if size > gpus)
+
+
+def held_by_queue(running: Iterable[JobView]) -> dict[str, Held]:
+    """Per queue: what its running jobs hold (`Held`)."""
+    held: dict[str, tuple[list[int], dict[int, int]]] = {}
     for job in running:
         mine = held.get(job.queue)
         if mine is None:
-            mine = held[job.queue] = [0, 0]
+            mine = held[job.queue] = ([0, 0], {})
+        counts, by_size = mine
         n = job.allocated_gpus
-        mine[0] += n
+        counts[0] += n
         if not job.preemptible:
-            mine[1] += n
-    return {q: (used, pinned) for q, (used, pinned) in held.items()}
+            counts[1] += n
+        by_size[job.gpus] = by_size.get(job.gpus, 0) + n
+    return {q: Held(c[0], c[1], sizes) for q, (c, sizes) in held.items()}
 
 
 def pending_by_queue(pending: Iterable[JobView]) -> dict[str, list[JobView]]:
@@ -379,7 +416,7 @@ def pending_by_queue(pending: Iterable[JobView]) -> dict[str, list[JobView]]:
 def book(
     view: ClusterView,
     tenancy: Tenancy,
-    held: Mapping[str, tuple[int, int]],
+    held: Mapping[str, Held],
     waiting: Mapping[str, int],
 ) -> dict[str, QueueShare]:
     """Every queue with jobs or a guarantee, from the GPUs it holds (`held_by_queue`)
@@ -392,12 +429,16 @@ def book(
             s = out[name] = QueueShare(tenancy.queue(name))
         return s
 
-    for name, (used, pinned) in held.items():
+    for name, h in held.items():
         s = share(name)
-        s.used, s.pinned = used, pinned
+        s.used, s.pinned = h.used, h.pinned
     for name, gpus in waiting.items():
         share(name).pending = gpus
     fill(out.values(), view.total_gpus, tenancy.usage, tenancy.counted)
+    for name, h in held.items():
+        s = out[name]
+        if s.own > 0:  # `fill` set the default queue's uncovered GPUs
+            s.beyond = h.beyond(s.own)
     return out
 
 

@@ -145,13 +145,14 @@ def share_reason(
         return reason(ShareRule.LIMIT)
     others_wait = any(o.pending and o.name != s.name for o in book.values())
     beyond = s.used + job.gpus > max(float(s.guaranteed), s.share) + _EPS
-    if beyond and others_wait and s.used >= s.guaranteed:
+    if beyond and others_wait and s.fitting >= s.guaranteed:
         return reason(ShareRule.OVER_SHARE)
     free = view.free_gpus
     if job.gpus <= free:
         return None
     others = [o for o in book.values() if o.name != s.name and o.used > 0]
-    if s.used + job.gpus <= s.guaranteed and s.ahead:
+    # What its guarantee protects: the GPUs of its jobs that fit it (`fitting`).
+    if s.fitting + job.gpus <= s.guaranteed and s.ahead:
         served = tenancy.counted
         return reason(
             ShareRule.AHEAD,
@@ -160,7 +161,7 @@ def share_reason(
             had=served.get(s.name, 0.0) / used_lately(served),
             promised=s.guaranteed / view.total_gpus,
         )
-    if s.used + job.gpus <= s.guaranteed:
+    if s.fitting + job.gpus <= s.guaranteed:
         lent = [o for o in others if o.used > o.guaranteed]
         if lent:
             lent.sort(key=lambda o: (o.guaranteed - o.used, o.name))

@@ -33,15 +33,17 @@ class ReclaimingPass(PassState):
     def reclaim(self) -> None:
         """Every queue below its guarantee, furthest below first, takes GPUs back."""
         below = [
-            s for s in self.book.values() if s.pending > 0 and s.used < s.guaranteed and not s.ahead
+            s
+            for s in self.book.values()
+            if s.pending > 0 and s.fitting < s.guaranteed and not s.ahead
         ]
-        below.sort(key=lambda s: (s.used / s.guaranteed, s.name))
+        below.sort(key=lambda s: (s.fitting / s.guaranteed, s.name))
         for s in below:
             self._reclaim_for(s)
 
     def _reclaim_for(self, s: QueueShare) -> None:
         waiting = self.waiting({s.name})
-        room = s.guaranteed - s.used
+        room = s.guaranteed - s.fitting
         if not any(j.gpus <= room for j in waiting):
             return
         # The inner policy may have passed over these jobs (its own order, a
@@ -50,9 +52,9 @@ class ReclaimingPass(PassState):
         gain = 0
         failed = 1 << 30  # the fewest GPUs a plain job could not make room for
         for job in queue_order(self.inner, self.sub_view(waiting)).jobs:
-            if s.used >= s.guaranteed:
+            if s.fitting >= s.guaranteed:
                 return
-            if job.id in self.decided or s.used + job.gpus > s.guaranteed:
+            if job.id in self.decided or s.fitting + job.gpus > s.guaranteed:
                 continue
             if not s.may_hold(job):
                 continue
@@ -84,7 +86,9 @@ class ReclaimingPass(PassState):
             if not (j.stopping or self.ran_min(j)):
                 continue
             owner = book[j.queue]
-            if owner.used <= owner.share + EPS or owner.used <= owner.guaranteed:
+            if owner.used <= owner.share + EPS:
+                continue
+            if owner.fitting <= owner.guaranteed and not owner.is_beyond(j):
                 continue
             by_queue.setdefault(j.queue, []).append(j)
         out: list[tuple[tuple[bool, bool, float, float, int], JobView]] = []
@@ -94,14 +98,16 @@ class ReclaimingPass(PassState):
             # Jobs already stopping first (taking one again costs nothing; a
             # live host shows them until their process exits, and taking a
             # new victim instead would stop one job too many), then latest
-            # started first, while the queue keeps its guarantee.
-            budget = owner.used - owner.guaranteed
+            # started first, while the queue keeps its guarantee (a job
+            # larger than it runs on borrowed GPUs only: always takeable).
+            budget = owner.fitting - owner.guaranteed
             jobs.sort(
                 key=lambda j: (not j.stopping, not j.preemptible, -(j.started_at or 0.0), -j.id)
             )
             for j in jobs:
-                if j.allocated_gpus <= budget:
-                    budget -= j.allocated_gpus
+                if owner.is_beyond(j) or j.allocated_gpus <= budget:
+                    if not owner.is_beyond(j):
+                        budget -= j.allocated_gpus
                     key = (not j.stopping, not j.preemptible, -over, -(j.started_at or 0.0), -j.id)
                     out.append((key, j))
         out.sort(key=lambda t: t[0])

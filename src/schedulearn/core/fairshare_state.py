@@ -172,6 +172,8 @@ class PassState:
         """Record a start whose GPUs the pool already holds for `job`."""
         s = self.book[job.queue]
         s.used += placement.num_gpus
+        if s.is_beyond(job):
+            s.beyond += placement.num_gpus
         s.pending -= job.gpus
         if not job.preemptible:
             s.pinned += placement.num_gpus
@@ -182,6 +184,8 @@ class PassState:
         """Record a preemption whose GPUs the pool already has free again."""
         s = self.book[job.queue]
         s.used -= job.allocated_gpus
+        if s.is_beyond(job):
+            s.beyond -= job.allocated_gpus
         if not job.preemptible:
             s.pinned -= job.allocated_gpus
         self.decided.add(job.id)
