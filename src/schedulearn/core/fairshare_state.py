@@ -117,7 +117,7 @@ class PassState:
         for j in self.running.values():
             if j.id in decided:
                 continue
-            if j.preemptible:
+            if j.preemptible and not j.stopping:
                 owner = book[j.queue]
                 if owner.pending <= 0:
                     started = j.started_at

@@ -16,7 +16,7 @@ from test_fairshare import tenant_snapshots
 from schedulearn.core import ClusterView, create
 from schedulearn.core.fairshare_book import ShareBook
 from schedulearn.core.fairshare_pass import SharePass
-from schedulearn.core.views import JobView
+from schedulearn.core.views import JobView, rebuild
 
 
 def _by_rule(p: SharePass) -> list[JobView]:
@@ -27,17 +27,21 @@ def _by_rule(p: SharePass) -> list[JobView]:
     ]
 
 
+@pytest.mark.parametrize("stopping", [False, True])
 @pytest.mark.parametrize("later", [0.0, 450.0])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshot=tenant_snapshots())
 def test_the_turn_shows_what_may_preempt_allows(
-    later: float, snapshot: tuple[ClusterView, float]
+    later: float, stopping: bool, snapshot: tuple[ClusterView, float]
 ) -> None:
     view, min_run = snapshot
     book = ShareBook()
     view = book.named(view)
+    running = view.running
+    if stopping:  # every third job being stopped, as a live host shows them
+        running = tuple(rebuild(j, stopping=i % 3 == 0) for i, j in enumerate(running))
     view = ClusterView(
-        view.now + later, view.nodes, view.pending, view.running, view.free_counts,
+        view.now + later, view.nodes, view.pending, running, view.free_counts,
         view.goodput, view.tenancy,
     )  # fmt: skip
     assert view.tenancy is not None
