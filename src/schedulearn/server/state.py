@@ -2,8 +2,9 @@
 
 Owns the in-memory parts of the server: the token and node-credential caches, wake-up events,
 the submission batcher, the count of failed web sign-ins, the latest GPU
-samples from heartbeats (shown by `nodes`, never stored) and stop orders
-for runs an agent reported that the server does not know.
+samples from heartbeats (shown by `nodes`, never stored), stop orders
+for runs an agent reported that the server does not know, and the
+heartbeats heard but not yet written (`heartbeat_book`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from schedulearn.protocol import GpuSample, JobSpec, StopOrder
 from schedulearn.server.auth import Caller, TokenCache
 from schedulearn.server.batching import Batcher
 from schedulearn.server.db import Database
+from schedulearn.server.heartbeat_book import HeartbeatBook
 from schedulearn.server.heartbeat_pace import HeartbeatPace
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
@@ -52,6 +54,8 @@ class AppState:
     credentials: CredentialCache = field(default_factory=CredentialCache)
     # Failed password sign-ins of this process (server.throttle).
     sign_ins: SignInThrottle = field(default_factory=SignInThrottle)
+    # None: each heartbeat is written before its reply (heartbeat_flush_seconds 0).
+    heartbeats: HeartbeatBook | None = None
 
     @property
     def timing(self) -> AgentTiming:
