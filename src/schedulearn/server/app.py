@@ -37,7 +37,7 @@ from schedulearn.server.heartbeat_book import HeartbeatBook
 from schedulearn.server.heartbeat_pace import HeartbeatPace
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
-from schedulearn.server.services import idempotency, tokens
+from schedulearn.server.services import agent_access, idempotency, tokens
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.state import AppState
@@ -155,6 +155,9 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         metrics=metrics,
         scheduler=scheduler,
         submitter=Batcher(database, idempotency.submit, clock.now, lambda: shape),
+        log_batcher=Batcher(
+            database, agent_access.append_logs_many, lambda: settings.log_stored_max_bytes
+        ),
         shape=shape,
         predictions=Predictor(
             database,

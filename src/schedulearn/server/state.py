@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from schedulearn.clock import Clock
-from schedulearn.protocol import GpuSample, JobSpec, StopOrder
+from schedulearn.protocol import GpuSample, JobSpec, LogBatch, StopOrder
 from schedulearn.server.auth import Caller, TokenCache
 from schedulearn.server.batching import Batcher
 from schedulearn.server.db import Database
@@ -24,9 +24,10 @@ from schedulearn.server.heartbeat_pace import HeartbeatPace
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services.agents import AgentTiming
-from schedulearn.server.services.enrollment import CredentialCache
+from schedulearn.server.services.enrollment import AgentIdentity, CredentialCache
 from schedulearn.server.services.idempotency import Submission
 from schedulearn.server.services.jobs import Submitted
+from schedulearn.server.services.logs import Appended
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.throttle import SignInThrottle
@@ -45,6 +46,8 @@ class AppState:
     metrics: Metrics
     scheduler: Scheduler
     submitter: Batcher[Submission | tuple[JobSpec, Caller], Submitted]
+    # Log batches of many runs in one transaction (`agent_access.append_logs_many`).
+    log_batcher: Batcher[tuple[AgentIdentity, int, LogBatch], Appended]
     pace: HeartbeatPace
     shape: ShapeCache
     predictions: Predictor

@@ -196,8 +196,8 @@ async def job_logs(job_id: JobId, body: LogBatch, state: State, who: Agent) -> R
 async def record_logs(state: AppState, who: AgentIdentity, job_id: int, body: LogBatch) -> Response:
     """A log batch stored, and its acknowledgement (the route and
     `fast_agent.FastAgent` both answer with this)."""
-    cap = state.settings.log_stored_max_bytes
-    appended = await state.db.run(agent_access.append_logs, who, job_id, body, cap)
+    # With the batches of other runs that arrive meanwhile, in one transaction.
+    appended = await state.log_batcher.add((who, job_id, body))
     state.wakeups.notify(appended.changes)
     return json_reply(Ack(full_log_wanted=appended.full_log_wanted))
 
