@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from served import Served, ServedApi
@@ -51,7 +52,7 @@ def written(database_url: str, tmp_path: Path) -> Iterator[ServedApi]:
     yield from serve(database_url, tmp_path, flush=0.3)
 
 
-def nodes(api: ServedApi) -> dict[str, dict[str, object]]:
+def nodes(api: ServedApi) -> dict[str, dict[str, Any]]:
     r = api.get("/api/v1/nodes")
     assert r.status_code == 200, r.text
     return {n["name"]: n for n in r.json()["items"]}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from server_api import Api
+from server_api import Api, app_state
 from wire_agent import WireAgent
 
 from schedulearn.protocol import LogBatch, LogLine
@@ -42,7 +42,7 @@ def test_a_refused_batch_costs_the_others_of_its_transaction_nothing(api: Api) -
     one, two = WireAgent(api, "n1", gpus=1), WireAgent(api, "n2", gpus=1)
     mine, theirs = placed(api, one), placed(api, two)
     n1, n2 = AgentIdentity("d1", "n1"), AgentIdentity("d2", "n2")
-    sl = api.client.app.state.sl
+    sl = app_state(api.client)
     done = sl.db.call(
         agent_access.append_logs_many,
         [

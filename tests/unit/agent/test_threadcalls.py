@@ -28,7 +28,7 @@ def test_calls_of_one_turn_share_one_trip_and_keep_their_own_results() -> None:
         )  # fmt: skip
         trips = calls.trips
         await calls.call(work, "later")  # a later turn: a trip of its own
-        return first, trips, calls.trips
+        return list(first), trips, calls.trips
 
     first, trips, total = asyncio.run(scenario())
     assert first[0] == "A" and first[2] == "C"
