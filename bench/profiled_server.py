@@ -35,11 +35,16 @@ class Sampler:
         self.stack: collections.Counter[str] = collections.Counter()
         self.own: collections.Counter[str] = collections.Counter()
         self.me = 0  # the sampling thread's own id, set as it starts
+        # The event loop's thread alone: what keeps it from answering requests.
+        self.loop_total = 0
+        self.loop_own: collections.Counter[str] = collections.Counter()
+        self.loop_inner: collections.Counter[str] = collections.Counter()
         self._stop = threading.Event()
 
     def run(self, out: str) -> None:
         # Written every 10 s too: a server stopped the hard way runs no atexit.
         self.me = threading.get_ident()
+        main = threading.main_thread().ident
         written = time.monotonic()
         while not self._stop.wait(self.every):
             if time.monotonic() - written > 10:
@@ -62,6 +67,12 @@ class Sampler:
                     f = f.f_back
                 if innermost_own is not None:
                     self.own[innermost_own] += 1
+                if ident == main:
+                    self.loop_total += 1
+                    self.loop_own[innermost_own or _where(frame)] += 1
+                    # Any code's: the loop's time goes mostly to uvicorn, asyncio
+                    # and waits for the GIL held by the database threads.
+                    self.loop_inner[_where(frame)] += 1
 
     def dump(self, out: str) -> None:
         lines = [f"{self.total} busy samples, one every {self.every * 1000:g} ms per thread"]
@@ -69,6 +80,11 @@ class Sampler:
         lines += [f"{n / self.total:6.1%}  {w}" for w, n in self.stack.most_common(80)]
         lines.append("\n# the innermost frame of the project's own code")
         lines += [f"{n / self.total:6.1%}  {w}" for w, n in self.own.most_common(50)]
+        lines.append(f"\n# the event loop's thread: {self.loop_total} busy samples; innermost own")
+        total = max(self.loop_total, 1)
+        lines += [f"{n / total:6.1%}  {w}" for w, n in self.loop_own.most_common(40)]
+        lines.append("\n# the event loop's thread: innermost frame")
+        lines += [f"{n / total:6.1%}  {w}" for w, n in self.loop_inner.most_common(40)]
         with open(out, "w") as f:
             f.write("\n".join(lines) + "\n")
 

@@ -312,8 +312,21 @@ async def main() -> None:
     p.add_argument("--json", type=Path, default=None, help="write every figure here")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     p.add_argument("--profile", action="store_true", help="the server under yappi (with --keep)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="a server setting, e.g. heartbeat_flush_seconds=0 (each heartbeat in its own "
+        "transaction, as before the group commit); repeatable",
+    )
     args = p.parse_args()
     args.server_env = {"SCHEDULEARN_DEFAULT_POLICY": "fifo"}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            p.error(f"--set {item!r}: give SETTING=VALUE, e.g. heartbeat_flush_seconds=0")
+        args.server_env[f"SCHEDULEARN_{name.upper()}"] = value
     results = []
     for backend in args.database.split(","):
         for hosts in (int(h) for h in args.hosts.split(",")):

@@ -110,6 +110,14 @@ class ServerSettings(BaseSettings):
     node_timeout_seconds: float = Field(
         default=10.0, gt=0, description="A node silent this long is marked down"
     )
+    heartbeat_flush_seconds: float = Field(
+        default=0.5,
+        ge=0,
+        description="A heartbeat from a node known to be up is answered at once and written "
+        "with the others heard meanwhile, in one transaction this often (liveness is soft "
+        "state: a crash loses at most these seconds of it); 0: each heartbeat is written "
+        "in its own transaction before its reply",
+    )
     lease_seconds: float | None = Field(
         default=None,
         gt=0,

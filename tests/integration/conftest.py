@@ -154,6 +154,10 @@ def settings(database_url: str, tmp_path: Path) -> ServerSettings:
         # timeout would take its node down on a loaded host, mid-test. Tests
         # of a silent node use `reaping_settings`.
         node_timeout_seconds=120.0,
+        # Each heartbeat written before its reply: the rules' tests read what
+        # one heartbeat did right after it. The group commit is tested in
+        # test_heartbeat_book.py, and by every test of a real agent.
+        heartbeat_flush_seconds=0.0,
         tick_seconds=0.2,
         stop_grace_seconds=1.0,
     )

@@ -56,6 +56,9 @@ def served(database_url: str, tmp_path: Path) -> Any:
         tmp_path / "server.log",
         heartbeat_seconds=str(HEARTBEAT),
         node_timeout_seconds="60",
+        # Each heartbeat written before its reply: these tests read what one
+        # heartbeat did right after it (the group commit: test_heartbeat_book.py).
+        heartbeat_flush_seconds="0",
         tick_seconds="0.2",
     ).start()
     try:

@@ -68,7 +68,7 @@ class AgentConfig:
     log_disk_max_bytes: int = 1024**3
     # Start rate (`agent.starts`): runs being started at once, starts a second,
     # and how many of those may begin at once after a quiet spell.
-    max_concurrent_starts: int = 4
+    max_concurrent_starts: int = 32  # the burst: see agent.starts
     max_starts_per_second: float = 500.0
     start_burst: int = 32
     # Containment of process jobs (`agent.cgroups`): which cgroup version ("auto":

@@ -17,6 +17,16 @@ two agents finished at 303-376 a second against 263-298, at 15-27% less
 CPU a job (docs/results.md 6.8); a 1,000-run array still starts at
 `per_second` after its first 32.
 
+Why the concurrency is the burst: a start that waits (a cgroup made and
+joined in a thread, a container engine's reply) holds its place while the
+loop is free, and with 4 places the 32 starts of one reply finished a few
+at a time, so their "started" reports, and later their exits, went to
+the server in 2-3x as many event batches (each a transaction, and as many
+more work handouts and scheduling passes). With 32, one reply's starts
+make their cgroups in one thread trip (`agent.threadcalls`) and report
+together: on `bench/api_load.py` 203-260 event batches an agent instead
+of 495-623, and less server CPU a finished job (docs/results.md 6.18).
+
 The default rate, 500 a second, leaves the loop most of its time: a
 start of a process costs it about 1 ms of CPU, so even at the full rate
 half of every second is left for output, reports and stop orders (and
@@ -32,7 +42,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-DEFAULT_CONCURRENCY = 4
+DEFAULT_CONCURRENCY = 32
 DEFAULT_PER_SECOND = 500.0
 DEFAULT_BURST = 32
 

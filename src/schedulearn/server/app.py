@@ -33,10 +33,11 @@ from schedulearn.server.api import users as user_routes
 from schedulearn.server.api.fast_agent import FastAgent
 from schedulearn.server.api.fast_submit import FastSubmit
 from schedulearn.server.batching import Batcher
+from schedulearn.server.heartbeat_book import HeartbeatBook
 from schedulearn.server.heartbeat_pace import HeartbeatPace
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
-from schedulearn.server.services import idempotency, tokens
+from schedulearn.server.services import agent_access, idempotency, tokens
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.state import AppState
@@ -128,6 +129,8 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         finally:
             await sl.scheduler.stop()
             await sl.work_watch.stop()
+            if sl.heartbeats is not None:
+                await sl.heartbeats.stop()
             database.close()
 
     app = FastAPI(
@@ -152,6 +155,9 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         metrics=metrics,
         scheduler=scheduler,
         submitter=Batcher(database, idempotency.submit, clock.now, lambda: shape),
+        log_batcher=Batcher(
+            database, agent_access.append_logs_many, lambda: settings.log_stored_max_bytes
+        ),
         shape=shape,
         predictions=Predictor(
             database,
@@ -163,6 +169,14 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
         work_watch=WorkWatch(database, wakeups, clock),
         pace=pace,
     )
+    if settings.heartbeat_flush_seconds > 0:
+        sl.heartbeats = HeartbeatBook(
+            database,
+            lambda: sl.timing.report_grace,
+            lambda written: agent.heartbeats_written(sl, written),
+            settings.heartbeat_flush_seconds,
+        )
+        scheduler.claim = sl.heartbeats.claim_silent
     app.state.sl = sl
     errors.install(app)
     # Innermost: the body limit and the protocol check judge its requests too.

@@ -28,7 +28,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Table, Text, false
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, Table, Text, false, text
 from sqlmodel import Field, SQLModel
 
 from schedulearn.core.views import JobView, NodeView
@@ -66,6 +66,22 @@ class Job(_Table, table=True):
         Index("ix_job_state_id", "state", "id"),
         Index("ix_job_user_id", "user", "id"),
         Index("ix_job_array", "array_id"),
+        # Every scheduling round reads the jobs with a time limit and the
+        # waiting jobs with a dependency (`timelimits.enforce`,
+        # `dependencies.settle`): partial indexes hold those alone, so a long
+        # queue of jobs with neither is not read each round (migration 0019).
+        Index(
+            "ix_job_limited",
+            "state",
+            sqlite_where=text("time_limit IS NOT NULL"),
+            postgresql_where=text("time_limit IS NOT NULL"),
+        ),
+        Index(
+            "ix_job_dependent",
+            "state",
+            sqlite_where=text("dependency IS NOT NULL"),
+            postgresql_where=text("dependency IS NOT NULL"),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)

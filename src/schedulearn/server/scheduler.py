@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy.pool import PoolProxiedConnection
@@ -77,6 +78,9 @@ class Scheduler:
         # The node timeout in force, stretched with the cluster (`heartbeat_pace`).
         self.pace = pace or HeartbeatPace.of(settings)
         self.started_at = clock.now()
+        # Which silent nodes this replica has not heard from either (its
+        # `HeartbeatBook`, whose heartbeats may not be written yet); None: all.
+        self.claim: Callable[[Iterable[str], float], set[str]] | None = None
         self.spec = ""
         self.policy: Policy | None = None
         self.profiles_mark: tuple[int, float] | None = None
@@ -159,7 +163,7 @@ class Scheduler:
             log.info("database back; scheduling again")
             self.started_at = now
             self._outage = False
-        changes = agents.reap(session, now, self.pace.node_timeout, self.started_at)
+        changes = agents.reap(session, now, self.pace.node_timeout, self.started_at, self.claim)
         # Runs past their `--time` end now (timeout), before the pass.
         changes = changes.merge(timelimits.enforce(session, now))
         spec = policy.current_spec(session, self.settings.default_policy)

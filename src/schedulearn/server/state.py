@@ -2,8 +2,9 @@
 
 Owns the in-memory parts of the server: the token and node-credential caches, wake-up events,
 the submission batcher, the count of failed web sign-ins, the latest GPU
-samples from heartbeats (shown by `nodes`, never stored) and stop orders
-for runs an agent reported that the server does not know.
+samples from heartbeats (shown by `nodes`, never stored), stop orders
+for runs an agent reported that the server does not know, and the
+heartbeats heard but not yet written (`heartbeat_book`).
 """
 
 from __future__ import annotations
@@ -14,17 +15,19 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from schedulearn.clock import Clock
-from schedulearn.protocol import GpuSample, JobSpec, StopOrder
+from schedulearn.protocol import GpuSample, JobSpec, LogBatch, StopOrder
 from schedulearn.server.auth import Caller, TokenCache
 from schedulearn.server.batching import Batcher
 from schedulearn.server.db import Database
+from schedulearn.server.heartbeat_book import HeartbeatBook
 from schedulearn.server.heartbeat_pace import HeartbeatPace
 from schedulearn.server.metrics import Metrics
 from schedulearn.server.scheduler import Scheduler
 from schedulearn.server.services.agents import AgentTiming
-from schedulearn.server.services.enrollment import CredentialCache
+from schedulearn.server.services.enrollment import AgentIdentity, CredentialCache
 from schedulearn.server.services.idempotency import Submission
 from schedulearn.server.services.jobs import Submitted
+from schedulearn.server.services.logs import Appended
 from schedulearn.server.services.predictions import Predictor
 from schedulearn.server.services.snapshot import ShapeCache
 from schedulearn.server.throttle import SignInThrottle
@@ -43,6 +46,8 @@ class AppState:
     metrics: Metrics
     scheduler: Scheduler
     submitter: Batcher[Submission | tuple[JobSpec, Caller], Submitted]
+    # Log batches of many runs in one transaction (`agent_access.append_logs_many`).
+    log_batcher: Batcher[tuple[AgentIdentity, int, LogBatch], Appended]
     pace: HeartbeatPace
     shape: ShapeCache
     predictions: Predictor
@@ -52,6 +57,8 @@ class AppState:
     credentials: CredentialCache = field(default_factory=CredentialCache)
     # Failed password sign-ins of this process (server.throttle).
     sign_ins: SignInThrottle = field(default_factory=SignInThrottle)
+    # None: each heartbeat is written before its reply (heartbeat_flush_seconds 0).
+    heartbeats: HeartbeatBook | None = None
 
     @property
     def timing(self) -> AgentTiming:

@@ -93,6 +93,7 @@ from schedulearn.agent.gpus import device_numbers
 from schedulearn.agent.launchers import LaunchError, plan_launch
 from schedulearn.agent.progress import progress_file
 from schedulearn.agent.state import EXIT_FILE, JobRecord
+from schedulearn.agent.threadcalls import ThreadCalls
 from schedulearn.agent.waits import wait_set
 from schedulearn.core.capabilities import ExecutorKind
 from schedulearn.protocol import Assignment, Executor, LogStream
@@ -172,6 +173,8 @@ class SubprocessExecutor:
         self.node_name = node_name
         self.cgroups = cgroups
         self.containment = f"cgroup {cgroups.version}" if cgroups is not None else "none"
+        # The runs' cgroup calls, a thread trip per turn of the loop (`threadcalls`).
+        self.thread_calls = ThreadCalls()
         self.pids_max = pids_max
         self.gpu_devices = dict(gpu_devices or {})
         source = os.environ if base_env is None else base_env
@@ -228,13 +231,14 @@ class SubprocessExecutor:
             if account is not None or os.path.exists(path):
                 accounts.job_file(path, account)
         # In a thread: on v1, making five directories and moving a process into
-        # each waits on the kernel (RCU) for milliseconds, which the loop need not.
-        # Without cgroups no hop at all: such a start never leaves the loop, so a
-        # work reply's starts report in one event batch (docs/results.md 6.17).
+        # each waits on the kernel (RCU) for milliseconds, which the loop need not;
+        # with the other starts of this turn (`threadcalls`), so that they report
+        # together. Without cgroups no hop at all: such a start never leaves the
+        # loop, so a work reply's starts report in one event batch (docs/results.md 6.17).
         cgroup = (
             None
             if self.cgroups is None
-            else await asyncio.to_thread(self._cgroup, assignment, record)
+            else await self.thread_calls.call(self._cgroup, assignment, record)
         )
         argv = ["/bin/sh", "-c", SHIM if cgroup is None else GATED_SHIM, exit_path, *plan.argv]
         gate_read, gate = os.pipe() if cgroup is not None else (subprocess.DEVNULL, -1)
@@ -268,7 +272,7 @@ class SubprocessExecutor:
                 os.close(gate_read)
         if cgroup is not None:
             try:
-                await asyncio.to_thread(cgroup.add, proc.pid)
+                await self.thread_calls.call(cgroup.add, proc.pid)
                 os.write(gate, b"go\n")
             except OSError as exc:
                 proc.kill()
@@ -280,7 +284,7 @@ class SubprocessExecutor:
             finally:
                 os.close(gate)
         record.pid = proc.pid
-        return ProcessHandle(record, proc)
+        return ProcessHandle(record, proc, thread_calls=self.thread_calls)
 
     def _cgroup(self, assignment: Assignment, record: JobRecord) -> RunCgroup | None:
         """The run's cgroup with its limits, named in its record (None: no cgroups)."""
@@ -375,8 +379,12 @@ class ProcessHandle:
         record: JobRecord,
         proc: subprocess.Popen[bytes] | None,
         ended: ExitStatus | None = None,
+        thread_calls: ThreadCalls | None = None,
     ) -> None:
+        """`thread_calls`: where its cgroup is removed, with the other runs' that
+        end in the same turn (None: a thread trip of its own)."""
         self.record = record
+        self._thread_calls = thread_calls
         self._proc = proc
         self._status = ended
         self._exited = asyncio.Event()
@@ -483,7 +491,13 @@ class ProcessHandle:
                     cgroup.dirs[0],
                 )
                 stuck_since = time.monotonic()
-        oom = await asyncio.to_thread(cgroup.finish)  # rmdir waits on the kernel (v1)
+        # rmdir waits on the kernel (v1); with the other runs that ended in this
+        # turn of the loop, so that their exits are reported together.
+        calls = self._thread_calls
+        if calls is None:
+            oom = await asyncio.to_thread(cgroup.finish)
+        else:
+            oom = await calls.call(cgroup.finish)
         self._end(ExitStatus(code, f"{oom}; {message}" if oom and message else oom or message))
 
     def _end(self, status: ExitStatus) -> None:

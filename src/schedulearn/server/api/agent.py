@@ -37,6 +37,7 @@ from schedulearn.server.api.deps import Agent, JobId, State
 from schedulearn.server.errors import ERROR_RESPONSES
 from schedulearn.server.services import agent_access, agents, checkpoints, enrollment, full_logs
 from schedulearn.server.services.enrollment import AgentIdentity
+from schedulearn.server.services.heartbeats import Beat
 from schedulearn.server.services.uploads import Upload
 from schedulearn.server.state import AppState
 from schedulearn.server.wakeups import wait_for
@@ -75,19 +76,45 @@ async def heartbeat(body: Heartbeat, state: State, who: Agent) -> Response:
 
 async def record_heartbeat(state: AppState, who: AgentIdentity, body: Heartbeat) -> Response:
     """A heartbeat recorded, and the reply (the route and `fast_agent.FastAgent`
-    both answer with this: every node sends one every `heartbeat_seconds`)."""
-    beat = await state.db.run(agent_access.heartbeat, who, body, state.clock.now(), state.timing)
+    both answer with this: every node sends one every `heartbeat_seconds`).
+
+    From a node known to be up, answered at once and written with the
+    others in the next group commit (`heartbeat_book`); else written in its
+    own transaction first, which says whether the node must register again.
+    """
+    now, book = state.clock.now(), state.heartbeats
+    heard = False
+    if book is not None and body.name:
+        agent_access.own_node(who, body.name)  # 403 for another node's credential
+        heard = book.hear(body, now)
+    if heard:
+        known = True
+    else:
+        beat = await state.db.run(agent_access.heartbeat, who, body, now, state.timing)
+        if book is not None:
+            book.learned(body.name, now, beat.known)
+        _heartbeat_written(state, body.name, beat)
+        known = beat.known
     state.samples[body.name] = body.gpus
-    if beat.orphans:
-        state.orphan_stops[body.name] = agents.orphan_orders(beat.orphans, state.timing)
-        state.wakeups.wake_nodes([body.name])
-    state.wakeups.notify(beat.changes)
-    lease = state.timing.lease_reply() if beat.known else {}
+    lease = state.timing.lease_reply() if known else {}
     return json_reply(
         HeartbeatReply(
-            heartbeat_seconds=state.timing.heartbeat_seconds, reregister=not beat.known, **lease
+            heartbeat_seconds=state.timing.heartbeat_seconds, reregister=not known, **lease
         )
     )
+
+
+def heartbeats_written(state: AppState, written: list[tuple[Heartbeat, Beat]]) -> None:
+    """A group commit's heartbeats written (`HeartbeatBook`): their stop orders and wake-ups."""
+    for body, beat in written:
+        _heartbeat_written(state, body.name, beat)
+
+
+def _heartbeat_written(state: AppState, node: str, beat: Beat) -> None:
+    if beat.orphans:
+        state.orphan_stops[node] = agents.orphan_orders(beat.orphans, state.timing)
+        state.wakeups.wake_nodes([node])
+    state.wakeups.notify(beat.changes)
 
 
 @router.get("/work", response_model=WorkBatch, summary="Long-poll for starts and stops")
@@ -169,8 +196,8 @@ async def job_logs(job_id: JobId, body: LogBatch, state: State, who: Agent) -> R
 async def record_logs(state: AppState, who: AgentIdentity, job_id: int, body: LogBatch) -> Response:
     """A log batch stored, and its acknowledgement (the route and
     `fast_agent.FastAgent` both answer with this)."""
-    cap = state.settings.log_stored_max_bytes
-    appended = await state.db.run(agent_access.append_logs, who, job_id, body, cap)
+    # With the batches of other runs that arrive meanwhile, in one transaction.
+    appended = await state.log_batcher.add((who, job_id, body))
     state.wakeups.notify(appended.changes)
     return json_reply(Ack(full_log_wanted=appended.full_log_wanted))
 

@@ -41,6 +41,8 @@ async def remove_node(
 ) -> NodeRemoved:
     removed, changes = await state.db.run(enrollment.remove_node, name, state.clock.now())
     state.credentials.forget_node(name)
+    if state.heartbeats is not None:
+        state.heartbeats.forget([name])
     state.shape.invalidate()
     state.samples.pop(name, None)
     state.orphan_stops.pop(name, None)

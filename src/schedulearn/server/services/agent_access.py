@@ -52,7 +52,7 @@ from schedulearn.protocol import (
     ProgressBatch,
     WorkBatch,
 )
-from schedulearn.server.errors import Conflict, Forbidden, NotFound
+from schedulearn.server.errors import Conflict, Forbidden, NotFound, ServiceError
 from schedulearn.server.models import Job, JobPart, PartStatus
 from schedulearn.server.services import agents, checkpoints, enrollment, heartbeats, logs, progress
 from schedulearn.server.services.agents import AgentTiming, EventsRecorded, Registered
@@ -276,13 +276,36 @@ def _record_events(
     return EventsRecorded(acks, changes)
 
 
-def append_logs(
-    session: Session, who: AgentIdentity, job_id: int, batch: LogBatch, cap: int
-) -> logs.Appended:
-    node = own_node(who, batch.node)
-    require_attempt(session, node, job_id, batch.attempt)
-    require_live(session, node, job_id, batch.attempt)
-    return logs.append(session, job_id, batch.model_copy(update={"node": node}), cap)
+def append_logs_many(
+    session: Session, items: list[tuple[AgentIdentity, int, LogBatch]], cap: int
+) -> list[logs.Appended | Exception]:
+    """Store the log batches of many runs (`logs.append`), in one transaction.
+
+    With hundreds of nodes each run's batch was a transaction of its own,
+    the largest share of the database threads' time (bench/scale.py,
+    docs/results.md 10.2). A batch refused (not this node's attempt, a
+    part written off, no such job) is refused before it writes anything,
+    and alone; an error while writing fails the whole transaction, and
+    every agent sends its batch again.
+    """
+    results: list[logs.Appended | Exception | None] = [None] * len(items)
+    # In job order, the order the jobs' log usage rows are locked in (a
+    # job's own batches keep theirs: the sort is stable).
+    for i in sorted(range(len(items)), key=lambda i: items[i][1]):
+        who, job_id, batch = items[i]
+        try:
+            node = own_node(who, batch.node)
+            require_attempt(session, node, job_id, batch.attempt)
+            require_live(session, node, job_id, batch.attempt)
+            if batch.lines and session.get(Job, job_id) is None:
+                raise NotFound(f"no job {job_id}")
+        except ServiceError as exc:
+            results[i] = exc
+            continue
+        mine = batch.model_copy(update={"node": node})
+        results[i] = logs.append(session, job_id, mine, cap, commit=False)
+    session.commit()
+    return [r for r in results if r is not None]
 
 
 def record_progress(

@@ -24,6 +24,7 @@ missing from its next registration: lost to a node failure (counted in
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,11 +183,19 @@ def healthy_nodes(session: Session) -> int:
     return int(session.connection().execute(_HEALTHY).scalar_one())
 
 
-def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
+def reap(
+    session: Session,
+    now: float,
+    timeout: float,
+    since: float,
+    claim: Callable[[Iterable[str], float], set[str]] | None = None,
+) -> Changes:
     """Mark nodes silent for `timeout` seconds down and lose their parts.
 
     `since` is when this server started: silence while the server itself
-    was down does not count against a node.
+    was down does not count against a node. `claim` (`HeartbeatBook.
+    claim_silent`) says which of the nodes silent in the database this
+    replica has not heard from either, its heartbeats not yet written.
     """
     changes = Changes()
     cutoff = now - timeout
@@ -202,6 +211,9 @@ def reap(session: Session, now: float, timeout: float, since: float) -> Changes:
         .scalars()
         .all()
     )
+    if claim is not None:
+        unheard = claim([n.name for n in silent], cutoff)
+        silent = [n for n in silent if n.name in unheard]
     for node in silent:
         node.healthy = False
         session.add(node)

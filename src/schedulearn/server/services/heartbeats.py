@@ -28,6 +28,13 @@ newer batch, and a work poll is answered at the latest when its wait
 ends (`poll_wait_seconds`, 20 s). A run that vanished without an exit
 report is lost that much later; one whose heartbeat waited in a queue is
 never lost for it.
+
+In groups (`record_many`): a server with many nodes answers a known
+node's heartbeat from memory (`server.heartbeat_book`) and writes the
+heartbeats heard meanwhile in one transaction, each at the time it
+arrived. A part's `last_reported` only moves forward then: a handout
+written after a heartbeat arrived, and before the heartbeat was written,
+keeps its own, later time.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from sqlmodel import Session
 from schedulearn.protocol import Heartbeat, RunningJobReport
 from schedulearn.server.models import Job, JobPart, Node, PartStatus
 from schedulearn.server.services import lifecycle
+from schedulearn.server.states import StaleState
 from schedulearn.server.wakeups import Changes
 
 _NODES = Node.__table__
@@ -67,9 +75,14 @@ _ENDED_HERE = select(_PARTS.c.job_id, _PARTS.c.attempt).where(
     _PARTS.c.status == PartStatus.EXITED,
 )
 # In id order (the caller's), the lock order of every bulk update of parts.
+# Never backwards: a heartbeat written late (`record_many`) is older than a
+# handout or a start recorded after it arrived.
 _REPORTED = (
     update(_PARTS)
-    .where(_PARTS.c.id.in_(bindparam("ids", expanding=True)))
+    .where(
+        _PARTS.c.id.in_(bindparam("ids", expanding=True)),
+        _PARTS.c.last_reported < bindparam("now"),
+    )
     .values(last_reported=bindparam("now"))
 )
 
@@ -99,9 +112,42 @@ def gone(
 
 def record(session: Session, beat: Heartbeat, now: float, grace: float) -> Beat:
     """Record `beat` at `now`; runs unlisted past `grace` seconds are lost."""
+    done = _record(session, beat, now, grace)
+    if done.known:
+        session.commit()
+    else:
+        session.rollback()
+    return done
+
+
+def record_many(session: Session, beats: list[tuple[Heartbeat, float]], grace: float) -> list[Beat]:
+    """Record each `(beat, arrived)` at its arrival, all in one transaction.
+
+    A run lost meanwhile by another writer (`StaleState`) must not cost the
+    other beats theirs: then each is recorded again in a transaction of its
+    own, and a beat that fails alone is reported as known with no changes
+    (the node's next heartbeat is judged afresh).
+    """
+    try:
+        done = [_record(session, beat, arrived, grace) for beat, arrived in beats]
+        session.commit()
+        return done
+    except StaleState:
+        session.rollback()
+    alone: list[Beat] = []
+    for beat, arrived in beats:
+        try:
+            alone.append(record(session, beat, arrived, grace))
+        except StaleState:
+            session.rollback()
+            alone.append(Beat(known=True, changes=Changes()))
+    return alone
+
+
+def _record(session: Session, beat: Heartbeat, now: float, grace: float) -> Beat:
+    """`record`'s writes, not committed."""
     conn = session.connection()
     if conn.execute(_SEEN, {"node": beat.name, "now": now}).rowcount != 1:
-        session.rollback()
         return Beat(known=False, changes=Changes())  # unknown, or marked down
     reported = {(r.job_id, r.attempt) for r in beat.running}
     seen: list[int] = []
@@ -126,7 +172,6 @@ def record(session: Session, beat: Heartbeat, now: float, grace: float) -> Beat:
     unknown = reported - listed
     if unknown:
         unknown -= _ended_here(conn, beat.name, unknown)
-    session.commit()
     orphans = [RunningJobReport(job_id=j, attempt=a) for j, a in sorted(unknown)]
     return Beat(known=True, changes=changes, orphans=orphans)
 

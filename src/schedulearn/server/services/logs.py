@@ -76,8 +76,11 @@ def marker_text(job_id: int, usage: JobLogUsage, cap: int, node: str, attempt: i
 _INSERT_LINES = LogRecord.__table__.insert()
 
 
-def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended:
-    """Store a batch under the job's cap (`cap`: `log_stored_max_bytes`)."""
+def append(
+    session: Session, job_id: int, batch: LogBatch, cap: int, commit: bool = True
+) -> Appended:
+    """Store a batch under the job's cap (`cap`: `log_stored_max_bytes`); not
+    `commit`: flushed only, for a caller that commits many batches together."""
     if not batch.lines:
         return Appended(Changes(), False)
     if session.get(Job, job_id) is None:
@@ -89,7 +92,7 @@ def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended
     if not lines:
         # A batch stored before its acknowledgement was lost (server killed, reply
         # dropped): the agent sends it again, and it is acknowledged, not stored twice.
-        session.commit()
+        _end(session, commit)
         return Appended(Changes(), usage.marker_id is not None)
     head_cap, tail_cap = cap // 2, cap - cap // 2
     head: list[dict[str, object]] = []
@@ -147,8 +150,15 @@ def append(session: Session, job_id: int, batch: LogBatch, cap: int) -> Appended
             .values(text=marker_text(job_id, usage, cap, batch.node, batch.attempt))
         )
     session.add(usage)
-    session.commit()
+    _end(session, commit)
     return Appended(Changes(jobs={job_id}), usage.marker_id is not None)
+
+
+def _end(session: Session, commit: bool) -> None:
+    if commit:
+        session.commit()
+    else:
+        session.flush()
 
 
 def _last_seq(session: Session, job_id: int, batch: LogBatch, marker_id: int | None) -> int | None:

@@ -25,8 +25,10 @@ log = logging.getLogger(__name__)
 _STATES = (JobState.RUNNING, JobState.PENDING)
 # Every round: running jobs with a limit, and only those waiting jobs whose
 # earlier runs used theirs up (a long queue of limited jobs is not read).
+# Both states through the partial index `ix_job_limited` (jobs with a limit).
 _LIMITED = select(*snapshot.JOBS.columns).where(
     col(Job.time_limit).is_not(None),
+    col(Job.state).in_(_STATES),
     or_(
         col(Job.state) == JobState.RUNNING,
         and_(col(Job.state) == JobState.PENDING, col(Job.service_seconds) >= col(Job.time_limit)),
