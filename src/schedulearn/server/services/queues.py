@@ -186,7 +186,9 @@ def book(session: Session, now: float) -> Book:
     for name in sorted({*rows, *held, *waiting}):
         queue = core_queue(rows[name]) if name in rows else best_effort(name)
         used, pinned = held.get(name, (0, 0))
-        out[name] = QueueShare(queue, used, pinned, waiting.get(name, (0, 0))[1])
+        out[name] = QueueShare(
+            queue, used=used, pinned=pinned, pending=waiting.get(name, (0, 0))[1]
+        )
     fill(out.values(), _healthy_gpus(session), *_usage(session, now))
     return Book(rows, out, waiting)
 
