@@ -24,7 +24,13 @@ from pathlib import Path
 
 import pytest
 from e2e_cluster import Cluster
-from live_examples import RESUMED, STOPPED, job, live_cluster, move_to_the_other_agent_mid_epoch
+from live_examples import (
+    RESUMED,
+    STOPPED_ANYWHERE,
+    job,
+    live_cluster,
+    move_to_the_other_agent_mid_epoch,
+)
 
 from dependencies import Dependency, missing
 from schedulearn.cli.localcluster import AgentProcess
@@ -58,11 +64,17 @@ def test_a_yaml_string_command_stops_gracefully_and_resumes_mid_epoch(tmp_path: 
 
         found = wait_until(resumed, 120, "the job to resume on the other agent")
         text = cluster.log_text(job_id)
-        stopped = STOPPED.search(text)
+        stopped = STOPPED_ANYWHERE.search(text)
         assert stopped, text
-        # It resumed where it saved: the same epoch and step, samples into the epoch.
-        assert (found[1], found[2]) == (stopped[1], stopped[2]), text
-        assert int(found[3]) > 0, text
+        if stopped[2]:
+            # It resumed where it saved: the same epoch and step, samples into the epoch.
+            assert (found[1], found[2]) == (stopped[1], stopped[2]), text
+            assert int(found[3]) > 0, text
+        else:
+            # The stop came as an epoch ended (a loaded machine's timing: the
+            # script saw it only after its epoch's report): it resumed at the
+            # start of the next epoch, from the state saved with that report.
+            assert found[1] == stopped[1] and int(found[3]) == 0, text
 
         # Cancelled mid-epoch on its new node: it saves and says so again.
         steps = int(found[2])
@@ -75,7 +87,7 @@ def test_a_yaml_string_command_stops_gracefully_and_resumes_mid_epoch(tmp_path: 
             c.cancel(job_id)
         cluster.wait_state(job_id, {"cancelled"})
         wait_until(
-            lambda: len(STOPPED.findall(cluster.log_text(job_id))) == 2,
+            lambda: len(STOPPED_ANYWHERE.findall(cluster.log_text(job_id))) == 2,
             30,
             "the second 'stop requested' line",
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from live_examples import (
     RESUMED,
-    STOPPED,
+    check_turns,
     digest_of,
     digits_command,
     history,
@@ -59,9 +59,11 @@ def test_a_long_job_yields_to_a_short_one_and_resumes_where_it_stopped(tmp_path:
         assert short.started_at is not None and short.ended_at is not None
         assert long.ended_at is not None and short.ended_at < long.ended_at
         log = cluster.log_text(long_id)
-        (stopped,) = STOPPED.findall(log)
+        # One resume, from exactly the state saved last: the step it stopped
+        # at mid-epoch (not from scratch, not from the epoch's start), or the
+        # epoch it had just ended when the stop came at an epoch's end (a
+        # loaded machine's timing decides which).
+        assert check_turns(log, preemptions=1) == 1, log
         (resumed,) = RESUMED.findall(log)
-        epoch, step = stopped
-        assert resumed[:2] == (epoch, step), log  # not from scratch, not from epoch start
-        assert int(step) > 0 and f"resumed from epoch {epoch}" in log
+        assert int(resumed[0]) >= 1, log
         assert digest_of(log) == expected
