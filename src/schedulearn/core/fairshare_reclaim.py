@@ -1,19 +1,22 @@
 """Reclaim: a queue below its guarantee takes its GPUs back from queues that borrowed.
 
-Step 2 of a fair-share pass (see `core.fairshare`): each queue below its
-guarantee and behind on its fraction of the GPU-time (not `ahead`) with a
-waiting job that fits in it (its GPUs in use plus the
-job's at most its guarantee) starts that job, in the inner policy's
-order, on free GPUs, or else on GPUs of jobs it preempts (`victims`):
-jobs of other queues over their deserved share that have run `min_run`
-seconds; jobs a live host is still stopping (`JobView.stopping`) first,
-whatever they ran, then preemptible ones, then the queue furthest over its share
-(per weight) first, then the latest started first; never so many of one
-queue's jobs that it would fall below its own guarantee (so a reclaim
-never makes another reclaim, and queues cannot take GPUs from each other
-in turn). A non-preemptible job beyond its queue's guarantee is a victim
-like any other: it is requeued (`Preempt.reclaimed_by`) and restarts. A
-queue guaranteed only typed GPUs reclaims on GPUs of those types.
+Step 2 of a fair-share pass (see `core.fairshare`). Each queue below its
+guarantee, counting the GPUs of its jobs that fit it (`QueueShare.fitting`:
+a job larger than the guarantee runs on borrowed GPUs only and takes
+nothing from it), and behind on its fraction of the GPU-time (not
+`ahead`), with a waiting job that fits in what is left, starts that job,
+in the inner policy's order, on free GPUs, or else on GPUs of jobs it
+preempts (`victims`): jobs of other queues over their deserved share
+that have run `min_run` seconds; jobs a live host is still stopping
+(`JobView.stopping`) first, whatever they ran, then preemptible ones,
+then the queue furthest over its share (per weight) first, then the
+latest started first; never so many of one queue's fitting jobs that it
+would fall below its own guarantee (so a reclaim never makes another
+reclaim, and queues cannot take GPUs from each other in turn), while its
+jobs larger than the guarantee may always be taken. A non-preemptible
+job beyond its queue's guarantee is a victim like any other: it is
+requeued (`Preempt.reclaimed_by`) and restarts. A queue guaranteed only
+typed GPUs reclaims on GPUs of those types.
 """
 
 from __future__ import annotations
@@ -105,11 +108,12 @@ class ReclaimingPass(PassState):
                 key=lambda j: (not j.stopping, not j.preemptible, -(j.started_at or 0.0), -j.id)
             )
             for j in jobs:
-                if owner.is_beyond(j) or j.allocated_gpus <= budget:
-                    if not owner.is_beyond(j):
-                        budget -= j.allocated_gpus
-                    key = (not j.stopping, not j.preemptible, -over, -(j.started_at or 0.0), -j.id)
-                    out.append((key, j))
+                if not owner.is_beyond(j):
+                    if j.allocated_gpus > budget:
+                        continue
+                    budget -= j.allocated_gpus
+                key = (not j.stopping, not j.preemptible, -over, -(j.started_at or 0.0), -j.id)
+                out.append((key, j))
         out.sort(key=lambda t: t[0])
         return [j for _, j in out]
 
