@@ -305,14 +305,25 @@ def assert_no_reclaim_left(before: ClusterView, after: ClusterView, min_run: flo
     for j in after.pending:
         if j.id in suspended:
             continue
+
+        # A job larger than its queue's own guarantee runs on borrowed GPUs
+        # only: it takes nothing from the guarantee, and may always be taken.
+        def beyond(r: JobView) -> bool:
+            own = book[r.queue].queue.guaranteed_gpus + book[r.queue].uncovered
+            return own > 0 and r.gpus > own
+
+        def fitting(name: str) -> int:
+            held = [r for r in after.running if r.queue == name and not beyond(r)]
+            return sum(r.allocated_gpus for r in held)
+
         s = book[j.queue]
-        if s.used + j.gpus > s.guaranteed or not s.may_hold(j) or ahead(j.queue):
+        if fitting(j.queue) + j.gpus > s.guaranteed or not s.may_hold(j) or ahead(j.queue):
             continue
         victims: list[JobView] = []
         for name, owner in book.items():
-            if name == j.queue or owner.used <= max(deserved.get(name, 0.0), owner.guaranteed):
+            if name == j.queue or owner.used <= deserved.get(name, 0.0):
                 continue
-            budget = owner.used - owner.guaranteed
+            budget = fitting(name) - owner.guaranteed
             mine = [
                 r
                 for r in after.running
@@ -323,7 +334,9 @@ def assert_no_reclaim_left(before: ClusterView, after: ClusterView, min_run: flo
             # Preemptible ones first, then the latest started.
             mine.sort(key=lambda r: (not r.preemptible, -(r.started_at or 0.0), -r.id))
             for r in mine:
-                if r.allocated_gpus <= budget:
+                if beyond(r):
+                    victims.append(replace(r, preemptible=True))
+                elif r.allocated_gpus <= budget:
                     budget -= r.allocated_gpus
                     victims.append(replace(r, preemptible=True))
         pool = FreePool(after)
