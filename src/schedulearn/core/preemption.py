@@ -106,9 +106,10 @@ class Victims:
         if len(jobs) != len(levels):
             raise ValueError("Victims.ranked: one level for each job")
         if any(j.stopping for j in jobs):
-            ranks = sorted(range(len(jobs)), key=lambda i: not jobs[i].stopping)
-            jobs = [jobs[i] for i in ranks]
-            levels = [_STOPPING if jobs[k].stopping else levels[i] for k, i in enumerate(ranks)]
+            # Jobs being stopped first (a stable sort keeps the policy's order otherwise).
+            ranked = sorted(zip(jobs, levels, strict=True), key=lambda p: not p[0].stopping)
+            jobs = [j for j, _ in ranked]
+            levels = [_STOPPING if j.stopping else level for j, level in ranked]
         victims = cls(view, pool, _no_level, _no_level)
         victims._jobs = jobs
         victims._levels = [-level for level in levels]
