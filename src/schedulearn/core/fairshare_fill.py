@@ -137,6 +137,34 @@ def mark_ahead(qs: list[QueueShare], capacity: int, served: Mapping[str, float])
         s.ahead = total > 0 and served.get(s.name, 0.0) >= fair * AHEAD_AT - _EPS
 
 
+def still_ahead(
+    name: str,
+    qs: Iterable[QueueShare],
+    capacity: int,
+    served: Mapping[str, float],
+    busy: Mapping[str, int],
+    half_life: float | None,
+    after: float,
+) -> bool:
+    """Would queue `name` still be ahead (`mark_ahead`) `after` seconds from
+    now, if each queue went on holding `busy` GPUs of jobs that fit its
+    guarantee? (Its margin crosses zero at most once: `next_turn`.)"""
+    rate = 0.0 if half_life is None else math.log(2) / half_life
+    fade = math.exp(-rate * after)
+
+    def later(s: float, b: int) -> float:
+        return s + b * after if rate == 0.0 else b / rate + (s - b / rate) * fade
+
+    total, mine, guaranteed = 0.0, 0.0, 0
+    for q in qs:
+        s = later(max(0.0, served.get(q.name, 0.0)), busy.get(q.name, 0))
+        total += s
+        if q.name == name:
+            mine, guaranteed = s, q.guaranteed
+    fair = total * guaranteed / capacity if capacity > 0 else 0.0
+    return total > 0 and mine >= fair * AHEAD_AT - _EPS
+
+
 def next_turn(
     qs: Iterable[QueueShare],
     capacity: int,

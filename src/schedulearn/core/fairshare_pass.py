@@ -145,8 +145,13 @@ class SharePass(ReclaimingPass):
             if s.ahead:
                 # It is not behind on its share of GPU-time lately: its jobs
                 # are lent, and go where the inner policy puts them once they
-                # have run `min_run`.
+                # have run `min_run`, unless giving them up would leave it
+                # behind within `LEND_FOR` runs of that (it would reclaim them
+                # at once: a queue at its mark would flip, and its jobs and
+                # the borrowers' be stopped, every few passes).
                 if mine is None or not all(self.ran_min(v) for v in released if v.queue == name):
+                    return False
+                if fitting_after < s.fitting and not self.lends(s, fitting_after):
                     return False
                 continue
             # Another queue's jobs: never below that queue's guarantee (its

@@ -16,6 +16,7 @@ from functools import cached_property
 
 from schedulearn.core.decisions import Decision, Preempt, Start
 from schedulearn.core.fairshare_book import ShareBook
+from schedulearn.core.fairshare_fill import still_ahead
 from schedulearn.core.fairshare_queues import QueueShare, Tenancy
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import Policy
@@ -23,6 +24,9 @@ from schedulearn.core.views import ClusterView, GpuView, JobView, Placement, reb
 
 # Tolerance for comparing GPU counts with fractional shares.
 EPS = 1e-9
+# A queue ahead on its share of GPU-time lends its jobs only while it would
+# stay ahead this many times `min_run` without them (`PassState.lends`).
+LEND_FOR = 4.0
 
 
 class PassState:
@@ -161,6 +165,24 @@ class PassState:
         copy = rebuild(job, preemptible=False)
         self.pinned[job.id] = (job, copy)
         return copy
+
+    def lends(self, s: QueueShare, fitting: int) -> bool:
+        """May queue `s`, ahead, give up GPUs of its fitting jobs down to
+        `fitting`? Only while it would stay ahead `LEND_FOR` times `min_run`."""
+        horizon = LEND_FOR * self.min_run
+        if horizon <= 0:
+            return True
+        busy = {q.name: q.fitting for q in self.book.values()}
+        busy[s.name] = fitting
+        return still_ahead(
+            s.name,
+            self.book.values(),
+            self.view.total_gpus,
+            self.tenancy.counted,
+            busy,
+            self.tenancy.half_life,
+            horizon,
+        )
 
     def ran_min(self, job: JobView) -> bool:
         """Has `job` run `min_run` seconds (may it be taken back)?"""
