@@ -127,7 +127,7 @@ class PassState:
                     started = j.started_at
                     ran = started is not None and now - started >= bar
                     if owner.ahead:
-                        if not ran:
+                        if not ran or not self.lends_job(owner, j):
                             j = pinned_copy(j)
                     elif (
                         not owner.is_beyond(j)
@@ -152,7 +152,7 @@ class PassState:
         if owner.pending > 0:
             return True  # its own queue's jobs (the group check keeps the queue's GPUs)
         if owner.ahead:
-            return self.ran_min(job)
+            return self.ran_min(job) and self.lends_job(owner, job)
         if not owner.is_beyond(job) and owner.fitting - job.allocated_gpus < owner.guaranteed:
             return False  # it would take the queue below its guarantee
         return owner.used > owner.share + EPS and self.ran_min(job)
@@ -165,6 +165,10 @@ class PassState:
         copy = rebuild(job, preemptible=False)
         self.pinned[job.id] = (job, copy)
         return copy
+
+    def lends_job(self, s: QueueShare, job: JobView) -> bool:
+        """May queue `s`, ahead, give up its running `job` (`lends`)?"""
+        return s.is_beyond(job) or self.lends(s, s.fitting - job.allocated_gpus)
 
     def lends(self, s: QueueShare, fitting: int) -> bool:
         """May queue `s`, ahead, give up GPUs of its fitting jobs down to
