@@ -148,9 +148,11 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
         # against the guarantee (QueueShare.fitting): mean JCT 489,365 s ->
         # 446,284 s. Again (stop 43): an inner turn may no longer take a
         # queue's fitting jobs below its guarantee while its larger jobs
-        # hold GPUs (the guarantee checks count fitting GPUs): 446,899 s.
-        "ac9cfbd184f1b68a",
-        446899.48150431213,
+        # hold GPUs (the guarantee checks count fitting GPUs): 446,899 s;
+        # and a queue ahead lends only what it would not take back within
+        # 4 x min_run (`PassState.lends`): 464,628 s.
+        "4188557ad7ba00b9",
+        464627.8383923631,
     ),
 }
 
