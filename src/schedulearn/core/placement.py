@@ -300,6 +300,8 @@ class FreePool:
                     free.remove(g)
             if self._index is not None:
                 self._index.set(i, len(free))
+            if not (job.cpus or job.memory_gb) and job.most_gpus:
+                continue  # it reserves no CPUs or memory (`JobView.cpus_on`)
             cpus, mem = job.demand_on(placement, k, node.cpus)
             if cpus:
                 self._cpus[name] -= cpus
@@ -317,6 +319,8 @@ class FreePool:
             free.sort()
             if self._index is not None:
                 self._index.set(i, len(free))
+            if not (job.cpus or job.memory_gb) and job.most_gpus:
+                continue  # it reserves no CPUs or memory (`JobView.cpus_on`)
             cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
             if cpus:
                 self._cpus[name] += cpus

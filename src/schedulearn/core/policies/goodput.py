@@ -320,6 +320,9 @@ def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
 
     free = budget
     heap: list[tuple[float, int, int, int]] = []
+    # A rigid job's one jump, apart: sorted once and merged with the heap in
+    # order, instead of thousands of heap pops; it never re-enters.
+    rigid: list[tuple[float, int, int, int]] = []
     for k, job in enumerate(jobs):
         counts = job.counts
         if len(counts) == 1:
@@ -329,13 +332,27 @@ def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
             if 0 < c <= free:
                 gain = (values[k][c] - 0.0) / c
                 if gain > 1e-15:
-                    heap.append((-gain, job.view.id, k, c))
+                    rigid.append((-gain, job.view.id, k, c))
             continue
         jump = best_jump(k, free)
         if jump is not None:
             heap.append((-jump[0], job.view.id, k, jump[1]))
     heapq.heapify(heap)
-    while heap and free > 0:
+    rigid.sort()
+    r, rigid_left = 0, len(rigid)
+    while free > 0:
+        # The least of all entries, as one heap of both would pop it (entries
+        # differ in their job index, so two never compare equal).
+        if r < rigid_left and not (heap and heap[0] < rigid[r]):
+            _, _, k, c = rigid[r]
+            r += 1
+            # best_jump of a rigid job: none once taken, none when it does not fit.
+            if c <= free:
+                free -= c
+                alloc[k] = c
+            continue
+        if not heap:
+            break
         _, jid, k, c = heapq.heappop(heap)
         if c - alloc[k] > free:
             jump = best_jump(k, free)

@@ -249,16 +249,24 @@ class Similarity:
         known: dict[int, float] = {}
         jobs = (*view.pending, *view.running)
         now = view.now
+        fastest, bests = types.fastest, types.best
         for job in jobs:
-            left = self._left_on_best(job, now, types)
-            if left is not None:
-                types.fastest[job.id], known[job.id] = left
+            if job.placement is None and job.progress is None and job.gpus:
+                # `_left_on_best` of a waiting job without progress, inline: this
+                # reads every waiting job.
+                best = bests.get((job.model, job.gpus, job.gpu_type))
+                if best is not None and job.estimated_duration is not None:
+                    left = max(0.0, job.remaining_at(now) or 0.0)
+                    fastest[job.id] = left
+                    known[job.id] = left * best
+                    continue
+            got = self._left_on_best(job, now, types)
+            if got is not None:
+                fastest[job.id], known[job.id] = got
         default = _median(list(known.values())) if known else 1.0
-        work: dict[int, float] = {}
-        shares: list[float] = []  # each job's work times its GPUs (at least 1)
-        for j in jobs:
-            w = work[j.id] = known.get(j.id, default)
-            shares.append(w * (j.gpus or 1))
+        work = {j.id: known.get(j.id, default) for j in jobs}
+        # Each job's work times its GPUs (at least 1), in `jobs` order.
+        shares = [work[j.id] * (j.gpus or 1) for j in jobs]
         types.work = work
         # The drain time: all remaining work spread evenly over every GPU.
         gpus = sum(types.total.values()) or 1
@@ -300,40 +308,54 @@ class Similarity:
         self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
     ) -> None:
         started = {d.job_id for d in decisions}
-        pairs: list[tuple[float, float, int, str, JobView]] = []
         mixed: list[JobView] = []
         free, work = types.free, types.work
-        # Per affinity table, each type's saving factor: `saving(types, job, 1.0, score)`
-        # is the job's work times it, computed once for thousands of jobs.
-        factors: dict[int, list[tuple[str, float]]] = {}
+        # Jobs alike in model and GPUs share one affinity table, so each type's
+        # saving factor and whether it has room are judged once per group.
+        alike: dict[tuple[str | None, int], list[JobView]] = {}
+        largest, typed = types.largest, bool(types.total)
         for job in view.pending:
+            gpus = job.gpus
             if job.id in started:
                 continue
-            gpus = job.gpus
-            if not gpus or not types.total or (gpus > types.largest and not job.gpu_type):
+            if not gpus or not typed or (gpus > largest and not job.gpu_type):
                 mixed.append(job)  # CPU-only, or bigger than any one type
                 continue
-            affinity = self.affinity(job, types)
-            per_type = factors.get(id(affinity))
-            if per_type is None:
-                per_type = factors[id(affinity)] = [
-                    (t, 1.0 / 1.0 - 1.0 / score) for t, score in affinity.items()
-                ]
-            since = job.submitted_at if job.queued_at is None else job.queued_at
-            named, left = job.gpu_type, work[job.id]
-            for gpu_type, factor in per_type:
-                # allowed(job, gpu_type), inline: this runs for every waiting job.
-                if (not named or named == gpu_type) and free.get(gpu_type, 0) >= gpus:
-                    pairs.append((-(left * factor), since, job.id, gpu_type, job))
+            group = alike.get((job.model, gpus))
+            if group is None:
+                group = alike[(job.model, gpus)] = []
+            group.append(job)
+        pairs: list[tuple[float, float, int, str, JobView]] = []
+        for (_, gpus), jobs in alike.items():
+            affinity = self.affinity(jobs[0], types)
+            rows = [
+                (work[j.id], j.submitted_at if j.queued_at is None else j.queued_at, j)
+                for j in jobs
+            ]
+            for gpu_type, score in affinity.items():
+                if free.get(gpu_type, 0) < gpus:
+                    continue
+                # `saving(types, job, 1.0, score)` is the job's work times this.
+                factor = 1.0 / 1.0 - 1.0 / score
+                pairs.extend(
+                    [
+                        (-(left * factor), since, j.id, gpu_type, j)
+                        for left, since, j in rows
+                        # allowed(job, gpu_type), inline: this runs for every waiting job.
+                        if not j.gpu_type or j.gpu_type == gpu_type
+                    ]
+                )
         # (job id, type) is unique, so the sort never compares the views themselves.
         pairs.sort()
         for _, _, job_id, gpu_type, job in pairs:
-            if job_id in started or types.free.get(gpu_type, 0) < job.gpus:
+            if job_id in started or free.get(gpu_type, 0) < job.gpus:
                 continue
             placement = pool.pack(_as(job, gpu_type))
             if placement is not None:
                 _start(pool, types, job, placement, decisions)
                 started.add(job_id)
+                if free.get(gpu_type, 0) <= 0 and all(n <= 0 for n in free.values()):
+                    break  # every later pair needs a GPU, and every type is full
         for job in sorted(mixed, key=lambda j: (j.waiting_since, j.id)):
             placement = pool.pack(job)
             if placement is not None:
@@ -384,11 +406,13 @@ class Similarity:
             # so the most any of them saves is at the least or the most work among
             # them (a job saves its work times a factor of the pair of types).
             alike: dict[tuple[str | None, int, str | None], tuple[JobView, float, float]] = {}
+            largest, works = types.largest, types.work
             for job in view.pending:
-                if job.id in started or not job.gpus or job.gpus > types.largest:
+                gpus = job.gpus
+                if not gpus or gpus > largest or job.id in started:
                     continue
-                work = types.work[job.id]
-                key = (job.model, job.gpus, job.gpu_type)
+                work = works[job.id]
+                key = (job.model, gpus, job.gpu_type)
                 seen = alike.get(key)
                 if seen is None:
                     alike[key] = (job, work, work)
@@ -405,9 +429,11 @@ class Similarity:
                             rival_saving[key2] = max(rival_saving.get(key2, 0.0), saved)
         # Room the biggest still-waiting job could use on each type: keep it free.
         sizes: dict[str | None, set[int]] = {}  # by the GPU type a job names
-        for job in view.pending:
-            if job.id not in started and job.gpus:
-                sizes.setdefault(job.gpu_type, set()).add(job.gpus)
+        # The distinct (type named, GPUs) first, in one comprehension: this reads
+        # every waiting job.
+        waiting = {(j.gpu_type, j.gpus) for j in view.pending if j.gpus and j.id not in started}
+        for named, gpus in waiting:
+            sizes.setdefault(named, set()).add(gpus)
         keep = dict.fromkeys(types.total, 0)
         for named, gpus in sizes.items():
             for gpu_type, total in types.total.items():
