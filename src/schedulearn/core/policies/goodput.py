@@ -320,9 +320,6 @@ def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
 
     free = budget
     heap: list[tuple[float, int, int, int]] = []
-    # A rigid job's one jump, apart: sorted once and merged with the heap in
-    # order, instead of thousands of heap pops; it never re-enters.
-    rigid: list[tuple[float, int, int, int]] = []
     for k, job in enumerate(jobs):
         counts = job.counts
         if len(counts) == 1:
@@ -332,27 +329,13 @@ def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
             if 0 < c <= free:
                 gain = (values[k][c] - 0.0) / c
                 if gain > 1e-15:
-                    rigid.append((-gain, job.view.id, k, c))
+                    heap.append((-gain, job.view.id, k, c))
             continue
         jump = best_jump(k, free)
         if jump is not None:
             heap.append((-jump[0], job.view.id, k, jump[1]))
     heapq.heapify(heap)
-    rigid.sort()
-    r, rigid_left = 0, len(rigid)
-    while free > 0:
-        # The least of all entries, as one heap of both would pop it (entries
-        # differ in their job index, so two never compare equal).
-        if r < rigid_left and not (heap and heap[0] < rigid[r]):
-            _, _, k, c = rigid[r]
-            r += 1
-            # best_jump of a rigid job: none once taken, none when it does not fit.
-            if c <= free:
-                free -= c
-                alloc[k] = c
-            continue
-        if not heap:
-            break
+    while heap and free > 0:
         _, jid, k, c = heapq.heappop(heap)
         if c - alloc[k] > free:
             jump = best_jump(k, free)
@@ -370,18 +353,13 @@ def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
 def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[Decision]:
     """Turn counts into placements and decisions."""
     pool = FreePool(view)
-    # (sort key, job index) of the jobs whose count changes to a new one.
-    ranked: list[tuple[tuple[int, float, int], int]] = []
+    moving: list[int] = []
     for k, j in enumerate(jobs):
-        t = target[k]
-        if j.current and t != j.current:
+        if j.current and target[k] != j.current:
             pool.release(j.view)
-        if t and t != j.current:
-            ranked.append(((-t, -j.value(t), j.view.id), k))
-    # Largest count first, then most valuable, then by id (the index breaks ties
-    # as a stable sort of the indexes would).
-    ranked.sort()
-    moving = [k for _, k in ranked]
+        if target[k] and target[k] != j.current:
+            moving.append(k)
+    moving.sort(key=lambda k: (-target[k], -jobs[k].value(target[k]), jobs[k].view.id))
     decisions: list[Decision] = []
     for k in moving:
         j = jobs[k]
@@ -428,9 +406,5 @@ def _cpu_tasks(view: ClusterView, pool: FreePool) -> list[Decision]:
 
 
 def _order(d: Decision) -> tuple[int, int]:
-    # Preemptions, then resizes, then starts (by the exact type: a lookup, not
-    # isinstance calls, for the thousands of starts of a large pass).
-    return _RANK.get(type(d), 2), d.job_id
-
-
-_RANK: dict[type, int] = {Preempt: 0, Resize: 1}
+    rank = 0 if isinstance(d, Preempt) else 1 if isinstance(d, Resize) else 2
+    return rank, d.job_id
