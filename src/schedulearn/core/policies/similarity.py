@@ -362,24 +362,31 @@ class Similarity:
         mixed = [j for j in types.no_gpus if j.id not in started]
         pairs: list[tuple[float, float, int, str, JobView]] = []
         for (_, gpus, named), group in types.waiting.items():
-            rows = [
-                (work[i], since, i, j)
-                for i, since, j in zip(group.ids, group.since, group.jobs, strict=True)
-                if i not in started
-            ]
+            ids, sinces, jobs = group.ids, group.since, group.jobs
+            if types.started:  # starving jobs started already
+                kept = [k for k, i in enumerate(ids) if i not in started]
+                ids, sinces, jobs = (
+                    [ids[k] for k in kept],
+                    [sinces[k] for k in kept],
+                    [jobs[k] for k in kept],
+                )
             if not types.total or (gpus > types.largest and not named):
-                mixed.extend(j for _, _, _, j in rows)
+                mixed.extend(jobs)
                 continue
             # Alike in model and GPUs: one affinity table, so each type's saving
             # factor and whether it has room are judged once for the group.
             affinity = self.affinity(group.jobs[0], types)
+            lefts = [work[i] for i in ids]
             for gpu_type, score in affinity.items():
                 if not allowed(group.jobs[0], gpu_type) or free.get(gpu_type, 0) < gpus:
                     continue
                 # `saving(types, job, 1.0, score)` is the job's work times this.
                 factor = 1.0 / 1.0 - 1.0 / score
                 pairs.extend(
-                    [(-(left * factor), since, i, gpu_type, j) for left, since, i, j in rows]
+                    [
+                        (-(left * factor), since, i, gpu_type, j)
+                        for left, since, i, j in zip(lefts, sinces, ids, jobs, strict=True)
+                    ]
                 )
         # (job id, type) is unique, so the sort never compares the views themselves.
         pairs.sort()
