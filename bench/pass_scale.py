@@ -13,7 +13,9 @@ running-job views and a new tuple of waiting jobs, whose views are the
 same objects from pass to pass (the server keeps them in its
 `PendingCache`), and a clock one second on. (`--same-view` hands every
 pass the one snapshot object instead, which lets caches keyed by
-identity hit more than they do live.) Full means every GPU busy and no running job preemptible.
+identity hit more than they do live.) Full means every GPU busy and no
+running job preemptible. The snapshots come from
+`schedulearn.sim.snapshots`, the generator of the recorded pass cases.
 Goals (issue 36): fifo, tiresias, srtf, goodput and similarity
 at most 50 ms with half free and 10 ms when full; defrag and round-robin
 at most 100 ms. `similarity/3 types` is the same cluster with V100, P100
