@@ -480,10 +480,10 @@ class Similarity:
             if not started or any(i not in started for i in group.ids):
                 sizes.setdefault(named, set()).add(gpus)
         keep = dict.fromkeys(types.total, 0)
-        for named, gpus in sizes.items():
+        for named, wanted in sizes.items():
             for gpu_type, total in types.total.items():
                 if not named or named == gpu_type:
-                    keep[gpu_type] = max([keep[gpu_type], *(g for g in gpus if g <= total)])
+                    keep[gpu_type] = max([keep[gpu_type], *(g for g in wanted if g <= total)])
         moves: list[tuple[float, float, int, str, JobView, int]] = []
         for job in view.running:
             if job.id in started or not job.preemptible or job.placement is None:
