@@ -112,7 +112,7 @@ def test_a_queue_below_its_guarantee_takes_gpus_back_and_the_victim_resumes(
         log = cluster.log_text(victim)
         # It saw the stop once and resumed exactly where it saved, not from
         # scratch: mid-epoch, or at an epoch's end when the stop came there.
-        assert check_turns(log, preemptions=1) == 1, log
+        assert check_turns(log, preemptions=1) == 1, (log, history(cluster, victim))
         (untouched,) = set(a_ids) - {victim}
         # World size 2 on 2 GPUs: compared with A's other job, same seed, never stopped.
         assert digest_of(log) == digest_of(cluster.log_text(untouched))

@@ -104,8 +104,17 @@ class SharePass(ReclaimingPass):
         job = self.pending.get(start.job_id) if start is not None else None
         if start is not None and job is None:
             return False
-        # GPUs each queue gains (a start, growth) or gives back (preemption, shrinking).
+        # GPUs each queue gains (a start, growth) or gives back (preemption,
+        # shrinking), in all and of its jobs that fit its guarantee (only
+        # those count against it: `QueueShare.fitting`).
         delta: dict[str, int] = {}
+        fit_delta: dict[str, int] = {}
+
+        def count(queue: str, job: JobView, change: int) -> None:
+            delta[queue] = delta.get(queue, 0) + change
+            if not self.book[queue].is_beyond(job):
+                fit_delta[queue] = fit_delta.get(queue, 0) + change
+
         released: list[JobView] = []
         for d in group:
             if isinstance(d, Start):
@@ -114,23 +123,23 @@ class SharePass(ReclaimingPass):
             if held is None:
                 return False
             n = d.placement.num_gpus if isinstance(d, Resize) else 0
-            delta[held.queue] = delta.get(held.queue, 0) + n - held.allocated_gpus
+            count(held.queue, held, n - held.allocated_gpus)
             released.append(held)
         if job is not None and start is not None:
-            delta[job.queue] = delta.get(job.queue, 0) + start.placement.num_gpus
+            count(job.queue, job, start.placement.num_gpus)
         mine = job.queue if job is not None else None
         for name, change in delta.items():
             s = self.book[name]
-            after = s.used + change
-            if after > s.cap:
+            if s.used + change > s.cap:
                 return False
-            if change >= 0:
+            fitting_after = s.fitting + fit_delta.get(name, 0)
+            if change >= 0 and fitting_after >= s.fitting:
                 continue
             if name == mine:
                 # The inner policy reorders its queue's own jobs (tiresias's
                 # least attained service first), but a queue below its
                 # guarantee does not lose GPUs by it.
-                if after < min(s.guaranteed, s.used):
+                if fitting_after < min(s.guaranteed, s.fitting):
                     return False
                 continue
             if s.ahead:
@@ -140,8 +149,9 @@ class SharePass(ReclaimingPass):
                 if mine is None or not all(self.ran_min(v) for v in released if v.queue == name):
                     return False
                 continue
-            # Another queue's jobs: never below that queue's guarantee.
-            if after < s.guaranteed:
+            # Another queue's jobs: never below that queue's guarantee (its
+            # jobs larger than the guarantee may always be taken).
+            if fitting_after < min(s.guaranteed, s.fitting):
                 return False
             # Another queue's jobs: only from a queue over its deserved
             # share, after `min_run` (the reclaim's rule, for the inner
@@ -159,7 +169,7 @@ class SharePass(ReclaimingPass):
             # GPUs a queue below its guarantee is waiting for.
             s = self.book[job.queue]
             n = start.placement.num_gpus
-            if s.used + delta[job.queue] > s.guaranteed:
+            if s.is_beyond(job) or s.fitting + fit_delta.get(job.queue, 0) > s.guaranteed:
                 others = sum(k for name, k in self.need.items() if name != job.queue)
                 freed = sum(v.allocated_gpus for v in released)
                 if self.free + freed - n < others:

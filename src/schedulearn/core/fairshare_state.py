@@ -125,9 +125,10 @@ class PassState:
                     if owner.ahead:
                         if not ran:
                             j = pinned_copy(j)
-                    elif owner.used - j.allocated_gpus < owner.guaranteed or not (
-                        owner.used > owner.share + EPS and ran
-                    ):
+                    elif (
+                        not owner.is_beyond(j)
+                        and owner.fitting - j.allocated_gpus < owner.guaranteed
+                    ) or not (owner.used > owner.share + EPS and ran):
                         j = pinned_copy(j)
             out.append(j)
         return tuple(out)
@@ -148,8 +149,8 @@ class PassState:
             return True  # its own queue's jobs (the group check keeps the queue's GPUs)
         if owner.ahead:
             return self.ran_min(job)
-        if owner.used - job.allocated_gpus < owner.guaranteed:
-            return False
+        if not owner.is_beyond(job) and owner.fitting - job.allocated_gpus < owner.guaranteed:
+            return False  # it would take the queue below its guarantee
         return owner.used > owner.share + EPS and self.ran_min(job)
 
     def pinned_copy(self, job: JobView) -> JobView:

@@ -45,3 +45,40 @@ def test_a_small_job_reclaims_its_guarantee_beside_its_queues_large_job() -> Non
     assert preempts(decisions) == {14} and set(starts(decisions)) == {2}, decisions
     why = share_reason(view, small)
     assert why is not None and why.rule is ShareRule.RECLAIM, why
+
+
+# --- an inner turn keeps the guarantee by the same count (Hypothesis found it) ---
+
+ONE_FOR_A = Tenancy((Queue.of("A", 1), Queue.of("B", 0)))
+
+
+def a_guarantee_held_beside_a_large_job(gpus: int = 4) -> Scenario:
+    # 4 GPUs: A (guaranteed 1) runs a 3-GPU job, on borrowed GPUs, ending
+    # soon, and a long 1-GPU job, 103, which alone holds its guarantee.
+    sc = Scenario(node("n", gpus))
+    p = {"preemptible": True}
+    sc.run(job(101, 3, 0.0, queue="A", estimated_duration=1100.0, **p), {"n": [0, 1, 2]})
+    sc.run(job(103, 1, 0.0, queue="A", estimated_duration=90_000.0, **p), {"n": [3]})
+    return sc
+
+
+def test_another_queues_start_does_not_take_the_job_that_holds_the_guarantee() -> None:
+    # srtf would preempt 103 for B's short job: A's GPUs in all (4 to 3)
+    # stay above its guarantee, but those that count against it (its jobs
+    # that fit it) fall to 0.
+    short = job(105, 1, 0.0, queue="B", preemptible=True, estimated_duration=600.0)
+    view = replace(a_guarantee_held_beside_a_large_job().view(1000.0, [short]), tenancy=ONE_FOR_A)
+    decisions = FairShare(create("srtf"), min_run=0.0).decide(view)
+    assert 103 not in preempts(decisions) and 105 not in starts(decisions), decisions
+
+
+def test_a_queues_own_large_job_does_not_push_out_the_job_that_holds_its_guarantee() -> None:
+    # The same on 5 GPUs (one free) with A's own 2-GPU job waiting, shorter
+    # than 103: srtf would preempt 103 for the rest of its room. A's GPUs in
+    # all would grow (4 to 5), but those that count against its guarantee
+    # would fall (1 to 0).
+    large = job(2, 2, 0.0, queue="A", preemptible=True, estimated_duration=600.0)
+    sc = a_guarantee_held_beside_a_large_job(gpus=5)
+    view = replace(sc.view(1000.0, [large]), tenancy=ONE_FOR_A)
+    decisions = FairShare(create("srtf"), min_run=0.0).decide(view)
+    assert 103 not in preempts(decisions), decisions

@@ -146,9 +146,11 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
         # (Tenancy.served), and a tick at which a queue turns behind is no
         # longer skipped. Again (stop 42): nor do such jobs' GPUs count
         # against the guarantee (QueueShare.fitting): mean JCT 489,365 s ->
-        # 446,284 s.
-        "a18e11f15146427c",
-        446283.92032786,
+        # 446,284 s. Again (stop 43): an inner turn may no longer take a
+        # queue's fitting jobs below its guarantee while its larger jobs
+        # hold GPUs (the guarantee checks count fitting GPUs): 446,899 s.
+        "ac9cfbd184f1b68a",
+        446899.48150431213,
     ),
 }
 
