@@ -10,7 +10,9 @@
   (a lower bound, moved back by `set`): best fit's scans start there;
 - per GPU type (built on the first search for a job that names one): the
   counts of that type's nodes, their positions and their tally, so such a
-  search never reads the other types' nodes (`scope`).
+  search never reads the other types' nodes (`scope`);
+- per tally, the counts it has nodes for, sorted (`present`): read by every
+  search, so kept, and dropped by `set` when a count appears or vanishes.
 
 The searches go by free count with `list.index`, a scan in C, instead of a
 Python loop over every node. The pool changes a node's count through `set`
@@ -20,6 +22,7 @@ only. Pure and standard library only, like the rest of the core.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -37,7 +40,7 @@ Scope = tuple[list[int], list[int] | None, Tally]
 class FreeCounts:
     """The free GPUs of every node of one pass, by position, with their indexes."""
 
-    __slots__ = ("_at", "_nodes", "_scopes", "counts", "hint", "tally")
+    __slots__ = ("_at", "_nodes", "_present", "_scopes", "counts", "hint", "tally")
 
     def __init__(self, nodes: Sequence[NodeView], counts: list[int]) -> None:
         self._nodes = nodes
@@ -46,6 +49,9 @@ class FreeCounts:
         self.hint: dict[int, int] = {}
         self._scopes: dict[str, Scope] | None = None
         self._at: list[int] = []  # node position -> its index in its type's lists
+        # id(tally) -> (that tally, its counts with nodes, ascending); the tally is
+        # held so that its id is not reused while the entry lives.
+        self._present: dict[int, tuple[Tally, list[int]]] = {}
 
     def scope(self, gpu_type: str | None) -> Scope:
         """The counts a search for GPUs of `gpu_type` reads (every node's for None or '')."""
@@ -67,7 +73,11 @@ class FreeCounts:
         """The free counts of `least` or more that some node has (of those `tally`
         counts; every node by default), ascending."""
         tally = self.tally if tally is None else tally
-        return sorted(c for c, nodes in tally.items() if nodes and c >= least)
+        got = self._present.get(id(tally))
+        if got is None or got[0] is not tally:
+            got = self._present[id(tally)] = (tally, sorted(c for c, n in tally.items() if n))
+        counts = got[1]
+        return counts[bisect_left(counts, least) :]
 
     def holding(self, gpus: int, start: int, stop: int) -> Iterator[int]:
         """Positions in [start, stop), ascending, of the nodes with at least `gpus`
@@ -94,14 +104,20 @@ class FreeCounts:
     def set(self, i: int, now: int) -> None:
         """Node position `i` has `now` free GPUs: keep every index in step."""
         counts, tally = self.counts, self.tally
-        tally[counts[i]] -= 1
+        was = counts[i]
+        tally[was] -= 1
         counts[i] = now
         tally[now] = tally.get(now, 0) + 1
+        if tally[now] == 1 or not tally[was]:
+            self._present.pop(id(tally), None)  # a count appeared or vanished
         if i < self.hint.get(now, 0):
             self.hint[now] = i
         if self._scopes is not None:
             mine, _, kinds = self._scopes[self._nodes[i].gpu_type]
             j = self._at[i]
-            kinds[mine[j]] -= 1
+            old = mine[j]
+            kinds[old] -= 1
             mine[j] = now
             kinds[now] = kinds.get(now, 0) + 1
+            if kinds[now] == 1 or not kinds[old]:
+                self._present.pop(id(kinds), None)

@@ -176,7 +176,12 @@ class FreePool:
         """The node that holds the whole job with the fewest GPUs left over
         (the first in cluster order among equals), other than node `avoid`."""
         n = job.gpus if gpus is None else gpus
-        counts, where, tally = self._scope(job, n)
+        index = self._indexed()
+        # `_scope`, inline: a large pass places thousands of jobs.
+        if n > 0 and job.gpu_type:
+            counts, where, tally = index.scope(job.gpu_type)
+        else:
+            counts, where, tally = index.counts, None, index.tally
         nodes = self._nodes
         # A job that asks for GPUs only (no CPUs, memory, image, label or GPU
         # type) fits on any healthy node with enough free GPUs that can run it
@@ -185,8 +190,8 @@ class FreePool:
         gpus_only = n > 0 and asks_gpus_only(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
-        present = self._indexed().present(n, tally)
-        hint = self._indexed().hint if where is None else {}
+        present = index.present(n, tally)
+        hint = index.hint if where is None else {}
         for k in present:
             i = hint.get(k, 0) - 1
             seen = False
@@ -201,7 +206,10 @@ class FreePool:
                 if node.name == avoid:
                     continue
                 if (gpus_only and node.healthy and can_run(job, node)) or self.fits(node, job, n):
-                    return self.on_node(node, n)
+                    # `on_node`, inline.
+                    free = self._free.get(node.name)
+                    held = (node.free_gpu_indices if free is None else free)[:n]
+                    return Placement.single(node.name, held)
         return None
 
     def gang(self, job: JobView, gpus: int | None = None) -> Placement | None:
@@ -300,6 +308,8 @@ class FreePool:
                     free.remove(g)
             if self._index is not None:
                 self._index.set(i, len(free))
+            if not (job.cpus or job.memory_gb) and job.most_gpus:
+                continue  # it reserves no CPUs or memory (`JobView.cpus_on`)
             cpus, mem = job.demand_on(placement, k, node.cpus)
             if cpus:
                 self._cpus[name] -= cpus
@@ -317,6 +327,8 @@ class FreePool:
             free.sort()
             if self._index is not None:
                 self._index.set(i, len(free))
+            if not (job.cpus or job.memory_gb) and job.most_gpus:
+                continue  # it reserves no CPUs or memory (`JobView.cpus_on`)
             cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
             if cpus:
                 self._cpus[name] += cpus

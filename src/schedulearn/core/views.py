@@ -135,7 +135,10 @@ class Placement:
     num_gpus: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "num_gpus", sum(len(g) for _, g in self.parts))
+        parts = self.parts
+        # One part, inline: a pass on a large cluster makes thousands of these.
+        n = len(parts[0][1]) if len(parts) == 1 else sum([len(g) for _, g in parts])
+        object.__setattr__(self, "num_gpus", n)
 
     @classmethod
     def of(cls, gpus_by_node: Mapping[str, Iterable[int]]) -> Placement:

@@ -49,9 +49,11 @@ class Partners:
 
     The gain depends on R only through its affinities, which depend only on
     its model, its GPU count and s: jobs alike in those form one group, in
-    `view.running` order, and share one gain. So each group is judged once
-    per start, and only a group whose gain qualifies is searched for its
-    first member that saves enough.
+    `view.running` order, and share one gain. The gain depends on A only
+    through its model, size, the type it names and f, so the groups whose
+    gain qualifies are ranked once per such kind of start (`_ranked`), and
+    a start searches them, highest gain first, for the first member that
+    saves enough.
     """
 
     def __init__(self, policy: _Affinities, view: ClusterView, types: _Types) -> None:
@@ -74,6 +76,11 @@ class Partners:
             self._sized.setdefault(key[0], []).append(key)
         # (group, f) -> each member's seconds saved on f over s, and their maximum.
         self._saved: dict[tuple[tuple[int, str, str | None], str], tuple[list[float], float]] = {}
+        # (model, GPUs, GPU type named, f) of a start -> the groups it may trade with.
+        self._ranks: dict[
+            tuple[str | None, int, str | None, str],
+            list[tuple[float, tuple[int, str, str | None], dict[str, float]]],
+        ] = {}
 
     def _savings(
         self, key: tuple[int, str, str | None], f: str, aff_r: dict[str, float]
@@ -85,20 +92,41 @@ class Partners:
             got = self._saved[(key, f)] = (saved, max(saved))
         return got
 
+    def _ranked(
+        self, a: JobView, f: str, aff_a: dict[str, float]
+    ) -> list[tuple[float, tuple[int, str, str | None], dict[str, float]]]:
+        """The groups a start of `a` on `f` may trade with, gain first: those of its
+        size on another type `a` may go on, whose gain reaches `min_gain`. Their
+        gain depends on `a` only through its affinities (its model and size) and
+        the type it names, so starts alike share one list."""
+        key_a = (a.model, a.gpus, a.gpu_type, f)
+        got = self._ranks.get(key_a)
+        if got is None:
+            types, policy = self._types, self._policy
+            got = []
+            for key in self._sized.get(a.gpus, ()):
+                n, s, _ = key
+                if s == f or not allowed(a, s):
+                    continue
+                aff_r = policy.affinity(self._groups[key][0][1], types, n)
+                gain = (aff_r[f] / aff_r[s]) / (aff_a[f] / aff_a[s])
+                if gain >= policy.min_gain:
+                    got.append((gain, key, aff_r))
+            # Highest gain first; among equal gains any order (the search below
+            # takes the earliest job of all of them).
+            got.sort(key=_gain, reverse=True)
+            self._ranks[key_a] = got
+        return got
+
     def best(self, a: JobView, f: str, moved: set[int]) -> JobView | None:
-        types, policy = self._types, self._policy
-        aff_a = policy.affinity(a, types)
+        types = self._types
+        aff_a = self._policy.affinity(a, types)
         best: tuple[float, int, JobView] | None = None  # (gain, position, job)
-        # The choice does not depend on the order the groups are judged in.
-        for key in self._sized.get(a.gpus, ()):
+        for gain, key, aff_r in self._ranked(a, f, aff_a):
+            if best is not None and gain < best[0]:
+                break  # the rest gain less
             members = self._groups[key]
-            n, s, _ = key
-            if s == f or not allowed(a, s):
-                continue
-            aff_r = policy.affinity(members[0][1], types, n)
-            gain = (aff_r[f] / aff_r[s]) / (aff_a[f] / aff_a[s])
-            if gain < policy.min_gain or (best is not None and gain < best[0]):
-                continue
+            s = key[1]
             lost = saving(types, a, aff_a[s], aff_a[f])
             saved, most = self._savings(key, f, aff_r)
             if not most > lost:
@@ -110,3 +138,7 @@ class Partners:
                     best = (gain, i, r)
                     break
         return None if best is None else best[2]
+
+
+def _gain(entry: tuple[float, tuple[int, str, str | None], dict[str, float]]) -> float:
+    return entry[0]

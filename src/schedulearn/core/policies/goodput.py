@@ -68,6 +68,7 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
 from schedulearn.core.goodput import GoodputModel, JobGoodput
 from schedulearn.core.placement import FreePool, largest_node_gpus
+from schedulearn.core.policies.goodput_kept import KeptWeights
 from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import can_retake
 from schedulearn.core.registry import register
@@ -121,6 +122,8 @@ class Goodput:
         self.explore = float(explore)
         self.floor = float(floor)
         self.ceiling = float(ceiling)
+        # Waiting jobs' weighing from the last pass (a cache, `goodput_kept`).
+        self._kept: KeptWeights[_Job] = KeptWeights()
 
     # --- values --------------------------------------------------------------
 
@@ -138,10 +141,22 @@ class Goodput:
         # allocated): a pass over thousands of waiting jobs meets few distinct sizes.
         # Read only, so shared.
         grids: dict[tuple[int, int, int], tuple[list[int], dict[int, float]]] = {}
+        # What a waiting job's weighing depends on besides its view (`goodput_kept`).
+        kept = self._kept
+        kept.begin(
+            (node_size, total, exponent, restart, penalty, self.explore, self.floor, self.ceiling)
+        )
         for job in (*view.running, *view.pending):
             if job.placement is not None and not job.preemptible:
                 continue
             info = reports.get(job.id) if reports else None
+            keep = info is None and kept.keepable(job)
+            if keep and (hit := kept.get(job)) is not None:
+                entry, weight = hit
+                if weight > urgent:
+                    urgent = weight
+                jobs.append(entry)
+                continue
             speeds: dict[int, float] | None
             work: float | None
             if info is None:
@@ -186,7 +201,11 @@ class Goodput:
                     t = work / s
                     v *= t / (t + cost)
                 values[a] = v
-            jobs.append(_Job(job, counts, values))
+            entry = _Job(job, counts, values)
+            if keep:
+                kept.put(job, entry, weight)
+            jobs.append(entry)
+        kept.end()
         # Unknown speed: most urgent, linear speedup. With nothing to weigh a
         # restart against, a running job keeps its GPUs ahead of a waiting one
         # (no preemption to start a job of unknown worth) and is resized last.

@@ -124,6 +124,15 @@ class _Types:
         # GPUs, GPU type named): read for every job, so kept without hashing `shape`.
         self.affinities: dict[tuple[str | None, int], dict[str, float]] = {}
         self.best: dict[tuple[str | None, int, str | None], float] = {}
+        # Also filled by `_remaining_work`, in its one read of every waiting job:
+        # the waiting jobs that ask for GPUs, grouped by (model, GPUs, GPU type
+        # named), jobs alike in all that the rule treats alike but for their work
+        # and wait; the jobs of no GPUs; and those past `max_wait`, in queue order.
+        self.waiting: dict[tuple[str | None, int, str | None], _Alike] = {}
+        self.no_gpus: list[JobView] = []
+        self.urgent: list[JobView] = []
+        # The jobs started in this pass (`_start`), by id.
+        self.started: dict[int, JobView] = {}
 
     def single(self, placement: Placement) -> str | None:
         """The placement's one GPU type, or None when it mixes types."""
@@ -133,6 +142,18 @@ class _Types:
     def take(self, placement: Placement, sign: int = 1) -> None:
         for name, gpus in placement:
             self.free[self.of[name]] = self.free.get(self.of[name], 0) - sign * len(gpus)
+
+
+class _Alike:
+    """Waiting jobs of one (model, GPUs, GPU type named), in queue order: their ids,
+    when each last entered the queue, and their views."""
+
+    __slots__ = ("ids", "jobs", "since")
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.since: list[float] = []
+        self.jobs: list[JobView] = []
 
 
 @register
@@ -188,13 +209,7 @@ class Similarity:
             return []  # nothing to start and, on one GPU type, nothing to move
         self._remaining_work(view, types)
         decisions: list[Decision] = []
-        now, wait = view.now, self.max_wait
-        # j.waiting_since, inline: this reads every waiting job.
-        urgent = [
-            j
-            for j in view.pending
-            if now - (j.submitted_at if j.queued_at is None else j.queued_at) >= wait
-        ]
+        urgent = types.urgent
         for job in sorted(urgent, key=lambda j: (j.waiting_since, _batch_rank(j, types), j.id)):
             placement = self._place_urgent(pool, job, types)
             if placement is None:
@@ -245,21 +260,63 @@ class Similarity:
         running job also loses what it did since its segment began. Jobs without
         an estimate get the median W of those with one (1.0 when none has one,
         which makes the ranking the plain affinity one).
+
+        The same read of every waiting job groups them (`_Types.waiting`,
+        `no_gpus`) and finds those past `max_wait` (`urgent`): on a backlog of
+        thousands each read of every job costs, so there is one.
         """
         known: dict[int, float] = {}
-        jobs = (*view.pending, *view.running)
-        now = view.now
-        for job in jobs:
-            left = self._left_on_best(job, now, types)
-            if left is not None:
-                types.fastest[job.id], known[job.id] = left
+        now, wait = view.now, self.max_wait
+        fastest, bests, waiting = types.fastest, types.best, types.waiting
+        urgent, no_gpus = types.urgent, types.no_gpus
+        # Each job's work times its GPUs (at least 1), pending then running; a job
+        # without an estimate holds its GPUs here until the default is known.
+        shares: list[float] = []
+        unknown: list[tuple[int, int]] = []  # (position in shares, job id)
+        for job in view.pending:
+            gpus = job.gpus
+            since = job.submitted_at if job.queued_at is None else job.queued_at
+            if now - since >= wait:
+                urgent.append(job)
+            if not gpus:
+                no_gpus.append(job)
+            else:
+                key = (job.model, gpus, job.gpu_type)
+                group = waiting.get(key)
+                if group is None:
+                    group = waiting[key] = _Alike()
+                group.ids.append(job.id)
+                group.since.append(since)
+                group.jobs.append(job)
+                if job.placement is None and job.progress is None:
+                    # `_left_on_best` of a waiting job without progress, inline.
+                    best = bests.get(key)
+                    if best is not None and job.estimated_duration is not None:
+                        left = max(0.0, job.remaining_at(now) or 0.0)
+                        fastest[job.id] = left
+                        w = known[job.id] = left * best
+                        shares.append(w * gpus)
+                        continue
+            got = self._left_on_best(job, now, types)
+            if got is None:
+                unknown.append((len(shares), job.id))
+                shares.append(float(gpus or 1))
+            else:
+                fastest[job.id], known[job.id] = got
+                shares.append(got[1] * (gpus or 1))
+        for job in view.running:
+            got = self._left_on_best(job, now, types)
+            if got is None:
+                unknown.append((len(shares), job.id))
+                shares.append(float(job.gpus or 1))
+            else:
+                fastest[job.id], known[job.id] = got
+                shares.append(got[1] * (job.gpus or 1))
         default = _median(list(known.values())) if known else 1.0
-        work: dict[int, float] = {}
-        shares: list[float] = []  # each job's work times its GPUs (at least 1)
-        for j in jobs:
-            w = work[j.id] = known.get(j.id, default)
-            shares.append(w * (j.gpus or 1))
-        types.work = work
+        for at, job_id in unknown:
+            known[job_id] = default
+            shares[at] *= default
+        types.work = known
         # The drain time: all remaining work spread evenly over every GPU.
         gpus = sum(types.total.values()) or 1
         types.drain = sum(shares) / gpus
@@ -300,40 +357,48 @@ class Similarity:
         self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
     ) -> None:
         started = {d.job_id for d in decisions}
-        pairs: list[tuple[float, float, int, str, JobView]] = []
-        mixed: list[JobView] = []
         free, work = types.free, types.work
-        # Per affinity table, each type's saving factor: `saving(types, job, 1.0, score)`
-        # is the job's work times it, computed once for thousands of jobs.
-        factors: dict[int, list[tuple[str, float]]] = {}
-        for job in view.pending:
-            if job.id in started:
+        # CPU-only jobs, and those bigger than any one type (which may mix types).
+        mixed = [j for j in types.no_gpus if j.id not in started]
+        pairs: list[tuple[float, float, int, str, JobView]] = []
+        for (_, gpus, named), group in types.waiting.items():
+            ids, sinces, jobs = group.ids, group.since, group.jobs
+            if types.started:  # starving jobs started already
+                kept = [k for k, i in enumerate(ids) if i not in started]
+                ids, sinces, jobs = (
+                    [ids[k] for k in kept],
+                    [sinces[k] for k in kept],
+                    [jobs[k] for k in kept],
+                )
+            if not types.total or (gpus > types.largest and not named):
+                mixed.extend(jobs)
                 continue
-            gpus = job.gpus
-            if not gpus or not types.total or (gpus > types.largest and not job.gpu_type):
-                mixed.append(job)  # CPU-only, or bigger than any one type
-                continue
-            affinity = self.affinity(job, types)
-            per_type = factors.get(id(affinity))
-            if per_type is None:
-                per_type = factors[id(affinity)] = [
-                    (t, 1.0 / 1.0 - 1.0 / score) for t, score in affinity.items()
-                ]
-            since = job.submitted_at if job.queued_at is None else job.queued_at
-            named, left = job.gpu_type, work[job.id]
-            for gpu_type, factor in per_type:
-                # allowed(job, gpu_type), inline: this runs for every waiting job.
-                if (not named or named == gpu_type) and free.get(gpu_type, 0) >= gpus:
-                    pairs.append((-(left * factor), since, job.id, gpu_type, job))
+            # Alike in model and GPUs: one affinity table, so each type's saving
+            # factor and whether it has room are judged once for the group.
+            affinity = self.affinity(group.jobs[0], types)
+            lefts = [work[i] for i in ids]
+            for gpu_type, score in affinity.items():
+                if not allowed(group.jobs[0], gpu_type) or free.get(gpu_type, 0) < gpus:
+                    continue
+                # `saving(types, job, 1.0, score)` is the job's work times this.
+                factor = 1.0 / 1.0 - 1.0 / score
+                pairs.extend(
+                    [
+                        (-(left * factor), since, i, gpu_type, j)
+                        for left, since, i, j in zip(lefts, sinces, ids, jobs, strict=True)
+                    ]
+                )
         # (job id, type) is unique, so the sort never compares the views themselves.
         pairs.sort()
         for _, _, job_id, gpu_type, job in pairs:
-            if job_id in started or types.free.get(gpu_type, 0) < job.gpus:
+            if job_id in started or free.get(gpu_type, 0) < job.gpus:
                 continue
             placement = pool.pack(_as(job, gpu_type))
             if placement is not None:
                 _start(pool, types, job, placement, decisions)
                 started.add(job_id)
+                if free.get(gpu_type, 0) <= 0 and all(n <= 0 for n in free.values()):
+                    break  # every later pair needs a GPU, and every type is full
         for job in sorted(mixed, key=lambda j: (j.waiting_since, j.id)):
             placement = pool.pack(job)
             if placement is not None:
@@ -343,7 +408,7 @@ class Similarity:
         self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
     ) -> list[Decision]:
         partners = Partners(self, view, types)
-        pending = {j.id: j for j in view.pending}
+        pending = types.started
         moved = {d.job_id for d in decisions if isinstance(d, Resize)}
         out: list[Decision] = []
         for d in decisions:
@@ -383,18 +448,24 @@ class Similarity:
             # Waiting jobs alike in model, size and GPU type share their affinities,
             # so the most any of them saves is at the least or the most work among
             # them (a job saves its work times a factor of the pair of types).
-            alike: dict[tuple[str | None, int, str | None], tuple[JobView, float, float]] = {}
-            for job in view.pending:
-                if job.id in started or not job.gpus or job.gpus > types.largest:
+            alike: list[tuple[JobView, float, float]] = []
+            works = types.work
+            for (_, gpus, _), group in types.waiting.items():
+                if gpus > types.largest:
                     continue
-                work = types.work[job.id]
-                key = (job.model, job.gpus, job.gpu_type)
-                seen = alike.get(key)
-                if seen is None:
-                    alike[key] = (job, work, work)
-                elif work < seen[1] or work > seen[2]:
-                    alike[key] = (seen[0], min(seen[1], work), max(seen[2], work))
-            for job, least, most in alike.values():
+                if started:
+                    kept = [
+                        (i, j)
+                        for i, j in zip(group.ids, group.jobs, strict=True)
+                        if i not in started
+                    ]
+                    if not kept:
+                        continue
+                    first, ws = kept[0][1], [works[i] for i, _ in kept]
+                else:
+                    first, ws = group.jobs[0], [works[i] for i in group.ids]
+                alike.append((first, min(ws), max(ws)))
+            for job, least, most in alike:
                 aff = self.affinity(job, types)
                 for f in aff:
                     for s_ in aff:
@@ -405,14 +476,14 @@ class Similarity:
                             rival_saving[key2] = max(rival_saving.get(key2, 0.0), saved)
         # Room the biggest still-waiting job could use on each type: keep it free.
         sizes: dict[str | None, set[int]] = {}  # by the GPU type a job names
-        for job in view.pending:
-            if job.id not in started and job.gpus:
-                sizes.setdefault(job.gpu_type, set()).add(job.gpus)
+        for (_, gpus, named), group in types.waiting.items():
+            if not started or any(i not in started for i in group.ids):
+                sizes.setdefault(named, set()).add(gpus)
         keep = dict.fromkeys(types.total, 0)
-        for named, gpus in sizes.items():
+        for named, wanted in sizes.items():
             for gpu_type, total in types.total.items():
                 if not named or named == gpu_type:
-                    keep[gpu_type] = max([keep[gpu_type], *(g for g in gpus if g <= total)])
+                    keep[gpu_type] = max([keep[gpu_type], *(g for g in wanted if g <= total)])
         moves: list[tuple[float, float, int, str, JobView, int]] = []
         for job in view.running:
             if job.id in started or not job.preemptible or job.placement is None:
@@ -484,6 +555,7 @@ def _start(
 ) -> None:
     pool.take(job, placement)
     types.take(placement)
+    types.started[job.id] = job
     decisions.append(Start(job.id, placement))
 
 

@@ -1,0 +1,103 @@
+"""Goodput kept across passes decides as a fresh goodput (`policies.goodput_kept`).
+
+The live server keeps one policy object and the waiting jobs' view objects
+from pass to pass, so the second pass onward weighs most waiting jobs from
+the cache; `test_pass_replay.py` creates a fresh policy per snapshot and
+never reaches it. Here one policy object decides pass after pass on
+snapshots rebuilt as the server rebuilds them (new node and running views,
+the same waiting views), and on snapshots whose cluster changed under the
+same waiting views, and each pass must equal a fresh policy's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from schedulearn.core import ClusterView, JobView, Placement, Policy, create
+from schedulearn.core.policies.goodput import Goodput
+from schedulearn.core.policies.goodput_kept import KeptWeights
+from schedulearn.sim.snapshots import Shape, scale_view
+
+
+def _rebuilt(view: ClusterView, now: float, nodes: int | None = None) -> ClusterView:
+    """`view` as the server's next pass reads it: new node and running views, the
+    same waiting views in a new tuple; optionally only its first `nodes` nodes."""
+    kept = view.nodes if nodes is None else view.nodes[:nodes]
+    on = {n.name for n in kept}
+    running = tuple(
+        replace(j) for j in view.running if j.placement and set(j.placement.nodes) <= on
+    )
+    return ClusterView(now, tuple(replace(n) for n in kept), tuple([*view.pending]), running)
+
+
+def _decisions(policy: Policy, view: ClusterView) -> list[str]:
+    return [repr(d) for d in policy.decide(view)]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        Shape(nodes=60, pending=400),
+        Shape(nodes=60, pending=400, elastic_share=0.5, free_share=0.3),
+        Shape(nodes=40, gpus_per_node=4, pending=300, free_share=0.6),
+    ],
+)
+def test_a_kept_policy_decides_each_pass_as_a_fresh_one(shape: Shape) -> None:
+    view = scale_view(shape, 5)
+    kept = create("goodput")
+    assert isinstance(kept, Goodput)
+    for k in range(4):
+        # Rebuilt as the server does, or (as a host that keeps every view may hand
+        # them) the same job views with the clock far on: running jobs, whose weight
+        # moves with the clock, must not be kept.
+        later = view.now + 30_000.0 * k
+        this = _rebuilt(view, later) if k % 2 else replace(view, now=later)
+        assert _decisions(kept, this) == _decisions(create("goodput"), this)
+    # The waiting jobs were weighed from the cache (else this test proves nothing).
+    assert len(kept._kept._kept) > shape.pending // 2
+
+
+def test_a_changed_cluster_under_the_same_waiting_views_is_weighed_anew() -> None:
+    """Node size and GPU total are part of a waiting job's weighing: a pass on a
+    smaller cluster (a gang's counts and the jobs that fit change) must not reuse
+    the last pass's."""
+    big = scale_view(Shape(nodes=60, pending=400, elastic_share=0.6, free_share=0.5), 8)
+    kept = create("goodput")
+    assert isinstance(kept, Goodput)
+    _decisions(kept, big)
+    small = _rebuilt(big, big.now + 1, nodes=3)
+    assert _decisions(kept, small) == _decisions(create("goodput"), small)
+    # And a changed setting is a new key too.
+    kept.restart_cost = 300.0
+    again = _rebuilt(big, big.now + 2)
+    fresh = create("goodput", restart_cost=300.0)
+    assert _decisions(kept, again) == _decisions(fresh, again)
+
+
+def test_the_cache_answers_only_for_the_same_view_under_the_same_key() -> None:
+    job = JobView(id=1, submitted_at=0.0, gpus=2, estimated_duration=100.0)
+    kept: KeptWeights[str] = KeptWeights()
+    kept.begin(("cluster", 8))
+    assert kept.get(job) is None
+    kept.put(job, "entry", 0.5)
+    kept.end()
+    kept.begin(("cluster", 8))
+    assert kept.get(replace(job)) is None  # an equal view, not the same one
+    assert kept.get(job) == ("entry", 0.5)
+    kept.end()
+    kept.begin(("cluster", 8))
+    assert kept.get(job) == ("entry", 0.5)  # met last pass, so kept
+    kept.end()
+    kept.begin(("cluster", 4))  # another key: all forgotten
+    assert kept.get(job) is None
+    kept.end()
+    kept.begin(("cluster", 4))
+    kept.end()  # a pass that did not meet it drops it
+    kept.begin(("cluster", 4))
+    assert kept.get(job) is None
+    # Only a view that waits and never started is a function of itself.
+    assert KeptWeights.keepable(job)
+    assert not KeptWeights.keepable(replace(job, started_at=5.0))
+    assert not KeptWeights.keepable(replace(job, placement=Placement.single("n0", [0, 1])))
