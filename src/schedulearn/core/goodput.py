@@ -300,11 +300,11 @@ def fit_throughput(samples: tuple[StepSample, ...]) -> ThroughputParams:
             alpha_c, beta_c = mean / 2, mean / 2 / (sum(bszs) / len(bszs))
     # The network and its overlap with compute are fitted to the whole steps: the
     # exposed sync time alone shrinks as the compute grows (`core.goodput_fit`).
-    points = [
+    points = tuple(
         NetPoint(s.nodes, s.replicas, alpha_c + beta_c * s.atomic_bsz, s.step_time)
         for s in samples
         if s.replicas > 1
-    ]
+    )
     alpha_r, beta_r, alpha_n, beta_n, gamma = fit_network(points)
     return ThroughputParams(alpha_c, beta_c, alpha_r, beta_r, alpha_n, beta_n, gamma)
 
