@@ -56,17 +56,22 @@ def _submit(c: Cluster, token: str, *args: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def jobs(cluster: Cluster) -> dict[str, Any]:
+def jobs(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Alice's failed 2-GPU job, Bob's job that waited for it, Alice's cancelled one."""
     alice, bob = _token(cluster, "alice"), _token(cluster, "bob")
+    # The failed job holds both GPUs until the cancel is in (then 3 s more):
+    # on a loaded machine two CLI calls can take longer than a fixed sleep.
+    go = tmp_path_factory.mktemp("acct") / "cancelled"
     failed = _submit(
         cluster, alice, "--name", "secret-name-ok", "--gpus", "2",
-        "--env", "PRIVATE=hidden-value", "--", "sh", "-c", "sleep 3; exit 3",
+        "--env", "PRIVATE=hidden-value", "--",
+        "sh", "-c", f"until [ -e {go} ]; do sleep 0.05; done; sleep 3; exit 3",
     )  # fmt: skip
     cluster.wait_state(failed, {"running"})
     waited = _submit(cluster, bob, "--gpus", "2", "--", "true")
     cancelled = _submit(cluster, alice, "--gpus", "1", "--", "true")
     _ok(_cli(cluster, alice, "cancel", str(cancelled)))
+    go.touch()
     cluster.wait_final([failed, waited, cancelled])
     return {"bob": bob, "alice": alice, "failed": failed, "waited": waited, "cancelled": cancelled}
 
