@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from served import Served, ServedApi
@@ -32,6 +33,8 @@ from wire_agent import WireAgent
 from schedulearn.protocol import HeartbeatReply
 from schedulearn.server.db import Database
 from waiting import wait_until
+
+NODE_TIMEOUT = 3.0
 
 
 @pytest.fixture(params=["0", "0.5"], ids=["written-before-reply", "from-memory"])
@@ -44,7 +47,7 @@ def served(
         database_url,
         tmp_path / "server.log",
         heartbeat_seconds="0.5",
-        node_timeout_seconds="3",
+        node_timeout_seconds=str(NODE_TIMEOUT),
         heartbeat_flush_seconds=request.param,
         tick_seconds="0.2",
     ).start()
@@ -55,11 +58,19 @@ def served(
         server.stop()
 
 
-def healthy(api: ServedApi, name: str) -> bool:
+def node_row(api: ServedApi, name: str) -> dict[str, Any]:
     r = api.get("/api/v1/nodes")
     assert r.status_code == 200, r.text
     (node,) = [n for n in r.json()["items"] if n["name"] == name]
-    return bool(node["healthy"])
+    return dict(node)
+
+
+def healthy(api: ServedApi, name: str) -> bool:
+    return bool(node_row(api, name)["healthy"])
+
+
+def last_seen(api: ServedApi, name: str) -> float:
+    return float(node_row(api, name)["last_seen"])
 
 
 def lock_waiters(database: Database) -> int:
@@ -90,12 +101,23 @@ def test_a_heartbeat_committed_as_the_reaper_writes_keeps_its_node_up(
     try:
         with database.engine.connect() as conn:
             conn.execute(text("SELECT name FROM node WHERE name = 'n1' FOR UPDATE"))
+            # The node has been silent since it registered. Its heartbeat
+            # comes late in the node timeout, so that it is recent still when
+            # the reaper, a moment later, finds the node silent in the
+            # database (the heartbeat not committed) and writes it down; a
+            # heartbeat older than the reaper's cutoff rightly changes nothing
+            # (the lease its reply grants has ended by then).
+            silent_since = last_seen(served, "n1")
+            wait_until(
+                lambda: time.time() >= silent_since + NODE_TIMEOUT - 0.8,
+                30,
+                "the node timeout to be nearly over",
+            )
             beat = threading.Thread(target=lambda: replies.append(node.heartbeat()), daemon=True)
             beat.start()
             wait_until(lambda: lock_waiters(database) >= 1, 30, "the heartbeat to wait")
-            # The node has been silent since it registered: past the node
-            # timeout the reaper finds it, and its write waits behind the
-            # heartbeat's.
+            # Past the node timeout the reaper finds the node, and its write
+            # waits behind the heartbeat's.
             wait_until(lambda: lock_waiters(database) >= 2, 60, "the reaper to wait")
             conn.rollback()
         beat.join(60)
