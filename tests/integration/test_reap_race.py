@@ -34,7 +34,7 @@ from schedulearn.protocol import HeartbeatReply
 from schedulearn.server.db import Database
 from waiting import wait_until
 
-NODE_TIMEOUT = 3.0
+NODE_TIMEOUT = 5.0
 
 
 @pytest.fixture(params=["0", "0.5"], ids=["written-before-reply", "from-memory"])
@@ -73,17 +73,19 @@ def last_seen(api: ServedApi, name: str) -> float:
     return float(node_row(api, name)["last_seen"])
 
 
-def lock_waiters(database: Database) -> int:
-    """How many of the server's backends wait on a lock."""
+def lock_waiters(database: Database) -> list[str]:
+    """The statements of the server's backends that wait on a lock, in the
+    order they began to wait."""
     with database.engine.connect() as conn:
-        return int(
-            conn.execute(
+        return [
+            str(q)
+            for (q,) in conn.execute(
                 text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    "SELECT query FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' ORDER BY state_change"
                 )
-            ).scalar_one()
-        )
+            )
+        ]
 
 
 def test_a_heartbeat_committed_as_the_reaper_writes_keeps_its_node_up(
@@ -109,16 +111,20 @@ def test_a_heartbeat_committed_as_the_reaper_writes_keeps_its_node_up(
             # (the lease its reply grants has ended by then).
             silent_since = last_seen(served, "n1")
             wait_until(
-                lambda: time.time() >= silent_since + NODE_TIMEOUT - 0.8,
+                lambda: time.time() >= silent_since + NODE_TIMEOUT - 2.0,
                 30,
                 "the node timeout to be nearly over",
             )
             beat = threading.Thread(target=lambda: replies.append(node.heartbeat()), daemon=True)
             beat.start()
-            wait_until(lambda: lock_waiters(database) >= 1, 30, "the heartbeat to wait")
+            wait_until(lambda: lock_waiters(database), 30, "the heartbeat to wait")
             # Past the node timeout the reaper finds the node, and its write
             # waits behind the heartbeat's.
-            wait_until(lambda: lock_waiters(database) >= 2, 60, "the reaper to wait")
+            waiting = wait_until(
+                lambda: lock_waiters(database), 60, "the reaper", until=lambda w: len(w) >= 2
+            )
+            # The heartbeat's write first, the reaper's behind it.
+            assert "SET last_seen" in waiting[0] and "SET healthy" in waiting[1], waiting
             conn.rollback()
         beat.join(60)
     finally:
