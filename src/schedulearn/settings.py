@@ -111,14 +111,12 @@ class ServerSettings(BaseSettings):
         default=10.0, gt=0, description="A node silent this long is marked down"
     )
     heartbeat_flush_seconds: float = Field(
-        # 0 by default until a lease lapse seen once in CI with 0.5 (a loaded
-        # 2-core machine, an e2e test's 3 s node timeout) is traced.
-        default=0.0,
+        default=0.5,
         ge=0,
-        description="Above 0: a heartbeat from a node known to be up is answered at once and "
-        "written with the others heard meanwhile, in one transaction this often (liveness "
-        "is soft state: a crash loses at most these seconds of it; 0.5 suits hundreds of "
-        "nodes); 0: each heartbeat is written in its own transaction before its reply",
+        description="A heartbeat from a node known to be up is answered at once and written "
+        "with the others heard meanwhile, in one transaction this often (liveness is soft "
+        "state: a crash loses at most these seconds of it); 0: each heartbeat is written "
+        "in its own transaction before its reply",
     )
     lease_seconds: float | None = Field(
         default=None,

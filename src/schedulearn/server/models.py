@@ -82,6 +82,20 @@ class Job(_Table, table=True):
             sqlite_where=text("dependency IS NOT NULL"),
             postgresql_where=text("dependency IS NOT NULL"),
         ),
+        # And whether a waiting job resumes on a drained placement, or needs
+        # no GPU (`scheduling.resume`, `snapshot.could_change`; migration 0020).
+        Index(
+            "ix_job_resuming",
+            "state",
+            sqlite_where=text("resume_kind IS NOT NULL"),
+            postgresql_where=text("resume_kind IS NOT NULL"),
+        ),
+        Index(
+            "ix_job_gpuless",
+            "state",
+            sqlite_where=text("gpus = 0 OR min_gpus = 0"),
+            postgresql_where=text("gpus = 0 OR min_gpus = 0"),
+        ),
     )
 
     id: int | None = Field(default=None, primary_key=True)

@@ -176,6 +176,18 @@ _ANY_SILENT = (
 
 
 _HEALTHY = select(func.count()).select_from(_NODES).where(_NODES.c.healthy == True)  # noqa: E712
+# Marks one node down only if it is still silent as the write takes its row:
+# a heartbeat written meanwhile on another database thread (PostgreSQL) has
+# been answered with a lease, and its node must stay up.
+_DOWN = (
+    update(_NODES)
+    .where(
+        _NODES.c.name == bindparam("node"),
+        _NODES.c.healthy == True,  # noqa: E712
+        _NODES.c.last_seen < bindparam("cutoff"),
+    )
+    .values(healthy=False)
+)
 
 
 def healthy_nodes(session: Session) -> int:
@@ -214,9 +226,13 @@ def reap(
     if claim is not None:
         unheard = claim([n.name for n in silent], cutoff)
         silent = [n for n in silent if n.name in unheard]
+    conn = session.connection()
     for node in silent:
-        node.healthy = False
-        session.add(node)
+        # Not `node.healthy = False`: that write would follow a heartbeat that
+        # committed since the read above (its row lock released to us), and
+        # mark down a node whose agent was just granted a lease.
+        if conn.execute(_DOWN, {"node": node.name, "cutoff": cutoff}).rowcount != 1:
+            continue
         changes.scheduler = True
         changes.nodes.add(node.name)
         for part in _live_parts_on(session, node.name):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import Dialect, Select, bindparam, exists, func, or_, select
+from sqlalchemy import Dialect, Select, bindparam, exists, func, literal_column, or_, select
 from sqlmodel import Session, col
 
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
@@ -368,9 +368,11 @@ def _count_on_healthy(column: Any) -> Any:
 _COULD_CHANGE = select(
     _count_on_healthy(Gpu.__table__.c.node) - _count_on_healthy(Allocation.__table__.c.node),
     exists().where(col(Job.state).in_(HOLDING), col(Job.preemptible)),
+    # Its zeros written in the SQL, as in the partial index `ix_job_gpuless`
+    # (migration 0020), so that a plan made without the parameters matches it too.
     exists().where(
         col(Job.state) == JobState.PENDING,
-        or_(col(Job.gpus) == 0, col(Job.min_gpus) == 0),
+        or_(col(Job.gpus) == literal_column("0"), col(Job.min_gpus) == literal_column("0")),
     ),
 )
 
