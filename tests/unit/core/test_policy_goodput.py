@@ -142,7 +142,10 @@ def snapshots(draw: st.DrawFn) -> ClusterView:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(view=snapshots(), spec=st.sampled_from(["goodput", "goodput:fairness=1:explore=4"]))
+@given(
+    view=snapshots(),
+    spec=st.sampled_from(["goodput", "goodput:fairness=1:explore=4", "goodput:share=true"]),
+)
 def test_a_pass_with_reports_is_valid_and_deterministic(view: ClusterView, spec: str) -> None:
     decisions = create(spec).decide(view)
     assert create(spec).decide(view) == decisions
