@@ -101,3 +101,13 @@ def test_the_cache_answers_only_for_the_same_view_under_the_same_key() -> None:
     assert KeptWeights.keepable(job)
     assert not KeptWeights.keepable(replace(job, started_at=5.0))
     assert not KeptWeights.keepable(replace(job, placement=Placement.single("n0", [0, 1])))
+
+
+def test_with_share_a_kept_policy_decides_each_pass_as_a_fresh_one() -> None:
+    # `share` adds its bonus to the values of the pass's waiting jobs: a kept
+    # weighing must not carry one pass's bonus into the next.
+    view = scale_view(Shape(nodes=60, pending=400, elastic_share=0.5, free_share=0.3), 5)
+    kept = create("goodput:share=true")
+    for k in range(4):
+        this = _rebuilt(view, view.now + 30_000.0 * k)
+        assert _decisions(kept, this) == _decisions(create("goodput:share=true"), this)

@@ -142,7 +142,10 @@ def snapshots(draw: st.DrawFn) -> ClusterView:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(view=snapshots(), spec=st.sampled_from(["goodput", "goodput:fairness=1:explore=4"]))
+@given(
+    view=snapshots(),
+    spec=st.sampled_from(["goodput", "goodput:fairness=1:explore=4", "goodput:share=true"]),
+)
 def test_a_pass_with_reports_is_valid_and_deterministic(view: ClusterView, spec: str) -> None:
     decisions = create(spec).decide(view)
     assert create(spec).decide(view) == decisions
@@ -218,3 +221,30 @@ def test_past_the_ceiling_jobs_of_unknown_length_weigh_alike_again() -> None:
     s2 = Scenario(node("a", 4))
     got = decide(s2, 0, [adaptive(1), adaptive(2)], reports, ceiling=0)
     assert starts(got)[1].num_gpus > starts(got).get(2, place({"a": []})).num_gpus
+
+
+def test_with_share_a_job_of_unknown_length_keeps_a_gpu_while_others_grow() -> None:
+    """`share`: a newcomer may take GPUs from an old job of unknown length, but not
+    its last one while every job's least count fits; by default the newcomer, far
+    more urgent (least attained service), takes all four."""
+    reports = {1: unknown_length(400_000, 1, 2), 2: unknown_length(10, 1, 2)}
+
+    def run(**opts: float) -> list[Decision]:
+        s = Scenario(node("a", 4))
+        s.run(adaptive(1, most=4), {"a": [0, 1]}, started_at=0.0)
+        return decide(s, 600, [adaptive(2, most=4)], reports, **opts)
+
+    assert 1 in preempts(run())
+    got = run(share=True)
+    assert 2 in starts(got) and 1 not in preempts(got)
+
+
+def test_with_share_a_job_of_known_length_may_still_be_stopped() -> None:
+    """Shortest remaining time first keeps its gain: a long job whose remaining work
+    is known is not guarded by `share`."""
+    s = Scenario(node("a", 4))
+    s.run(adaptive(1, most=4), {"a": [0, 1, 2, 3]}, started_at=0.0)
+    got = decide(
+        s, 600, [adaptive(2, most=4)], {1: report(1e7, 1, 2, 4), 2: report(2e4, 1, 2)}, share=True
+    )
+    assert 1 in preempts(got) and starts(got)[2].num_gpus == 4
