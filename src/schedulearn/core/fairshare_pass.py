@@ -138,7 +138,7 @@ class SharePass(ReclaimingPass):
             if name == mine:
                 # The inner policy reorders its queue's own jobs (tiresias's
                 # least attained service first), but a queue below its
-                # guarantee does not lose GPUs by it.
+                # guarantee does not lose the GPUs that count against it.
                 if fitting_after < min(s.guaranteed, s.fitting):
                     return False
                 continue
