@@ -7,9 +7,11 @@ one, as on Philly), once with half the GPUs free (held by running jobs
 placed at random, so the free GPUs are scattered) and once with the
 cluster full (nothing can start). The policy object is kept between
 passes, as the live server keeps it; one pass warms it and is not
-counted. Each pass gets a snapshot built anew the way the live server
-builds one (`server.services.snapshot.build`): new node, GPU and
-running-job views and a new tuple of waiting jobs, whose views are the
+counted. The garbage collector is held off in a pass, as the live server
+holds it (`server.collector`; `--collector-on` leaves it on). Each pass
+gets a snapshot built anew the way the live server builds one
+(`server.services.snapshot.build`): new node, GPU and running-job views
+and a new tuple of waiting jobs, whose views are the
 same objects from pass to pass (the server keeps them in its
 `PendingCache`), and a clock one second on. (`--same-view` hands every
 pass the one snapshot object instead, which lets caches keyed by
@@ -42,6 +44,7 @@ from machine import describe, speed_line
 
 from schedulearn.core import ClusterView, Placement, create
 from schedulearn.core.eligibility import schedulable
+from schedulearn.server.collector import collector_held
 from schedulearn.sim.snapshots import TYPES, Shape, scale_view
 
 POLICIES = "fifo,tiresias,srtf,goodput,similarity,similarity/3 types,defrag,round-robin"
@@ -49,9 +52,14 @@ GOALS = {"defrag": (100.0, 100.0), "round-robin": (100.0, 100.0)}
 DEFAULT_GOAL = (50.0, 10.0)  # ms with half free, ms when full
 
 
-def one_pass(policy: object, view: ClusterView) -> int:
+def one_pass(policy: object, view: ClusterView, collector: bool = False) -> int:
+    """One pass, with the garbage collector held off as the live server holds
+    it (`server.collector`), or left on (`collector`)."""
     decide = policy.decide  # type: ignore[attr-defined]
-    return len(decide(schedulable(view)))
+    if collector:
+        return len(decide(schedulable(view)))
+    with collector_held():
+        return len(decide(schedulable(view)))
 
 
 def rebuilt(view: ClusterView, now: float) -> ClusterView:
@@ -67,17 +75,17 @@ def rebuilt(view: ClusterView, now: float) -> ClusterView:
 
 
 def timed(
-    spec: str, view: ClusterView, runs: int, same_view: bool = False
+    spec: str, view: ClusterView, runs: int, same_view: bool = False, collector: bool = False
 ) -> tuple[list[float], list[float], int]:
     """Wall and CPU milliseconds of each of `runs` passes (after one warm-up), and
     the decisions of the last pass."""
     policy = create(spec)
-    decided = one_pass(policy, view)
+    decided = one_pass(policy, view, collector)
     times, cpu = [], []
     for k in range(runs):
         this = view if same_view else rebuilt(view, view.now + k + 1)
         t0, c0 = time.perf_counter(), time.process_time()
-        decided = one_pass(policy, this)
+        decided = one_pass(policy, this, collector)
         times.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
     return times, cpu, decided
@@ -103,6 +111,11 @@ def main() -> int:
         "--same-view",
         action="store_true",
         help="hand every pass the one snapshot object (not rebuilt as the live server does)",
+    )
+    parser.add_argument(
+        "--collector-on",
+        action="store_true",
+        help="leave the garbage collector on in the passes (the live server holds it off)",
     )
     args = parser.parse_args()
 
@@ -143,6 +156,7 @@ def main() -> int:
         f"half free: {half.free_gpus:,} GPUs free, {len(half.running):,} running; "
         f"{args.runs} timed passes a cell (p99 of so few is near the slowest); "
         + ("one snapshot object for every pass" if args.same_view else "snapshot rebuilt each pass")
+        + ("; collector on in passes" if args.collector_on else "; collector held off as live")
     )
     print(
         "wall ms p50 and p99 of the timed passes; CPU ms of the fastest (least moved by other load)"
@@ -156,7 +170,8 @@ def main() -> int:
         goal = GOALS.get(name, DEFAULT_GOAL)
         cells = []
         for full in (False, True):
-            times, cpu, decided = timed(name, view_of(bool(typed), full), args.runs, args.same_view)
+            view = view_of(bool(typed), full)
+            times, cpu, decided = timed(name, view, args.runs, args.same_view, args.collector_on)
             cells.append((statistics.median(times), p99(times), min(cpu), decided))
         (hp50, hp99, hcpu, hd), (fp50, fp99, fcpu, fd) = cells
         met = "met" if hp99 <= goal[0] and fp99 <= goal[1] else "NOT met"

@@ -3,6 +3,7 @@ moves or resizes a job that is not marked preemptible."""
 
 from __future__ import annotations
 
+import gc
 from typing import ClassVar
 
 from server_api import Api
@@ -59,3 +60,36 @@ def test_a_rogue_policy_cannot_touch_a_job_not_preemptible(api: Api, database_ur
     shown = api.get(f"/api/v1/jobs/{job_id}").json()
     assert shown["state"] == "running" and shown["attempt"] == start.attempt
     assert node.work(wait=0.2).stops == []
+
+
+class Watcher:
+    """Decides nothing; notes whether the garbage collector was on meanwhile."""
+
+    name: ClassVar[str] = "watcher"
+    tick_seconds: ClassVar[float | None] = 1.0
+
+    def __init__(self) -> None:
+        self.collector_on: list[bool] = []
+
+    def order(self, view: ClusterView) -> QueueOrder:
+        return arrival_order(view, "in arrival order")
+
+    def decide(self, view: ClusterView) -> list[Decision]:
+        self.collector_on.append(gc.isenabled())
+        return []
+
+
+def test_a_pass_decides_with_the_collector_held_off(api: Api, database_url: str) -> None:
+    # Its collections come after the pass, not in bursts inside it (server.collector).
+    WireAgent(api, "n1", gpus=2).register()
+    api.post("/api/v1/jobs", json={"command": "train", "gpus": 1})
+    database = db.Database(database_url)
+    watcher = Watcher()
+    try:
+        assert gc.isenabled()
+        with database.session() as session:
+            scheduling.run_pass(session, watcher, 1e12)
+    finally:
+        database.close()
+    assert watcher.collector_on == [False]
+    assert gc.isenabled()

@@ -55,6 +55,7 @@ from schedulearn.core import (
 from schedulearn.core.views import ClusterView, rebuild
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.bulk import execute_many
+from schedulearn.server.collector import collector_held
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.services import dependencies, lifecycle, queues, reclaims, snapshot
 from schedulearn.server.states import StaleState, Step, transition, transition_many
@@ -179,9 +180,11 @@ def run_pass(
     result.resumed, result.started, result.nodes = resumed.resumed, resumed.started, resumed.nodes
     if not snap.view.pending and not policy.tick_seconds:
         return result
-    # Held jobs, array limits and drained nodes: the same for every policy.
-    view = eligibility.schedulable(snap.view)
-    decisions = policy.decide(view)
+    # The collector runs after the pass, not in bursts inside it (`collector`).
+    with collector_held():
+        # Held jobs, array limits and drained nodes: the same for every policy.
+        view = eligibility.schedulable(snap.view)
+        decisions = policy.decide(view)
     if not decisions:
         return result
     decisions = check(ledger_for(snap, view), as_moves(decisions), snap.jobs, result)
