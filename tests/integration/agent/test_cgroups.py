@@ -48,7 +48,9 @@ def _as_root() -> None:
 
 def _backend(version: str, tmp_path: Path) -> CgroupBackend:
     try:
-        return cgroupmounts.detect("v1" if version == "v1" else "v2", f"test.{tmp_path.name[-20:]}")
+        # The worker's pid apart: xdist workers give their tests the same tmp names.
+        name = f"test.{os.getpid()}.{tmp_path.name[-20:]}"
+        return cgroupmounts.detect("v1" if version == "v1" else "v2", name)
     except CgroupError as exc:
         if version == "v2":
             pytest.skip(f"no cgroup2 hierarchy here: {exc}")

@@ -5,6 +5,7 @@ server refuses as a whole is sent again event by event."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -129,7 +130,8 @@ def test_contained_starts_through_the_start_gate_report_together(
     at a time: docs/results.md 6.17)."""
     need_root("makes cgroups")
     store = StateStore(tmp_path / "state")
-    backend = cgroupmounts.detect("auto", f"test.{tmp_path.name[-20:]}")
+    # The worker's pid apart: xdist workers give the two databases' runs one tmp name.
+    backend = cgroupmounts.detect("auto", f"test.{os.getpid()}.{tmp_path.name[-20:]}")
 
     async def scenario() -> tuple[list[int], int, int]:
         client = AgentClient(server.url, AGENT_TOKEN)
