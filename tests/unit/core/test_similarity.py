@@ -177,3 +177,19 @@ def test_a_batch_past_max_wait_starts_critical_jobs_first_then_shortest_first() 
     s2 = Scenario(node("a", 2, "v100"))
     early = job(4, submitted_at=-1.0, model="flat", estimated_duration=5.0)
     assert started_ids(s2.decide(policy, 5, [*batch, early])) == [4, 3]
+
+
+def test_a_job_matched_to_a_gpu_type_still_needs_its_owners_account() -> None:
+    # The V100 node runs jobs as their owners and has only bob's account:
+    # alice's fast job, matched to V100s, may not go there (its K80 may).
+    from dataclasses import replace
+
+    from schedulearn.core.capabilities import NodeCapabilities, can_run
+
+    bob_only = NodeCapabilities(accounts=frozenset({"root", "bob"}))
+    v100 = replace(node("v", 2, "v100"), capabilities=bob_only)
+    s = Scenario(node("k", 2, "k80"), v100)
+    alice = job(1, model="fast", user="alice", account="alice")
+    decisions = s.decide(create("similarity", profiles=table()), 10, [alice])
+    assert starts(decisions) == {1: place({"k": [0]})}, decisions
+    assert not can_run(alice, v100)

@@ -547,6 +547,9 @@ def _as(job: JobView, gpu_type: str, gpus: int | None = None) -> JobView:
         model=job.model,
         image=job.image,
         constraints=job.constraints,
+        # Where it may run: a node that runs jobs as their owners needs its account.
+        user=job.user,
+        account=job.account,
     )
 
 
