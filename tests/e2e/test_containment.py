@@ -254,9 +254,13 @@ def test_a_fork_bomb_ends_only_its_own_job(site: Site) -> None:
     assert site.cluster.wait_final([beside])[beside].state == "succeeded"
     assert "forked 200" in site.cluster.log_text(beside)
     with site.cluster.client() as admin:
-        assert admin.job(bomb).state == "running"
-    assert site.a.http.post(f"/jobs/{bomb}/cancel").status_code == 200
-    site.cluster.wait_state(bomb, {"cancelled"})
+        state = admin.job(bomb).state
+    # Still running, or ended by its own limits (its shell can die in the
+    # storm before its `exec`; seen once in CI): either way it ends alone.
+    assert state in ("running", "failed"), state
+    if state == "running":
+        assert site.a.http.post(f"/jobs/{bomb}/cancel").status_code == 200
+        site.cluster.wait_state(bomb, {"cancelled"})
     _released(site, bomb)
     assert site.a.leftovers() == {}
     assert site.agent.alive
