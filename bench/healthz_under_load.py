@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 from machine import describe, speed_line
 
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 
 ADMIN = "bench-admin-token-0123456789abcdef"
 

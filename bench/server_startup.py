@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 from machine import describe, speed_line
 
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 
 _CLK = os.sysconf("SC_CLK_TCK")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 
 GIVES_UP_WITHIN = 10  # seconds; see the docstring
 

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from doc_blocks import Block, Mode, blocks, documents
 
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 from waiting import wait_until, wait_until_serving
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from schedulearn.cli.freeports import free_port
 from schedulearn.cli.live import has_nvidia_gpus
-from schedulearn.cli.localcluster import free_port
 from waiting import wait_until, wait_until_serving
 
 REPO = Path(__file__).resolve().parents[2]

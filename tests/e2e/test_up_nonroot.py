@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from dependencies import Dependency, missing, need_root
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 from waiting import wait_until, wait_until_serving
 
 REPO = Path(__file__).resolve().parents[2]

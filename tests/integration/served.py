@@ -15,7 +15,7 @@ from pg_server import own_stores
 from server_api import ADMIN, AGENT
 
 import warm_parent
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION, JobPublic
 from waiting import wait_until
 

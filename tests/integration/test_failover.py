@@ -27,7 +27,8 @@ import pytest
 from pg_server import Postgres
 
 from schedulearn.cli.client import Client
-from schedulearn.cli.localcluster import AgentProcess, ServerProcess, free_port
+from schedulearn.cli.freeports import free_port
+from schedulearn.cli.localcluster import AgentProcess, ServerProcess
 from schedulearn.protocol import JobSpec, JobState
 from waiting import wait_until
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 from waiting import wait_until
 
 

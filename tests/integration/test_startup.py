@@ -11,7 +11,7 @@ from pathlib import Path
 
 from served import Served
 
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 
 
 def test_an_api_call_right_after_healthz_is_served_not_refused(

@@ -16,7 +16,7 @@ import pytest
 from server_api import ADMIN, AGENT
 
 import warm_parent
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 from waiting import wait_until
 
 

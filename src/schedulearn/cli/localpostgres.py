@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 _db_numbers = itertools.count(1)

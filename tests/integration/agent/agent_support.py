@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -23,6 +22,7 @@ import httpx
 from pg_server import own_stores
 
 import warm_parent
+from schedulearn.cli.freeports import free_port
 from schedulearn.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from waiting import wait_until
 
@@ -31,12 +31,6 @@ ENGINE_SCRIPT = HERE / "docker_engine.sh"
 TEST_IMAGE = "schedulearn-test-busybox:latest"
 ADMIN_TOKEN = "agent-tests-admin-token"
 AGENT_TOKEN = "agent-tests-agent-token"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pid_alive(pid: int) -> bool:

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from schedulearn.agent.keepalive import HttpFailure, KeepAliveClient, lean_for
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 
 # A reply script: (the request's head and body) -> the raw bytes to answer, or
 # None to close the connection without answering. Bytes that end in CLOSE are

@@ -19,7 +19,7 @@ import pytest
 
 from schedulearn.cli.client import IDEMPOTENCY_HEADER, Client
 from schedulearn.cli.config import resolve
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 from schedulearn.protocol import JobSpec
 
 REPLY = {"ids": [7], "jobs": []}

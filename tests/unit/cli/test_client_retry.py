@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from schedulearn.cli.client import IDEMPOTENCY_HEADER, ApiError, Client
-from schedulearn.cli.localcluster import free_port
+from schedulearn.cli.freeports import free_port
 from schedulearn.protocol import JobSpec
 
 REPLY = {"ids": [7], "jobs": []}
