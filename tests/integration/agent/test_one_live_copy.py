@@ -309,14 +309,22 @@ def test_an_exit_while_the_agent_was_down_past_the_node_timeout_stands(
     """The same, but the agent comes back after the server wrote the job off and
     requeued it (no other node has run it yet): the agent reports the exit, and
     the job ends with it instead of running a second time."""
-    server = ServerProc(agent_database_url, tmp_path / "server.log", node_timeout=NODE_TIMEOUT)
+    # A longer node timeout than the others' (so a lease of 6 s): the job must end
+    # on its own before the killed agent's lease lapses, and on a loaded machine
+    # (CI) 3.75 s after the last renewal was once too little (the guard stopped
+    # it, so there was no exit of its own to report, and it ran again).
+    server = ServerProc(agent_database_url, tmp_path / "server.log", node_timeout=8.0)
     with ended_while_the_agent_was_killed(server, tmp_path) as run:
         api, job_id = run.api, run.job_id
         told = wait_until(
             lambda: messages(api, job_id), 60, "the requeue", until=lambda m: "requeued" in m
         )
         assert api.job(job_id)["state"] == "pending", told
-        run.start_agent()
+        guarded = guard_log(run.killed)
+        assert "SIGTERM" not in guarded, f"the lease lapsed before the job ended:\n{guarded}"
+        again = run.start_agent()
         job = api.wait_state(job_id, {"succeeded", "failed"}, timeout=60)
-        assert (job["exit_code"], job["attempt"]) == (7, 1), job
-        assert "the exit stands" in messages(api, job_id)
+        told = messages(api, job_id)
+        why = f"{job}\n{told}\nagent:\n{again.log()[-3000:]}"
+        assert (job["exit_code"], job["attempt"]) == (7, 1), why
+        assert "the exit stands" in told, why
