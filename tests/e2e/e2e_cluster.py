@@ -35,7 +35,10 @@ class Cluster:
             AGENT,
             env={
                 "SCHEDULEARN_HEARTBEAT_SECONDS": "0.5",
-                "SCHEDULEARN_NODE_TIMEOUT_SECONDS": "3",
+                # A lease of 3.75 s: 3.25 s past a heartbeat's send before it lapses.
+                # With 3 (a 2.25 s lease) a loaded CI runner once stalled an agent
+                # past its 1.75 s margin, and its runs were requeued mid-test.
+                "SCHEDULEARN_NODE_TIMEOUT_SECONDS": "5",
                 "SCHEDULEARN_STOP_GRACE_SECONDS": "2",
                 **(server_env or {}),
             },
