@@ -345,10 +345,12 @@ def stuck(view: ClusterView, free: int) -> bool:
     policies return at once instead of ranking thousands of waiting jobs
     to find that none fits.
     """
+    # The running jobs first: they are few beside a backlog, and one that may
+    # be preempted settles it without a scan of every waiting job.
     return (
         free == 0
-        and all(job.gpus > 0 for job in view.pending)
         and not any(job.preemptible and job.placement is not None for job in view.running)
+        and all(job.gpus > 0 for job in view.pending)
     )
 
 

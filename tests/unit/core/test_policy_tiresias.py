@@ -6,7 +6,9 @@ import pytest
 from core_scenario import Scenario, job, node, preempts, started_ids, starts
 
 from schedulearn.core import create
+from schedulearn.core.capabilities import ExecutorKind, NodeCapabilities
 from schedulearn.core.policies.tiresias import Tiresias
+from schedulearn.core.views import NodeView
 
 HOUR = 3600.0
 
@@ -181,3 +183,20 @@ def test_artifact_mode_orders_queue_1_by_demotion() -> None:
     waiting_2 = job(2, submitted_at=5.0, attained_gpu_seconds=200.0, service_seconds=200.0)
     # Job 2 was seen in queue 1 first (t=200): it goes before job 1 (seen at 260).
     assert started_ids(t.decide(s2.view(260, [waiting_2]))) == [2]
+
+
+def test_a_users_failed_plain_job_does_not_hold_back_their_job_with_an_image() -> None:
+    """A plain job that could make no room bars its user's later jobs of as many
+    GPUs for the pass, but only those asking GPUs alone: one with an image runs
+    on other nodes (container ones), and may make room there."""
+    containers = NodeCapabilities(
+        executors=frozenset({ExecutorKind.CONTAINER}), container_runtime="docker 27"
+    )
+    s = Scenario(node("p", 2), NodeView.new("c", 2, capabilities=containers))
+    s.run(job(10, gpus=2, preemptible=False), {"p": [0, 1]})
+    long = job(11, gpus=2, image="img", attained_gpu_seconds=20 * HOUR, preemptible=True)
+    s.run(long, {"c": [0, 1]}, started_at=0.0)
+    plain = job(1, gpus=2, user="u", submitted_at=100.0)
+    imaged = job(2, gpus=2, user="u", submitted_at=101.0, image="img")
+    policy = create("tiresias:starvation_factor=0")
+    assert preempts(s.decide(policy, 200, [plain, imaged])) == {11}

@@ -311,15 +311,23 @@ class Tiresias:
                     if free == 0:
                         break  # the rest are in the last queue too
                     continue
-                gpus_only = asks_gpus_only(job)
-                if gpus_only and job.gpus >= failed.get(job.user, job.gpus + 1):
+                # A user's bar is checked before `asks_gpus_only`: a backlogged
+                # pass meets thousands of jobs here, most of them skipped.
+                bar = failed.get(job.user)
+                if (
+                    bar is not None
+                    and job.gpus >= bar
+                    # `asks_gpus_only(job)`, written out
+                    and not (job.cpus or job.memory_gb or job.constraints or job.gpu_type)
+                    and job.image is None
+                ):
                     continue
                 if victims is None:
                     victims = self._victims(view, pool)
                 # Only jobs of strictly lower priority queues may be suspended.
                 room = victims.room_for(job, free, above=queue)
                 if room is None:
-                    if gpus_only:
+                    if asks_gpus_only(job):
                         failed[job.user] = job.gpus
                     continue
                 decisions.extend(room.decisions)
