@@ -42,7 +42,9 @@ TYPED = ("similarity", "similarity:migrate=false", "goodput", "fifo")
 # name -> (shape, seed, how the queue is handed over, policies)
 CASES: dict[str, tuple[Shape, int, str, tuple[str, ...]]] = {
     "half": (Shape(nodes=240, pending=2400), 101, "", POLICIES),
-    "elastic": (Shape(nodes=240, pending=2400, elastic_share=0.5, free_share=0.4), 102, "", POLICIES),
+    "elastic": (
+        Shape(nodes=240, pending=2400, elastic_share=0.5, free_share=0.4), 102, "", POLICIES
+    ),
     "hetero": (Shape(nodes=240, pending=2400, gpu_types=TYPES), 103, "", TYPED),
     "hetero-shuffled": (Shape(nodes=240, pending=2400, gpu_types=TYPES), 104, "shuffled", TYPED),
     "hetero-constrained": (
