@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import math
 from itertools import compress, islice
-from operator import eq, le
+from operator import eq, itemgetter, le, mul
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Resize, Start
@@ -143,7 +143,11 @@ class _Types:
 
     def single(self, placement: Placement) -> str | None:
         """The placement's one GPU type, or None when it mixes types."""
-        kinds = {self.of[name] for name, gpus in placement if gpus}
+        parts = placement.parts
+        if len(parts) == 1:  # most are on one node
+            name, gpus = parts[0]
+            return self.of[name] if gpus else None
+        kinds = {self.of[name] for name, gpus in parts if gpus}
         return kinds.pop() if len(kinds) == 1 else None
 
     def take(self, placement: Placement, sign: int = 1) -> None:
@@ -152,16 +156,16 @@ class _Types:
 
 
 class _Alike:
-    """Waiting jobs of one (model, GPUs, GPU type named), in queue order: their ids and
-    views; and, set by `_match`, the saving factor of each GPU type for them (by the
-    types' order there; None: not on that type), or None when they may mix types."""
+    """Waiting jobs of one (model, GPUs, GPU type named), in queue order; and, set by
+    `_match`, the saving factor of each GPU type for them (by the types' order there;
+    None: not on that type; none at all when they may mix types)."""
 
-    __slots__ = ("factors", "ids", "jobs")
+    __slots__ = ("factors", "jobs", "negated")
 
     def __init__(self) -> None:
-        self.ids: list[int] = []
         self.jobs: list[JobView] = []
-        self.factors: list[float | None] | None = None
+        self.factors: list[float | None] = []
+        self.negated: list[float] = []  # each factor negated; -1.0 for None
 
 
 @register
@@ -294,7 +298,6 @@ class Similarity:
                 group = waiting.get(key)
                 if group is None:
                     group = waiting[key] = _Alike()
-                group.ids.append(job.id)
                 group.jobs.append(job)
                 queue.append(job)
                 queue_groups.append(group)
@@ -302,8 +305,19 @@ class Similarity:
                 if job.placement is None and job.progress is None:
                     # `_left_on_best` of a waiting job without progress, inline.
                     best = bests.get(key)
-                    if best is not None and job.estimated_duration is not None:
-                        left = max(0.0, job.remaining_at(now) or 0.0)
+                    estimate = job.estimated_duration
+                    if best is not None and estimate is not None:
+                        if job.started_at is None:
+                            # `remaining_at(now)` of a job never started, inline:
+                            # its estimate (at most its limit) less its service.
+                            limit = job.time_limit
+                            if limit is not None and limit < estimate:
+                                estimate = limit
+                            left = estimate - job.service_seconds
+                            if not left > 0.0:
+                                left = 0.0
+                        else:
+                            left = max(0.0, job.remaining_at(now) or 0.0)
                         fastest[job.id] = left
                         w = known[job.id] = left * best
                         shares.append(w * gpus)
@@ -377,7 +391,7 @@ class Similarity:
         mixes = False
         for (_, gpus, named), group in types.waiting.items():
             if not types.total or (gpus > types.largest and not named):
-                group.factors = None
+                group.factors = []
                 mixed.extend([j for j in group.jobs if j.id not in started])
                 mixes = True
                 continue
@@ -386,18 +400,19 @@ class Similarity:
             # `saving(types, job, 1.0, score)` is the job's work times the factor.
             first = group.jobs[0]
             affinity = self.affinity(first, types)
-            group.factors = [
+            group.factors = factors = [
                 1.0 / 1.0 - 1.0 / affinity[t]
                 if allowed(first, t) and free.get(t, 0) >= gpus
                 else None
                 for t in names
             ]
+            group.negated = [-1.0 if f is None else -f for f in factors]
         jobs, groups, since = types.queue, types.queue_groups, types.queue_since
         if started or mixes:
             keep = [
                 k
                 for k, (j, g) in enumerate(zip(jobs, groups, strict=True))
-                if g.factors is not None and j.id not in started
+                if g.factors and j.id not in started
             ]
             jobs, groups = [jobs[k] for k in keep], [groups[k] for k in keep]
             since = [since[k] for k in keep]
@@ -410,13 +425,14 @@ class Similarity:
         # that waited longest (then the lower id, then the type by name) first. The
         # pairs are laid out in that tie order (job k's pair of type p at k * width
         # + p), so a stable sort on the saving alone gives it, without a tuple a pair.
-        lefts = [work[i] for i in ids]
+        # A pair's key, -(work * factor), is work * -factor (negation is exact), so
+        # each type's keys are one product of two lists, in C. A pair the group
+        # may not take gets any key (-work): the walk passes over it.
+        lefts = list(map(work.__getitem__, ids))
+        rows = [g.negated for g in groups]
         keys = [0.0] * (len(jobs) * width)
         for p in range(width):
-            keys[p::width] = [
-                math.inf if (f := g.factors[p]) is None else -(left * f)  # type: ignore[index]
-                for g, left in zip(groups, lefts, strict=True)
-            ]
+            keys[p::width] = list(map(mul, lefts, map(itemgetter(p), rows)))
         for at in sorted(range(len(keys)), key=keys.__getitem__):
             k, p = divmod(at, width)
             job = jobs[k]
@@ -424,7 +440,7 @@ class Similarity:
             if job_id in started:
                 continue
             gpu_type = names[p]
-            if free.get(gpu_type, 0) < job.gpus or groups[k].factors[p] is None:  # type: ignore[index]
+            if free.get(gpu_type, 0) < job.gpus or groups[k].factors[p] is None:
                 continue
             placement = pool.pack(job, gpu_type=gpu_type)
             if placement is not None:
@@ -487,16 +503,12 @@ class Similarity:
                 if gpus > types.largest:
                     continue
                 if started:
-                    kept = [
-                        (i, j)
-                        for i, j in zip(group.ids, group.jobs, strict=True)
-                        if i not in started
-                    ]
+                    kept = [j for j in group.jobs if j.id not in started]
                     if not kept:
                         continue
-                    first, ws = kept[0][1], [works[i] for i, _ in kept]
+                    first, ws = kept[0], [works[j.id] for j in kept]
                 else:
-                    first, ws = group.jobs[0], [works[i] for i in group.ids]
+                    first, ws = group.jobs[0], [works[j.id] for j in group.jobs]
                 alike.append((first, min(ws), max(ws)))
             for job, least, most in alike:
                 aff = self.affinity(job, types)
@@ -510,7 +522,7 @@ class Similarity:
         # Room the biggest still-waiting job could use on each type: keep it free.
         sizes: dict[str | None, set[int]] = {}  # by the GPU type a job names
         for (_, gpus, named), group in types.waiting.items():
-            if not started or any(i not in started for i in group.ids):
+            if not started or any(j.id not in started for j in group.jobs):
                 sizes.setdefault(named, set()).add(gpus)
         keep = dict.fromkeys(types.total, 0)
         for named, wanted in sizes.items():
