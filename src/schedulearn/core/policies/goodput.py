@@ -71,7 +71,10 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 from functools import lru_cache
+from itertools import chain, compress, repeat
+from operator import attrgetter, itemgetter
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
@@ -158,14 +161,31 @@ class Goodput:
         kept.begin(
             (node_size, total, exponent, restart, penalty, self.explore, self.floor, self.ceiling)
         )
-        for job in (*view.running, *view.pending):
+        # Not with `share`: its bonus goes into the values (`share_first`). With no
+        # reports either, every waiting job is looked up at once (`KeptWeights.many`).
+        bulk = not reports and not self.share
+        pending = view.pending
+        hits: list[tuple[JobView, _Job, float] | None] = kept.many(pending) if bulk else []
+        whole = bulk and None not in hits  # every waiting job's weighing kept
+        pairs: Iterable[tuple[JobView, tuple[JobView, _Job, float] | None]] = zip(
+            view.running, repeat(None)
+        )
+        if not whole:
+            mine = hits if bulk else repeat(None, len(pending))
+            pairs = chain(pairs, zip(pending, mine, strict=True))
+        for job, hit in pairs:
+            if hit is not None:
+                weight = hit[2]
+                if weight > urgent:
+                    urgent = weight
+                jobs.append(hit[1])
+                continue
             if job.placement is not None and not job.preemptible:
                 continue
             info = reports.get(job.id) if reports else None
-            # Not with `share`: its bonus goes into the values (`share_first`).
             keep = info is None and not self.share and kept.keepable(job)
-            if keep and (hit := kept.get(job)) is not None:
-                entry, weight = hit
+            if keep and not bulk and (got := kept.get(job)) is not None:
+                entry, weight = got
                 if weight > urgent:
                     urgent = weight
                 jobs.append(entry)
@@ -218,6 +238,10 @@ class Goodput:
             if keep:
                 kept.put(job, entry, weight)
             jobs.append(entry)
+        if whole:
+            # As the loop above does for each: the same order, the same maximum.
+            jobs.extend(map(itemgetter(1), hits))  # type: ignore[arg-type]
+            urgent = max(chain((urgent,), map(itemgetter(2), hits)))  # type: ignore[arg-type]
         kept.end()
         # Unknown speed: most urgent, linear speedup. With nothing to weigh a
         # restart against, a running job keeps its GPUs ahead of a waiting one
@@ -333,8 +357,8 @@ def _prior_speeds(counts: tuple[int, ...]) -> dict[int, float]:
     return {a: _linear(a) for a in (*counts, 1)}
 
 
-def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
-    """GPU counts by best marginal value per GPU; job index -> count."""
+def _greedy(jobs: list[_Job], budget: int) -> list[int]:
+    """GPU counts by best marginal value per GPU, by job index."""
     alloc = [0] * len(jobs)
     values = [j.values for j in jobs]
 
@@ -371,28 +395,33 @@ def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
     heapq.heapify(heap)
     while heap and free > 0:
         _, jid, k, c = heapq.heappop(heap)
+        # A rigid job has no other jump (`best_jump` gives None): not asked again.
+        rigid = len(jobs[k].counts) == 1
         if c - alloc[k] > free:
-            jump = best_jump(k, free)
+            jump = None if rigid else best_jump(k, free)
             if jump is not None:
                 heapq.heappush(heap, (-jump[0], jid, k, jump[1]))
             continue
         free -= c - alloc[k]
         alloc[k] = c
-        jump = best_jump(k, free)
+        jump = None if rigid else best_jump(k, free)
         if jump is not None:
             heapq.heappush(heap, (-jump[0], jid, k, jump[1]))
-    return {k: a for k, a in enumerate(alloc)}
+    return alloc
 
 
-def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[Decision]:
+def _place(view: ClusterView, jobs: list[_Job], target: list[int]) -> list[Decision]:
     """Turn counts into placements and decisions."""
     pool = FreePool(view)
-    moving: list[int] = []
-    for k, j in enumerate(jobs):
-        if j.current and target[k] != j.current:
-            pool.release(j.view)
-        if target[k] and target[k] != j.current:
-            moving.append(k)
+    # Only the jobs that hold GPUs or get some matter; found in C, as a pass may
+    # weigh thousands of waiting jobs that get none.
+    every = range(len(jobs))
+    holding = list(compress(every, map(_CURRENT, jobs)))
+    for k in holding:
+        if target[k] != jobs[k].current:
+            pool.release(jobs[k].view)
+    moving = [k for k in compress(every, target) if target[k] != jobs[k].current]
+    # (job id last: a total order, whatever order the jobs came in.)
     moving.sort(key=lambda k: (-target[k], -jobs[k].value(target[k]), jobs[k].view.id))
     decisions: list[Decision] = []
     for k in moving:
@@ -418,12 +447,15 @@ def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[
             decisions.append(Start(j.view.id, placement))
         elif placement != j.view.placement:
             decisions.append(Resize(j.view.id, placement))
-    for k, j in enumerate(jobs):
-        if j.current and target[k] == 0:
-            decisions.append(Preempt(j.view.id))
+    for k in holding:
+        if target[k] == 0:
+            decisions.append(Preempt(jobs[k].view.id))
     decisions.extend(_cpu_tasks(view, pool))
     decisions.sort(key=_order)
     return decisions
+
+
+_CURRENT = attrgetter("current")
 
 
 def _cpu_tasks(view: ClusterView, pool: FreePool) -> list[Decision]:
