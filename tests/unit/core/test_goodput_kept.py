@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from schedulearn.core import ClusterView, JobView, NodeView, Placement, Policy, create
+from schedulearn.core import ClusterView, JobView, NodeView, Placement, Policy, Start, create
 from schedulearn.core.policies.goodput import Goodput
 from schedulearn.core.policies.goodput_kept import KeptWeights
 from schedulearn.sim.snapshots import Shape, scale_view
@@ -115,12 +115,12 @@ def test_a_queue_that_changed_between_passes_is_weighed_as_a_fresh_policy_weighs
     queue = (*view.pending[50:200], *newcomers[:40], *view.pending[200:], *newcomers[40:])
     later = replace(_rebuilt(view, view.now + 60.0), pending=queue)
     assert _decisions(kept, later) == _decisions(create("goodput"), later)
-    # Every waiting job met is kept but those of unknown speed (no estimate).
-    timed = [j for j in queue if j.estimated_duration is not None]
-    assert len(kept._kept._kept) == len(timed) > 300
+    # Every waiting job met is kept, those of unknown speed (no estimate) too.
+    assert len(kept._kept._kept) == len(queue)
+    assert any(j.estimated_duration is None for j in queue)
     # And the next pass finds each of them kept.
     again = _rebuilt(later, later.now + 60.0)
-    assert kept._kept.many(again.pending).count(None) == len(queue) - len(timed)
+    assert kept._kept.many(again.pending).count(None) == 0
     assert _decisions(kept, again) == _decisions(create("goodput"), again)
 
 
@@ -148,6 +148,21 @@ def test_a_job_of_unknown_speed_outranks_the_best_weight_kept_waiting_jobs_inclu
     assert [d.split(",")[0] for d in first] == ["Preempt(job_id=2", "Start(job_id=3"]
     again = _rebuilt(view, 160.0)
     assert _decisions(kept, again) == _decisions(create("goodput"), again) == first
+
+
+def test_a_kept_job_of_unknown_speed_is_valued_anew_from_each_pass_s_best_weight() -> None:
+    """A waiting job of unknown speed is kept for its counts, not its values: when a
+    newcomer raises the pass's best weight, its value rises with it, and it still
+    starts before the newcomer (a stale value would start the newcomer)."""
+    node = NodeView.new("n", 1)
+    long = JobView(id=1, submitted_at=0.0, gpus=1, estimated_duration=1e4)
+    unknown = JobView(id=2, submitted_at=1.0, gpus=1)
+    short = JobView(id=3, submitted_at=2.0, gpus=1, estimated_duration=30.0)
+    kept = create("goodput")
+    start = [repr(Start(2, Placement.single("n", [0])))]
+    assert _decisions(kept, ClusterView(100.0, (node,), (long, unknown))) == start
+    later = ClusterView(160.0, (replace(node),), (long, unknown, short))
+    assert _decisions(kept, later) == _decisions(create("goodput"), later) == start
 
 
 def test_many_answers_as_get_does_for_each() -> None:

@@ -74,7 +74,7 @@ import math
 from collections.abc import Iterable
 from functools import lru_cache
 from itertools import chain, compress, repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
@@ -93,13 +93,17 @@ PRIOR_EFFICIENCY = 0.9  # per added GPU, for jobs the host reports nothing about
 class _Job:
     """One job's options in this pass: counts it may take and what each is worth."""
 
-    __slots__ = ("counts", "current", "values", "view")
+    __slots__ = ("counts", "current", "unknown", "values", "view")
 
-    def __init__(self, view: JobView, counts: list[int], values: dict[int, float]) -> None:
+    def __init__(
+        self, view: JobView, counts: list[int], values: dict[int, float], unknown: bool = False
+    ) -> None:
         self.view = view
         self.counts = counts  # ascending, the candidate GPU counts (> 0)
         self.current = view.allocated_gpus
         self.values = values  # GPU count -> value; 0 GPUs are worth 0
+        # Of unknown speed: its values are set in each pass from the pass's best weight.
+        self.unknown = unknown
 
     def value(self, count: int) -> float:
         return self.values.get(count, 0.0)
@@ -162,31 +166,29 @@ class Goodput:
             (node_size, total, exponent, restart, penalty, self.explore, self.floor, self.ceiling)
         )
         # Not with `share`: its bonus goes into the values (`share_first`). With no
-        # reports either, every waiting job is looked up at once (`KeptWeights.many`).
+        # reports either, every waiting job is looked up at once (`KeptWeights.many`)
+        # and only those not kept are weighed here, each into its place in `hits`.
         bulk = not reports and not self.share
         pending = view.pending
-        hits: list[tuple[JobView, _Job, float] | None] = kept.many(pending) if bulk else []
-        whole = bulk and None not in hits  # every waiting job's weighing kept
-        pairs: Iterable[tuple[JobView, tuple[JobView, _Job, float] | None]] = zip(
-            view.running, repeat(None)
-        )
-        if not whole:
-            mine = hits if bulk else repeat(None, len(pending))
-            pairs = chain(pairs, zip(pending, mine, strict=True))
-        for job, hit in pairs:
-            if hit is not None:
-                weight = hit[2]
-                if weight > urgent:
-                    urgent = weight
-                jobs.append(hit[1])
-                continue
+        todo: Iterable[tuple[int, JobView]]
+        if bulk:
+            hits = kept.many(pending)
+            missed = list(compress(range(len(pending)), map(is_, hits, repeat(None))))
+            waiting = zip(missed, map(pending.__getitem__, missed), strict=True)
+            todo = chain(zip(repeat(-1), view.running), waiting)
+        else:
+            hits = []
+            todo = zip(repeat(-1), chain(view.running, pending))
+        for at, job in todo:
             if job.placement is not None and not job.preemptible:
                 continue
             info = reports.get(job.id) if reports else None
             keep = info is None and not self.share and kept.keepable(job)
             if keep and not bulk and (got := kept.get(job)) is not None:
                 entry, weight = got
-                if weight > urgent:
+                if entry.unknown:
+                    unknown.append(entry)
+                elif weight > urgent:
                     urgent = weight
                 jobs.append(entry)
                 continue
@@ -215,33 +217,43 @@ class Goodput:
             if speeds is not None and work is not None:
                 base = speeds.get(1) or speeds[counts[0]] / counts[0]
             if base <= 0 or speeds is None or work is None:
-                entry = _Job(job, counts, {})
-                unknown.append(entry)
-                jobs.append(entry)
-                continue
-            weight = (base / work) ** exponent
-            if weight > urgent:
-                urgent = weight
-            current = job.allocated_gpus
-            # A first start costs one restart whatever the count; a change of a
-            # running job is damped further (hysteresis), so jobs do not thrash.
-            cost = penalty if current else restart
-            values: dict[int, float] = {}
-            for a in counts:
-                s = speeds[a]
-                v = weight * s / base if s > 0 else 0.0
-                if a != current and s > 0:
-                    t = work / s
-                    v *= t / (t + cost)
-                values[a] = v
-            entry = _Job(job, counts, values)
+                # Valued below, once the pass's best weight is known; kept with its
+                # counts (its values are set anew each pass).
+                entry = _Job(job, counts, {}, unknown=True)
+                weight = 0.0  # no weight: leaves the best one as it is
+                if at < 0:
+                    unknown.append(entry)
+            else:
+                weight = (base / work) ** exponent
+                if weight > urgent:
+                    urgent = weight
+                current = job.allocated_gpus
+                # A first start costs one restart whatever the count; a change of a
+                # running job is damped further (hysteresis), so jobs do not thrash.
+                cost = penalty if current else restart
+                values: dict[int, float] = {}
+                for a in counts:
+                    s = speeds[a]
+                    v = weight * s / base if s > 0 else 0.0
+                    if a != current and s > 0:
+                        t = work / s
+                        v *= t / (t + cost)
+                    values[a] = v
+                entry = _Job(job, counts, values)
             if keep:
                 kept.put(job, entry, weight)
-            jobs.append(entry)
-        if whole:
-            # As the loop above does for each: the same order, the same maximum.
-            jobs.extend(map(itemgetter(1), hits))  # type: ignore[arg-type]
-            urgent = max(chain((urgent,), map(itemgetter(2), hits)))  # type: ignore[arg-type]
+            if at < 0:
+                jobs.append(entry)
+            else:
+                hits[at] = (job, entry, weight)
+        if bulk:
+            # The waiting jobs, kept or weighed above, in queue order (those with no
+            # count left out), as the loop does for each: the same maximum.
+            found = list(filter(None, hits))
+            entries = list(map(_ENTRY, found))
+            jobs.extend(entries)
+            urgent = max(chain((urgent,), map(_WEIGHT, found)))
+            unknown.extend(compress(entries, map(_UNKNOWN, entries)))
         kept.end()
         # Unknown speed: most urgent, linear speedup. With nothing to weigh a
         # restart against, a running job keeps its GPUs ahead of a waiting one
@@ -456,6 +468,9 @@ def _place(view: ClusterView, jobs: list[_Job], target: list[int]) -> list[Decis
 
 
 _CURRENT = attrgetter("current")
+_UNKNOWN = attrgetter("unknown")
+_ENTRY = itemgetter(1)
+_WEIGHT = itemgetter(2)
 
 
 def _cpu_tasks(view: ClusterView, pool: FreePool) -> list[Decision]:

@@ -16,9 +16,10 @@ waiting jobs that was most of a pass (issue 36). A waiting job's options
 is not reused while it is known), what `_jobs` computed for it under one
 key, and answers only for the same view under the same key. Anything else
 a waiting job's value comes to depend on must join the key, or the job
-must not be kept. Jobs whose values depend on the other jobs (those of
-unknown speed) are never kept. Each pass keeps only the views it met, so
-the cache holds one backlog at most.
+must not be kept. A job of unknown speed is kept for its counts only: its
+values depend on the other jobs (the pass's best weight), so `_jobs` sets
+them anew in every pass (its entry says `unknown`; its weight is 0). Each
+pass keeps only the views it met, so the cache holds one backlog at most.
 """
 
 from __future__ import annotations
