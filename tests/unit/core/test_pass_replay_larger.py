@@ -28,7 +28,8 @@ def _data() -> dict[str, Any]:
 
 
 def _shape(fields: dict[str, Any]) -> Shape:
-    return Shape(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    return Shape(**values)
 
 
 @cache
