@@ -111,10 +111,11 @@ class FreePool:
             index = self._index = FreeCounts(self._nodes, counts)
         return index
 
-    def _scope(self, job: JobView, gpus: int) -> Scope:
-        """The free counts to search for `gpus` GPUs of `job`: a job that names a
-        GPU type (and asks for GPUs) fits only on that type's nodes."""
-        return self._indexed().scope(job.gpu_type if gpus > 0 else None)
+    def _scope(self, gpu_type: str | None, gpus: int) -> Scope:
+        """The free counts to search for `gpus` GPUs of `gpu_type` (the type a job
+        names, or is placed as if it named): a job that asks for GPUs of a type
+        fits only on that type's nodes."""
+        return self._indexed().scope(gpu_type if gpus > 0 else None)
 
     def fits(self, node: NodeView, job: JobView, gpus: int) -> bool:
         """Can `node` alone hold `gpus` GPUs of `job`, with its CPUs and memory?"""
@@ -171,15 +172,22 @@ class FreePool:
         return None
 
     def best_fit(
-        self, job: JobView, gpus: int | None = None, avoid: str | None = None
+        self,
+        job: JobView,
+        gpus: int | None = None,
+        avoid: str | None = None,
+        *,
+        gpu_type: str | None = None,
     ) -> Placement | None:
         """The node that holds the whole job with the fewest GPUs left over
-        (the first in cluster order among equals), other than node `avoid`."""
+        (the first in cluster order among equals), other than node `avoid`;
+        only on `gpu_type` nodes when given (see `pack`)."""
         n = job.gpus if gpus is None else gpus
         index = self._indexed()
+        kind = gpu_type or job.gpu_type
         # `_scope`, inline: a large pass places thousands of jobs.
-        if n > 0 and job.gpu_type:
-            counts, where, tally = index.scope(job.gpu_type)
+        if n > 0 and kind:
+            counts, where, tally = index.scope(kind)
         else:
             counts, where, tally = index.counts, None, index.tally
         nodes = self._nodes
@@ -212,9 +220,11 @@ class FreePool:
                     return Placement.single(node.name, held)
         return None
 
-    def gang(self, job: JobView, gpus: int | None = None) -> Placement | None:
-        """Spread the job over the fewest nodes, emptiest first; None if the
-        cluster cannot hold all of it now.
+    def gang(
+        self, job: JobView, gpus: int | None = None, *, gpu_type: str | None = None
+    ) -> Placement | None:
+        """Spread the job over the fewest nodes, emptiest first (only `gpu_type`
+        nodes when given, see `pack`); None if the cluster cannot hold all of it now.
 
         Each step finishes on the node with the fewest free GPUs that holds
         the remainder, or, when none does, takes the node with the most free
@@ -223,9 +233,9 @@ class FreePool:
         C), not by sorting every node on every call.
         """
         n = job.gpus if gpus is None else gpus
-        counts, where, tally = self._scope(job, n)
+        gpu_type = gpu_type or job.gpu_type
+        counts, where, tally = self._scope(gpu_type, n)
         nodes = self._nodes
-        gpu_type = job.gpu_type
         present = self._indexed().present(1, tally)
         # Per free count, where the search for the next usable node resumes:
         # a node passed over (unusable, or already chosen) stays so.
@@ -278,10 +288,18 @@ class FreePool:
                 return None
         return placement
 
-    def pack(self, job: JobView, gpus: int | None = None) -> Placement | None:
-        """One node when one node can hold the job (best fit), else a gang."""
+    def pack(
+        self, job: JobView, gpus: int | None = None, *, gpu_type: str | None = None
+    ) -> Placement | None:
+        """One node when one node can hold the job (best fit), else a gang.
+
+        `gpu_type`: only on nodes of that GPU type, as if the job named it (a
+        policy that picks the type itself, `similarity`, without a copy of the
+        job); a job that names a type runs on no other (`can_run`)."""
         n = job.gpus if gpus is None else gpus
-        return self.best_fit(job, n) or (self.gang(job, n) if n > 1 else None)
+        return self.best_fit(job, n, gpu_type=gpu_type) or (
+            self.gang(job, n, gpu_type=gpu_type) if n > 1 else None
+        )
 
     # --- recording ---------------------------------------------------------
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from schedulearn.core import ClusterView, JobView, Placement, Policy, create
+from schedulearn.core import ClusterView, JobView, NodeView, Placement, Policy, Start, create
 from schedulearn.core.policies.goodput import Goodput
 from schedulearn.core.policies.goodput_kept import KeptWeights
 from schedulearn.sim.snapshots import Shape, scale_view
@@ -101,6 +101,88 @@ def test_the_cache_answers_only_for_the_same_view_under_the_same_key() -> None:
     assert KeptWeights.keepable(job)
     assert not KeptWeights.keepable(replace(job, started_at=5.0))
     assert not KeptWeights.keepable(replace(job, placement=Placement.single("n0", [0, 1])))
+
+
+def test_a_queue_that_changed_between_passes_is_weighed_as_a_fresh_policy_weighs_it() -> None:
+    """As live: between passes some waiting jobs started (gone from the queue) and
+    others arrived (views never seen): the kept ones come from the cache, looked up
+    all at once (`KeptWeights.many`), the new ones are weighed, in queue order."""
+    view = scale_view(Shape(nodes=60, pending=400, elastic_share=0.3, free_share=0.4), 12)
+    newcomers = scale_view(Shape(nodes=60, pending=500, elastic_share=0.3), 13).pending[400:]
+    kept = create("goodput")
+    assert isinstance(kept, Goodput)
+    _decisions(kept, view)
+    queue = (*view.pending[50:200], *newcomers[:40], *view.pending[200:], *newcomers[40:])
+    later = replace(_rebuilt(view, view.now + 60.0), pending=queue)
+    assert _decisions(kept, later) == _decisions(create("goodput"), later)
+    # Every waiting job met is kept, those of unknown speed (no estimate) too.
+    assert len(kept._kept._kept) == len(queue)
+    assert any(j.estimated_duration is None for j in queue)
+    # And the next pass finds each of them kept.
+    again = _rebuilt(later, later.now + 60.0)
+    assert kept._kept.many(again.pending).count(None) == 0
+    assert _decisions(kept, again) == _decisions(create("goodput"), again)
+
+
+def test_a_job_of_unknown_speed_outranks_the_best_weight_kept_waiting_jobs_included() -> None:
+    """Jobs of unknown speed are valued above the best weight of the pass: a kept
+    waiting job's weight counts as a weighed one's does. Here the short waiting
+    jobs outweigh the long running one, so a pass that left their kept weights
+    out would value the running job of unknown speed below them and stop it."""
+    free = NodeView.new("n", 2)
+    node = replace(free, gpus=tuple(replace(g, job_id=g.index + 1) for g in free.gpus))
+    unknown = JobView(
+        id=1, submitted_at=0.0, gpus=1, preemptible=True,
+        placement=Placement.single("n", [0]), started_at=10.0,
+    )  # fmt: skip
+    long = JobView(
+        id=2, submitted_at=0.0, gpus=1, preemptible=True, estimated_duration=2e6,
+        placement=Placement.single("n", [1]), started_at=10.0,
+    )  # fmt: skip
+    short = JobView(id=3, submitted_at=1.0, gpus=1, estimated_duration=30.0)
+    also_short = JobView(id=4, submitted_at=3.0, gpus=1, estimated_duration=30.0)
+    view = ClusterView(100.0, (node,), (short, also_short), (unknown, long))
+    kept = create("goodput")
+    first = _decisions(kept, view)
+    assert first == _decisions(create("goodput"), view)
+    assert [d.split(",")[0] for d in first] == ["Preempt(job_id=2", "Start(job_id=3"]
+    again = _rebuilt(view, 160.0)
+    assert _decisions(kept, again) == _decisions(create("goodput"), again) == first
+
+
+def test_a_kept_job_of_unknown_speed_is_valued_anew_from_each_pass_s_best_weight() -> None:
+    """A waiting job of unknown speed is kept for its counts, not its values: when a
+    newcomer raises the pass's best weight, its value rises with it, and it still
+    starts before the newcomer (a stale value would start the newcomer)."""
+    node = NodeView.new("n", 1)
+    long = JobView(id=1, submitted_at=0.0, gpus=1, estimated_duration=1e4)
+    unknown = JobView(id=2, submitted_at=1.0, gpus=1)
+    short = JobView(id=3, submitted_at=2.0, gpus=1, estimated_duration=30.0)
+    kept = create("goodput")
+    start = [repr(Start(2, Placement.single("n", [0])))]
+    assert _decisions(kept, ClusterView(100.0, (node,), (long, unknown))) == start
+    later = ClusterView(160.0, (replace(node),), (long, unknown, short))
+    assert _decisions(kept, later) == _decisions(create("goodput"), later) == start
+
+
+def test_many_answers_as_get_does_for_each() -> None:
+    jobs = [JobView(id=i, submitted_at=0.0, gpus=1, estimated_duration=60.0) for i in range(4)]
+    kept: KeptWeights[str] = KeptWeights()
+    kept.begin("k")
+    kept.put(jobs[0], "a", 1.0)
+    kept.put(jobs[2], "c", 3.0)
+    kept.end()
+    kept.begin("k")
+    assert kept.many([jobs[2], replace(jobs[0]), jobs[1], jobs[0]]) == [
+        (jobs[2], "c", 3.0),
+        None,  # an equal view, not the same one
+        None,
+        (jobs[0], "a", 1.0),
+    ]
+    kept.end()
+    kept.begin("k")  # what `many` found is kept for the next pass, as with `get`
+    assert kept.get(jobs[0]) == ("a", 1.0)
+    assert kept.get(jobs[2]) == ("c", 3.0)
 
 
 def test_with_share_a_kept_policy_decides_each_pass_as_a_fresh_one() -> None:

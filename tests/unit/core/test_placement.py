@@ -80,6 +80,32 @@ def test_gpu_types_are_respected_by_every_helper() -> None:
     assert pool.pack(job(1, gpus=5)) == place({"k": [0, 1, 2, 3, 4]})
 
 
+def test_pack_as_if_the_job_named_a_gpu_type() -> None:
+    """`pack(job, gpu_type=...)` places as a copy of the job naming that type would
+    be placed (similarity picks the type itself), without the copy."""
+    nodes = (
+        node("k", 8, gpu_type="k80"),
+        busy(node("v1", 4, gpu_type="v100"), 0, 1, 2),
+        node("v2", 4, gpu_type="v100"),
+        node("v3", 2, gpu_type="v100", cpus=4),
+    )
+    pool = FreePool(nodes)
+    plain = job(1, gpus=3)
+    assert pool.pack(plain) == place({"v2": [0, 1, 2]})  # untyped: best fit anywhere
+    assert pool.pack(plain, gpu_type="k80") == place({"k": [0, 1, 2]})
+    assert pool.pack(job(1, gpus=2), gpu_type="v100") == place({"v3": [0, 1]})
+    assert pool.pack(job(1, gpus=1), gpu_type="v100") == place({"v1": [3]})
+    # Not GPUs only: only v3 declares CPUs.
+    assert pool.pack(job(1, gpus=1, cpus=2.0), gpu_type="v100") == place({"v3": [0]})
+    assert pool.pack(job(1, gpus=1, cpus=2.0), gpu_type="k80") is None
+    gang = pool.pack(job(1, gpus=7), gpu_type="v100")
+    assert gang is not None and set(gang.nodes) <= {"v1", "v2", "v3"}
+    assert gang.num_gpus == 7
+    assert pool.pack(job(1, gpus=8), gpu_type="v100") is None  # 7 v100s free
+    # A job that names a type runs on no other, whatever it is placed as.
+    assert pool.pack(job(1, gpus=2, gpu_type="k80"), gpu_type="v100") is None
+
+
 def test_cpu_and_memory_decide_too() -> None:
     a = busy(node("a", 4, cpus=16, memory_gb=64), cpus=14.0)
     b = busy(node("b", 4, cpus=16, memory_gb=64), 0, memory_gb=60.0)

@@ -71,7 +71,10 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 from functools import lru_cache
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, itemgetter
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
@@ -90,13 +93,17 @@ PRIOR_EFFICIENCY = 0.9  # per added GPU, for jobs the host reports nothing about
 class _Job:
     """One job's options in this pass: counts it may take and what each is worth."""
 
-    __slots__ = ("counts", "current", "values", "view")
+    __slots__ = ("counts", "current", "unknown", "values", "view")
 
-    def __init__(self, view: JobView, counts: list[int], values: dict[int, float]) -> None:
+    def __init__(
+        self, view: JobView, counts: list[int], values: dict[int, float], unknown: bool = False
+    ) -> None:
         self.view = view
         self.counts = counts  # ascending, the candidate GPU counts (> 0)
         self.current = view.allocated_gpus
         self.values = values  # GPU count -> value; 0 GPUs are worth 0
+        # Of unknown speed: its values are set in each pass from the pass's best weight.
+        self.unknown = unknown
 
     def value(self, count: int) -> float:
         return self.values.get(count, 0.0)
@@ -158,15 +165,30 @@ class Goodput:
         kept.begin(
             (node_size, total, exponent, restart, penalty, self.explore, self.floor, self.ceiling)
         )
-        for job in (*view.running, *view.pending):
+        # Not with `share`: its bonus goes into the values (`share_first`). With no
+        # reports either, every waiting job is looked up at once (`KeptWeights.many`)
+        # and only those not kept are weighed here, each into its place in `hits`.
+        bulk = not reports and not self.share
+        pending = view.pending
+        todo: Iterable[tuple[int, JobView]]
+        if bulk:
+            hits = kept.many(pending)
+            missed = list(compress(range(len(pending)), map(is_, hits, repeat(None))))
+            waiting = zip(missed, map(pending.__getitem__, missed), strict=True)
+            todo = chain(zip(repeat(-1), view.running), waiting)
+        else:
+            hits = []
+            todo = zip(repeat(-1), chain(view.running, pending))
+        for at, job in todo:
             if job.placement is not None and not job.preemptible:
                 continue
             info = reports.get(job.id) if reports else None
-            # Not with `share`: its bonus goes into the values (`share_first`).
             keep = info is None and not self.share and kept.keepable(job)
-            if keep and (hit := kept.get(job)) is not None:
-                entry, weight = hit
-                if weight > urgent:
+            if keep and not bulk and (got := kept.get(job)) is not None:
+                entry, weight = got
+                if entry.unknown:
+                    unknown.append(entry)
+                elif weight > urgent:
                     urgent = weight
                 jobs.append(entry)
                 continue
@@ -195,29 +217,43 @@ class Goodput:
             if speeds is not None and work is not None:
                 base = speeds.get(1) or speeds[counts[0]] / counts[0]
             if base <= 0 or speeds is None or work is None:
-                entry = _Job(job, counts, {})
-                unknown.append(entry)
-                jobs.append(entry)
-                continue
-            weight = (base / work) ** exponent
-            if weight > urgent:
-                urgent = weight
-            current = job.allocated_gpus
-            # A first start costs one restart whatever the count; a change of a
-            # running job is damped further (hysteresis), so jobs do not thrash.
-            cost = penalty if current else restart
-            values: dict[int, float] = {}
-            for a in counts:
-                s = speeds[a]
-                v = weight * s / base if s > 0 else 0.0
-                if a != current and s > 0:
-                    t = work / s
-                    v *= t / (t + cost)
-                values[a] = v
-            entry = _Job(job, counts, values)
+                # Valued below, once the pass's best weight is known; kept with its
+                # counts (its values are set anew each pass).
+                entry = _Job(job, counts, {}, unknown=True)
+                weight = 0.0  # no weight: leaves the best one as it is
+                if at < 0:
+                    unknown.append(entry)
+            else:
+                weight = (base / work) ** exponent
+                if weight > urgent:
+                    urgent = weight
+                current = job.allocated_gpus
+                # A first start costs one restart whatever the count; a change of a
+                # running job is damped further (hysteresis), so jobs do not thrash.
+                cost = penalty if current else restart
+                values: dict[int, float] = {}
+                for a in counts:
+                    s = speeds[a]
+                    v = weight * s / base if s > 0 else 0.0
+                    if a != current and s > 0:
+                        t = work / s
+                        v *= t / (t + cost)
+                    values[a] = v
+                entry = _Job(job, counts, values)
             if keep:
                 kept.put(job, entry, weight)
-            jobs.append(entry)
+            if at < 0:
+                jobs.append(entry)
+            else:
+                hits[at] = (job, entry, weight)
+        if bulk:
+            # The waiting jobs, kept or weighed above, in queue order (those with no
+            # count left out), as the loop does for each: the same maximum.
+            found = list(filter(None, hits))
+            entries = list(map(_ENTRY, found))
+            jobs.extend(entries)
+            urgent = max(chain((urgent,), map(_WEIGHT, found)))
+            unknown.extend(compress(entries, map(_UNKNOWN, entries)))
         kept.end()
         # Unknown speed: most urgent, linear speedup. With nothing to weigh a
         # restart against, a running job keeps its GPUs ahead of a waiting one
@@ -333,8 +369,8 @@ def _prior_speeds(counts: tuple[int, ...]) -> dict[int, float]:
     return {a: _linear(a) for a in (*counts, 1)}
 
 
-def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
-    """GPU counts by best marginal value per GPU; job index -> count."""
+def _greedy(jobs: list[_Job], budget: int) -> list[int]:
+    """GPU counts by best marginal value per GPU, by job index."""
     alloc = [0] * len(jobs)
     values = [j.values for j in jobs]
 
@@ -371,28 +407,33 @@ def _greedy(jobs: list[_Job], budget: int) -> dict[int, int]:
     heapq.heapify(heap)
     while heap and free > 0:
         _, jid, k, c = heapq.heappop(heap)
+        # A rigid job has no other jump (`best_jump` gives None): not asked again.
+        rigid = len(jobs[k].counts) == 1
         if c - alloc[k] > free:
-            jump = best_jump(k, free)
+            jump = None if rigid else best_jump(k, free)
             if jump is not None:
                 heapq.heappush(heap, (-jump[0], jid, k, jump[1]))
             continue
         free -= c - alloc[k]
         alloc[k] = c
-        jump = best_jump(k, free)
+        jump = None if rigid else best_jump(k, free)
         if jump is not None:
             heapq.heappush(heap, (-jump[0], jid, k, jump[1]))
-    return {k: a for k, a in enumerate(alloc)}
+    return alloc
 
 
-def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[Decision]:
+def _place(view: ClusterView, jobs: list[_Job], target: list[int]) -> list[Decision]:
     """Turn counts into placements and decisions."""
     pool = FreePool(view)
-    moving: list[int] = []
-    for k, j in enumerate(jobs):
-        if j.current and target[k] != j.current:
-            pool.release(j.view)
-        if target[k] and target[k] != j.current:
-            moving.append(k)
+    # Only the jobs that hold GPUs or get some matter; found in C, as a pass may
+    # weigh thousands of waiting jobs that get none.
+    every = range(len(jobs))
+    holding = list(compress(every, map(_CURRENT, jobs)))
+    for k in holding:
+        if target[k] != jobs[k].current:
+            pool.release(jobs[k].view)
+    moving = [k for k in compress(every, target) if target[k] != jobs[k].current]
+    # (job id last: a total order, whatever order the jobs came in.)
     moving.sort(key=lambda k: (-target[k], -jobs[k].value(target[k]), jobs[k].view.id))
     decisions: list[Decision] = []
     for k in moving:
@@ -418,12 +459,18 @@ def _place(view: ClusterView, jobs: list[_Job], target: dict[int, int]) -> list[
             decisions.append(Start(j.view.id, placement))
         elif placement != j.view.placement:
             decisions.append(Resize(j.view.id, placement))
-    for k, j in enumerate(jobs):
-        if j.current and target[k] == 0:
-            decisions.append(Preempt(j.view.id))
+    for k in holding:
+        if target[k] == 0:
+            decisions.append(Preempt(jobs[k].view.id))
     decisions.extend(_cpu_tasks(view, pool))
     decisions.sort(key=_order)
     return decisions
+
+
+_CURRENT = attrgetter("current")
+_UNKNOWN = attrgetter("unknown")
+_ENTRY = itemgetter(1)
+_WEIGHT = itemgetter(2)
 
 
 def _cpu_tasks(view: ClusterView, pool: FreePool) -> list[Decision]:

@@ -16,14 +16,16 @@ waiting jobs that was most of a pass (issue 36). A waiting job's options
 is not reused while it is known), what `_jobs` computed for it under one
 key, and answers only for the same view under the same key. Anything else
 a waiting job's value comes to depend on must join the key, or the job
-must not be kept. Jobs whose values depend on the other jobs (those of
-unknown speed) are never kept. Each pass keeps only the views it met, so
-the cache holds one backlog at most.
+must not be kept. A job of unknown speed is kept for its counts only: its
+values depend on the other jobs (the pass's best weight), so `_jobs` sets
+them anew in every pass (its entry says `unknown`; its weight is 0). Each
+pass keeps only the views it met, so the cache holds one backlog at most.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
+from itertools import compress
 from typing import Generic, TypeVar
 
 from schedulearn.core.views import JobView
@@ -55,6 +57,19 @@ class KeptWeights(Generic[Entry]):
             return None
         self._next[id(job)] = hit
         return hit[1], hit[2]
+
+    def many(self, jobs: Sequence[JobView]) -> list[tuple[JobView, Entry, float] | None]:
+        """`get` for each of `jobs` at once, in C (a backlog of thousands is read
+        every pass): per job, (its view, entry, weight) kept for this very view, or
+        None. Those found are kept for the next pass too.
+
+        By id alone: a view known here is held here, so no other live object has
+        its id, and a job with that id is that view."""
+        ids = list(map(id, jobs))
+        hits = list(map(self._kept.get, ids))
+        found = compress(zip(ids, hits, strict=True), hits)  # the Nones left out
+        self._next.update(found)  # type: ignore[arg-type]
+        return hits
 
     def put(self, job: JobView, entry: Entry, weight: float) -> None:
         """Keep what this pass computed for a waiting view (see the module doc for which)."""

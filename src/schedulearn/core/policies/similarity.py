@@ -81,6 +81,8 @@ exchanges and upgrades.
 from __future__ import annotations
 
 import math
+from itertools import compress, islice
+from operator import eq, itemgetter, le, mul
 from typing import ClassVar
 
 from schedulearn.core.decisions import Decision, Resize, Start
@@ -129,6 +131,11 @@ class _Types:
         # named), jobs alike in all that the rule treats alike but for their work
         # and wait; the jobs of no GPUs; and those past `max_wait`, in queue order.
         self.waiting: dict[tuple[str | None, int, str | None], _Alike] = {}
+        # The same jobs in queue order, each with its group and when it last
+        # entered the queue (the matching's tie-break).
+        self.queue: list[JobView] = []
+        self.queue_groups: list[_Alike] = []
+        self.queue_since: list[float] = []
         self.no_gpus: list[JobView] = []
         self.urgent: list[JobView] = []
         # The jobs started in this pass (`_start`), by id.
@@ -136,7 +143,11 @@ class _Types:
 
     def single(self, placement: Placement) -> str | None:
         """The placement's one GPU type, or None when it mixes types."""
-        kinds = {self.of[name] for name, gpus in placement if gpus}
+        parts = placement.parts
+        if len(parts) == 1:  # most are on one node
+            name, gpus = parts[0]
+            return self.of[name] if gpus else None
+        kinds = {self.of[name] for name, gpus in parts if gpus}
         return kinds.pop() if len(kinds) == 1 else None
 
     def take(self, placement: Placement, sign: int = 1) -> None:
@@ -145,15 +156,16 @@ class _Types:
 
 
 class _Alike:
-    """Waiting jobs of one (model, GPUs, GPU type named), in queue order: their ids,
-    when each last entered the queue, and their views."""
+    """Waiting jobs of one (model, GPUs, GPU type named), in queue order; and, set by
+    `_match`, the saving factor of each GPU type for them (by the types' order there;
+    None: not on that type; none at all when they may mix types)."""
 
-    __slots__ = ("ids", "jobs", "since")
+    __slots__ = ("factors", "jobs", "negated")
 
     def __init__(self) -> None:
-        self.ids: list[int] = []
-        self.since: list[float] = []
         self.jobs: list[JobView] = []
+        self.factors: list[float | None] = []
+        self.negated: list[float] = []  # each factor negated; -1.0 for None
 
 
 @register
@@ -269,6 +281,7 @@ class Similarity:
         now, wait = view.now, self.max_wait
         fastest, bests, waiting = types.fastest, types.best, types.waiting
         urgent, no_gpus = types.urgent, types.no_gpus
+        queue, queue_groups, queue_since = types.queue, types.queue_groups, types.queue_since
         # Each job's work times its GPUs (at least 1), pending then running; a job
         # without an estimate holds its GPUs here until the default is known.
         shares: list[float] = []
@@ -285,14 +298,26 @@ class Similarity:
                 group = waiting.get(key)
                 if group is None:
                     group = waiting[key] = _Alike()
-                group.ids.append(job.id)
-                group.since.append(since)
                 group.jobs.append(job)
+                queue.append(job)
+                queue_groups.append(group)
+                queue_since.append(since)
                 if job.placement is None and job.progress is None:
                     # `_left_on_best` of a waiting job without progress, inline.
                     best = bests.get(key)
-                    if best is not None and job.estimated_duration is not None:
-                        left = max(0.0, job.remaining_at(now) or 0.0)
+                    estimate = job.estimated_duration
+                    if best is not None and estimate is not None:
+                        if job.started_at is None:
+                            # `remaining_at(now)` of a job never started, inline:
+                            # its estimate (at most its limit) less its service.
+                            limit = job.time_limit
+                            if limit is not None and limit < estimate:
+                                estimate = limit
+                            left = estimate - job.service_seconds
+                            if not left > 0.0:
+                                left = 0.0
+                        else:
+                            left = max(0.0, job.remaining_at(now) or 0.0)
                         fastest[job.id] = left
                         w = known[job.id] = left * best
                         shares.append(w * gpus)
@@ -348,7 +373,7 @@ class Similarity:
         affinity = self.affinity(job, types)
         for gpu_type in sorted(affinity, key=lambda t: (-affinity[t], t)):
             if allowed(job, gpu_type) and types.free.get(gpu_type, 0) >= job.gpus:
-                placement = pool.pack(_as(job, gpu_type))
+                placement = pool.pack(job, gpu_type=gpu_type)
                 if placement is not None:
                     return placement
         return None
@@ -360,40 +385,64 @@ class Similarity:
         free, work = types.free, types.work
         # CPU-only jobs, and those bigger than any one type (which may mix types).
         mixed = [j for j in types.no_gpus if j.id not in started]
-        pairs: list[tuple[float, float, int, str, JobView]] = []
+        # The GPU types in name order: one job's pairs of equal saving go in this order.
+        names = sorted(types.total)
+        width = len(names)
+        mixes = False
         for (_, gpus, named), group in types.waiting.items():
-            ids, sinces, jobs = group.ids, group.since, group.jobs
-            if types.started:  # starving jobs started already
-                kept = [k for k, i in enumerate(ids) if i not in started]
-                ids, sinces, jobs = (
-                    [ids[k] for k in kept],
-                    [sinces[k] for k in kept],
-                    [jobs[k] for k in kept],
-                )
             if not types.total or (gpus > types.largest and not named):
-                mixed.extend(jobs)
+                group.factors = []
+                mixed.extend([j for j in group.jobs if j.id not in started])
+                mixes = True
                 continue
             # Alike in model and GPUs: one affinity table, so each type's saving
             # factor and whether it has room are judged once for the group.
-            affinity = self.affinity(group.jobs[0], types)
-            lefts = [work[i] for i in ids]
-            for gpu_type, score in affinity.items():
-                if not allowed(group.jobs[0], gpu_type) or free.get(gpu_type, 0) < gpus:
-                    continue
-                # `saving(types, job, 1.0, score)` is the job's work times this.
-                factor = 1.0 / 1.0 - 1.0 / score
-                pairs.extend(
-                    [
-                        (-(left * factor), since, i, gpu_type, j)
-                        for left, since, i, j in zip(lefts, sinces, ids, jobs, strict=True)
-                    ]
-                )
-        # (job id, type) is unique, so the sort never compares the views themselves.
-        pairs.sort()
-        for _, _, job_id, gpu_type, job in pairs:
-            if job_id in started or free.get(gpu_type, 0) < job.gpus:
+            # `saving(types, job, 1.0, score)` is the job's work times the factor.
+            first = group.jobs[0]
+            affinity = self.affinity(first, types)
+            group.factors = factors = [
+                1.0 / 1.0 - 1.0 / affinity[t]
+                if allowed(first, t) and free.get(t, 0) >= gpus
+                else None
+                for t in names
+            ]
+            group.negated = [-1.0 if f is None else -f for f in factors]
+        jobs, groups, since = types.queue, types.queue_groups, types.queue_since
+        if started or mixes:
+            keep = [
+                k
+                for k, (j, g) in enumerate(zip(jobs, groups, strict=True))
+                if g.factors and j.id not in started
+            ]
+            jobs, groups = [jobs[k] for k in keep], [groups[k] for k in keep]
+            since = [since[k] for k in keep]
+        ids = [j.id for j in jobs]
+        if not _in_order(since, ids):
+            order = sorted(range(len(jobs)), key=lambda k: (since[k], ids[k]))
+            jobs, groups = [jobs[k] for k in order], [groups[k] for k in order]
+            ids = [j.id for j in jobs]
+        # Every (job, type) pair, highest saving first; among equal savings the one
+        # that waited longest (then the lower id, then the type by name) first. The
+        # pairs are laid out in that tie order (job k's pair of type p at k * width
+        # + p), so a stable sort on the saving alone gives it, without a tuple a pair.
+        # A pair's key, -(work * factor), is work * -factor (negation is exact), so
+        # each type's keys are one product of two lists, in C. A pair the group
+        # may not take gets any key (-work): the walk passes over it.
+        lefts = list(map(work.__getitem__, ids))
+        rows = [g.negated for g in groups]
+        keys = [0.0] * (len(jobs) * width)
+        for p in range(width):
+            keys[p::width] = list(map(mul, lefts, map(itemgetter(p), rows)))
+        for at in sorted(range(len(keys)), key=keys.__getitem__):
+            k, p = divmod(at, width)
+            job = jobs[k]
+            job_id = job.id
+            if job_id in started:
                 continue
-            placement = pool.pack(_as(job, gpu_type))
+            gpu_type = names[p]
+            if free.get(gpu_type, 0) < job.gpus or groups[k].factors[p] is None:
+                continue
+            placement = pool.pack(job, gpu_type=gpu_type)
             if placement is not None:
                 _start(pool, types, job, placement, decisions)
                 started.add(job_id)
@@ -454,16 +503,12 @@ class Similarity:
                 if gpus > types.largest:
                     continue
                 if started:
-                    kept = [
-                        (i, j)
-                        for i, j in zip(group.ids, group.jobs, strict=True)
-                        if i not in started
-                    ]
+                    kept = [j for j in group.jobs if j.id not in started]
                     if not kept:
                         continue
-                    first, ws = kept[0][1], [works[i] for i, _ in kept]
+                    first, ws = kept[0], [works[j.id] for j in kept]
                 else:
-                    first, ws = group.jobs[0], [works[i] for i in group.ids]
+                    first, ws = group.jobs[0], [works[j.id] for j in group.jobs]
                 alike.append((first, min(ws), max(ws)))
             for job, least, most in alike:
                 aff = self.affinity(job, types)
@@ -477,7 +522,7 @@ class Similarity:
         # Room the biggest still-waiting job could use on each type: keep it free.
         sizes: dict[str | None, set[int]] = {}  # by the GPU type a job names
         for (_, gpus, named), group in types.waiting.items():
-            if not started or any(i not in started for i in group.ids):
+            if not started or any(j.id not in started for j in group.jobs):
                 sizes.setdefault(named, set()).add(gpus)
         keep = dict.fromkeys(types.total, 0)
         for named, wanted in sizes.items():
@@ -524,6 +569,15 @@ def _batch_rank(job: JobView, types: _Types) -> float:
     if fastest is None:
         return 0.0  # no estimate: in arrival order, after the critical jobs
     return -1e18 - fastest if fastest >= types.drain / 2 else fastest
+
+
+def _in_order(since: list[float], ids: list[int]) -> bool:
+    """Are the jobs in queue order: by when they entered the queue, then by id?"""
+    later = islice(since, 1, None)
+    if not all(map(le, since, later)):
+        return False
+    ties = compress(range(len(since) - 1), map(eq, since, islice(since, 1, None)))
+    return all(ids[k] < ids[k + 1] for k in ties)
 
 
 def _median(values: list[float]) -> float:
