@@ -120,6 +120,7 @@ def cell(runs: list[TenantRun], spec: str, window: tuple[float, float]) -> dict[
             "utilisation_makespan": p.gpu_utilisation,
             "jain": plain.fairness.jain,
             "worst_ratio": plain.fairness.worst_ratio,
+            "worst_queue": worst_queue(plain.fairness),
             "replay_s": plain.shared.wall_seconds,
             "preemptions": p.preemptions,
             "queues": plain.fairness.to_dict()["queues"],
@@ -130,6 +131,7 @@ def cell(runs: list[TenantRun], spec: str, window: tuple[float, float]) -> dict[
             "utilisation_makespan": q.gpu_utilisation,
             "jain": mine.fairness.jain,
             "worst_ratio": mine.fairness.worst_ratio,
+            "worst_queue": worst_queue(mine.fairness),
             "replay_s": mine.shared.wall_seconds,
             "preemptions": q.preemptions,
             "queues": mine.fairness.to_dict()["queues"],
@@ -140,6 +142,12 @@ def cell(runs: list[TenantRun], spec: str, window: tuple[float, float]) -> dict[
 def promised_jain(fair: Fairness) -> float:
     """Jain's index over the slowdowns of the queues guaranteed some GPUs."""
     return jain([q.mean_slowdown for q in fair.queues if q.guaranteed > 0])
+
+
+def worst_queue(fair: Fairness) -> str:
+    """The queue with the worst sharing-incentive ratio ("" with none)."""
+    rated = [q for q in fair.queues if q.ratio is not None]
+    return max(rated, key=lambda q: q.ratio or 0.0).queue if rated else ""
 
 
 def why_missed(fair: Fairness) -> list[str]:
@@ -188,13 +196,14 @@ def report(runs: list[TenantRun], spec: str, figures: dict[str, Any]) -> None:
     figures["limits"] = why_missed(mine.fairness) if not all(ok.values()) else []
     flag = {k: "ok" if v else "MISSED" for k, v in ok.items()}
     print(
-        f"goals: worst ratio {q['worst_ratio']:.3f} (<= 1.05: {flag['ratio']}); "
+        f"goals: worst ratio {q['worst_ratio']:.3f} ({q['worst_queue']}; plain "
+        f"{p['worst_ratio']:.3f}, {p['worst_queue']}) (<= 1.05: {flag['ratio']}); "
         f"Jain {q['jain']:.3f} vs plain {p['jain']:.3f} (>= 0.9 and >= plain: {flag['jain']}); "
         f"mean JCT {q['mean_jct']:,.0f} s vs {p['mean_jct']:,.0f} s x{jct:.3f} "
         f"(<= 1.10: {flag['jct']}); utilisation {q['utilisation_makespan']:.1%} vs "
         f"{p['utilisation_makespan']:.1%}, {util:+.1f} points (>= -2: {flag['util']}); "
         f"replay {q['replay_s']:.1f} s vs {p['replay_s']:.1f} s x{wall:.2f} "
-        f"(<= 1.5: {flag['replay']})"
+        f"(<= 1.5: {flag['replay']}); preemptions {q['preemptions']:,} vs {p['preemptions']:,}"
     )
     print(
         f"Jain over the queues guaranteed some GPUs: {q['jain_guaranteed']:.3f} "
