@@ -49,8 +49,10 @@ held for it, and the inner policy may preempt its jobs once they ran
 `min_run` (so tiresias's and srtf's short jobs go first across queues,
 and a team interrupted is behind afterwards), unless without them it
 would be behind within `LEND_FOR` times `min_run` (`PassState.lends`: it
-would reclaim them at once). Only a queue behind on its fraction keeps
-the rules above.
+would reclaim them at once); to a job expected to end within `min_run`
+(`PassState.brief`) it lends all the same, as that job is done before its
+GPUs could be taken back. Only a queue behind on its fraction keeps the
+rules above.
 
 Jobs that name no queue keep running once queues exist (docs/queues.md):
 the default queue owns the uncovered GPUs, and any job, preemptible or

@@ -151,7 +151,11 @@ class SharePass(ReclaimingPass):
                 # the borrowers' be stopped, every few passes).
                 if mine is None or not all(self.ran_min(v) for v in released if v.queue == name):
                     return False
-                if fitting_after < s.fitting and not self.lends(s, fitting_after):
+                if (
+                    fitting_after < s.fitting
+                    and not self.lends(s, fitting_after)
+                    and not (job is not None and self.brief(job))
+                ):
                     return False
                 continue
             # Another queue's jobs: never below that queue's guarantee (its

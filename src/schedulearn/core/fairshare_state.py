@@ -104,19 +104,22 @@ class PassState:
         if not turn:
             running = tuple(j for j in self.running.values() if j.id not in decided)
         else:
-            running = self._turn_running()
+            running = self._turn_running(pending)
         counts = tuple(self.counts) if self.counts is not None else None
         return ClusterView(
             view.now, tuple(self.nodes), pending, running, counts, view.goodput, None
         )
 
-    def _turn_running(self) -> tuple[JobView, ...]:
+    def _turn_running(self, pending: tuple[JobView, ...]) -> tuple[JobView, ...]:
         """The running jobs not decided on, each the inner policy may not preempt
         as non-preemptible (`pinned_copy`): `may_preempt` written out, with
         the time bar read once (a turn asks it of every running job: 7% of
-        20,000 Philly jobs on 64x8 with queues)."""
+        20,000 Philly jobs on 64x8 with queues). A job a queue ahead keeps
+        (`lends`) stays preemptible when a brief job waits in the turn
+        (`brief`): `_accept` lets only a brief job take it."""
         book, decided, pinned_copy = self.book, self.decided, self.pinned_copy
         now, bar = self.view.now, self.min_run - EPS  # `ran_min`: now - started >= bar
+        brief_waits: bool | None = None  # asked when first needed
         out: list[JobView] = []
         for j in self.running.values():
             if j.id in decided:
@@ -127,8 +130,13 @@ class PassState:
                     started = j.started_at
                     ran = started is not None and now - started >= bar
                     if owner.ahead:
-                        if not ran or not self.lends_job(owner, j):
+                        if not ran:
                             j = pinned_copy(j)
+                        elif not self.lends_job(owner, j):
+                            if brief_waits is None:
+                                brief_waits = any(self.brief(p) for p in pending)
+                            if not brief_waits:
+                                j = pinned_copy(j)
                     elif (
                         not owner.is_beyond(j)
                         and owner.fitting - j.allocated_gpus < owner.guaranteed
@@ -137,14 +145,16 @@ class PassState:
             out.append(j)
         return tuple(out)
 
-    def may_preempt(self, job: JobView) -> bool:
+    def may_preempt(self, job: JobView, brief_waits: bool = False) -> bool:
         """Could the inner policy's turn preempt `job` (before its group's exact check)?
 
         A job of a queue with waiting jobs (the inner policy reorders a
         queue's own jobs, e.g. tiresias's least attained service first), or
         of a queue over its deserved share that has run `min_run`, never
         taking that queue below its guarantee, or of a queue ahead on its
-        fraction of the GPU-time (`QueueShare.ahead`) that has run `min_run`.
+        fraction of the GPU-time (`QueueShare.ahead`) that has run `min_run`
+        and that it lends (`lends_job`), or, when a brief job waits in the
+        turn (`brief_waits`), that it would lend such a job (`brief`).
         """
         if job.stopping:
             return True  # going anyway: taking it again stops nobody new (core.preemption)
@@ -152,7 +162,7 @@ class PassState:
         if owner.pending > 0:
             return True  # its own queue's jobs (the group check keeps the queue's GPUs)
         if owner.ahead:
-            return self.ran_min(job) and self.lends_job(owner, job)
+            return self.ran_min(job) and (brief_waits or self.lends_job(owner, job))
         if not owner.is_beyond(job) and owner.fitting - job.allocated_gpus < owner.guaranteed:
             return False  # it would take the queue below its guarantee
         return owner.used > owner.share + EPS and self.ran_min(job)
@@ -165,6 +175,19 @@ class PassState:
         copy = rebuild(job, preemptible=False)
         self.pinned[job.id] = (job, copy)
         return copy
+
+    def brief(self, job: JobView) -> bool:
+        """Is `job` expected to end within `min_run` (`JobView.remaining_at`)?
+
+        A queue ahead lends its GPUs to such a job even where `lends` keeps
+        them: the job is done before its GPUs could be taken back, so the
+        lender cannot flip behind and reclaim them (what `LEND_FOR`
+        prevents), and it costs the lender at most `min_run` of GPU-time.
+        An estimate that is wrong buys no more: after `min_run` the job is
+        a borrower like any other and a reclaim may take it.
+        """
+        left = job.remaining_at(self.view.now)
+        return left is not None and left <= self.min_run + EPS
 
     def lends_job(self, s: QueueShare, job: JobView) -> bool:
         """May queue `s`, ahead, give up its running `job` (`lends`)?"""

@@ -19,9 +19,10 @@ from schedulearn.core.fairshare_pass import SharePass
 from schedulearn.core.views import JobView, rebuild
 
 
-def _by_rule(p: SharePass) -> list[JobView]:
+def _by_rule(p: SharePass, pending: tuple[JobView, ...]) -> list[JobView]:
+    brief = any(p.brief(j) for j in pending)
     return [
-        j if not j.preemptible or p.may_preempt(j) else p.pinned_copy(j)
+        j if not j.preemptible or p.may_preempt(j, brief) else p.pinned_copy(j)
         for j in p.running.values()
         if j.id not in p.decided
     ]
@@ -46,8 +47,8 @@ def test_the_turn_shows_what_may_preempt_allows(
     )  # fmt: skip
     assert view.tenancy is not None
     p = SharePass(create("tiresias"), min_run, view, view.tenancy, {}, book)
-    assert list(p.sub_view(view.pending, turn=True).running) == _by_rule(p)
+    assert list(p.sub_view(view.pending, turn=True).running) == _by_rule(p, view.pending)
     p.reclaim()  # the book moves, some jobs are decided on
     got = p.sub_view(p.waiting(), turn=True).running
-    assert list(got) == _by_rule(p)
-    assert all(a is b for a, b in zip(got, _by_rule(p), strict=True))
+    assert list(got) == _by_rule(p, p.waiting())
+    assert all(a is b for a, b in zip(got, _by_rule(p, p.waiting()), strict=True))
