@@ -1,10 +1,12 @@
 """The waiting jobs grouped by queue, kept in step with the host's pending tuple.
 
 `Backlog` is held by `fairshare_book.ShareBook`. It answers, for the
-pending tuple of the pass at hand (every job naming its queue), each
-queue's pending jobs in the tuple's order (`by_queue`, its keys in the
-order of each queue's first job), the GPUs they ask for (`waiting`), and
-the jobs by id (`by_id`).
+pending tuple of the pass at hand, each queue's pending jobs in the
+tuple's order (`by_queue`; its keys in the order of each queue's first
+job once `in_order`), the GPUs they ask for (`waiting`), the jobs by id
+(`by_id`), and the jobs of a set of queues (`select`, for the last few
+sets asked: the inner policy's entitled turn asks for the same set pass
+after pass).
 
 On a backlogged cluster the tuple holds thousands of jobs, but from one
 pass to the next a host changes a few: jobs start, arrive, or are
@@ -14,7 +16,9 @@ than the rest of the layer (fifo, 3,000 Philly jobs on 8x8 with queues:
 (`_diff`): runs of the same objects are skipped by identity in C, and
 at each difference the new job is one that came (an object the backlog
 does not hold) or else the old one went. Only the jobs that came or went
-are then placed in or taken out of their queue's list. When the jobs
+are then placed in or taken out of their queue's list (and the kept
+sets'), next to the nearest job of the list before it, found by a scan in
+C from its place backwards. When the jobs
 kept are not in the same order, or most of the tuple changed (a host
 that rebuilds every view, as the live scheduler does), it regroups from
 scratch. Either way the answer is exactly a fresh grouping's

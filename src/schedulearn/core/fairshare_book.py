@@ -15,13 +15,15 @@ the snapshot alone.
 
 On a backlogged cluster the snapshot holds thousands of pending jobs,
 and each sweep of them costs about as much as a whole pass of a plain
-policy that looks only at the head of the queue. So the book checks
-each new tuple for jobs that name no queue at C speed (only then is the
-tuple rebuilt, as `named` does, each such job's copy kept while it
-waits, so that the rebuilt tuples share their jobs), and its `Backlog`
-(`fairshare_backlog`) regroups only the queues whose jobs came or went
-since the last tuple; the jobs by id are indexed only when a pass asks
-(most passes propose nothing).
+policy that looks only at the head of the queue. So the book keeps the
+pending jobs up to date incrementally: its `Backlog`
+(`fairshare_backlog`) follows each new tuple by what came and went
+since the last one, and only the jobs that came are checked for naming
+no queue (all of them after a regrouping; only then is the tuple
+rebuilt, as `named` does, each such job's copy kept while it waits, so
+that the rebuilt tuples share their jobs). The jobs by id, and the
+jobs of a set of queues a turn asks for (`select`), follow the backlog
+too.
 """
 
 from __future__ import annotations
