@@ -61,8 +61,11 @@ reclaims them, a non-preemptible borrower is requeued and restarts
 (`Preempt.reclaimed_by` names the lender), as Kueue does.
 `fairshare_reasons` says why a job waits and whether it can ever start.
 
-Cost: the layer's book (`fairshare_queues.shares`) is counted from the
-snapshot in one sweep, two inner turns at most, and a pass that decided
+Cost: the layer's book (`fairshare_queues.shares`) is kept up to date
+incrementally between passes (`fairshare_book`, `fairshare_backlog`:
+only the jobs that came or went since the last snapshot are counted;
+the shares, which follow usage and so time, are filled afresh), two
+inner turns at most, and a pass that decided
 nothing is remembered until the jobs, GPUs or `min_run` deadlines
 change, or the inner policy's choice can change with time
 (`steady_until`; `_still_quiet`). A host that skips ticks asks the layer

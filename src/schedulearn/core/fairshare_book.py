@@ -15,18 +15,24 @@ the snapshot alone.
 
 On a backlogged cluster the snapshot holds thousands of pending jobs,
 and each sweep of them costs about as much as a whole pass of a plain
-policy that looks only at the head of the queue. So the book sweeps
-each new tuple once: that sweep groups the jobs by queue, and says
-whether any names no queue (only then is the tuple rebuilt, as `named`
-does); the jobs by id are indexed only when a pass asks (most passes
-propose nothing).
+policy that looks only at the head of the queue. So the book keeps the
+pending jobs up to date incrementally: its `Backlog`
+(`fairshare_backlog`) follows each new tuple by what came and went
+since the last one, and only the jobs that came are checked for naming
+no queue (all of them after a regrouping; only then is the tuple
+rebuilt, as `named` does, each such job's copy kept while it waits, so
+that the rebuilt tuples share their jobs). The jobs by id, and the
+jobs of a set of queues a turn asks for (`select`), follow the backlog
+too.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import compress
 from operator import attrgetter
 
+from schedulearn.core.fairshare_backlog import Backlog
 from schedulearn.core.fairshare_queues import (
     DEFAULT_QUEUE,
     Held,
@@ -34,27 +40,23 @@ from schedulearn.core.fairshare_queues import (
     Tenancy,
     book,
     held_by_queue,
-    pending_by_queue,
 )
 from schedulearn.core.views import ClusterView, JobView, rebuild
 
-_GPUS = attrgetter("gpus")
-_ID = attrgetter("id")
+_QUEUE = attrgetter("queue")
 
 
 class ShareBook:
     """Counts per queue, kept while the snapshot's job tuples stay the same."""
 
     __slots__ = (
-        "_by_id",
-        "_by_id_of",
-        "_by_queue",
+        "_backlog",
+        "_fixed",
         "_held",
         "_pending",
         "_raw_pending",
         "_raw_running",
         "_running",
-        "_waiting",
     )
 
     def __init__(self) -> None:
@@ -66,12 +68,11 @@ class ShareBook:
         self._running: tuple[JobView, ...] = ()
         # queue -> what its running jobs hold
         self._held: dict[str, Held] = {}
-        self._by_queue: dict[str, list[JobView]] = {}
-        # queue -> GPUs its pending jobs ask for
-        self._waiting: dict[str, int] = {}
-        # The pending jobs by id, and the tuple they index (built on demand).
-        self._by_id: dict[int, JobView] = {}
-        self._by_id_of: tuple[JobView, ...] | None = None
+        # The pending jobs by queue (those of `_pending`).
+        self._backlog = Backlog()
+        # id() of a pending job that names no queue -> (it, its copy in the
+        # default queue): the same copy while it waits (`_fix_pending`).
+        self._fixed: dict[int, tuple[JobView, JobView]] = {}
 
     def named(self, view: ClusterView) -> ClusterView:
         """`fairshare_queues.named(view)`, from the book's sweeps of the job tuples."""
@@ -92,31 +93,60 @@ class ShareBook:
             self._name_running(view.running)
         if view.pending is not self._pending:
             self._name_pending(view.pending)
-        out = book(view, tenancy, self._held, self._waiting)
+        backlog = self._backlog
+        held, declared = self._held, tenancy.by_name
+        if any(q not in declared and q not in held for q in backlog.waiting):
+            backlog.in_order()  # `book` adds such queues in the order of `waiting`
+        out = book(view, tenancy, held, backlog.waiting)
         # The pass reads the lists and never changes them: shared, not copied.
-        return out, self._by_queue
+        return out, backlog.by_queue
 
     def pending_by_id(self) -> dict[int, JobView]:
         """The pending jobs of the last `shares` by id (read-only: the book's own)."""
-        if self._by_id_of is not self._pending:
-            pending = self._pending
-            # map(attrgetter) and zip sweep at C speed.
-            self._by_id = dict(zip(map(_ID, pending), pending, strict=True))
-            self._by_id_of = pending
-        return self._by_id
+        return self._backlog.by_id()
+
+    def select(self, pending: tuple[JobView, ...], queues: set[str]) -> tuple[JobView, ...]:
+        """The jobs of `pending` in `queues`, in its order (kept across passes for
+        the last `shares`' tuple: `Backlog.select`)."""
+        backlog = self._backlog
+        if pending is backlog.jobs:
+            return backlog.select(frozenset(queues))
+        return tuple(compress(pending, map(queues.__contains__, map(_QUEUE, pending))))
 
     def _name_pending(self, raw: tuple[JobView, ...]) -> tuple[JobView, ...]:
         if raw is self._raw_pending or raw is self._pending:
             return self._pending
-        by_queue = pending_by_queue(raw)
-        jobs = raw
-        if "" in by_queue:
-            jobs = _fix(raw)
-            by_queue = pending_by_queue(jobs)
-        self._by_queue = by_queue
-        self._waiting = {q: sum(map(_GPUS, js)) for q, js in by_queue.items()}
+        backlog = self._backlog
+        if self._raw_pending is self._pending:
+            # The last tuple named every job's queue: so does this one if the
+            # jobs that came do (the backlog groups by `JobView.queue` as it is,
+            # and regroups the jobs fixed below if not).
+            came = backlog.update(raw)
+            if all(map(_QUEUE, raw if came is None else came)):
+                self._raw_pending = self._pending = raw
+                return raw
+        jobs = raw if all(map(_QUEUE, raw)) else self._fix_pending(raw)
+        backlog.update(jobs)
         self._raw_pending, self._pending = raw, jobs
         return jobs
+
+    def _fix_pending(self, raw: tuple[JobView, ...]) -> tuple[JobView, ...]:
+        """`_fix(raw)`, each job's copy the same object while the job waits."""
+        fixed = self._fixed
+        out: list[JobView] = []
+        for j in raw:
+            if j.queue:
+                out.append(j)
+                continue
+            kept = fixed.get(id(j))
+            if kept is None or kept[0] is not j:
+                kept = fixed[id(j)] = (j, rebuild(j, queue=DEFAULT_QUEUE))
+            out.append(kept[1])
+        if len(fixed) > 2 * len(raw) + 64:  # forget jobs that left the queue
+            here = set(map(id, raw))
+            for i in [i for i in fixed if i not in here]:
+                del fixed[i]
+        return tuple(out)
 
     def _name_running(self, raw: tuple[JobView, ...]) -> tuple[JobView, ...]:
         if raw is self._raw_running or raw is self._running:

@@ -211,6 +211,7 @@ class SharePass(ReclaimingPass):
                 self.take(moved, d.placement)
                 self.running[d.job_id] = moved
                 s = self.book[old.queue]
+                self.moved()
                 s.used += d.placement.num_gpus - old.allocated_gpus
                 if s.is_beyond(old):
                     s.beyond += d.placement.num_gpus - old.allocated_gpus

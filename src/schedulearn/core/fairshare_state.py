@@ -11,8 +11,10 @@ nothing is ever undone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cached_property
+from itertools import compress, count, islice
+from operator import attrgetter, not_
 
 from schedulearn.core.decisions import Decision, Preempt, Start
 from schedulearn.core.fairshare_book import ShareBook
@@ -27,6 +29,7 @@ EPS = 1e-9
 # A queue ahead on its share of GPU-time lends its jobs only while it would
 # stay ahead this many times `min_run` without them (`PassState.lends`).
 LEND_FOR = 4.0
+_ID = attrgetter("id")
 
 
 class PassState:
@@ -66,6 +69,10 @@ class PassState:
         # Non-preemptible copies of running jobs a turn may not preempt, by
         # id (the layer keeps this between passes: the same views recur).
         self.pinned = pinned
+        # `lends`: each queue's fitting GPUs, and its answers, while the book
+        # stays as it is (`moved`).
+        self._busy: dict[str, int] | None = None
+        self._lent: dict[tuple[str, int], bool] = {}
 
     @cached_property
     def pending(self) -> dict[int, JobView]:
@@ -80,16 +87,23 @@ class PassState:
         return s.used < s.share - EPS
 
     def waiting(self, queues: set[str] | None = None) -> tuple[JobView, ...]:
-        """Pending jobs not yet decided on (of `queues` only, if given), in arrival order."""
+        """Pending jobs not yet decided on (of `queues` only, if given), in arrival order.
+
+        Selected in C (`ShareBook.select`, `_undecided`): a turn asks this of
+        a backlog of thousands, every pass.
+        """
         decided = self.decided
+        pending = self.view.pending
         if queues is not None and len(queues) == 1:
             (name,) = queues
-            return tuple(j for j in self.by_queue.get(name, ()) if j.id not in decided)
-        if queues is None or len(queues) == len(self.by_queue):
-            if not decided:
-                return self.view.pending
-            return tuple(j for j in self.view.pending if j.id not in decided)
-        return tuple(j for j in self.view.pending if j.queue in queues and j.id not in decided)
+            jobs: Sequence[JobView] = self.by_queue.get(name, ())
+        elif queues is None or len(queues) == len(self.by_queue):
+            jobs = pending
+        else:
+            jobs = self._shelf.select(pending, queues)
+        if not decided:
+            return jobs if isinstance(jobs, tuple) else tuple(jobs)
+        return _undecided(jobs, decided, self.pending, len(pending))
 
     def sub_view(self, pending: tuple[JobView, ...], turn: bool = False) -> ClusterView:
         """The whole cluster as the pass has left it, with `pending` waiting.
@@ -195,13 +209,25 @@ class PassState:
 
     def lends(self, s: QueueShare, fitting: int) -> bool:
         """May queue `s`, ahead, give up GPUs of its fitting jobs down to
-        `fitting`? Only while it would stay ahead `LEND_FOR` times `min_run`."""
+        `fitting`? Only while it would stay ahead `LEND_FOR` times `min_run`.
+
+        The answer depends on every queue's fitting GPUs only (and on the
+        pass's constants), so it is kept until the book moves (`moved`):
+        a turn asks it of the same queues for job after job.
+        """
         horizon = LEND_FOR * self.min_run
         if horizon <= 0:
             return True
-        busy = {q.name: q.fitting for q in self.book.values()}
+        key = (s.name, fitting)
+        lent = self._lent.get(key)
+        if lent is not None:
+            return lent
+        busy = self._busy
+        if busy is None:
+            busy = self._busy = {q.name: q.fitting for q in self.book.values()}
+        held = busy[s.name]
         busy[s.name] = fitting
-        return still_ahead(
+        lent = still_ahead(
             s.name,
             self.book.values(),
             self.view.total_gpus,
@@ -210,6 +236,15 @@ class PassState:
             self.tenancy.half_life,
             horizon,
         )
+        busy[s.name] = held
+        self._lent[key] = lent
+        return lent
+
+    def moved(self) -> None:
+        """A queue's GPUs in use changed: what `lends` kept no longer holds."""
+        self._busy = None
+        if self._lent:
+            self._lent = {}
 
     def ran_min(self, job: JobView) -> bool:
         """Has `job` run `min_run` seconds (may it be taken back)?"""
@@ -221,6 +256,7 @@ class PassState:
     def start(self, job: JobView, placement: Placement) -> None:
         """Record a start whose GPUs the pool already holds for `job`."""
         s = self.book[job.queue]
+        self.moved()
         s.used += placement.num_gpus
         if s.is_beyond(job):
             s.beyond += placement.num_gpus
@@ -233,6 +269,7 @@ class PassState:
     def stop(self, job: JobView, reclaimed_by: str | None = None) -> None:
         """Record a preemption whose GPUs the pool already has free again."""
         s = self.book[job.queue]
+        self.moved()
         s.used -= job.allocated_gpus
         if s.is_beyond(job):
             s.beyond -= job.allocated_gpus
@@ -290,3 +327,30 @@ class PassState:
             )
             if self.counts is not None:
                 self.counts[i] = self.nodes[i].num_free_gpus
+
+
+def _undecided(
+    jobs: Sequence[JobView], decided: set[int], pending: Mapping[int, JobView], whole: int
+) -> tuple[JobView, ...]:
+    """`jobs` (of the pending ones: `pending` by id, of `whole` jobs) without
+    those in `decided`, a tuple as it is.
+
+    The jobs decided on are few and, in arrival order, mostly near the head:
+    found by identity in C, scanning only up to the last when all are in
+    `jobs`, and cut out by slicing.
+    """
+    if not decided:
+        return jobs if isinstance(jobs, tuple) else tuple(jobs)
+    if len(pending) != whole:  # two pending jobs with one id: by id, as asked
+        return tuple(compress(jobs, map(not_, map(decided.__contains__, map(_ID, jobs)))))
+    objects = {id(j) for i in decided if (j := pending.get(i)) is not None}
+    if not objects:
+        return jobs if isinstance(jobs, tuple) else tuple(jobs)
+    hits = compress(count(), map(objects.__contains__, map(id, jobs)))
+    out: list[JobView] = []
+    start = 0
+    for at in islice(hits, len(objects)):
+        out.extend(jobs[start:at])
+        start = at + 1
+    out.extend(jobs[start:])
+    return tuple(out)

@@ -15,7 +15,9 @@ from test_fairshare import tenant_snapshots
 
 from schedulearn.core import ClusterView, create
 from schedulearn.core.fairshare_book import ShareBook
+from schedulearn.core.fairshare_fill import still_ahead
 from schedulearn.core.fairshare_pass import SharePass
+from schedulearn.core.fairshare_state import LEND_FOR
 from schedulearn.core.views import JobView, rebuild
 
 
@@ -52,3 +54,45 @@ def test_the_turn_shows_what_may_preempt_allows(
     got = p.sub_view(p.waiting(), turn=True).running
     assert list(got) == _by_rule(p, p.waiting())
     assert all(a is b for a, b in zip(got, _by_rule(p, p.waiting()), strict=True))
+
+
+def _lends_afresh(p: SharePass, name: str, fitting: int) -> bool:
+    """`PassState.lends` computed from the book as it is now, nothing kept."""
+    busy = {q.name: q.fitting for q in p.book.values()}
+    busy[name] = fitting
+    return still_ahead(
+        name,
+        p.book.values(),
+        p.view.total_gpus,
+        p.tenancy.counted,
+        busy,
+        p.tenancy.half_life,
+        LEND_FOR * p.min_run,
+    ) if p.min_run > 0 else True  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=tenant_snapshots())
+def test_what_lends_keeps_follows_the_book_as_the_pass_moves_it(
+    snapshot: tuple[ClusterView, float],
+) -> None:
+    # `lends` keeps its answers while the book stays as it is: asked before
+    # and after a reclaim and a turn have started and stopped jobs, it must
+    # answer what a fresh computation on the book of the moment answers.
+    view, min_run = snapshot
+    book = ShareBook()
+    view = book.named(view)
+    assert view.tenancy is not None
+    p = SharePass(create("tiresias"), min_run, view, view.tenancy, {}, book)
+
+    def check() -> None:
+        for s in list(p.book.values()):
+            for fitting in range(max(0, s.fitting - 3), s.fitting + 1):
+                assert p.lends(s, fitting) == _lends_afresh(p, s.name, fitting)
+
+    check()
+    p.reclaim()
+    check()
+    p.need = {}
+    p._turn({s.name for s in p.book.values() if s.pending > 0}, borrow=True)
+    check()
