@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,24 @@ class ServedApi:
             self._nodes[name] = {"Authorization": f"Bearer {joined.json()['credential']}"}
         return self._nodes[name]
 
+    def submit(self, **spec: Any) -> int:
+        """Submit one job (`["true"]` on one GPU unless `spec` says otherwise): its id."""
+        r = self.http.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1, **spec})
+        assert r.status_code == 201, r.text
+        return int(r.json()["ids"][0])
+
     def job(self, job_id: int) -> JobPublic:
         r = self.http.get(f"/api/v1/jobs/{job_id}")
         assert r.status_code == 200, r.text
         return JobPublic.model_validate(r.json())
+
+
+def served_api(database_url: str, log: Path, **settings: str) -> Iterator[ServedApi]:
+    """A `Served` server with `settings`, started, its API yielded, then stopped:
+    for a fixture to `yield from`."""
+    server = Served(database_url, log, **settings).start()
+    try:
+        with server.client() as http:
+            yield ServedApi(http)
+    finally:
+        server.stop()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from served import Served, ServedApi
+from served import ServedApi, served_api
 from sqlalchemy import text
 from sqlmodel import col, select
 from wire_agent import WireAgent
@@ -34,12 +34,7 @@ from waiting import wait_until
 
 @pytest.fixture
 def served(database_url: str, tmp_path: Path) -> Iterator[ServedApi]:
-    server = Served(database_url, tmp_path / "server.log", node_timeout_seconds="120").start()
-    try:
-        with server.client() as http:
-            yield ServedApi(http)
-    finally:
-        server.stop()
+    yield from served_api(database_url, tmp_path / "server.log", node_timeout_seconds="120")
 
 
 def waiting_on_a_lock(database: Database) -> bool:
@@ -59,9 +54,7 @@ def test_an_exit_racing_a_write_off_is_judged_again_not_refused(
 ) -> None:
     node = WireAgent(served, "n1", gpus=1)
     node.register()
-    r = served.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1, "max_restarts": 1})
-    assert r.status_code == 201, r.text
-    job_id = int(r.json()["ids"][0])
+    job_id = served.submit(max_restarts=1)
     wait_until(lambda: node.work(wait=2.0).starts, 30, "the job's start")
     node.start(job_id, 1)
     database = Database(database_url)

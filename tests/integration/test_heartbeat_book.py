@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from served import Served, ServedApi
+from served import ServedApi, served_api
 from wire_agent import WireAgent
 
 from waiting import wait_until
@@ -26,19 +26,14 @@ NODE_TIMEOUT = 3.0
 
 
 def serve(database_url: str, tmp_path: Path, flush: float) -> Iterator[ServedApi]:
-    server = Served(
+    yield from served_api(
         database_url,
         tmp_path / "server.log",
         heartbeat_seconds="0.5",
         node_timeout_seconds=str(NODE_TIMEOUT),
         heartbeat_flush_seconds=str(flush),
         tick_seconds="0.2",
-    ).start()
-    try:
-        with server.client() as http:
-            yield ServedApi(http)
-    finally:
-        server.stop()
+    )
 
 
 @pytest.fixture
@@ -63,9 +58,7 @@ def test_a_node_heard_is_not_marked_down_before_its_heartbeats_are_written(
 ) -> None:
     up, quiet = WireAgent(unwritten, "up", gpus=1), WireAgent(unwritten, "quiet", gpus=1)
     up.register()
-    r = unwritten.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1, "max_restarts": 1})
-    assert r.status_code == 201, r.text
-    job_id = int(r.json()["ids"][0])
+    job_id = unwritten.submit(max_restarts=1)
     (start,) = up.work_until(lambda b: b.starts).starts
     up.start(job_id, start.attempt)
     # Each node's first heartbeat is written before its reply (the server
@@ -100,9 +93,7 @@ def test_heartbeats_written_together_keep_a_heartbeats_rules(written: ServedApi)
     node.register()
     node.heartbeat()  # written alone: the server learns the node is up
     first_seen = nodes(written)["n1"]["last_seen"]
-    r = written.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1, "max_restarts": 1})
-    assert r.status_code == 201, r.text
-    job_id = int(r.json()["ids"][0])
+    job_id = written.submit(max_restarts=1)
     (start,) = node.work_until(lambda b: b.starts).starts
     node.start(job_id, start.attempt)
     # The agent stops listing its run, and lists one the server never gave it.

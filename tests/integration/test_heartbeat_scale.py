@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from served import Served, ServedApi
+from served import Served, ServedApi, served_api
 from wire_agent import WireAgent
 
 from schedulearn.protocol import (
@@ -51,7 +51,7 @@ def beat(node: WireAgent, running: list[int], work_through: float | None) -> Hea
 
 @pytest.fixture
 def served(database_url: str, tmp_path: Path) -> Any:
-    server = Served(
+    yield from served_api(
         database_url,
         tmp_path / "server.log",
         heartbeat_seconds=str(HEARTBEAT),
@@ -60,12 +60,7 @@ def served(database_url: str, tmp_path: Path) -> Any:
         # heartbeat did right after it (the group commit: test_heartbeat_book.py).
         heartbeat_flush_seconds="0",
         tick_seconds="0.2",
-    ).start()
-    try:
-        with server.client() as http:
-            yield ServedApi(http)
-    finally:
-        server.stop()
+    )
 
 
 def test_a_late_heartbeat_built_before_the_handout_loses_no_run(served: ServedApi) -> None:
@@ -73,9 +68,7 @@ def test_a_late_heartbeat_built_before_the_handout_loses_no_run(served: ServedAp
     node.register()
     before = node.work(wait=0)  # the newest batch the agent acts on, for now
     assert before.at is not None and not before.starts
-    r = served.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1, "max_restarts": 1})
-    assert r.status_code == 201, r.text
-    job_id = int(r.json()["ids"][0])
+    job_id = served.submit(max_restarts=1)
     # The agent builds a heartbeat (nothing runs yet); the server then hands
     # the job out and the agent starts it, while the heartbeat is on its way.
     work = wait_until(lambda: node.work(wait=2.0), 30, "the job's start", until=lambda b: b.starts)
@@ -148,9 +141,7 @@ def test_a_heartbeat_built_before_an_exit_was_acknowledged_orders_no_stop(
 ) -> None:
     node = WireAgent(served, "n1", gpus=1)
     node.register()
-    r = served.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1})
-    assert r.status_code == 201, r.text
-    job_id = int(r.json()["ids"][0])
+    job_id = served.submit()
     wait_until(lambda: node.work(wait=2.0).starts, 30, "the job's start")
     node.start(job_id, 1)
     # The agent lists the run until its exit is acknowledged: a heartbeat built

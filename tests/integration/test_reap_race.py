@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from served import Served, ServedApi
+from served import ServedApi, served_api
 from sqlalchemy import text
 from wire_agent import WireAgent
 
@@ -43,19 +43,14 @@ def served(
 ) -> Iterator[ServedApi]:
     if database_url.startswith("sqlite"):
         pytest.skip("one database thread on SQLite: a heartbeat and the reaper never interleave")
-    server = Served(
+    yield from served_api(
         database_url,
         tmp_path / "server.log",
         heartbeat_seconds="0.5",
         node_timeout_seconds=str(NODE_TIMEOUT),
         heartbeat_flush_seconds=request.param,
         tick_seconds="0.2",
-    ).start()
-    try:
-        with server.client() as http:
-            yield ServedApi(http)
-    finally:
-        server.stop()
+    )
 
 
 def node_row(api: ServedApi, name: str) -> dict[str, Any]:
@@ -93,9 +88,7 @@ def test_a_heartbeat_committed_as_the_reaper_writes_keeps_its_node_up(
 ) -> None:
     node = WireAgent(served, "n1", gpus=1)
     node.register()
-    r = served.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1, "max_restarts": 1})
-    assert r.status_code == 201, r.text
-    job_id = int(r.json()["ids"][0])
+    job_id = served.submit(max_restarts=1)
     (start,) = node.work_until(lambda b: b.starts).starts
     node.start(job_id, start.attempt)
     replies: list[HeartbeatReply] = []
