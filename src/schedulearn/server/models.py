@@ -59,6 +59,11 @@ class PartStatus(StrEnum):
 _ZERO_FOR_OLD_ROWS = {"server_default": "0"}
 
 
+def _state_where(name: str, where: str) -> Index:
+    """A partial index on `state` of the job rows where `where` holds (both databases)."""
+    return Index(name, "state", sqlite_where=text(where), postgresql_where=text(where))
+
+
 class Job(_Table, table=True):
     __table_args__ = (
         Index("ix_job_state_queue", "state", "queued_at", "id"),
@@ -70,32 +75,12 @@ class Job(_Table, table=True):
         # waiting jobs with a dependency (`timelimits.enforce`,
         # `dependencies.settle`): partial indexes hold those alone, so a long
         # queue of jobs with neither is not read each round (migration 0019).
-        Index(
-            "ix_job_limited",
-            "state",
-            sqlite_where=text("time_limit IS NOT NULL"),
-            postgresql_where=text("time_limit IS NOT NULL"),
-        ),
-        Index(
-            "ix_job_dependent",
-            "state",
-            sqlite_where=text("dependency IS NOT NULL"),
-            postgresql_where=text("dependency IS NOT NULL"),
-        ),
+        _state_where("ix_job_limited", "time_limit IS NOT NULL"),
+        _state_where("ix_job_dependent", "dependency IS NOT NULL"),
         # And whether a waiting job resumes on a drained placement, or needs
         # no GPU (`scheduling.resume`, `snapshot.could_change`; migration 0020).
-        Index(
-            "ix_job_resuming",
-            "state",
-            sqlite_where=text("resume_kind IS NOT NULL"),
-            postgresql_where=text("resume_kind IS NOT NULL"),
-        ),
-        Index(
-            "ix_job_gpuless",
-            "state",
-            sqlite_where=text("gpus = 0 OR min_gpus = 0"),
-            postgresql_where=text("gpus = 0 OR min_gpus = 0"),
-        ),
+        _state_where("ix_job_resuming", "resume_kind IS NOT NULL"),
+        _state_where("ix_job_gpuless", "gpus = 0 OR min_gpus = 0"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
