@@ -38,6 +38,18 @@ def new_job(rng: random.Random, next_id: int) -> JobView:
     return JobView(next_id, float(next_id), rng.choice((1, 2, 4, 8)), queue=rng.choice(QUEUES))
 
 
+def churn(rng: random.Random, jobs: list[JobView], next_id: int) -> int:
+    """Drop up to 3 jobs anywhere and insert up to 3 new ones anywhere (a
+    preempted job rejoins at its place); the next unused id."""
+    for _ in range(rng.randrange(0, 4)):
+        if jobs:
+            del jobs[rng.randrange(len(jobs))]
+    for _ in range(rng.randrange(0, 4)):
+        jobs.insert(rng.randrange(len(jobs) + 1), new_job(rng, next_id))
+        next_id += 1
+    return next_id
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), steps=st.integers(1, 40))
 def test_a_followed_backlog_groups_each_tuple_as_a_fresh_grouping(seed: int, steps: int) -> None:
@@ -52,12 +64,7 @@ def test_a_followed_backlog_groups_each_tuple_as_a_fresh_grouping(seed: int, ste
         next_id += 1
     backlog = Backlog()
     for _ in range(steps):
-        for _ in range(rng.randrange(0, 4)):
-            if jobs:
-                del jobs[rng.randrange(len(jobs))]
-        for _ in range(rng.randrange(0, 4)):
-            jobs.insert(rng.randrange(len(jobs) + 1), new_job(rng, next_id))
-            next_id += 1
+        next_id = churn(rng, jobs, next_id)
         if len(jobs) > 2 and rng.random() < 0.15:
             jobs.insert(rng.randrange(len(jobs)), jobs.pop(rng.randrange(len(jobs))))
         if rng.random() < 0.1 and jobs:  # every 100th step or so: many at once
@@ -99,12 +106,7 @@ def test_the_jobs_of_a_set_of_queues_are_followed_as_a_fresh_selection(
     backlog = Backlog()
     sets = [frozenset(rng.sample(QUEUES, rng.randrange(1, 4))) for _ in range(10)]
     for _ in range(steps):
-        for _ in range(rng.randrange(0, 4)):
-            if jobs:
-                del jobs[rng.randrange(len(jobs))]
-        for _ in range(rng.randrange(0, 4)):
-            jobs.insert(rng.randrange(len(jobs) + 1), new_job(rng, next_id))
-            next_id += 1
+        next_id = churn(rng, jobs, next_id)
         given_jobs = tuple(jobs)
         backlog.update(given_jobs)
         for queues in rng.sample(sets, 3):  # more sets than are kept
