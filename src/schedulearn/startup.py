@@ -20,15 +20,14 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from schedulearn.collector import collector_held
+
 
 @contextmanager
 def loading() -> Iterator[None]:
     """Collection held off for the block; what it made is frozen, not collected, after."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if was_enabled:
-            gc.enable()
+    with collector_held():
+        try:
+            yield
+        finally:
+            gc.freeze()

@@ -80,7 +80,7 @@ class Watcher:
 
 
 def test_a_pass_decides_with_the_collector_held_off(api: Api, database_url: str) -> None:
-    # Its collections come after the pass, not in bursts inside it (server.collector).
+    # Its collections come after the pass, not in bursts inside it (schedulearn.collector).
     WireAgent(api, "n1", gpus=2).register()
     api.post("/api/v1/jobs", json={"command": "train", "gpus": 1})
     database = db.Database(database_url)

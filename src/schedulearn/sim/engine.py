@@ -21,7 +21,6 @@ through `started_at`), and only nodes the ledger marks dirty are rebuilt.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import time
@@ -29,6 +28,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
 
+from schedulearn.collector import collector_held
 from schedulearn.core import timelimits
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
 from schedulearn.core.fairshare_queues import Tenancy, UsageMeter, fits_guarantee
@@ -143,16 +143,9 @@ class Simulator:
     # --- the loop ----------------------------------------------------------
 
     def run(self) -> SimResult:
-        # A replay allocates millions of small acyclic objects; the cyclic
-        # collector's full passes over them cost a seventh of the run and
-        # free nothing, so it is off while the engine runs.
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        # A replay allocates millions of small acyclic objects (`collector`).
+        with collector_held():
             return self._run()
-        finally:
-            if was_enabled:
-                gc.enable()
 
     def _run(self) -> SimResult:
         started_wall = time.perf_counter()

@@ -40,6 +40,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session, col
 
+from schedulearn.collector import collector_held
 from schedulearn.core import (
     Decision,
     GpuLedger,
@@ -55,7 +56,6 @@ from schedulearn.core import (
 from schedulearn.core.views import ClusterView, rebuild
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.bulk import execute_many
-from schedulearn.server.collector import collector_held
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
 from schedulearn.server.services import dependencies, lifecycle, queues, reclaims, snapshot
 from schedulearn.server.states import StaleState, Step, transition, transition_many

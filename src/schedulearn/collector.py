@@ -1,4 +1,8 @@
-"""The garbage collector held off while a scheduling pass decides.
+"""The garbage collector held off while a burst of short-lived objects is made.
+
+Used where a burst is known: a scheduling pass (`server.services.scheduling`),
+a simulation's replay (`sim.engine`) and a process's start
+(`startup.loading`, which also freezes what it loaded).
 
 A pass over a backlog of thousands of jobs builds tens of thousands of
 small objects (views, keys, candidate lists). The collector's
@@ -7,6 +11,9 @@ nodes x 8 GPUs with 10,000 waiting, single passes took 53-87 ms where
 their CPU was 17-40 ms, and with the collector off every pass was within
 50 ms (docs/results.md section 9). Holding it off for the pass moves the
 same collections to just after it, between passes, where nothing waits.
+
+A replay allocates millions of small acyclic objects: the collector's full
+passes over them cost a seventh of the run and free nothing.
 
 The collector is process-wide state, so this is too; the hold restores
 what it found (a host that turned the collector off keeps it off), and

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from schedulearn.server.collector import collector_held
+from schedulearn.collector import collector_held
 
 
 @pytest.fixture
