@@ -281,6 +281,8 @@ class FreePool:
             parts[chosen.name] = list(self.free_gpus(chosen)[:take])
             left -= take
         placement = Placement.of(parts)
+        if not (job.cpus or job.memory_gb) and job.most_gpus:
+            return placement  # it reserves no CPUs or memory (`JobView.cpus_on`)
         for name, held in placement:
             node = nodes[_position(nodes, name)]
             cpus, mem = job.demand_on(placement, len(held), node.cpus)
@@ -317,11 +319,16 @@ class FreePool:
         """Mark `placement`'s GPUs (and the job's CPU and memory) as handed out."""
         # It reserves no CPUs or memory (`JobView.cpus_on`): the GPUs only.
         gpus_only = not (job.cpus or job.memory_gb) and job.most_gpus
-        index = self._index
+        index, nodes, copied = self._index, self._nodes, self._free
         for name, gpus in placement.parts:
-            i, node, free = self._touch(name)
+            # `_touch`, inline: a large pass takes thousands of placements.
+            i = _position(nodes, name)
+            node = nodes[i]
+            free = copied.get(name)
+            if free is None:
+                free = copied[name] = list(node.free_gpu_indices)
             k = len(gpus)
-            if free[:k] == list(gpus):
+            if tuple(free[:k]) == gpus:
                 del free[:k]  # the lowest free GPUs, as `on_node` hands them out
             else:
                 for g in gpus:

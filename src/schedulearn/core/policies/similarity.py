@@ -151,8 +151,10 @@ class _Types:
         return kinds.pop() if len(kinds) == 1 else None
 
     def take(self, placement: Placement, sign: int = 1) -> None:
-        for name, gpus in placement:
-            self.free[self.of[name]] = self.free.get(self.of[name], 0) - sign * len(gpus)
+        free, of = self.free, self.of
+        for name, gpus in placement.parts:
+            kind = of[name]
+            free[kind] = free.get(kind, 0) - sign * len(gpus)
 
 
 class _Alike:
