@@ -168,7 +168,9 @@ def can_run(job: JobView, node: NodeView) -> bool:
         return False
     if job.constraints and not caps.labels.issuperset(job.constraints):
         return False
-    if not caps.has_account(job.account):
+    # `caps.has_account(job.account)`, inline: a pass may ask this thousands of times.
+    accounts = caps.accounts
+    if accounts is not None and job.account is not None and job.account not in accounts:
         return False
     return not (job.gpu_type and job.most_gpus and node.gpu_type != job.gpu_type)
 
@@ -183,7 +185,13 @@ def is_plain(job: JobView) -> bool:
 def asks_gpus_only(job: JobView) -> bool:
     """A plain job (`is_plain`) that asks for no CPUs or memory either: it fits
     wherever enough GPUs are free on a node that can run it (`can_run`)."""
-    return not (job.cpus or job.memory_gb) and is_plain(job)
+    # `is_plain(job)`, inline: asked for every job a pass places.
+    return (
+        not (job.cpus or job.memory_gb)
+        and job.image is None
+        and not job.constraints
+        and not job.gpu_type
+    )
 
 
 def why_not(job: JobView, node: NodeView) -> str | None:

@@ -9,8 +9,8 @@
 - `hint`: per free count, a position no node before which has that count
   (a lower bound, moved back by `set`): best fit's scans start there;
 - per GPU type (built on the first search for a job that names one): the
-  counts of that type's nodes, their positions and their tally, so such a
-  search never reads the other types' nodes (`scope`);
+  counts of that type's nodes, their positions, their tally and their hints,
+  so such a search never reads the other types' nodes (`scope`);
 - per tally, the counts it has nodes for, sorted (`present`): read by every
   search, so kept, and dropped by `set` when a count appears or vanishes.
 
@@ -33,14 +33,15 @@ if TYPE_CHECKING:
 # Free count -> how many nodes have it (entries may fall to 0).
 Tally = dict[int, int]
 # What a search reads: free counts, the node position of each (None: the
-# counts are every node's, by position), and their tally.
-Scope = tuple[list[int], list[int] | None, Tally]
+# counts are every node's, by position), their tally, and their hints (per
+# free count, a position in these counts no earlier one of which has it).
+Scope = tuple[list[int], list[int] | None, Tally, dict[int, int]]
 
 
 class FreeCounts:
     """The free GPUs of every node of one pass, by position, with their indexes."""
 
-    __slots__ = ("_at", "_nodes", "_present", "_scopes", "counts", "hint", "tally")
+    __slots__ = ("_at", "_kinds", "_nodes", "_present", "_scopes", "counts", "hint", "tally")
 
     def __init__(self, nodes: Sequence[NodeView], counts: list[int]) -> None:
         self._nodes = nodes
@@ -49,6 +50,7 @@ class FreeCounts:
         self.hint: dict[int, int] = {}
         self._scopes: dict[str, Scope] | None = None
         self._at: list[int] = []  # node position -> its index in its type's lists
+        self._kinds: list[str] = []  # node position -> its GPU type (read by `set`)
         # id(tally) -> (that tally, its counts with nodes, ascending); the tally is
         # held so that its id is not reused while the entry lives.
         self._present: dict[int, tuple[Tally, list[int]]] = {}
@@ -56,18 +58,20 @@ class FreeCounts:
     def scope(self, gpu_type: str | None) -> Scope:
         """The counts a search for GPUs of `gpu_type` reads (every node's for None or '')."""
         if not gpu_type:
-            return self.counts, None, self.tally
+            return self.counts, None, self.tally, self.hint
         if self._scopes is None:
             scopes: dict[str, Scope] = {}
             for i, node in enumerate(self._nodes):
-                mine, where, tally = scopes.setdefault(node.gpu_type, ([], [], {}))
+                kind = node.gpu_type
+                mine, where, tally, _ = scopes.setdefault(kind, ([], [], {}, {}))
                 assert where is not None
                 self._at.append(len(mine))
+                self._kinds.append(kind)
                 mine.append(self.counts[i])
                 where.append(i)
                 tally[self.counts[i]] = tally.get(self.counts[i], 0) + 1
             self._scopes = scopes
-        return self._scopes.get(gpu_type) or ([], [], {})
+        return self._scopes.get(gpu_type) or ([], [], {}, {})
 
     def present(self, least: int, tally: Tally | None = None) -> list[int]:
         """The free counts of `least` or more that some node has (of those `tally`
@@ -105,19 +109,23 @@ class FreeCounts:
         """Node position `i` has `now` free GPUs: keep every index in step."""
         counts, tally = self.counts, self.tally
         was = counts[i]
+        if was == now:
+            return  # every index already says so (a hint is at or before i)
         tally[was] -= 1
         counts[i] = now
-        tally[now] = tally.get(now, 0) + 1
-        if tally[now] == 1 or not tally[was]:
+        have = tally[now] = tally.get(now, 0) + 1
+        if have == 1 or not tally[was]:
             self._present.pop(id(tally), None)  # a count appeared or vanished
-        if i < self.hint.get(now, 0):
-            self.hint[now] = i
+        hint = self.hint
+        if i < hint.get(now, 0):
+            hint[now] = i
         if self._scopes is not None:
-            mine, _, kinds = self._scopes[self._nodes[i].gpu_type]
+            mine, _, kinds, hints = self._scopes[self._kinds[i]]
             j = self._at[i]
-            old = mine[j]
-            kinds[old] -= 1
+            kinds[was] -= 1
             mine[j] = now
-            kinds[now] = kinds.get(now, 0) + 1
-            if kinds[now] == 1 or not kinds[old]:
+            have = kinds[now] = kinds.get(now, 0) + 1
+            if have == 1 or not kinds[was]:
                 self._present.pop(id(kinds), None)
+            if j < hints.get(now, 0):
+                hints[now] = j

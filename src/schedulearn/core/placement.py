@@ -59,7 +59,8 @@ class FreePool:
 
     def __init__(self, view: ClusterView | tuple[NodeView, ...]) -> None:
         self._nodes: tuple[NodeView, ...] = view.nodes if isinstance(view, ClusterView) else view
-        # Copy-on-write overrides for the nodes this pass has touched.
+        # Copy-on-write overrides for the nodes this pass has touched (CPUs and
+        # memory only for those whose CPUs or memory it changed).
         self._free: dict[str, list[int]] = {}
         self._cpus: dict[str, float] = {}
         self._mem: dict[str, float] = {}
@@ -183,24 +184,23 @@ class FreePool:
         (the first in cluster order among equals), other than node `avoid`;
         only on `gpu_type` nodes when given (see `pack`)."""
         n = job.gpus if gpus is None else gpus
-        index = self._indexed()
+        index = self._index or self._indexed()
         kind = gpu_type or job.gpu_type
-        # `_scope`, inline: a large pass places thousands of jobs.
+        # `_scope`, inline: a large pass places thousands of jobs. `hint`: per
+        # free count, where its first node may be (`FreeCounts`), moved up here.
         if n > 0 and kind:
-            counts, where, tally = index.scope(kind)
+            counts, where, tally, hint = index.scope(kind)
         else:
-            counts, where, tally = index.counts, None, index.tally
+            counts, where, tally, hint = index.counts, None, index.tally, index.hint
         nodes = self._nodes
         # A job that asks for GPUs only (no CPUs, memory, image, label or GPU
         # type) fits on any healthy node with enough free GPUs that can run it
-        # (`can_run`: host processes, the owner's account), so the count
-        # decides without the rest of the check.
+        # (`can_run`: host processes, the owner's account), so the count decides
+        # without the rest of the check.
         gpus_only = n > 0 and asks_gpus_only(job)
         # Fewest left over first: try free counts n, n+1, ... in turn, and
         # within one count the nodes in cluster order (list.index scans in C).
-        present = index.present(n, tally)
-        hint = index.hint if where is None else {}
-        for k in present:
+        for k in index.present(n, tally):
             i = hint.get(k, 0) - 1
             seen = False
             while True:
@@ -208,7 +208,7 @@ class FreePool:
                     i = counts.index(k, i + 1)
                 except ValueError:
                     break
-                if not seen and where is None:
+                if not seen:
                     hint[k], seen = i, True
                 node = nodes[i if where is None else where[i]]
                 if node.name == avoid:
@@ -234,7 +234,7 @@ class FreePool:
         """
         n = job.gpus if gpus is None else gpus
         gpu_type = gpu_type or job.gpu_type
-        counts, where, tally = self._scope(gpu_type, n)
+        counts, where, tally, _ = self._scope(gpu_type, n)
         nodes = self._nodes
         present = self._indexed().present(1, tally)
         # Per free count, where the search for the next usable node resumes:
@@ -281,6 +281,8 @@ class FreePool:
             parts[chosen.name] = list(self.free_gpus(chosen)[:take])
             left -= take
         placement = Placement.of(parts)
+        if not (job.cpus or job.memory_gb) and job.most_gpus:
+            return placement  # it reserves no CPUs or memory (`JobView.cpus_on`)
         for name, held in placement:
             node = nodes[_position(nodes, name)]
             cpus, mem = job.demand_on(placement, len(held), node.cpus)
@@ -309,30 +311,37 @@ class FreePool:
         node = self._nodes[i]
         free = self._free.get(name)
         if free is None:
+            # Its CPUs and memory are copied when they change (`_cpus`, `_mem`).
             free = self._free[name] = list(node.free_gpu_indices)
-            self._cpus[name] = node.free_cpus
-            self._mem[name] = node.free_memory_gb
         return i, node, free
 
     def take(self, job: JobView, placement: Placement) -> None:
         """Mark `placement`'s GPUs (and the job's CPU and memory) as handed out."""
-        for name, gpus in placement:
-            i, node, free = self._touch(name)
+        # It reserves no CPUs or memory (`JobView.cpus_on`): the GPUs only.
+        gpus_only = not (job.cpus or job.memory_gb) and job.most_gpus
+        index, nodes, copied = self._index, self._nodes, self._free
+        for name, gpus in placement.parts:
+            # `_touch`, inline: a large pass takes thousands of placements.
+            i = _position(nodes, name)
+            node = nodes[i]
+            free = copied.get(name)
+            if free is None:
+                free = copied[name] = list(node.free_gpu_indices)
             k = len(gpus)
-            if free[:k] == list(gpus):
+            if tuple(free[:k]) == gpus:
                 del free[:k]  # the lowest free GPUs, as `on_node` hands them out
             else:
                 for g in gpus:
                     free.remove(g)
-            if self._index is not None:
-                self._index.set(i, len(free))
-            if not (job.cpus or job.memory_gb) and job.most_gpus:
-                continue  # it reserves no CPUs or memory (`JobView.cpus_on`)
+            if index is not None:
+                index.set(i, len(free))
+            if gpus_only:
+                continue
             cpus, mem = job.demand_on(placement, k, node.cpus)
             if cpus:
-                self._cpus[name] -= cpus
+                self._cpus[name] = self._cpus.get(name, node.free_cpus) - cpus
             if mem:
-                self._mem[name] -= mem
+                self._mem[name] = self._mem.get(name, node.free_memory_gb) - mem
 
     def release(self, job: JobView, placement: Placement | None = None) -> None:
         """Give back what a running job holds (for a preemption or resize in this pass)."""
@@ -349,9 +358,9 @@ class FreePool:
                 continue  # it reserves no CPUs or memory (`JobView.cpus_on`)
             cpus, mem = job.demand_on(placement, len(gpus), node.cpus)
             if cpus:
-                self._cpus[name] += cpus
+                self._cpus[name] = self._cpus.get(name, node.free_cpus) + cpus
             if mem:
-                self._mem[name] += mem
+                self._mem[name] = self._mem.get(name, node.free_memory_gb) + mem
 
 
 def stuck(view: ClusterView, free: int) -> bool:

@@ -116,6 +116,10 @@ def rebuild(view: V, **changes: Any) -> V:
     return cls(**values)
 
 
+# A frozen view's fields set without its __init__ (`Placement.single`).
+_new = object.__new__
+_set = object.__setattr__
+
 # CPUs a job without GPUs reserves when it names no `cpus` of its own.
 ZERO_GPU_CPU_SLOT = 1.0
 
@@ -146,7 +150,14 @@ class Placement:
 
     @classmethod
     def single(cls, node: str, gpus: Iterable[int]) -> Placement:
-        return cls(((node, tuple(sorted(gpus))),))
+        # What `cls(((node, held),))` makes, set field by field: a frozen class's
+        # __init__ and __post_init__ cost twice this, and a pass on a large
+        # cluster makes thousands (issue 36).
+        held = tuple(sorted(gpus))
+        placement = _new(cls)
+        _set(placement, "parts", ((node, held),))
+        _set(placement, "num_gpus", len(held))
+        return placement
 
     @property
     def nodes(self) -> tuple[str, ...]:

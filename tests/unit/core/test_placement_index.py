@@ -170,3 +170,18 @@ def test_a_node_that_comes_down_to_a_count_is_found_before_one_seen_earlier() ->
     pool.take(job(1, gpus=1), Placement.single("b", [0]))
     pool.take(job(2, gpus=1), Placement.single("a", [0]))  # a now has 1 free
     assert pool.best_fit(job(3, gpus=1)) == Placement.single("a", [1])
+
+
+def test_a_typed_search_finds_a_node_of_its_type_that_came_down_to_a_count() -> None:
+    """The same for a search on one GPU type's nodes (a job naming the type, or
+    `gpu_type=`), which keeps its marks by position among that type's nodes."""
+    k80 = NodeView.new("k", 4, gpu_type="k80")
+    a = NodeView.new("a", 2, gpu_type="v100")
+    b = NodeView.new("b", 1, gpu_type="v100")
+    pool = FreePool((k80, a, b))
+    one = job(1, gpus=1, gpu_type="v100")
+    assert pool.best_fit(one) == Placement.single("b", [0])
+    pool.take(one, Placement.single("b", [0]))
+    pool.take(job(2, gpus=1), Placement.single("a", [0]))  # a now has 1 free
+    assert pool.best_fit(job(3, gpus=1, gpu_type="v100")) == Placement.single("a", [1])
+    assert pool.best_fit(job(4, gpus=1), gpu_type="v100") == Placement.single("a", [1])

@@ -93,17 +93,20 @@ def test_a_view_twice_or_with_a_start_time_is_left_to_a_direct_sort() -> None:
     assert [j.id for j in cache.order((a, b, c)) or ()] == [2, 1, 3]
 
 
-def test_a_host_that_rebuilds_every_view_is_sorted_without_building_the_cache() -> None:
-    # A live host hands new views every pass: the cache only remembers them
-    # (sorting them twice would double the pass), and builds once a snapshot
-    # shares most views with the last one.
+def test_views_seen_first_are_sorted_into_the_cache_so_the_next_pass_does_not_sort() -> None:
+    # The first pass on a backlog sorts its views into the cache (in place of the
+    # caller's sort), so a host that keeps its views (the live server's
+    # `PendingCache`) sorts a backlog once, not on its first two passes; a host
+    # that hands new views every pass gets them sorted each time, as directly.
     policy = Srtf()
     jobs = [JobView(i, float(i), 1, estimated_duration=float(100 - i % 7)) for i in range(80)]
     view = ClusterView(0.0, NODES, ())
     for k in range(3):
         view = ClusterView(float(k), NODES, tuple(rebuild(j) for j in jobs))
         assert [j.id for j in policy.order(view).jobs] == _direct(view)
-        assert not policy._ranked._built
+        assert policy._ranked._built
+        assert policy._ranked._pending is view.pending
     again = ClusterView(3.0, NODES, tuple(view.pending))  # the same views again
+    kept = policy._ranked._jobs
     assert [j.id for j in policy.order(again).jobs] == _direct(again)
-    assert policy._ranked._built
+    assert policy._ranked._jobs is kept  # followed (nothing changed), not sorted anew

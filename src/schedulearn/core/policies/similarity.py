@@ -151,8 +151,10 @@ class _Types:
         return kinds.pop() if len(kinds) == 1 else None
 
     def take(self, placement: Placement, sign: int = 1) -> None:
-        for name, gpus in placement:
-            self.free[self.of[name]] = self.free.get(self.of[name], 0) - sign * len(gpus)
+        free, of = self.free, self.of
+        for name, gpus in placement.parts:
+            kind = of[name]
+            free[kind] = free.get(kind, 0) - sign * len(gpus)
 
 
 class _Alike:
@@ -433,21 +435,33 @@ class Similarity:
         keys = [0.0] * (len(jobs) * width)
         for p in range(width):
             keys[p::width] = list(map(mul, lefts, map(itemgetter(p), rows)))
-        for at in sorted(range(len(keys)), key=keys.__getitem__):
-            k, p = divmod(at, width)
-            job = jobs[k]
-            job_id = job.id
-            if job_id in started:
-                continue
-            gpu_type = names[p]
-            if free.get(gpu_type, 0) < job.gpus or groups[k].factors[p] is None:
-                continue
-            placement = pool.pack(job, gpu_type=gpu_type)
-            if placement is not None:
-                _start(pool, types, job, placement, decisions)
-                started.add(job_id)
-                if free.get(gpu_type, 0) <= 0 and all(n <= 0 for n in free.values()):
-                    break  # every later pair needs a GPU, and every type is full
+        walk = iter(sorted(range(len(keys)), key=keys.__getitem__))
+        full = False
+        while not full:
+            for at in walk:
+                k, p = divmod(at, width)
+                job = jobs[k]
+                job_id = job.id
+                if job_id in started:
+                    continue
+                gpu_type = names[p]
+                if free.get(gpu_type, 0) < job.gpus or groups[k].factors[p] is None:
+                    continue
+                placement = pool.pack(job, gpu_type=gpu_type)
+                if placement is not None:
+                    _start(pool, types, job, placement, decisions)
+                    started.add(job_id)
+                    if free.get(gpu_type, 0) <= 0:
+                        # Every later pair of this type needs one of its GPUs (and
+                        # nothing here frees any): the walk leaves them out, as it
+                        # would pass over each (most of the walk once a type is
+                        # full), or stops when every type is full.
+                        full = all(n <= 0 for n in free.values())
+                        if not full:
+                            walk = iter([a for a in walk if a % width != p])
+                        break
+            else:
+                break
         for job in sorted(mixed, key=lambda j: (j.waiting_since, j.id)):
             placement = pool.pack(job)
             if placement is not None:

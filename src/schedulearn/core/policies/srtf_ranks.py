@@ -25,7 +25,8 @@ directly).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from itertools import compress
+from itertools import compress, islice
+from operator import eq, itemgetter
 
 from schedulearn.core.policies.tiresias_waiting import _same_run
 from schedulearn.core.views import JobView
@@ -111,23 +112,21 @@ class RankedWaiting:
                 self._reset()
                 return False
         current = dict(zip(map(id, pending), pending, strict=True))
-        seen = self._views
         self._reset()
-        if len(seen.keys() ^ current.keys()) > bound or len(current) != len(pending):
-            # Most views are new (a host that rebuilds them every pass, or the
-            # first pass): the caller sorts; kept when the next snapshot shares
-            # most of these (sorting them here too would double a live pass).
-            self._views, self._pending = current, pending
-            return False
-        if any(v.started_at is not None for v in pending):
-            return False
-        ranked = sorted(zip(map(rank, pending), pending, strict=True), key=_first)
-        keys = [k for k, _ in ranked]
-        if len(set(keys)) != len(keys):
+        if len(current) != len(pending) or any(v.started_at is not None for v in pending):
+            return False  # one view twice, or a rank that moves with time: the caller sorts
+        # Built here even when most views are new (the first pass on a backlog): the
+        # sort below stands in for the caller's, so the next pass, which shares most
+        # of them, need not sort again.
+        # By rank alone (a stable sort, in C): equal ranks are one job twice, found
+        # next to each other once sorted.
+        ranked = sorted(zip(map(rank, pending), pending, strict=True), key=_FIRST)
+        keys = list(map(_FIRST, ranked))
+        if any(map(eq, keys, islice(keys, 1, None))):
             return False  # one job twice: the caller sorts
         self._views, self._pending, self._built = current, pending, True
         self._keys = keys
-        self._jobs = [v for _, v in ranked]
+        self._jobs = list(map(_SECOND, ranked))
         return True
 
     def _apply(self, gone: list[JobView], new: list[JobView], pending: tuple[JobView, ...]) -> bool:
@@ -156,5 +155,5 @@ class RankedWaiting:
         return True
 
 
-def _first(pair: tuple[Rank, JobView]) -> Rank:
-    return pair[0]
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
