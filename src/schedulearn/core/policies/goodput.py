@@ -74,9 +74,9 @@ GPUs a young job would grow on go to an old one, while least attained
 service still orders them. Jobs of known length keep linear values
 (shortest remaining time first gains from concentrating GPUs). Measured
 (docs/results.md, section 2, Stop 45): with no length information it
-gained 1-5 points on both held-out sets and nothing on the 8 compared;
-with learned estimates it lost on the tuning set at every `p`, so it
-stays off.
+gained 0.2-1.3 points on the tuning workloads and 3-5 on the validation
+ones, and nothing on the 8 compared; with learned estimates it lost
+0.4-2 points on the tuning workloads at every `p`, so it stays off.
 """
 
 from __future__ import annotations
