@@ -103,7 +103,7 @@ def test_without_reports_jobs_share_by_a_linear_prior() -> None:
 
 
 def test_options_are_checked() -> None:
-    for bad in ("fairness=2", "restart_cost=-1", "explore=0.5"):
+    for bad in ("fairness=2", "restart_cost=-1", "explore=0.5", "spread=2", "spread=-1.5"):
         with pytest.raises(ValueError):
             create(f"goodput:{bad}")
 
@@ -144,7 +144,9 @@ def snapshots(draw: st.DrawFn) -> ClusterView:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     view=snapshots(),
-    spec=st.sampled_from(["goodput", "goodput:fairness=1:explore=4", "goodput:share=true"]),
+    spec=st.sampled_from(
+        ["goodput", "goodput:fairness=1:explore=4", "goodput:share=true", "goodput:spread=-1"]
+    ),
 )
 def test_a_pass_with_reports_is_valid_and_deterministic(view: ClusterView, spec: str) -> None:
     decisions = create(spec).decide(view)
@@ -248,3 +250,35 @@ def test_with_share_a_job_of_known_length_may_still_be_stopped() -> None:
         s, 600, [adaptive(2, most=4)], {1: report(1e7, 1, 2, 4), 2: report(2e4, 1, 2)}, share=True
     )
     assert 1 in preempts(got) and starts(got)[2].num_gpus == 4
+
+
+def test_with_spread_an_old_job_of_unknown_length_gets_more_of_the_growth() -> None:
+    """`spread`: a job of unknown length gains less from each added GPU the faster it
+    already runs (a power mean of speedups, as Pollux weighs them), so GPUs the
+    young job would grow on go to the old one; the young one still gets more
+    (least attained service). At Pollux's p = -1 they split four GPUs evenly."""
+    reports = {1: unknown_length(10, 1, 2), 2: unknown_length(200_000, 1, 2)}
+
+    def split(gpus: int, **opts: float) -> dict[int, int]:
+        s = Scenario(node("a", gpus))
+        got = decide(s, 0, [adaptive(1), adaptive(2)], reports, **opts)
+        return {j: p.num_gpus for j, p in starts(got).items()}
+
+    assert split(8) == {1: 6, 2: 2}
+    assert split(8, spread=0) == {1: 5, 2: 3}
+    assert split(4) == {1: 3, 2: 1}
+    assert split(4, spread=-1) == {1: 2, 2: 2}
+
+
+def test_spread_leaves_jobs_of_known_length_alone() -> None:
+    """Shortest remaining time first gains from concentrating GPUs on the job about
+    to finish: `spread` does not touch a job whose remaining work is known."""
+    reports = {1: report(20_000, 1, 2), 2: report(400_000, 1, 2)}
+
+    def split(**opts: float) -> dict[int, int]:
+        s = Scenario(node("a", 8))
+        got = decide(s, 0, [adaptive(1), adaptive(2)], reports, **opts)
+        return {j: p.num_gpus for j, p in starts(got).items()}
+
+    assert split(spread=-1) == split()
+    assert split()[1] > split().get(2, 0)

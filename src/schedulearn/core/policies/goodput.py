@@ -65,6 +65,18 @@ is zero while any job has no GPU. Measured against Pollux's published
 runs it gained 0.2-1.4 points with no length information on held-out
 workloads (and nothing on the 8 compared) and lost 2 points with
 learned estimates, so it stays off (docs/results.md, section 2).
+
+With `spread` below 1 (1, off, by default), a job of unknown length is
+valued by `u(speedup)` instead of its speedup, `u(x) = 1 + (x^p - 1) / p`
+with `p = spread` (`1 + ln x` at 0; Pollux's power mean of speedups,
+`2 - 1/x`, at -1): growth gains less the faster a job already runs, so
+GPUs a young job would grow on go to an old one, while least attained
+service still orders them. Jobs of known length keep linear values
+(shortest remaining time first gains from concentrating GPUs). Measured
+(docs/results.md, section 2, Stop 45): with no length information it
+gained 0.2-1.3 points on the tuning workloads and 3-5 on the validation
+ones, and nothing on the 8 compared; with learned estimates it lost
+0.4-2 points on the tuning workloads at every `p`, so it stays off.
 """
 
 from __future__ import annotations
@@ -81,7 +93,7 @@ from schedulearn.core.decisions import Decision, Preempt, Resize, Start
 from schedulearn.core.goodput import GoodputModel, JobGoodput
 from schedulearn.core.placement import FreePool, largest_node_gpus
 from schedulearn.core.policies.goodput_kept import KeptWeights
-from schedulearn.core.policies.goodput_weight import share_first
+from schedulearn.core.policies.goodput_weight import share_first, spread_utility
 from schedulearn.core.policy import QueueOrder
 from schedulearn.core.preemption import can_retake
 from schedulearn.core.registry import register
@@ -125,6 +137,7 @@ class Goodput:
         floor: float = 3000.0,
         ceiling: float = 120_000.0,
         share: bool = False,
+        spread: float = 1.0,
     ) -> None:
         if not 0.0 <= fairness <= 1.0:
             raise ValueError(f"goodput: fairness must be in [0, 1], not {fairness}")
@@ -134,6 +147,8 @@ class Goodput:
             raise ValueError(f"goodput: explore must be 1 or more, not {explore}")
         if floor < 0 or ceiling < 0:
             raise ValueError("goodput: floor and ceiling must not be negative (ceiling 0: none)")
+        if not -1.0 <= spread <= 1.0:
+            raise ValueError(f"goodput: spread must be in [-1, 1] (1: off), not {spread}")
         self.fairness = float(fairness)
         self.restart_cost = float(restart_cost)
         self.hysteresis = float(hysteresis)
@@ -141,6 +156,7 @@ class Goodput:
         self.floor = float(floor)
         self.ceiling = float(ceiling)
         self.share = bool(share)
+        self.spread = float(spread)
         # Waiting jobs' weighing from the last pass (a cache, `goodput_kept`).
         self._kept: KeptWeights[_Job] = KeptWeights()
 
@@ -163,7 +179,17 @@ class Goodput:
         # What a waiting job's weighing depends on besides its view (`goodput_kept`).
         kept = self._kept
         kept.begin(
-            (node_size, total, exponent, restart, penalty, self.explore, self.floor, self.ceiling)
+            (
+                node_size,
+                total,
+                exponent,
+                restart,
+                penalty,
+                self.explore,
+                self.floor,
+                self.ceiling,
+                self.spread,
+            )
         )
         # Not with `share`: its bonus goes into the values (`share_first`). With no
         # reports either, every waiting job is looked up at once (`KeptWeights.many`)
@@ -232,12 +258,18 @@ class Goodput:
                 # running job is damped further (hysteresis), so jobs do not thrash.
                 cost = penalty if current else restart
                 values: dict[int, float] = {}
+                # `spread` for jobs of unknown length only: with a length known,
+                # shortest remaining time first gains from concentrating GPUs.
+                power = self.spread
+                spread = power < 1.0 and info is not None and info.remaining is None
                 for a in counts:
                     s = speeds[a]
                     v = weight * s / base if s > 0 else 0.0
                     if a != current and s > 0:
                         t = work / s
                         v *= t / (t + cost)
+                    if spread and v > 0:
+                        v = weight * spread_utility(v / weight, power)
                     values[a] = v
                 entry = _Job(job, counts, values)
             if keep:

@@ -1,4 +1,4 @@
-"""`goodput`'s `share` option: every job's least count before any job's growth.
+"""`goodput`'s `share` and `spread` options: how jobs are weighed against each other.
 
 Kept apart from the allocation loop (`core.policies.goodput`) so that the
 weighing of jobs can change without touching the hot paths, and the
@@ -12,10 +12,14 @@ GPU), a running job of unknown length is stopped only when the least
 counts of all jobs do not fit. A running job whose remaining work is
 known (declared or learned) is not guarded: shortest remaining time
 first gains from stopping it.
+
+`spread` values a job of unknown length by a concave function of its
+speedup (`spread_utility`), as a power mean of speedups does in Pollux.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -61,3 +65,12 @@ def share_first(jobs: Sequence[Valued], reports: Mapping[int, JobGoodput] | None
             values = j.values
             for c in values:
                 values[c] += bonus
+
+
+def spread_utility(x: float, power: float) -> float:
+    """`spread`'s diminishing returns of a speedup `x`: `1 + (x^p - 1) / p`
+    (`1 + ln x` at p = 0), as a power mean of speedups with exponent p weighs
+    them (Pollux's p = -1 gives `2 - 1/x`): 1 at x = 1 with slope 1 there, so
+    a job's first GPU is worth what it was, and never below 0."""
+    u = 1.0 + math.log(x) if power == 0.0 else 1.0 + (x**power - 1.0) / power
+    return u if u > 0.0 else 0.0
