@@ -28,6 +28,7 @@ class SharePass(ReclaimingPass):
     def run(self) -> list[Decision]:
         self.reclaim()
         self.need = self._unmet()
+        free, over = self.free, self._over_share()
         entitled = self._entitled()
         everyone = {s.name for s in self.book.values() if s.pending > 0}
         if entitled:
@@ -36,6 +37,11 @@ class SharePass(ReclaimingPass):
         # policy has seen every job already: a second turn adds nothing.
         if self.free > 0 or entitled != everyone:
             self._turn(everyone, borrow=True)
+        if any(self.need.values()) and (self.free > free or not self._over_share() <= over):
+            # The turns freed GPUs (an inner preemption) or took a queue past
+            # its deserved share: a queue still below its guarantee takes
+            # them now, not at the next event.
+            self.reclaim()
         return self.decisions
 
     def order(self) -> list[JobView]:

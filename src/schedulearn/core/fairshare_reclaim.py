@@ -34,15 +34,32 @@ class ReclaimingPass(PassState):
     """A pass's state with the reclaim step."""
 
     def reclaim(self) -> None:
-        """Every queue below its guarantee, furthest below first, takes GPUs back."""
-        below = [
-            s
-            for s in self.book.values()
-            if s.pending > 0 and s.fitting < s.guaranteed and not s.ahead
-        ]
-        below.sort(key=lambda s: (s.fitting / s.guaranteed, s.name))
-        for s in below:
-            self._reclaim_for(s)
+        """Every queue below its guarantee, furthest below first, takes GPUs back.
+
+        A start within one queue's guarantee can take that queue past its
+        deserved share (its other jobs run beyond the guarantee, on
+        borrowed GPUs): what it holds beyond is then the reclaim's to take,
+        so the queues are visited again, in this pass rather than at the
+        next event, until a round takes none past its share. Each round
+        only starts jobs within guarantees, so the rounds end.
+        """
+        while True:
+            below = [
+                s
+                for s in self.book.values()
+                if s.pending > 0 and s.fitting < s.guaranteed and not s.ahead
+            ]
+            if not below:
+                return
+            below.sort(key=lambda s: (s.fitting / s.guaranteed, s.name))
+            over = self._over_share()
+            for s in below:
+                self._reclaim_for(s)
+            if self._over_share() <= over:
+                return
+
+    def _over_share(self) -> set[str]:
+        return {s.name for s in self.book.values() if s.used > s.share + EPS}
 
     def _reclaim_for(self, s: QueueShare) -> None:
         waiting = self.waiting({s.name})

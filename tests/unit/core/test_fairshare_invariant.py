@@ -150,3 +150,52 @@ def test_a_reclaim_takes_a_victim_that_strands_no_one() -> None:
     done = after_pass(view, decisions, view.now)
     assert_no_reclaim_left(view, done, 0.0)
     assert set(starts(decisions)) == {0, 1}
+
+
+@pytest.mark.parametrize("spec", ["fifo", "goodput"])
+def test_a_reclaim_that_takes_a_queue_past_its_share_opens_its_borrowed_gpus(spec: str) -> None:
+    # A (2 guaranteed) and C (1) each run two 3-GPU jobs beyond their
+    # guarantees; one GPU is free. A's job 1 (2 GPUs) cannot reclaim yet: C is
+    # at its deserved share. C's reclaim then starts job 0 (1 GPU, within C's
+    # guarantee) on the free GPU, which takes C past its share: A's reclaim
+    # must now take C's borrowed 104 in the same pass, not at the next event.
+    sc = Scenario(node("n0", 1), node("n1", 6), node("n2", 8))
+    sc.run(_preemptible(100, 3, "A"), {"n1": [0, 1, 2]})
+    sc.run(_preemptible(101, 3, "C"), {"n1": [3, 4, 5]})
+    sc.run(_preemptible(102, 1, "B"), {"n0": [0]})
+    sc.run(_preemptible(103, 3, "A"), {"n2": [0, 1, 2]})
+    sc.run(_preemptible(104, 3, "C"), {"n2": [3, 4, 5]})
+    sc.run(_preemptible(105, 1, "B"), {"n2": [6]})
+    tenancy = Tenancy((Queue.of("A", 2), Queue.of("B", 0), Queue.of("C", 1)))
+    pending = [_preemptible(0, 1, "C"), _preemptible(1, 2, "A")]
+    view = replace(sc.view(1000.0, pending), tenancy=tenancy)
+    decisions = FairShare(create(spec), min_run=0.0).decide(view)
+    done = after_pass(view, decisions, view.now)
+    assert_no_reclaim_left(view, done, 0.0)
+    assert {0, 1} <= set(starts(decisions))
+    assert preempts(decisions) == {104}
+
+
+def test_gpus_an_inner_preemption_frees_go_to_a_queue_below_its_guarantee() -> None:
+    # A (2 guaranteed) runs three 3-GPU jobs beyond its guarantee, over its
+    # deserved share; nothing is free. In C's entitled turn goodput stops A's
+    # 104 (3 GPUs) for C's 1-GPU job 0, and then, in the borrow turn, starts
+    # none of A's jobs on the two GPUs left. A's job 2 (2 GPUs) fits its
+    # guarantee: the pass must start it there, not leave them idle.
+    sc = Scenario(node("n0", 1), node("n1", 5), node("n2", 8))
+    sc.run(_preemptible(100, 3, "A"), {"n1": [0, 1, 2]})
+    sc.run(_preemptible(101, 3, "C"), {"n2": [0, 1, 2]})
+    sc.run(_preemptible(102, 1, "B"), {"n0": [0]})
+    sc.run(_preemptible(103, 3, "A"), {"n2": [3, 4, 5]})
+    sc.run(_preemptible(104, 3, "A", estimated_duration=1.0), {"n1": [3, 4], "n2": [6]})
+    sc.run(_preemptible(105, 1, "B"), {"n2": [7]})
+    tenancy = Tenancy(
+        (Queue.of("A", 2), Queue.of("B", 1), Queue.of("C", 0)), {"A": 0.0, "B": 1e4, "C": 0.0}
+    )
+    pending = [_preemptible(0, 1, "C"), _preemptible(1, 3, "A"), _preemptible(2, 2, "A")]
+    view = replace(sc.view(1000.0, pending), tenancy=tenancy)
+    decisions = FairShare(create("goodput"), min_run=0.0).decide(view)
+    done = after_pass(view, decisions, view.now)
+    assert_no_reclaim_left(view, done, 0.0)
+    assert 104 in preempts(decisions)
+    assert {0, 2} <= set(starts(decisions))
