@@ -26,6 +26,11 @@ One pass:
 3. Borrow turn: the inner policy decides again with every waiting job;
    its starts are kept up to each queue's limit: idle GPUs are lent to
    whoever the inner policy would run next.
+4. Reclaim again, while a queue below its guarantee still waits, when
+   the turns freed GPUs (an inner preemption) or took a queue past its
+   deserved share; the reclaim itself goes round again when one of its
+   starts takes a queue past its share (its borrowed GPUs are then
+   takeable), so this pass, not the next event, does it.
 
 A turn whose start the rules refuse is run once more without that
 queue if GPUs are free (the inner policy had planned them for it).
