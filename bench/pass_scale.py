@@ -42,9 +42,9 @@ from dataclasses import replace
 
 from machine import describe, speed_line
 
+from schedulearn.collector import collector_held
 from schedulearn.core import ClusterView, Placement, create
 from schedulearn.core.eligibility import schedulable
-from schedulearn.collector import collector_held
 from schedulearn.sim.snapshots import TYPES, Shape, scale_view
 
 POLICIES = "fifo,tiresias,srtf,goodput,similarity,similarity/3 types,defrag,round-robin"
