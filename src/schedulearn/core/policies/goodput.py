@@ -93,7 +93,7 @@ PRIOR_EFFICIENCY = 0.9  # per added GPU, for jobs the host reports nothing about
 class _Job:
     """One job's options in this pass: counts it may take and what each is worth."""
 
-    __slots__ = ("counts", "current", "unknown", "values", "view")
+    __slots__ = ("counts", "current", "jump", "unknown", "values", "view")
 
     def __init__(
         self, view: JobView, counts: list[int], values: dict[int, float], unknown: bool = False
@@ -104,6 +104,18 @@ class _Job:
         self.values = values  # GPU count -> value; 0 GPUs are worth 0
         # Of unknown speed: its values are set in each pass from the pass's best weight.
         self.unknown = unknown
+        # A kept rigid job's one jump, as `_greedy` ranks it: (-gain, job id, count);
+        # None: worked out in each pass (`keep_jump`).
+        self.jump: tuple[float, int, int] | None = None
+
+    def keep_jump(self) -> None:
+        """Work out a rigid job's one jump once, for an entry kept from pass to pass:
+        its values are final (`goodput_kept`), so the jump is too."""
+        if len(self.counts) == 1 and not self.unknown:
+            c = self.counts[0]
+            gain = (self.values[c] - 0.0) / c
+            if c > 0 and gain > 1e-15:
+                self.jump = (-gain, self.view.id, c)
 
     def value(self, count: int) -> float:
         return self.values.get(count, 0.0)
@@ -241,6 +253,7 @@ class Goodput:
                     values[a] = v
                 entry = _Job(job, counts, values)
             if keep:
+                entry.keep_jump()
                 kept.put(job, entry, weight)
             if at < 0:
                 jobs.append(entry)
@@ -395,6 +408,14 @@ def _greedy(jobs: list[_Job], budget: int) -> list[int]:
     # once. Set here, as the pops below should not read each job again.
     rigid = bytearray(len(jobs))
     for k, job in enumerate(jobs):
+        kept = job.jump
+        if kept is not None:
+            # A kept job's jump, worked out when it was weighed (`_Job.keep_jump`).
+            rigid[k] = 1
+            gain, jid, c = kept
+            if c <= free:
+                append((gain, jid, k, c))
+            continue
         counts = job.counts
         if len(counts) == 1:
             rigid[k] = 1
