@@ -466,7 +466,7 @@ def _place(view: ClusterView, jobs: list[_Job], target: list[int]) -> list[Decis
     # order the jobs came in); sorted as tuples, each with its index last (what a
     # stable sort of the indices by the rest gives).
     ranked = [
-        (-target[k], -j.value(target[k]), j.view.id, k)
+        (-target[k], -j.values.get(target[k], 0.0), j.view.id, k)  # (`_Job.value`, inline)
         for k in compress(every, target)
         if target[k] != (j := jobs[k]).current
     ]
