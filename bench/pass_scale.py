@@ -8,7 +8,7 @@ placed at random, so the free GPUs are scattered) and once with the
 cluster full (nothing can start). The policy object is kept between
 passes, as the live server keeps it; one pass warms it and is not
 counted. The garbage collector is held off in a pass, as the live server
-holds it (`server.collector`; `--collector-on` leaves it on). Each pass
+holds it (`schedulearn.collector`; `--collector-on` leaves it on). Each pass
 gets a snapshot built anew the way the live server builds one
 (`server.services.snapshot.build`): new node, GPU and running-job views
 and a new tuple of waiting jobs, whose views are the
@@ -42,9 +42,9 @@ from dataclasses import replace
 
 from machine import describe, speed_line
 
+from schedulearn.collector import collector_held
 from schedulearn.core import ClusterView, Placement, create
 from schedulearn.core.eligibility import schedulable
-from schedulearn.server.collector import collector_held
 from schedulearn.sim.snapshots import TYPES, Shape, scale_view
 
 POLICIES = "fifo,tiresias,srtf,goodput,similarity,similarity/3 types,defrag,round-robin"
@@ -54,7 +54,7 @@ DEFAULT_GOAL = (50.0, 10.0)  # ms with half free, ms when full
 
 def one_pass(policy: object, view: ClusterView, collector: bool = False) -> int:
     """One pass, with the garbage collector held off as the live server holds
-    it (`server.collector`), or left on (`collector`)."""
+    it (`schedulearn.collector`), or left on (`collector`)."""
     decide = policy.decide  # type: ignore[attr-defined]
     if collector:
         return len(decide(schedulable(view)))

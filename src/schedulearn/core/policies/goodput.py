@@ -105,7 +105,7 @@ PRIOR_EFFICIENCY = 0.9  # per added GPU, for jobs the host reports nothing about
 class _Job:
     """One job's options in this pass: counts it may take and what each is worth."""
 
-    __slots__ = ("counts", "current", "unknown", "values", "view")
+    __slots__ = ("counts", "current", "jump", "unknown", "values", "view")
 
     def __init__(
         self, view: JobView, counts: list[int], values: dict[int, float], unknown: bool = False
@@ -116,6 +116,18 @@ class _Job:
         self.values = values  # GPU count -> value; 0 GPUs are worth 0
         # Of unknown speed: its values are set in each pass from the pass's best weight.
         self.unknown = unknown
+        # A kept rigid job's one jump, as `_greedy` ranks it: (-gain, job id, count);
+        # None: worked out in each pass (`keep_jump`).
+        self.jump: tuple[float, int, int] | None = None
+
+    def keep_jump(self) -> None:
+        """Work out a rigid job's one jump once, for an entry kept from pass to pass:
+        its values are final (`goodput_kept`), so the jump is too."""
+        if len(self.counts) == 1 and not self.unknown:
+            c = self.counts[0]
+            gain = (self.values[c] - 0.0) / c
+            if c > 0 and gain > 1e-15:
+                self.jump = (-gain, self.view.id, c)
 
     def value(self, count: int) -> float:
         return self.values.get(count, 0.0)
@@ -273,6 +285,7 @@ class Goodput:
                     values[a] = v
                 entry = _Job(job, counts, values)
             if keep:
+                entry.keep_jump()
                 kept.put(job, entry, weight)
             if at < 0:
                 jobs.append(entry)
@@ -404,53 +417,70 @@ def _prior_speeds(counts: tuple[int, ...]) -> dict[int, float]:
 def _greedy(jobs: list[_Job], budget: int) -> list[int]:
     """GPU counts by best marginal value per GPU, by job index."""
     alloc = [0] * len(jobs)
-    values = [j.values for j in jobs]
 
     def best_jump(k: int, free: int) -> tuple[float, int] | None:
         here = alloc[k]
-        base = values[k][here] if here else 0.0
+        values = jobs[k].values
+        base = values[here] if here else 0.0
         best: tuple[float, int] | None = None
         for c in jobs[k].counts:
             if c <= here:
                 continue
             if c - here > free:
                 break
-            gain = (values[k][c] - base) / (c - here)
+            gain = (values[c] - base) / (c - here)
             if gain > 1e-15 and (best is None or gain > best[0]):
                 best = (gain, c)
         return best
 
     free = budget
     heap: list[tuple[float, int, int, int]] = []
+    append = heap.append
+    # Whether each job is rigid (one count): one jump, from nothing, and popped
+    # once. Set here, as the pops below should not read each job again.
+    rigid = bytearray(len(jobs))
     for k, job in enumerate(jobs):
+        kept = job.jump
+        if kept is not None:
+            # A kept job's jump, worked out when it was weighed (`_Job.keep_jump`).
+            rigid[k] = 1
+            gain, jid, c = kept
+            if c <= free:
+                append((gain, jid, k, c))
+            continue
         counts = job.counts
         if len(counts) == 1:
-            # A rigid job has one jump, from nothing: best_jump(k, free), inline
-            # for the thousands of waiting jobs a pass may weigh.
+            rigid[k] = 1
+            # best_jump(k, free), inline for the thousands of waiting jobs a pass may weigh.
             c = counts[0]
             if 0 < c <= free:
-                gain = (values[k][c] - 0.0) / c
+                gain = (job.values[c] - 0.0) / c
                 if gain > 1e-15:
-                    heap.append((-gain, job.view.id, k, c))
+                    append((-gain, job.view.id, k, c))
             continue
         jump = best_jump(k, free)
         if jump is not None:
-            heap.append((-jump[0], job.view.id, k, jump[1]))
+            append((-jump[0], job.view.id, k, jump[1]))
     heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     while heap and free > 0:
-        _, jid, k, c = heapq.heappop(heap)
-        # A rigid job has no other jump (`best_jump` gives None): not asked again.
-        rigid = len(jobs[k].counts) == 1
+        _, jid, k, c = pop(heap)
+        if rigid[k]:
+            # No other jump (`best_jump` gives None): not asked again.
+            if c <= free:
+                free -= c
+                alloc[k] = c
+            continue
         if c - alloc[k] > free:
-            jump = None if rigid else best_jump(k, free)
+            jump = best_jump(k, free)
             if jump is not None:
-                heapq.heappush(heap, (-jump[0], jid, k, jump[1]))
+                push(heap, (-jump[0], jid, k, jump[1]))
             continue
         free -= c - alloc[k]
         alloc[k] = c
-        jump = None if rigid else best_jump(k, free)
+        jump = best_jump(k, free)
         if jump is not None:
-            heapq.heappush(heap, (-jump[0], jid, k, jump[1]))
+            push(heap, (-jump[0], jid, k, jump[1]))
     return alloc
 
 
@@ -464,11 +494,19 @@ def _place(view: ClusterView, jobs: list[_Job], target: list[int]) -> list[Decis
     for k in holding:
         if target[k] != jobs[k].current:
             pool.release(jobs[k].view)
-    moving = [k for k in compress(every, target) if target[k] != jobs[k].current]
-    # (job id last: a total order, whatever order the jobs came in.)
-    moving.sort(key=lambda k: (-target[k], -jobs[k].value(target[k]), jobs[k].view.id))
-    decisions: list[Decision] = []
-    for k in moving:
+    # Largest count first, then most value, then job id (a total order, whatever
+    # order the jobs came in); sorted as tuples, each with its index last (what a
+    # stable sort of the indices by the rest gives).
+    ranked = [
+        (-target[k], -j.values.get(target[k], 0.0), j.view.id, k)  # (`_Job.value`, inline)
+        for k in compress(every, target)
+        if target[k] != (j := jobs[k]).current
+    ]
+    ranked.sort()
+    preempts: list[Decision] = []
+    resizes: list[Decision] = []
+    starts: list[Decision] = []
+    for _, _, _, k in ranked:
         j = jobs[k]
         placement: Placement | None = None
         for c in reversed(j.counts):
@@ -484,23 +522,26 @@ def _place(view: ClusterView, jobs: list[_Job], target: list[int]) -> list[Decis
             placement = old
         if placement is None:
             if j.current:
-                decisions.append(Preempt(j.view.id))
+                preempts.append(Preempt(j.view.id))
             continue
         pool.take(j.view, placement)
         if not j.current:
-            decisions.append(Start(j.view.id, placement))
+            starts.append(Start(j.view.id, placement))
         elif placement != j.view.placement:
-            decisions.append(Resize(j.view.id, placement))
+            resizes.append(Resize(j.view.id, placement))
     for k in holding:
         if target[k] == 0:
-            decisions.append(Preempt(jobs[k].view.id))
-    decisions.extend(_cpu_tasks(view, pool))
-    decisions.sort(key=_order)
-    return decisions
+            preempts.append(Preempt(jobs[k].view.id))
+    starts.extend(_cpu_tasks(view, pool))
+    # Sorted as by `_order` (a stable sort by kind, then job id), kind by kind.
+    for kind in (preempts, resizes, starts):
+        kind.sort(key=_JOB_ID)
+    return preempts + resizes + starts
 
 
 _CURRENT = attrgetter("current")
 _UNKNOWN = attrgetter("unknown")
+_JOB_ID = attrgetter("job_id")
 _ENTRY = itemgetter(1)
 _WEIGHT = itemgetter(2)
 
