@@ -114,9 +114,9 @@ class FairShare:
         ticks = [t for t in (inner_tick, own) if t is not None]
         # An instance value shadows the class one (setattr: mypy reads ClassVar).
         setattr(self, "tick_seconds", min(ticks) if ticks else None)  # noqa: B010
-        # The last full pass, when it decided nothing: its time, what it saw,
-        # and until when a pass would decide nothing again (`_Quiet.until`).
-        self._quiet: _Quiet | None = None
+        # The last full pass, when it decided nothing: (its time, what it saw,
+        # when a running job next crosses `min_run`).
+        self._quiet: tuple[float, tuple[object, ...], float] | None = None
         # Running jobs shown to the inner policy as non-preemptible (`SharePass`).
         self._pinned: dict[int, tuple[JobView, JobView]] = {}
         # Each queue's counts, recounted only when the snapshot's jobs change.
@@ -144,9 +144,10 @@ class FairShare:
             return fast
         full = self._pass(view, tenancy)
         decisions = full.run()
-        # Until when it stays quiet is asked only if a later pass sees the
-        # same jobs, or a host asks (`steady_until`): most events change them.
-        self._quiet = None if decisions else _Quiet(self, view, seen, full)
+        until = view.now
+        if not decisions:
+            until = min(self._steady_until(view), view.now + _next_turn(view, full))
+        self._quiet = (view.now, seen, until) if until > view.now + EPS else None
         return decisions
 
     def _steady_until(self, view: ClusterView) -> float:
@@ -182,7 +183,7 @@ class FairShare:
             # `min_run` deadline can matter until a job arrives (an event).
             return self._inner_steady(view) if self.inner.tick_seconds is not None else math.inf
         last = self._quiet
-        return last.until() if last is not None and self._still_quiet(view, tenancy) else view.now
+        return last[2] if last is not None and self._still_quiet(view, tenancy) else view.now
 
     def _still_quiet(self, view: ClusterView, tenancy: Tenancy) -> bool:
         """Would a full pass decide nothing again, as the last one did?
@@ -194,9 +195,9 @@ class FairShare:
         it at the next event, not at every tick.)
         """
         last = self._quiet
-        if last is None or view.now < last.now or not _same(last.seen, _seen(view, tenancy)):
+        if last is None or view.now < last[0] or view.now + EPS >= last[2]:
             return False
-        return view.now + EPS < last.until()
+        return _same(last[1], _seen(view, tenancy))
 
     def _next_victim(self, view: ClusterView) -> float:
         """When the first running job that has not yet run `min_run` will have."""
@@ -248,32 +249,6 @@ class FairShare:
         if len(decisions) != len(pending) or not all(isinstance(d, Start) for d in decisions):
             return None
         return decisions
-
-
-class _Quiet:
-    """A full pass that decided nothing: when, what it saw, and (computed when
-    first asked) until when a pass over the same jobs decides nothing again."""
-
-    __slots__ = ("_full", "_layer", "_until", "now", "seen", "view")
-
-    def __init__(
-        self, layer: FairShare, view: ClusterView, seen: tuple[object, ...], full: SharePass
-    ) -> None:
-        self.now, self.seen, self.view = view.now, seen, view
-        self._layer, self._full = layer, full
-        self._until: float | None = None
-
-    def until(self) -> float:
-        """`FairShare._steady_until` and the next turn of a queue (`_next_turn`);
-        the pass's time when that is not later (it is then not quiet)."""
-        until = self._until
-        if until is None:
-            view = self.view
-            until = min(self._layer._steady_until(view), view.now + _next_turn(view, self._full))
-            if until <= view.now + EPS:
-                until = view.now
-            self._until = until
-        return until
 
 
 def _next_turn(view: ClusterView, full: SharePass) -> float:

@@ -73,10 +73,6 @@ class PassState:
         # stays as it is (`moved`).
         self._busy: dict[str, int] | None = None
         self._lent: dict[tuple[str, int], bool] = {}
-        # The last turn's running jobs (`_turn_running`), with the number of
-        # decisions then: the same while nothing was decided since, unless
-        # they depended on that turn's waiting jobs (None: they did).
-        self._turn_jobs: tuple[int, tuple[JobView, ...]] | None = None
 
     @cached_property
     def pending(self) -> dict[int, JobView]:
@@ -135,12 +131,6 @@ class PassState:
         20,000 Philly jobs on 64x8 with queues). A job a queue ahead keeps
         (`lends`) stays preemptible when a brief job waits in the turn
         (`brief`): `_accept` lets only a brief job take it."""
-        kept = self._turn_jobs
-        if kept is not None and kept[0] == len(self.decisions):
-            # Nothing decided since the last turn (the entitled turn, or a
-            # retry, that kept nothing): the book, the running jobs and what
-            # `lends` answers are as they were, so the copies are too.
-            return kept[1]
         book, decided, pinned_copy = self.book, self.decided, self.pinned_copy
         now, bar = self.view.now, self.min_run - EPS  # `ran_min`: now - started >= bar
         brief_waits: bool | None = None  # asked when first needed
@@ -167,11 +157,7 @@ class PassState:
                     ) or not (owner.used > owner.share + EPS and ran):
                         j = pinned_copy(j)
             out.append(j)
-        jobs = tuple(out)
-        # Kept for the next turn unless a brief job in this one's waiting
-        # jobs decided a copy (`brief_waits` was asked).
-        self._turn_jobs = (len(self.decisions), jobs) if brief_waits is None else None
-        return jobs
+        return tuple(out)
 
     def may_preempt(self, job: JobView, brief_waits: bool = False) -> bool:
         """Could the inner policy's turn preempt `job` (before its group's exact check)?

@@ -155,8 +155,9 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
         464627.8383923631,
     ),
     # The fair-share layer over the other policies of issue 32's bench, pinned
-    # at aeaedc3 (stop 45: its passes made cheaper, no decision changed).
-    # goodput+queues is left out: 150 jobs already take a minute.
+    # at aeaedc3 (stop 45), so that a cheaper pass of the layer is checked
+    # for every policy it wraps, not tiresias alone. goodput+queues is left
+    # out: 150 jobs of it already take a minute.
     "philly 600 fifo+queues": (
         lambda: philly("fifo", queues=True),
         "c2756944008f4714",
