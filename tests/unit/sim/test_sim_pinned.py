@@ -154,6 +154,25 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
         "4188557ad7ba00b9",
         464627.8383923631,
     ),
+    # The fair-share layer over the other policies of issue 32's bench, pinned
+    # at aeaedc3 (stop 45), so that a cheaper pass of the layer is checked
+    # for every policy it wraps, not tiresias alone. goodput+queues is left
+    # out: 150 jobs of it already take a minute.
+    "philly 600 fifo+queues": (
+        lambda: philly("fifo", queues=True),
+        "c2756944008f4714",
+        3503363.6036111373,
+    ),
+    "philly 600 srtf+queues": (
+        lambda: philly("srtf", queues=True),
+        "97cff38697e3d555",
+        414387.6803947965,
+    ),
+    "philly 600 similarity+queues": (
+        lambda: philly("similarity", queues=True),
+        "9f17cae4756a5a01",
+        3123898.016111137,
+    ),
 }
 
 
