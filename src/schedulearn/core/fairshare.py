@@ -264,7 +264,15 @@ def _next_turn(view: ClusterView, full: SharePass) -> float:
             mine = own[name] = own_guarantee(tenancy, name, capacity)
         if mine == 0 or job.gpus <= mine:
             busy[name] = busy.get(name, 0) + job.allocated_gpus
-    return next_turn(full.book.values(), capacity, tenancy.counted, busy, tenancy.half_life)
+    return next_turn(
+        full.book.values(),
+        capacity,
+        tenancy.counted,
+        busy,
+        tenancy.half_life,
+        tenancy.owed,
+        full.owing,
+    )
 
 
 def _seen(view: ClusterView, tenancy: Tenancy) -> tuple[object, ...]:
