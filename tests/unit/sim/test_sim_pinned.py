@@ -152,9 +152,9 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
         # and a queue ahead lends only what it would not take back within
         # 4 x min_run (`PassState.lends`): 464,628 s. Again (stop 45): a queue
         # is ahead on its served use against what it was owed
-        # (`Tenancy.owed`), not on its fraction of all use: 471,800 s.
-        "42fc2c7ab6e66644",
-        471799.70124434016,
+        # (`Tenancy.owed`), not on its fraction of all use: 457,847 s.
+        "8685af4ac5e2e8a3",
+        457847.4665730213,
     ),
 }
 
