@@ -42,17 +42,17 @@ whole group with what was preempted or resized for it, checked before
 it is recorded, so no GPU is ever given twice.
 
 A guarantee is kept over time, not at every instant (docs/queues.md): a
-queue that is not behind, one that has had at least 85% of the GPU-time it
-was owed lately (decayed, `Tenancy.owed`; from a host that keeps no such
-figure, 80% of its guaranteed fraction of all use; `QueueShare.ahead`),
-lends what it holds like a borrower: it does not reclaim, no idle GPU is
-held for it, and the inner policy may preempt its jobs once they ran
+queue that is not behind, one that has had at least 80% of its
+guaranteed fraction of the GPU-time used lately and 85% of the GPU-time
+it was owed (decayed usage, `Tenancy.owed`, `QueueShare.ahead`), lends
+what it holds like a borrower: it does not reclaim, no idle GPU is held
+for it, and the inner policy may preempt its jobs once they ran
 `min_run` (so tiresias's and srtf's short jobs go first across queues,
 and a team interrupted is behind afterwards), unless without them it
 would be behind within `LEND_FOR` times `min_run` (`PassState.lends`: it
 would reclaim them at once); to a job expected to end within `min_run`
-(`PassState.brief`) it lends all the same, as that job is done before its
-GPUs could be taken back. Only a queue behind keeps the rules above.
+(`PassState.brief`) it lends all the same, as that job is done before
+its GPUs could be taken back. Only a queue behind keeps the rules above.
 
 Jobs that name no queue keep running once queues exist (docs/queues.md):
 the default queue owns the uncovered GPUs, and any job, preemptible or

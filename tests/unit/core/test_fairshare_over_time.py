@@ -218,14 +218,12 @@ def test_a_queue_that_used_its_guarantee_while_the_others_were_idle_is_not_ahead
     assert set(starts(decisions)) == {10, 11} and len(preempts(decisions)) == 2
 
 
-def test_a_queue_served_what_it_was_owed_lends_though_its_fraction_is_small() -> None:
-    # A had 9% of the GPU-time used lately against its 50%, but 95% of what it
-    # was owed (it wanted little): it is not behind, so it takes nothing back
-    # and is told why.
-    usage = {"A": 1_000.0, "B": 10_000.0, "C": 0.0}
-    owed = {"A": 1_050.0, "B": 10_000.0, "C": 0.0}
+def test_a_queue_ahead_on_both_marks_lends_and_is_told_why() -> None:
+    # A had 60% of the GPU-time used lately against its 50% fraction, and 95%
+    # of what it was owed: not behind on either, so it takes nothing back.
+    usage = {"A": 6_000.0, "B": 4_000.0, "C": 0.0}
+    owed = {"A": 6_300.0, "B": 4_000.0, "C": 0.0}
     a = [job(10, 1, queue="A", preemptible=True)]
-    assert not shares(view(b_fills_four(), a, usage), tenancy(usage))["A"].ahead
     on_owed = view(b_fills_four(), a, usage, owed=owed)
     assert shares(on_owed, tenancy(usage, owed=owed))["A"].ahead
     assert FairShare(create("fifo"), min_run=60).decide(on_owed) == []
@@ -235,6 +233,18 @@ def test_a_queue_served_what_it_was_owed_lends_though_its_fraction_is_small() ->
         "A uses 0 of its 2 guaranteed GPUs but had 95% of the GPU-time it was owed "
         "lately: it takes nothing back until that falls below 85%, and waits for idle GPUs"
     )
+
+
+def test_a_queue_back_from_idle_is_behind_though_it_had_what_it_was_owed() -> None:
+    # A was served all it was owed, then went idle while B ran: what A was
+    # served and owed decayed alike, but its share of the use fell (9% against
+    # its 50%), so it is behind and takes its guarantee back at once.
+    usage = {"A": 1_000.0, "B": 10_000.0, "C": 0.0}
+    owed = {"A": 1_000.0, "B": 10_000.0, "C": 0.0}
+    a = [job(10, 1, queue="A", preemptible=True)]
+    back = view(b_fills_four(), a, usage, owed=owed)
+    assert not shares(back, tenancy(usage, owed=owed))["A"].ahead
+    assert set(starts(FairShare(create("fifo"), min_run=60).decide(back))) == {10}
 
 
 def test_a_queue_never_served_is_behind_on_what_it_was_owed() -> None:
@@ -249,8 +259,8 @@ def test_the_moment_a_queue_falls_behind_on_what_it_was_owed_is_known() -> None:
     # 2 GPUs: its margin shrinks, and a host that skips quiet ticks must not
     # skip the moment it falls below OWED_AT (test_sim_steady replays it).
     sc = b_fills_four()
-    served = {"A": 7_200.0, "B": 9_000.0, "C": 0.0}
-    owed = {"A": 7_200.0, "B": 9_000.0, "C": 0.0}
+    served = {"A": 20_000.0, "B": 15_000.0, "C": 0.0}
+    owed = {"A": 20_000.0, "B": 9_000.0, "C": 0.0}
     busy, owing, half_life = {"B": 4}, {"A": 2, "B": 2}, 3600.0
 
     def ahead_at(seconds: float) -> set[str]:
@@ -267,5 +277,6 @@ def test_the_moment_a_queue_falls_behind_on_what_it_was_owed_is_known() -> None:
     assert "A" not in ahead_at(turn + 1)
     # B, holding twice what it is owed, stays ahead throughout.
     assert "B" in ahead_at(turn + 1)
-    # Without its owed figure the same queues would turn on their fractions.
-    assert next_turn(book.values(), 4, served, busy, half_life) != turn
+    # On its fraction alone (57% of the use against 50%) it would stay ahead
+    # longer: the owed mark is the one that turns it.
+    assert next_turn(book.values(), 4, served, busy, half_life) > turn
