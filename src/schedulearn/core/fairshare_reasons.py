@@ -69,10 +69,10 @@ class ShareReason:
     # those that borrowed beyond their guarantee (RECLAIM) or all (HELD).
     holders: tuple[tuple[str, int, int], ...] = ()
     # AHEAD: its share of the GPU-time used lately, and its guaranteed share;
-    # or (`of_owed`) its GPU-time over what it was owed, and the mark.
+    # and from a host that keeps it, its GPU-time over what it was owed.
     had: float = 0.0
     promised: float = 0.0
-    of_owed: bool = False
+    of_owed: float | None = None
 
     @property
     def message(self) -> str:
@@ -91,11 +91,13 @@ class ShareReason:
                 f"{q} uses {self.used} of its {self.guaranteed} guaranteed GPUs: it takes back "
                 f"GPUs borrowed by {who}{more} once their jobs have run the minimum time"
             )
-        if self.rule is ShareRule.AHEAD and self.of_owed:
+        if self.rule is ShareRule.AHEAD and self.of_owed is not None:
             return (
                 f"{q} uses {self.used} of its {self.guaranteed} guaranteed GPUs but had "
-                f"{self.had:.0%} of the GPU-time it was owed lately: it takes nothing back "
-                f"until that falls below {self.promised:.0%}, and waits for idle GPUs"
+                f"{self.of_owed:.0%} of the GPU-time it was owed lately, and "
+                f"{self.had:.0%} of all used against its {self.promised:.0%}: it takes "
+                f"nothing back until it falls below {OWED_AT:.0%} of what it is owed or "
+                "the other queues catch up, and waits for idle GPUs"
             )
         if self.rule is ShareRule.AHEAD:
             return (
@@ -163,22 +165,17 @@ def share_reason(
     # What its guarantee protects: the GPUs of its jobs that fit it (`fitting`).
     if s.fitting + job.gpus <= s.guaranteed and s.ahead:
         served, owed = tenancy.counted, tenancy.owed
+        mine = served.get(s.name, 0.0)
+        of_owed = None
         if owed is not None:
-            mine = served.get(s.name, 0.0)
-            return reason(
-                ShareRule.AHEAD,
-                gpus=job.gpus,
-                free=free,
-                had=mine / owed[s.name] if owed.get(s.name, 0.0) > 0 else 1.0,
-                promised=OWED_AT,
-                of_owed=True,
-            )
+            of_owed = mine / owed[s.name] if owed.get(s.name, 0.0) > 0 else 1.0
         return reason(
             ShareRule.AHEAD,
             gpus=job.gpus,
             free=free,
-            had=served.get(s.name, 0.0) / used_lately(served),
+            had=mine / used_lately(served),
             promised=s.guaranteed / view.total_gpus,
+            of_owed=of_owed,
         )
     if s.fitting + job.gpus <= s.guaranteed:
         lent = [o for o in others if o.used > o.guaranteed]

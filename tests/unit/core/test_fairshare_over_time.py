@@ -231,7 +231,9 @@ def test_a_queue_ahead_on_both_marks_lends_and_is_told_why() -> None:
     assert why is not None and why.rule is ShareRule.AHEAD
     assert why.message == (
         "A uses 0 of its 2 guaranteed GPUs but had 95% of the GPU-time it was owed "
-        "lately: it takes nothing back until that falls below 85%, and waits for idle GPUs"
+        "lately, and 60% of all used against its 50%: it takes nothing back until it "
+        "falls below 85% of what it is owed or the other queues catch up, and waits for "
+        "idle GPUs"
     )
 
 

@@ -45,20 +45,18 @@ def test_a_large_borrowing_job_does_not_cost_its_team_the_guarantee() -> None:
     assert result.summary.preemptions == 1
 
 
-class _Spy:
+class _Spy(FairShare):
     """The layer, recording what each pass's snapshot says each queue was served and owed."""
 
     def __init__(self) -> None:
-        self.inner = FairShare(create("fifo"), min_run=60.0)
-        self.name = "spy"
-        self.tick_seconds = self.inner.tick_seconds
+        super().__init__(create("fifo"), min_run=60.0)
         self.seen: list[tuple[float, dict[str, float], dict[str, float]]] = []
 
     def decide(self, view: ClusterView) -> list[Decision]:
         t = view.tenancy
         assert t is not None and t.served is not None and t.owed is not None
         self.seen.append((view.now, dict(t.served), dict(t.owed)))
-        return self.inner.decide(view)
+        return super().decide(view)
 
 
 def test_a_queue_is_owed_what_its_guarantee_alone_would_have_given_its_jobs() -> None:
