@@ -104,7 +104,7 @@ class Simulator:
         # The last pass's snapshot, for `_skip_steady`.
         self._last_view: ClusterView | None = None
         self._tenancy: Tenancy | None = None
-        self._fits: dict[int, bool] = {}  # job id -> `fits_guarantee` (`_meter_change`)
+        self._fits: dict[int, bool] = {}  # job id -> `fits_guarantee` (`_fits_of`)
         # What each queue was owed (`Tenancy.owed`): the integral of `owed_rate`
         # over the GPUs its fitting jobs ask for (`_demand`), waiting or running.
         self._owed: UsageMeter | None = None
