@@ -43,7 +43,7 @@ it is recorded, so no GPU is ever given twice.
 
 A guarantee is kept over time, not at every instant (docs/queues.md): a
 queue that is not behind, one that has had at least 80% of its
-guaranteed fraction of the GPU-time used lately and 85% of the GPU-time
+guaranteed fraction of the GPU-time used lately and 75% of the GPU-time
 it was owed (decayed usage, `Tenancy.owed`, `QueueShare.ahead`), lends
 what it holds like a borrower: it does not reclaim, no idle GPU is held
 for it, and the inner policy may preempt its jobs once they ran
