@@ -8,11 +8,12 @@ SCHEDULEARN_TEST_POSTGRES=1)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 from fastapi.testclient import TestClient
 from server_api import Api
+from sqlmodel import Session, select
 from wire_agent import WireAgent
 
 from schedulearn.protocol import (
@@ -25,6 +26,8 @@ from schedulearn.protocol import (
     UsageReport,
 )
 from schedulearn.server import create_app
+from schedulearn.server.models import QueueUsage
+from schedulearn.server.services.queues import tenancy
 from schedulearn.settings import ServerSettings
 from waiting import wait_until
 
@@ -333,3 +336,43 @@ def test_a_large_job_on_borrowed_gpus_does_not_make_its_queue_ahead(qapi: Api) -
     assert "takes nothing back" not in why, why
     stops = node.work_until(lambda b: len(b.stops) >= 1).stops
     assert [s.reason for s in stops] == ["preempt"] and stops[0].job_id in b_jobs, stops
+
+
+def usage_rows(api: Api) -> dict[str, QueueUsage]:
+    with Session(api.state.db.engine) as s:
+        return {r.queue: r for r in s.exec(select(QueueUsage)).all()}
+
+
+def test_the_server_keeps_what_each_queue_was_owed(qapi: Api) -> None:
+    # A (guaranteed 1 of 2) runs two 1-GPU jobs (one on B's idle GPU) while a
+    # third and a 2-GPU job wait. It is owed its 1 GPU: what its jobs that fit
+    # the guarantee ask for (3), at most the guarantee; the 2-GPU job, larger
+    # than the guarantee, is owed nothing. B wants nothing and is owed nothing.
+    # The scheduler's snapshot then carries the decayed figure (`Tenancy.owed`),
+    # which A is judged ahead or behind on.
+    node = WireAgent(qapi, "n1", gpus=2)
+    node.register()
+    add_queue(qapi, name="A", guaranteed={"": 1})
+    add_queue(qapi, name="B", guaranteed={"": 1})
+    small = [submit(qapi, queue="A", gpus=1, preemptible=True) for _ in range(3)]
+    submit(qapi, queue="A", gpus=2, preemptible=True)
+    starts = node.work_until(lambda b: len(b.starts) == 2).starts
+    assert {s.job_id for s in starts} <= set(small)
+    for s in starts:
+        node.start(s.job_id, s.attempt)
+    qapi.settle()
+    rows = wait_until(
+        lambda: usage_rows(qapi), 10, "A to hold 2 GPUs", until=lambda r: r["A"].busy == 2
+    )
+    a = rows["A"]
+    assert (a.busy, a.serving, a.owing) == (2, 2, 1)
+    assert "B" not in rows or rows["B"].owing == 0
+
+    def owed() -> Mapping[str, float]:
+        with Session(qapi.state.db.engine) as s:
+            t = tenancy(s, time.time())
+        assert t is not None and t.owed is not None
+        return t.owed
+
+    now = wait_until(owed, 10, "A owed some GPU-time", until=lambda o: o["A"] > 0)
+    assert now.get("B", 0.0) == 0.0

@@ -47,17 +47,17 @@ whole group with what was preempted or resized for it, checked before
 it is recorded, so no GPU is ever given twice.
 
 A guarantee is kept over time, not at every instant (docs/queues.md): a
-queue that is not behind, one that has had at least 80% of its guaranteed
-fraction of the GPU-time used lately (decayed usage, `QueueShare.ahead`),
-lends what it holds like a borrower: it does not reclaim, no idle GPU is
-held for it, and the inner policy may preempt its jobs once they ran
+queue that is not behind, one that has had at least 80% of its
+guaranteed fraction of the GPU-time used lately and 75% of the GPU-time
+it was owed (decayed usage, `Tenancy.owed`, `QueueShare.ahead`), lends
+what it holds like a borrower: it does not reclaim, no idle GPU is held
+for it, and the inner policy may preempt its jobs once they ran
 `min_run` (so tiresias's and srtf's short jobs go first across queues,
 and a team interrupted is behind afterwards), unless without them it
 would be behind within `LEND_FOR` times `min_run` (`PassState.lends`: it
 would reclaim them at once); to a job expected to end within `min_run`
-(`PassState.brief`) it lends all the same, as that job is done before its
-GPUs could be taken back. Only a queue behind on its fraction keeps the
-rules above.
+(`PassState.brief`) it lends all the same, as that job is done before
+its GPUs could be taken back. Only a queue behind keeps the rules above.
 
 Jobs that name no queue keep running once queues exist (docs/queues.md):
 the default queue owns the uncovered GPUs, and any job, preemptible or
@@ -269,7 +269,15 @@ def _next_turn(view: ClusterView, full: SharePass) -> float:
             mine = own[name] = own_guarantee(tenancy, name, capacity)
         if mine == 0 or job.gpus <= mine:
             busy[name] = busy.get(name, 0) + job.allocated_gpus
-    return next_turn(full.book.values(), capacity, tenancy.counted, busy, tenancy.half_life)
+    return next_turn(
+        full.book.values(),
+        capacity,
+        tenancy.counted,
+        busy,
+        tenancy.half_life,
+        tenancy.owed,
+        full.owing,
+    )
 
 
 def _seen(view: ClusterView, tenancy: Tenancy) -> tuple[object, ...]:

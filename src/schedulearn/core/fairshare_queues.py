@@ -162,6 +162,10 @@ class Tenancy:
     # (`fits_guarantee`): what a queue is judged behind or ahead on
     # (`QueueShare.ahead`). None: all of `usage`.
     served: Mapping[str, float] | None = None
+    # What each queue was owed (GPU-seconds, decayed like usage): the integral
+    # of `owed_rate`, what it would have held alone on its own guarantee.
+    # None: the host keeps no such figure.
+    owed: Mapping[str, float] | None = None
     by_name: Mapping[str, Queue] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -209,6 +213,13 @@ def fits_guarantee(tenancy: Tenancy, queue: str, gpus: int, capacity: int) -> bo
     """
     own = own_guarantee(tenancy, queue, capacity)
     return own == 0 or gpus <= own
+
+
+def owed_rate(own: int, demand: int) -> int:
+    """GPUs a queue is owed while its jobs that fit its own guarantee (`own`,
+    `fits_guarantee`) ask for `demand` GPUs (running and waiting): what it would
+    hold alone on that guarantee. A queue that wants nothing is owed nothing."""
+    return max(0, min(demand, own))
 
 
 class UsageMeter:
@@ -349,6 +360,21 @@ class QueueShare:
     def demand(self) -> int:
         return min(self.cap, self.used + self.pending)
 
+    def owing(self, waiting: Iterable[JobView]) -> int:
+        """GPUs it is owed now (`owed_rate`): of its running jobs that fit its own
+        guarantee (`fitting`) and its `waiting` ones that do, at most that guarantee."""
+        own = self.own
+        if own <= 0:
+            return 0
+        demand = self.fitting
+        if demand < own:
+            for job in waiting:
+                if job.gpus <= own:
+                    demand += job.gpus
+                    if demand >= own:
+                        break
+        return owed_rate(own, demand)
+
     def within(self, gpus: int, bound: float) -> bool:
         """Would `gpus` more keep it at or below `bound`?"""
         return self.used + gpus <= bound + _EPS
@@ -434,7 +460,7 @@ def book(
         s.used, s.pinned = h.used, h.pinned
     for name, gpus in waiting.items():
         share(name).pending = gpus
-    fill(out.values(), view.total_gpus, tenancy.usage, tenancy.counted)
+    fill(out.values(), view.total_gpus, tenancy.usage, tenancy.counted, tenancy.owed)
     for name, h in held.items():
         s = out[name]
         if s.own > 0:  # `fill` set the default queue's uncovered GPUs
@@ -452,6 +478,7 @@ def fill(
     capacity: int,
     usage: Mapping[str, float],
     served: Mapping[str, float] | None = None,
+    owed: Mapping[str, float] | None = None,
 ) -> None:
     """Set each queue's `share`: guarantees first, then weighted water-filling
     (`fairshare_fill`, which also splits a queue tree), and `ahead` on `served`
@@ -464,4 +491,4 @@ def fill(
     free = uncovered((s.queue for s in qs), capacity)
     for s in qs:
         s.uncovered = free if s.name == DEFAULT_QUEUE else 0
-    split_shares(qs, capacity, usage, usage if served is None else served)
+    split_shares(qs, capacity, usage, usage if served is None else served, owed)

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from schedulearn.core.fairshare_fill import OWED_AT
 from schedulearn.core.fairshare_queues import (
     DEFAULT_QUEUE,
     Queue,
@@ -67,9 +68,11 @@ class ShareReason:
     # Other queues: (name, GPUs in use, guaranteed GPUs), most held first;
     # those that borrowed beyond their guarantee (RECLAIM) or all (HELD).
     holders: tuple[tuple[str, int, int], ...] = ()
-    # AHEAD: its share of the GPU-time used lately, and its guaranteed share.
+    # AHEAD: its share of the GPU-time used lately, and its guaranteed share;
+    # and from a host that keeps it, its GPU-time over what it was owed.
     had: float = 0.0
     promised: float = 0.0
+    of_owed: float | None = None
 
     @property
     def message(self) -> str:
@@ -87,6 +90,14 @@ class ShareReason:
             return (
                 f"{q} uses {self.used} of its {self.guaranteed} guaranteed GPUs: it takes back "
                 f"GPUs borrowed by {who}{more} once their jobs have run the minimum time"
+            )
+        if self.rule is ShareRule.AHEAD and self.of_owed is not None:
+            return (
+                f"{q} uses {self.used} of its {self.guaranteed} guaranteed GPUs but had "
+                f"{self.of_owed:.0%} of the GPU-time it was owed lately, and "
+                f"{self.had:.0%} of all used against its {self.promised:.0%}: it takes "
+                f"nothing back until it falls below {OWED_AT:.0%} of what it is owed or "
+                "the other queues catch up, and waits for idle GPUs"
             )
         if self.rule is ShareRule.AHEAD:
             return (
@@ -153,13 +164,18 @@ def share_reason(
     others = [o for o in book.values() if o.name != s.name and o.used > 0]
     # What its guarantee protects: the GPUs of its jobs that fit it (`fitting`).
     if s.fitting + job.gpus <= s.guaranteed and s.ahead:
-        served = tenancy.counted
+        served, owed = tenancy.counted, tenancy.owed
+        mine = served.get(s.name, 0.0)
+        of_owed = None
+        if owed is not None:
+            of_owed = mine / owed[s.name] if owed.get(s.name, 0.0) > 0 else 1.0
         return reason(
             ShareRule.AHEAD,
             gpus=job.gpus,
             free=free,
-            had=served.get(s.name, 0.0) / used_lately(served),
+            had=mine / used_lately(served),
             promised=s.guaranteed / view.total_gpus,
+            of_owed=of_owed,
         )
     if s.fitting + job.gpus <= s.guaranteed:
         lent = [o for o in others if o.used > o.guaranteed]

@@ -46,7 +46,8 @@ class PassState:
     ) -> None:
         # Decayed usage, read once: a host's live mapping settles on every read.
         served = None if tenancy.served is None else dict(tenancy.served)
-        tenancy = Tenancy(tenancy.queues, dict(tenancy.usage), tenancy.half_life, served)
+        owed = None if tenancy.owed is None else dict(tenancy.owed)
+        tenancy = Tenancy(tenancy.queues, dict(tenancy.usage), tenancy.half_life, served, owed)
         self.inner = inner
         self.min_run = min_run
         self.view = view
@@ -73,6 +74,12 @@ class PassState:
         # stays as it is (`moved`).
         self._busy: dict[str, int] | None = None
         self._lent: dict[tuple[str, int], bool] = {}
+        # GPUs each queue is owed now (`QueueShare.owing`), as the pass found
+        # them: starts and stops move GPUs between waiting and running only.
+        self.owing: dict[str, int] | None = None
+        if owed is not None:
+            by_queue = self.by_queue
+            self.owing = {s.name: s.owing(by_queue.get(s.name, ())) for s in self.book.values()}
 
     @cached_property
     def pending(self) -> dict[int, JobView]:
@@ -235,6 +242,8 @@ class PassState:
             busy,
             self.tenancy.half_life,
             horizon,
+            self.tenancy.owed,
+            self.owing,
         )
         busy[s.name] = held
         self._lent[key] = lent

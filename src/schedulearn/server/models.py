@@ -443,7 +443,9 @@ class QueueUsage(_Table, table=True):
     """A queue's decayed GPU-seconds (`usage` as of `at`) and the GPUs it held since
     (`busy`): the live form of `core.fairshare_queues.UsageMeter`, settled on read.
     `served` and `serving` are the same for its jobs that fit its guarantee
-    (`Tenancy.served`, which the queue is judged ahead or behind on)."""
+    (`Tenancy.served`, which the queue is judged ahead or behind on), and
+    `owed` and `owing` for the GPUs it was owed (`Tenancy.owed`: `owed_rate`
+    of what those jobs ask for, running or waiting)."""
 
     __tablename__ = "queue_usage"
 
@@ -452,6 +454,8 @@ class QueueUsage(_Table, table=True):
     busy: int = 0
     served: float = Field(default=0.0, sa_column_kwargs=_ZERO_FOR_OLD_ROWS)
     serving: int = Field(default=0, sa_column_kwargs=_ZERO_FOR_OLD_ROWS)
+    owed: float = Field(default=0.0, sa_column_kwargs=_ZERO_FOR_OLD_ROWS)
+    owing: int = Field(default=0, sa_column_kwargs=_ZERO_FOR_OLD_ROWS)
     at: float = 0.0
     half_life: float = 7 * 24 * 3600.0  # seconds; the server's setting when it was written
 

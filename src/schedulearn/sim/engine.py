@@ -31,7 +31,14 @@ from typing import Any
 from schedulearn.collector import collector_held
 from schedulearn.core import timelimits
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
-from schedulearn.core.fairshare_queues import Tenancy, UsageMeter, fits_guarantee
+from schedulearn.core.fairshare_queues import (
+    DEFAULT_QUEUE,
+    Tenancy,
+    UsageMeter,
+    fits_guarantee,
+    owed_rate,
+    own_guarantee,
+)
 from schedulearn.core.ledger import GpuLedger, InvalidDecision
 from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
@@ -97,12 +104,21 @@ class Simulator:
         # The last pass's snapshot, for `_skip_steady`.
         self._last_view: ClusterView | None = None
         self._tenancy: Tenancy | None = None
-        self._fits: dict[int, bool] = {}  # job id -> `fits_guarantee` (`_meter_change`)
+        self._fits: dict[int, bool] = {}  # job id -> `fits_guarantee` (`_fits_of`)
+        # What each queue was owed (`Tenancy.owed`): the integral of `owed_rate`
+        # over the GPUs its fitting jobs ask for (`_demand`), waiting or running.
+        self._owed: UsageMeter | None = None
+        self._demand: dict[str, int] = {}
         if tenancy is not None:
             self._meter = UsageMeter(tenancy.half_life)
             self._served = UsageMeter(tenancy.half_life)
+            self._owed = UsageMeter(tenancy.half_life)
             self._tenancy = Tenancy(
-                tenancy.queues, self._meter.live(), tenancy.half_life, self._served.live()
+                tenancy.queues,
+                self._meter.live(),
+                tenancy.half_life,
+                self._served.live(),
+                self._owed.live(),
             )
         self._runs: dict[int, RunState] = {}
         for job in workload.jobs:
@@ -191,6 +207,8 @@ class Simulator:
             while ai < n and jobs[ai].submitted_at <= t:
                 job = jobs[ai]
                 view = pending[job.id] = job.view(self._estimate_of(runs[job.id]))
+                if self._owed is not None:
+                    self._owe(t, job, job.gpus)
                 # Arrivals come in arrival order (`Workload` sorts its jobs), after
                 # every job already waiting.
                 self._queue.append(view)
@@ -261,6 +279,8 @@ class Simulator:
         run.done = progress if timed_out else run.work
         run.end = t
         self._finished += 1
+        if self._owed is not None and run.placement is not None:
+            self._owe(t, run.job, -run.placement.num_gpus)
         self._stop_segment(run, t, "timeout" if timed_out else "completed")
         if self._learning is not None and not timed_out:
             self._learning.ended(run)
@@ -310,14 +330,31 @@ class Simulator:
         assert self._meter is not None and self._served is not None
         assert self._tenancy is not None
         self._meter.change(t, job.queue, gpus)
-        # Whether it fits its queue's guarantee is fixed for a job in a replay
-        # (fixed queues and GPUs): asked once, not at every start and stop.
+        if self._fits_of(job):
+            self._served.change(t, job.queue, gpus)
+
+    def _owe(self, t: float, job: SimJob, gpus: int) -> None:
+        """`job`'s queue's fitting jobs ask for `gpus` more (or fewer) from `t` on."""
+        assert self._owed is not None and self._tenancy is not None
+        if not self._fits_of(job):
+            return
+        queue = job.queue or DEFAULT_QUEUE
+        own = own_guarantee(self._tenancy, queue, self.cluster.total_gpus)
+        before = self._demand.get(queue, 0)
+        after = self._demand[queue] = before + gpus
+        delta = owed_rate(own, after) - owed_rate(own, before)
+        if delta:
+            self._owed.change(t, queue, delta)
+
+    def _fits_of(self, job: SimJob) -> bool:
+        """`fits_guarantee` for `job`. Fixed for a job in a replay (fixed queues
+        and GPUs): asked once, not at every start and stop."""
         fits = self._fits.get(job.id)
         if fits is None:
+            assert self._tenancy is not None
             total = self.cluster.total_gpus
             fits = self._fits[job.id] = fits_guarantee(self._tenancy, job.queue, job.gpus, total)
-        if fits:
-            self._served.change(t, job.queue, gpus)
+        return fits
 
     def _progress_at(self, run: RunState, t: float) -> float:
         assert run.curve is not None
@@ -353,6 +390,8 @@ class Simulator:
             goodput = self._feed.snapshot(t, self._runs, ids)
         if self._meter is not None and self._served is not None:
             self._meter.now = self._served.now = t
+            if self._owed is not None:
+                self._owed.now = t
         view = ClusterView(t, nodes, pending, running, self._counts, goodput, self._tenancy)
         self._last_view = view
         self.passes += 1
@@ -382,11 +421,15 @@ class Simulator:
             self._leave_queue(pending)
             self._pending_changed = True
             first = run.first_start is None
+            if self._owed is not None:
+                self._owe(t, run.job, d.placement.num_gpus - run.job.gpus)
             self._start_segment(run, d.placement, t, first)
             self._running[jid] = running_view(pending, d.placement, t, self._fraction(run))
             self._running_changed = True
         elif isinstance(d, Preempt):
             old = self._running.pop(jid)
+            if self._owed is not None:
+                self._owe(t, run.job, run.job.gpus - old.allocated_gpus)
             # A non-preemptible job (a reclaim requeues one that borrowed
             # GPUs) keeps no checkpoint: it restarts from the beginning.
             run.done = self._progress_at(run, t) if run.job.preemptible else 0.0
@@ -406,6 +449,8 @@ class Simulator:
             assert old_placement is not None
             run.done = self._progress_at(run, t)
             self._stop_segment(run, t, "resized")
+            if self._owed is not None:
+                self._owe(t, run.job, d.placement.num_gpus - old_placement.num_gpus)
             if d.placement.num_gpus == old_placement.num_gpus:
                 run.migrations += 1
             else:

@@ -4,7 +4,9 @@ lends what it holds like a borrower (no reclaim, its jobs preemptible by the
 policy in force once they ran `min_run`), and is told why it waits; a queue
 behind keeps its rules. Only the use by jobs that fit their queue's
 guarantee counts (`Tenancy.served`), and the moment a queue turns behind
-with time alone is known (`next_turn`)."""
+with time alone is known (`next_turn`). From a host that keeps what each
+queue was owed (`Tenancy.owed`), a queue is judged on its served use against
+that instead: behind below `OWED_AT` of it."""
 
 from __future__ import annotations
 
@@ -25,9 +27,16 @@ BEHIND = {"A": 0.0, "B": 10_000.0}
 AHEAD = {"A": 10_000.0, "B": 1_000.0}
 
 
-def tenancy(usage: dict[str, float], served: dict[str, float] | None = None) -> Tenancy:
+def tenancy(
+    usage: dict[str, float],
+    served: dict[str, float] | None = None,
+    owed: dict[str, float] | None = None,
+) -> Tenancy:
     return Tenancy(
-        (Queue.of("A", 2), Queue.of("B", 2), Queue.of("C", 0)), usage=usage, served=served
+        (Queue.of("A", 2), Queue.of("B", 2), Queue.of("C", 0)),
+        usage=usage,
+        served=served,
+        owed=owed,
     )
 
 
@@ -44,8 +53,9 @@ def view(
     pending: list[JobView],
     usage: dict[str, float],
     served: dict[str, float] | None = None,
+    owed: dict[str, float] | None = None,
 ) -> ClusterView:
-    return replace(sc.view(1000.0, pending), tenancy=tenancy(usage, served))
+    return replace(sc.view(1000.0, pending), tenancy=tenancy(usage, served, owed))
 
 
 def test_a_queue_behind_takes_its_guarantee_back_one_ahead_does_not() -> None:
@@ -183,3 +193,92 @@ def test_a_queue_at_its_mark_lends_to_a_job_done_before_it_could_take_it_back() 
     assert not shares(view(at_mark_cluster(), brief, behind), tenancy(behind))["A"].ahead
     decisions = fs.decide(view(at_mark_cluster(), brief, behind))
     assert not preempts(decisions) & {0, 1}, decisions
+
+
+# --- judged on what a queue was owed (`Tenancy.owed`) ----------------------------
+
+# A ran on its guarantee while nobody else wanted GPUs: 9,000 of the 10,000
+# GPU-seconds used lately are its own (90% against its 50% fraction).
+IDLE_CLUSTER = {"A": 9_000.0, "B": 1_000.0, "C": 0.0}
+
+
+def test_a_queue_that_used_its_guarantee_while_the_others_were_idle_is_not_ahead_for_it() -> None:
+    # Since then B's borrowers have kept A off its guarantee: A has had 72% of
+    # the GPU-time it was owed (what its 2 GPUs alone would have given its
+    # jobs). On its fraction of all use it is far ahead and would take nothing
+    # back for days (docs/results.md 7, stop 44: team 7f04ca); on what it was
+    # owed it is behind, and takes its guarantee back.
+    a = [job(10, 1, queue="A", preemptible=True), job(11, 1, queue="A", preemptible=True)]
+    owed = {"A": 12_500.0, "B": 1_000.0, "C": 0.0}
+    on_fraction = view(b_fills_four(), a, IDLE_CLUSTER)
+    assert shares(on_fraction, tenancy(IDLE_CLUSTER))["A"].ahead
+    on_owed = view(b_fills_four(), a, IDLE_CLUSTER, owed=owed)
+    assert not shares(on_owed, tenancy(IDLE_CLUSTER, owed=owed))["A"].ahead
+    decisions = FairShare(create("fifo"), min_run=60).decide(on_owed)
+    assert set(starts(decisions)) == {10, 11} and len(preempts(decisions)) == 2
+
+
+def test_a_queue_ahead_on_both_marks_lends_and_is_told_why() -> None:
+    # A had 60% of the GPU-time used lately against its 50% fraction, and 95%
+    # of what it was owed: not behind on either, so it takes nothing back.
+    usage = {"A": 6_000.0, "B": 4_000.0, "C": 0.0}
+    owed = {"A": 6_300.0, "B": 4_000.0, "C": 0.0}
+    a = [job(10, 1, queue="A", preemptible=True)]
+    on_owed = view(b_fills_four(), a, usage, owed=owed)
+    assert shares(on_owed, tenancy(usage, owed=owed))["A"].ahead
+    assert FairShare(create("fifo"), min_run=60).decide(on_owed) == []
+    why = share_reason(on_owed, a[0])
+    assert why is not None and why.rule is ShareRule.AHEAD
+    assert why.message == (
+        "A uses 0 of its 2 guaranteed GPUs but had 95% of the GPU-time it was owed "
+        "lately, and 60% of all used against its 50%: it takes nothing back until it "
+        "falls below 75% of what it is owed or the other queues catch up, and waits for "
+        "idle GPUs"
+    )
+
+
+def test_a_queue_back_from_idle_is_behind_though_it_had_what_it_was_owed() -> None:
+    # A was served all it was owed, then went idle while B ran: what A was
+    # served and owed decayed alike, but its share of the use fell (9% against
+    # its 50%), so it is behind and takes its guarantee back at once.
+    usage = {"A": 1_000.0, "B": 10_000.0, "C": 0.0}
+    owed = {"A": 1_000.0, "B": 10_000.0, "C": 0.0}
+    a = [job(10, 1, queue="A", preemptible=True)]
+    back = view(b_fills_four(), a, usage, owed=owed)
+    assert not shares(back, tenancy(usage, owed=owed))["A"].ahead
+    assert set(starts(FairShare(create("fifo"), min_run=60).decide(back))) == {10}
+
+
+def test_a_queue_never_served_is_behind_on_what_it_was_owed() -> None:
+    a = [job(10, 1, queue="A", preemptible=True)]
+    fresh = view(b_fills_four(), a, {"B": 4_000.0}, owed={"B": 4_000.0})
+    assert not shares(fresh, tenancy({"B": 4_000.0}, owed={"B": 4_000.0}))["A"].ahead
+    assert set(starts(FairShare(create("fifo"), min_run=60).decide(fresh))) == {10}
+
+
+def test_the_moment_a_queue_falls_behind_on_what_it_was_owed_is_known() -> None:
+    # A is ahead (it had what it was owed) but holds nothing while it is owed
+    # 2 GPUs: its margin shrinks, and a host that skips quiet ticks must not
+    # skip the moment it falls below OWED_AT (test_sim_steady replays it).
+    sc = b_fills_four()
+    served = {"A": 20_000.0, "B": 15_000.0, "C": 0.0}
+    owed = {"A": 20_000.0, "B": 9_000.0, "C": 0.0}
+    busy, owing, half_life = {"B": 4}, {"A": 2, "B": 2}, 3600.0
+
+    def ahead_at(seconds: float) -> set[str]:
+        s = _later(served, busy, seconds, half_life)
+        o = _later(owed, owing, seconds, half_life)
+        return {
+            q for q, x in shares(view(sc, [], s, owed=o), tenancy(s, owed=o)).items() if x.ahead
+        }
+
+    book = shares(view(sc, [], served, owed=owed), tenancy(served, owed=owed))
+    turn = next_turn(book.values(), 4, served, busy, half_life, owed, owing)
+    assert 0 < turn < math.inf
+    assert "A" in ahead_at(0) and "A" in ahead_at(turn - 1)
+    assert "A" not in ahead_at(turn + 1)
+    # B, holding twice what it is owed, stays ahead throughout.
+    assert "B" in ahead_at(turn + 1)
+    # On its fraction alone (57% of the use against 50%) it would stay ahead
+    # longer: the owed mark is the one that turns it.
+    assert next_turn(book.values(), 4, served, busy, half_life) > turn

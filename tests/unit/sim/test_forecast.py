@@ -7,6 +7,9 @@ from typing import Any
 import pytest
 
 from schedulearn.core import available, create, queue_order
+from schedulearn.core.decisions import Decision
+from schedulearn.core.fairshare import FairShare
+from schedulearn.core.fairshare_queues import Queue, Tenancy
 from schedulearn.core.views import ClusterView, GpuView, JobView, NodeView, Placement
 from schedulearn.sim.forecast import forecast
 
@@ -184,3 +187,31 @@ def test_predicted_starts_follow_the_order_the_queue_page_shows(spec: str) -> No
         assert by_start == [j.id for j in order.jobs]
     else:
         assert sorted(by_start) == [1, 2, 3, 4]
+
+
+def test_a_running_job_is_owed_to_its_queue_in_the_forecast() -> None:
+    # Job 1 of queue a (guaranteed 2) runs on 2 GPUs when the forecast starts:
+    # it never arrives in the simulation, yet its queue is owed its GPUs from
+    # then on, and no longer once it ends (300 s later), as live.
+    seen: list[tuple[float, float]] = []
+
+    class Spy(FairShare):
+        def decide(self, view: ClusterView) -> list[Decision]:
+            t = view.tenancy
+            assert t is not None and t.owed is not None
+            seen.append((view.now, t.owed.get("a", 0.0)))
+            return super().decide(view)
+
+    tenancy = Tenancy((Queue.of("a", 2), Queue.of("b", 2)), half_life=None)
+    view = ClusterView(
+        NOW,
+        (node("n", 4, {0: 1, 1: 1}),),
+        (pending(2, 1, queue="b"),),
+        (running(1, "n", [0, 1], ran=100, queue="a"),),
+        tenancy=tenancy,
+    )
+    forecast(view, {1: 400.0, 2: 600.0}, Spy(create("fifo")))
+    owed = dict(seen)
+    # At the end of job 1 (NOW + 300): 2 GPUs owed for 300 s; nothing after.
+    assert owed[NOW + 300] == pytest.approx(600.0)
+    assert max(owed.values()) == pytest.approx(600.0)

@@ -150,7 +150,8 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
         # queue's fitting jobs below its guarantee while its larger jobs
         # hold GPUs (the guarantee checks count fitting GPUs): 446,899 s;
         # and a queue ahead lends only what it would not take back within
-        # 4 x min_run (`PassState.lends`): 464,628 s.
+        # 4 x min_run (`PassState.lends`): 464,628 s. (Stop 45's owed mark,
+        # 75% of what a queue was owed, never binds in this replay.)
         "4188557ad7ba00b9",
         464627.8383923631,
     ),

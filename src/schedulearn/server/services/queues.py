@@ -37,6 +37,8 @@ from schedulearn.core.fairshare_queues import (
     best_effort,
     fill,
     fits_guarantee,
+    owed_rate,
+    own_guarantee,
 )
 from schedulearn.core.fairshare_reasons import never_starts
 from schedulearn.core.views import JobView, NodeView
@@ -98,14 +100,19 @@ def settle(usage: float, busy: int, seconds: float, half_life: float) -> float:
 # --- the scheduler's side ----------------------------------------------------------
 
 
-def _usage(session: Session, now: float) -> tuple[dict[str, float], dict[str, float]]:
-    """Every queue's decayed usage as of `now`, and its served part (`Tenancy.served`)."""
+def _usage(
+    session: Session, now: float
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Every queue's decayed usage as of `now`, its served part (`Tenancy.served`)
+    and what it was owed (`Tenancy.owed`)."""
     usage: dict[str, float] = {}
     served: dict[str, float] = {}
+    owed: dict[str, float] = {}
     for r in session.execute(select(QueueUsage)).scalars():
         usage[r.queue] = settle(r.usage, r.busy, now - r.at, r.half_life)
         served[r.queue] = settle(r.served, r.serving, now - r.at, r.half_life)
-    return usage, served
+        owed[r.queue] = settle(r.owed, r.owing, now - r.at, r.half_life)
+    return usage, served, owed
 
 
 def tenancy(session: Session, now: float) -> Tenancy | None:
@@ -113,12 +120,12 @@ def tenancy(session: Session, now: float) -> Tenancy | None:
     if not declared(session):  # a plain read first: every pass asks, and most clusters have none
         return None
     rows = session.execute(select(TenantQueue)).scalars().all()
-    usage, served = _usage(session, now)
+    usage, served, owed = _usage(session, now)
     queues = tuple(core_queue(r) for r in rows)
     half_life = session.execute(select(func.max(col(QueueUsage.half_life)))).scalar()
     if half_life is None:
-        return Tenancy(queues, usage, served=served)
-    return Tenancy(queues, usage, half_life, served)
+        return Tenancy(queues, usage, served=served, owed=owed)
+    return Tenancy(queues, usage, half_life, served, owed)
 
 
 def _held(session: Session) -> dict[str, tuple[int, int]]:
@@ -136,8 +143,10 @@ def _held(session: Session) -> dict[str, tuple[int, int]]:
     return {q: (a, b) for q, (a, b) in held.items()}
 
 
-def _serving(session: Session) -> dict[str, int]:
-    """GPUs held now per queue by its jobs that fit its own guarantee (`fits_guarantee`)."""
+def _serving(session: Session) -> tuple[dict[str, int], dict[str, int]]:
+    """Per queue: GPUs held now by its jobs that fit its own guarantee
+    (`fits_guarantee`), and the GPUs it is owed now (`owed_rate` of what those
+    jobs ask for, holding or waiting)."""
     queues = Tenancy(tuple(core_queue(r) for r in session.execute(select(TenantQueue)).scalars()))
     capacity = _healthy_gpus(session)
     serving: dict[str, int] = defaultdict(int)
@@ -149,7 +158,16 @@ def _serving(session: Session) -> dict[str, int]:
     ):
         if fits_guarantee(queues, _key(queue), int(gpus), capacity):
             serving[_key(queue)] += n
-    return serving
+    asked = dict(serving)
+    for queue, gpus, n in session.execute(
+        select(job_queue_column, col(Job.gpus), func.count())
+        .where(col(Job.state) == JobState.PENDING)
+        .group_by(job_queue_column, col(Job.gpus))
+    ):
+        if fits_guarantee(queues, _key(queue), int(gpus), capacity):
+            asked[_key(queue)] = asked.get(_key(queue), 0) + int(gpus) * n
+    owing = {q: owed_rate(own_guarantee(queues, q, capacity), d) for q, d in asked.items()}
+    return serving, {q: n for q, n in owing.items() if n > 0}
 
 
 def _waiting(session: Session) -> dict[str, tuple[int, int]]:
@@ -223,13 +241,13 @@ def observe(session: Session, now: float, half_life: float) -> bool:
     whether it wrote. Called once per scheduler round while queues are declared."""
     usage = {r.queue: r for r in session.execute(select(QueueUsage)).scalars()}
     held = {q: n for q, (n, _) in _held(session).items()}
-    serving = _serving(session)
-    names = {*usage, *held}
+    serving, owing = _serving(session)
+    names = {*usage, *held, *owing}
 
     def moved(q: str) -> bool:
         row = usage.get(q)
-        was = (row.busy, row.serving) if row is not None else (0, 0)
-        return was != (held.get(q, 0), serving.get(q, 0))
+        was = (row.busy, row.serving, row.owing) if row is not None else (0, 0, 0)
+        return was != (held.get(q, 0), serving.get(q, 0), owing.get(q, 0))
 
     changed = any(moved(q) for q in names)
     stale = any(now - r.at >= RESAMPLE_SECONDS for r in usage.values())
@@ -241,7 +259,9 @@ def observe(session: Session, now: float, half_life: float) -> bool:
             row = QueueUsage(queue=q, at=now, half_life=half_life)
         row.usage = settle(row.usage, row.busy, now - row.at, row.half_life)
         row.served = settle(row.served, row.serving, now - row.at, row.half_life)
+        row.owed = settle(row.owed, row.owing, now - row.at, row.half_life)
         row.busy, row.serving = held.get(q, 0), serving.get(q, 0)
+        row.owing = owing.get(q, 0)
         row.at, row.half_life = now, half_life
         session.add(row)
     session.flush()
