@@ -158,16 +158,18 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
     # The fair-share layer over the other policies of issue 32's bench, pinned
     # at aeaedc3 (stop 45), so that a cheaper pass of the layer is checked
     # for every policy it wraps, not tiresias alone. goodput+queues is left
-    # out: 150 jobs of it already take a minute.
+    # out: 150 jobs of it already take a minute. Stop 45's owed mark moves
+    # these two (at aeaedc3: fifo c2756944008f4714, 3,503,364 s; srtf
+    # 97cff38697e3d555, 414,388 s).
     "philly 600 fifo+queues": (
         lambda: philly("fifo", queues=True),
-        "c2756944008f4714",
-        3503363.6036111373,
+        "0090715a5723ac9a",
+        3423369.4837474744,
     ),
     "philly 600 srtf+queues": (
         lambda: philly("srtf", queues=True),
-        "97cff38697e3d555",
-        414387.6803947965,
+        "fe76425767f4885d",
+        418359.3859200793,
     ),
     "philly 600 similarity+queues": (
         lambda: philly("similarity", queues=True),
