@@ -31,14 +31,7 @@ from typing import Any
 from schedulearn.collector import collector_held
 from schedulearn.core import timelimits
 from schedulearn.core.decisions import Decision, Preempt, Resize, Start
-from schedulearn.core.fairshare_queues import (
-    DEFAULT_QUEUE,
-    Tenancy,
-    UsageMeter,
-    fits_guarantee,
-    owed_rate,
-    own_guarantee,
-)
+from schedulearn.core.fairshare_queues import Tenancy
 from schedulearn.core.ledger import GpuLedger, InvalidDecision
 from schedulearn.core.policy import Policy
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement
@@ -46,9 +39,10 @@ from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.feasibility import check_feasible
 from schedulearn.sim.goodput_feed import GoodputFeed
 from schedulearn.sim.job_learning import JobLearning
-from schedulearn.sim.jobs import SimInputError, SimJob, Workload
+from schedulearn.sim.jobs import SimInputError, Workload
 from schedulearn.sim.measured import MeasuredSpeed
 from schedulearn.sim.metrics import summarize
+from schedulearn.sim.queue_meters import QueueMeters
 from schedulearn.sim.results import JobRecord, Segment, Series, SimResult
 from schedulearn.sim.runstate import RunState, running_view, stopped_view
 from schedulearn.sim.speed import ClusterShape, LinearSpeed, SpeedModel
@@ -96,30 +90,15 @@ class Simulator:
             self._learning = JobLearning(self.speed, learned)
         self._feed = GoodputFeed.wanted(self._learning, policy)
         self.ledger = GpuLedger(cluster.nodes)
-        # Tenant queues: the view carries them, with usage the meter keeps
-        # from every start and stop (read lazily, as of the pass's time).
-        self._meter: UsageMeter | None = None
-        # The part of it by jobs that fit their queue's guarantee (`Tenancy.served`).
-        self._served: UsageMeter | None = None
+        # Tenant queues: the view carries them, with the usage, served use and
+        # owed GPU-time the meters keep from every event (`sim.queue_meters`).
+        self._queues: QueueMeters | None = None
+        self._tenancy: Tenancy | None = None
+        if tenancy is not None:
+            self._queues = QueueMeters(tenancy, cluster.total_gpus)
+            self._tenancy = self._queues.tenancy
         # The last pass's snapshot, for `_skip_steady`.
         self._last_view: ClusterView | None = None
-        self._tenancy: Tenancy | None = None
-        self._fits: dict[int, bool] = {}  # job id -> `fits_guarantee` (`_fits_of`)
-        # What each queue was owed (`Tenancy.owed`): the integral of `owed_rate`
-        # over the GPUs its fitting jobs ask for (`_demand`), waiting or running.
-        self._owed: UsageMeter | None = None
-        self._demand: dict[str, int] = {}
-        if tenancy is not None:
-            self._meter = UsageMeter(tenancy.half_life)
-            self._served = UsageMeter(tenancy.half_life)
-            self._owed = UsageMeter(tenancy.half_life)
-            self._tenancy = Tenancy(
-                tenancy.queues,
-                self._meter.live(),
-                tenancy.half_life,
-                self._served.live(),
-                self._owed.live(),
-            )
         self._runs: dict[int, RunState] = {}
         for job in workload.jobs:
             work = self.speed.work(job)
@@ -207,8 +186,8 @@ class Simulator:
             while ai < n and jobs[ai].submitted_at <= t:
                 job = jobs[ai]
                 view = pending[job.id] = job.view(self._estimate_of(runs[job.id]))
-                if self._owed is not None:
-                    self._owe(t, job, job.gpus)
+                if self._queues is not None:
+                    self._queues.asked(t, job, job.gpus)
                 # Arrivals come in arrival order (`Workload` sorts its jobs), after
                 # every job already waiting.
                 self._queue.append(view)
@@ -279,8 +258,8 @@ class Simulator:
         run.done = progress if timed_out else run.work
         run.end = t
         self._finished += 1
-        if self._owed is not None and run.placement is not None:
-            self._owe(t, run.job, -run.placement.num_gpus)
+        if self._queues is not None and run.placement is not None:
+            self._queues.asked(t, run.job, -run.placement.num_gpus)
         self._stop_segment(run, t, "timeout" if timed_out else "completed")
         if self._learning is not None and not timed_out:
             self._learning.ended(run)
@@ -292,8 +271,8 @@ class Simulator:
         placement = run.placement
         assert placement is not None
         self._busy -= placement.num_gpus
-        if self._meter is not None:
-            self._meter_change(t, run.job, -placement.num_gpus)
+        if self._queues is not None:
+            self._queues.held(t, run.job, -placement.num_gpus)
         if self.record_segments:
             self._segments.append(Segment(run.job.id, run.started, t, placement, reason))
         run.served += max(0.0, t - run.started)
@@ -315,8 +294,8 @@ class Simulator:
         if run.first_start is None:
             run.first_start = t
         self._busy += placement.num_gpus
-        if self._meter is not None:
-            self._meter_change(t, job, placement.num_gpus)
+        if self._queues is not None:
+            self._queues.held(t, job, placement.num_gpus)
         finish = run.ready + curve.seconds_to(run.done, run.work)
         left = timelimits.left_of(job.time_limit, run.served)
         if left is not None:
@@ -324,37 +303,6 @@ class Simulator:
             finish = min(finish, t + left)
         self._seq += 1
         heapq.heappush(self._heap, (finish, self._seq, job.id, run.version))
-
-    def _meter_change(self, t: float, job: SimJob, gpus: int) -> None:
-        """`job`'s queue holds `gpus` more (or fewer) GPUs from `t` on."""
-        assert self._meter is not None and self._served is not None
-        assert self._tenancy is not None
-        self._meter.change(t, job.queue, gpus)
-        if self._fits_of(job):
-            self._served.change(t, job.queue, gpus)
-
-    def _owe(self, t: float, job: SimJob, gpus: int) -> None:
-        """`job`'s queue's fitting jobs ask for `gpus` more (or fewer) from `t` on."""
-        assert self._owed is not None and self._tenancy is not None
-        if not self._fits_of(job):
-            return
-        queue = job.queue or DEFAULT_QUEUE
-        own = own_guarantee(self._tenancy, queue, self.cluster.total_gpus)
-        before = self._demand.get(queue, 0)
-        after = self._demand[queue] = before + gpus
-        delta = owed_rate(own, after) - owed_rate(own, before)
-        if delta:
-            self._owed.change(t, queue, delta)
-
-    def _fits_of(self, job: SimJob) -> bool:
-        """`fits_guarantee` for `job`. Fixed for a job in a replay (fixed queues
-        and GPUs): asked once, not at every start and stop."""
-        fits = self._fits.get(job.id)
-        if fits is None:
-            assert self._tenancy is not None
-            total = self.cluster.total_gpus
-            fits = self._fits[job.id] = fits_guarantee(self._tenancy, job.queue, job.gpus, total)
-        return fits
 
     def _progress_at(self, run: RunState, t: float) -> float:
         assert run.curve is not None
@@ -388,10 +336,8 @@ class Simulator:
         if self._feed is not None:
             ids = [*(v.id for v in self._queue), *self._running]
             goodput = self._feed.snapshot(t, self._runs, ids)
-        if self._meter is not None and self._served is not None:
-            self._meter.now = self._served.now = t
-            if self._owed is not None:
-                self._owed.now = t
+        if self._queues is not None:
+            self._queues.at(t)
         view = ClusterView(t, nodes, pending, running, self._counts, goodput, self._tenancy)
         self._last_view = view
         self.passes += 1
@@ -421,15 +367,15 @@ class Simulator:
             self._leave_queue(pending)
             self._pending_changed = True
             first = run.first_start is None
-            if self._owed is not None:
-                self._owe(t, run.job, d.placement.num_gpus - run.job.gpus)
+            if self._queues is not None:
+                self._queues.asked(t, run.job, d.placement.num_gpus - run.job.gpus)
             self._start_segment(run, d.placement, t, first)
             self._running[jid] = running_view(pending, d.placement, t, self._fraction(run))
             self._running_changed = True
         elif isinstance(d, Preempt):
             old = self._running.pop(jid)
-            if self._owed is not None:
-                self._owe(t, run.job, run.job.gpus - old.allocated_gpus)
+            if self._queues is not None:
+                self._queues.asked(t, run.job, run.job.gpus - old.allocated_gpus)
             # A non-preemptible job (a reclaim requeues one that borrowed
             # GPUs) keeps no checkpoint: it restarts from the beginning.
             run.done = self._progress_at(run, t) if run.job.preemptible else 0.0
@@ -449,8 +395,8 @@ class Simulator:
             assert old_placement is not None
             run.done = self._progress_at(run, t)
             self._stop_segment(run, t, "resized")
-            if self._owed is not None:
-                self._owe(t, run.job, d.placement.num_gpus - old_placement.num_gpus)
+            if self._queues is not None:
+                self._queues.asked(t, run.job, d.placement.num_gpus - old_placement.num_gpus)
             if d.placement.num_gpus == old_placement.num_gpus:
                 run.migrations += 1
             else:

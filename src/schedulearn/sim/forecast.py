@@ -181,8 +181,8 @@ class _Forward(Simulator):
         self.resume_from(job.id, done)
         run.first_start = live.started_at if live.started_at is not None else now
         self._start_segment(run, placement, now, first=True)
-        if self._owed is not None:  # it never arrived: its queue is owed it from now on
-            self._owe(now, job, placement.num_gpus)
+        if self._queues is not None:  # it never arrived: its queue is owed it from now on
+            self._queues.asked(now, job, placement.num_gpus)
         self._running[job.id] = live
         self._running_changed = True
         return True
