@@ -28,7 +28,7 @@ from bisect import bisect_left, insort
 from itertools import compress, islice
 from operator import eq, itemgetter
 
-from schedulearn.core.policies.tiresias_waiting import _same_run
+from schedulearn.core.policies.kept_backlog import changed_middle
 from schedulearn.core.views import JobView
 
 Rank = tuple[bool, float, float, int]
@@ -94,13 +94,7 @@ class RankedWaiting:
         if self._built and last is not None:
             # A host that keeps its views changes a few a pass: the same views
             # at both ends are skipped, compared by identity in C.
-            shorter = min(len(last), len(pending))
-            head = _same_run(last, pending, shorter)
-            tail = min(_same_run(reversed(last), reversed(pending), shorter), shorter - head)
-            left = last[head : len(last) - tail]
-            joined = pending[head : len(pending) - tail]
-            was = dict(zip(map(id, left), left, strict=True))
-            now_in = dict(zip(map(id, joined), joined, strict=True))
+            was, now_in = changed_middle(last, pending)
             if len(was) + len(now_in) > bound:
                 was = self._views
                 now_in = dict(zip(map(id, pending), pending, strict=True))

@@ -46,10 +46,10 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable
-from itertools import compress, count
-from operator import attrgetter, is_not
+from itertools import compress
+from operator import attrgetter
 
+from schedulearn.core.policies.kept_backlog import changed_middle
 from schedulearn.core.views import JobView
 
 _INF = float("inf")
@@ -79,12 +79,6 @@ def _first_starving(since: float, limit: float) -> float | None:
         if guess - since > limit:
             return guess
     return None
-
-
-def _same_run(a: Iterable[JobView], b: Iterable[JobView], most: int) -> int:
-    """How many leading items of `a` and `b` (at most `most`, the shorter's
-    length) are the same objects: a scan in C."""
-    return next(compress(count(), map(is_not, a, b)), most)
 
 
 class WaitingQueues:
@@ -236,13 +230,7 @@ class WaitingQueues:
             # A host that keeps its views (the simulator) changes a few jobs a
             # pass: the same views at both ends are skipped, compared by
             # identity in C, and only the part between them is looked at.
-            shorter = min(len(last), len(pending))
-            head = _same_run(last, pending, shorter)
-            tail = min(_same_run(reversed(last), reversed(pending), shorter), shorter - head)
-            left = last[head : len(last) - tail]
-            joined = pending[head : len(pending) - tail]
-            was = dict(zip(map(id, left), left, strict=True))
-            now_in = dict(zip(map(id, joined), joined, strict=True))
+            was, now_in = changed_middle(last, pending)
             if len(was) + len(now_in) <= len(pending) // 2 + 16:
                 return self._apply(was, now_in, pending, now)
         current = dict(zip(map(id, pending), pending, strict=True))
