@@ -124,9 +124,9 @@ class _Job:
         """Work out a rigid job's one jump once, for an entry kept from pass to pass:
         its values are final (`goodput_kept`), so the jump is too."""
         if len(self.counts) == 1 and not self.unknown:
-            c = self.counts[0]
-            gain = (self.values[c] - 0.0) / c
-            if c > 0 and gain > 1e-15:
+            c = self.counts[0]  # > 0, as every count
+            gain = self.values[c] / c
+            if gain > 1e-15:
                 self.jump = (-gain, self.view.id, c)
 
     def value(self, count: int) -> float:
