@@ -19,7 +19,7 @@ from dataclasses import replace
 import pytest
 from core_scenario import Scenario, job, node, preempts, starts
 
-from schedulearn.core import create
+from schedulearn.core import Decision, JobView, create
 from schedulearn.core.fairshare import FairShare
 from schedulearn.core.fairshare_queues import Queue, Tenancy
 
@@ -39,9 +39,9 @@ def both_queues_at_their_guarantees(started_at: float = 0.0) -> Scenario:
     return sc
 
 
-def decide(sc: Scenario, waiting: object, now: float = 1000.0) -> list[object]:
+def decide(sc: Scenario, waiting: JobView, now: float = 1000.0) -> list[Decision]:
     view = replace(sc.view(now, [waiting]), tenancy=TENANCY)
-    return list(FairShare(create("srtf"), min_run=MIN_RUN).decide(view))
+    return FairShare(create("srtf"), min_run=MIN_RUN).decide(view)
 
 
 @pytest.mark.parametrize(("gpus", "queue"), [(8, "B"), (2, "C")])
