@@ -141,6 +141,12 @@ class SharePass(ReclaimingPass):
             fitting_after = s.fitting + fit_delta.get(name, 0)
             if change >= 0 and fitting_after >= s.fitting:
                 continue
+            if (
+                job is not None
+                and self.stranded(job)
+                and all(self.ran_min(v) for v in released if v.queue == name)
+            ):
+                continue  # a brief job that only borrows (`fairshare_fill.stranded`)
             if name == mine:
                 # The inner policy reorders its queue's own jobs (tiresias's
                 # least attained service first), but a queue below its

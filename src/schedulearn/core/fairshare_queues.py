@@ -333,6 +333,12 @@ class QueueShare:
         default queue the uncovered ones; not what a tree lends it."""
         return self.queue._gpus + self.uncovered
 
+    def only_borrows(self, job: JobView) -> bool:
+        """Can `job` run on borrowed GPUs only: larger than the queue's own
+        guarantee (`is_beyond`), or of a queue guaranteed none?"""
+        own = self.own
+        return own == 0 or job.gpus > own
+
     def is_beyond(self, job: JobView) -> bool:
         """Is `job` larger than the queue's own guarantee (`fits_guarantee`, negated)?"""
         own = self.own

@@ -18,7 +18,7 @@ from operator import attrgetter, not_
 
 from schedulearn.core.decisions import Decision, Preempt, Start
 from schedulearn.core.fairshare_book import ShareBook
-from schedulearn.core.fairshare_fill import still_ahead
+from schedulearn.core.fairshare_fill import still_ahead, stranded
 from schedulearn.core.fairshare_queues import QueueShare, Tenancy
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import Policy
@@ -137,10 +137,13 @@ class PassState:
         the time bar read once (a turn asks it of every running job: 7% of
         20,000 Philly jobs on 64x8 with queues). A job a queue ahead keeps
         (`lends`) stays preemptible when a brief job waits in the turn
-        (`brief`): `_accept` lets only a brief job take it."""
+        (`brief`): `_accept` lets only a brief job take it. Any job that ran
+        `min_run` stays preemptible when a stranded job waits (`stranded`):
+        `_accept` lets only that job take it."""
         book, decided, pinned_copy = self.book, self.decided, self.pinned_copy
         now, bar = self.view.now, self.min_run - EPS  # `ran_min`: now - started >= bar
         brief_waits: bool | None = None  # asked when first needed
+        stranded = self.stranded_waits(pending)
         out: list[JobView] = []
         for j in self.running.values():
             if j.id in decided:
@@ -159,14 +162,19 @@ class PassState:
                             if not brief_waits:
                                 j = pinned_copy(j)
                     elif (
-                        not owner.is_beyond(j)
-                        and owner.fitting - j.allocated_gpus < owner.guaranteed
-                    ) or not (owner.used > owner.share + EPS and ran):
+                        (
+                            not owner.is_beyond(j)
+                            and owner.fitting - j.allocated_gpus < owner.guaranteed
+                        )
+                        or not (owner.used > owner.share + EPS and ran)
+                    ) and not (ran and stranded):
                         j = pinned_copy(j)
             out.append(j)
         return tuple(out)
 
-    def may_preempt(self, job: JobView, brief_waits: bool = False) -> bool:
+    def may_preempt(
+        self, job: JobView, brief_waits: bool = False, stranded_waits: bool = False
+    ) -> bool:
         """Could the inner policy's turn preempt `job` (before its group's exact check)?
 
         A job of a queue with waiting jobs (the inner policy reorders a
@@ -175,7 +183,9 @@ class PassState:
         taking that queue below its guarantee, or of a queue ahead on its
         fraction of the GPU-time (`QueueShare.ahead`) that has run `min_run`
         and that it lends (`lends_job`), or, when a brief job waits in the
-        turn (`brief_waits`), that it would lend such a job (`brief`).
+        turn (`brief_waits`), that it would lend such a job (`brief`); or,
+        when a stranded job waits in the turn (`stranded_waits`), of any
+        queue once it has run `min_run`.
         """
         if job.stopping:
             return True  # going anyway: taking it again stops nobody new (core.preemption)
@@ -184,6 +194,8 @@ class PassState:
             return True  # its own queue's jobs (the group check keeps the queue's GPUs)
         if owner.ahead:
             return self.ran_min(job) and (brief_waits or self.lends_job(owner, job))
+        if stranded_waits and self.ran_min(job):
+            return True
         if not owner.is_beyond(job) and owner.fitting - job.allocated_gpus < owner.guaranteed:
             return False  # it would take the queue below its guarantee
         return owner.used > owner.share + EPS and self.ran_min(job)
@@ -209,6 +221,14 @@ class PassState:
         """
         left = job.remaining_at(self.view.now)
         return left is not None and left <= self.min_run + EPS
+
+    def stranded(self, job: JobView) -> bool:
+        """May `job` take GPUs of a queue behind (`fairshare_fill.stranded`)?"""
+        return stranded(self.book[job.queue], job, self.view.now, self.min_run)
+
+    def stranded_waits(self, pending: tuple[JobView, ...]) -> bool:
+        """Does a stranded job (`stranded`) wait among `pending`?"""
+        return any(self.stranded(p) for p in pending)
 
     def lends_job(self, s: QueueShare, job: JobView) -> bool:
         """May queue `s`, ahead, give up its running `job` (`lends`)?"""

@@ -82,7 +82,9 @@ def test_the_policy_in_force_preempts_a_queue_ahead_within_its_guarantee(spec: s
     # A and B each hold their 2 guaranteed GPUs with long jobs that ran 1,000 s;
     # C (guaranteed nothing) sends a short job. Tiresias (least attained
     # service) and srtf (shortest remaining) would run it first: they may
-    # take one of A's GPUs only while A is ahead on its fraction.
+    # take one of A's GPUs only while A is ahead on its fraction. (The job
+    # runs longer than `min_run`: a briefer one may take a queue behind,
+    # test_fairshare_stranded.py.)
     def cluster() -> Scenario:
         sc = Scenario(node("n", 4))
         for i in range(4):
@@ -90,7 +92,7 @@ def test_the_policy_in_force_preempts_a_queue_ahead_within_its_guarantee(spec: s
             sc.run(long, {"n": [i]}, attained_gpu_seconds=5_000.0)
         return sc
 
-    short = [job(20, 1, queue="C", preemptible=True, estimated_duration=60.0)]
+    short = [job(20, 1, queue="C", preemptible=True, estimated_duration=600.0)]
     usage_ahead = {"A": 50_000.0, "B": 10_000.0, "C": 0.0}
     ahead = FairShare(create(spec), min_run=60).decide(view(cluster(), short, usage_ahead))
     assert set(starts(ahead)) == {20} and preempts(ahead) <= {0, 1}, ahead
@@ -188,10 +190,13 @@ def test_a_queue_at_its_mark_lends_to_a_job_done_before_it_could_take_it_back() 
     fs = FairShare(create("srtf"), min_run=60)
     decisions = fs.decide(view(at_mark_cluster(), brief, at_the_mark))
     assert set(starts(decisions)) == {20} and preempts(decisions) <= {0, 1}, decisions
-    # Behind, A keeps its guarantee against a brief job too.
+    # Behind, A keeps its guarantee against a brief job of a queue with a
+    # guarantee it fits (B's). (A brief job that can run on borrowed GPUs
+    # only, as C's, may take it: test_fairshare_stranded.py.)
     behind = {"A": 1_000.0, "B": 6_000.0, "C": 0.0}
-    assert not shares(view(at_mark_cluster(), brief, behind), tenancy(behind))["A"].ahead
-    decisions = fs.decide(view(at_mark_cluster(), brief, behind))
+    brief_b = [job(20, 1, queue="B", preemptible=True, estimated_duration=30.0)]
+    assert not shares(view(at_mark_cluster(), brief_b, behind), tenancy(behind))["A"].ahead
+    decisions = fs.decide(view(at_mark_cluster(), brief_b, behind))
     assert not preempts(decisions) & {0, 1}, decisions
 
 

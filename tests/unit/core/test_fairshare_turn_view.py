@@ -23,8 +23,9 @@ from schedulearn.core.views import JobView, rebuild
 
 def _by_rule(p: SharePass, pending: tuple[JobView, ...]) -> list[JobView]:
     brief = any(p.brief(j) for j in pending)
+    stranded = p.stranded_waits(pending)
     return [
-        j if not j.preemptible or p.may_preempt(j, brief) else p.pinned_copy(j)
+        j if not j.preemptible or p.may_preempt(j, brief, stranded) else p.pinned_copy(j)
         for j in p.running.values()
         if j.id not in p.decided
     ]

@@ -151,16 +151,20 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
         # hold GPUs (the guarantee checks count fitting GPUs): 446,899 s;
         # and a queue ahead lends only what it would not take back within
         # 4 x min_run (`PassState.lends`): 464,628 s. (Stop 45's owed mark,
-        # 75% of what a queue was owed, never binds in this replay.)
-        "4188557ad7ba00b9",
-        464627.8383923631,
+        # 75% of what a queue was owed, never binds in this replay.) Again
+        # (issue 32 item 2): a brief job that can run on borrowed GPUs only
+        # may take a queue behind (`fairshare_fill.stranded`): 452,244 s.
+        "4bf29f4ceefa783b",
+        452243.6286424159,
     ),
     # The fair-share layer over the other policies of issue 32's bench, pinned
     # at aeaedc3 (stop 45), so that a cheaper pass of the layer is checked
     # for every policy it wraps, not tiresias alone. goodput+queues is left
     # out: 150 jobs of it already take a minute. Stop 45's owed mark moves
     # these two (at aeaedc3: fifo c2756944008f4714, 3,503,364 s; srtf
-    # 97cff38697e3d555, 414,388 s).
+    # 97cff38697e3d555, 414,388 s). A brief job that can run on borrowed
+    # GPUs only may take a queue behind (`fairshare_fill.stranded`, issue 32
+    # item 2): srtf 418,359 s -> 398,691 s; fifo never preempts: the same.
     "philly 600 fifo+queues": (
         lambda: philly("fifo", queues=True),
         "0090715a5723ac9a",
@@ -168,8 +172,8 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
     ),
     "philly 600 srtf+queues": (
         lambda: philly("srtf", queues=True),
-        "fe76425767f4885d",
-        418359.3859200793,
+        "ba3b810503184ff4",
+        398690.9839244129,
     ),
     "philly 600 similarity+queues": (
         lambda: philly("similarity", queues=True),
