@@ -103,7 +103,14 @@ def test_without_reports_jobs_share_by_a_linear_prior() -> None:
 
 
 def test_options_are_checked() -> None:
-    for bad in ("fairness=2", "restart_cost=-1", "explore=0.5", "spread=2", "spread=-1.5"):
+    for bad in (
+        "fairness=2",
+        "restart_cost=-1",
+        "explore=0.5",
+        "spread=2",
+        "spread=-1.5",
+        "lead=-1",
+    ):
         with pytest.raises(ValueError):
             create(f"goodput:{bad}")
 
@@ -282,3 +289,58 @@ def test_spread_leaves_jobs_of_known_length_alone() -> None:
 
     assert split(spread=-1) == split()
     assert split()[1] > split().get(2, 0)
+
+
+def lead_split(
+    reports: dict[int, JobGoodput], models: tuple[str, str], **opts: float
+) -> dict[int, int]:
+    """GPUs each of two waiting adaptive jobs (of the given models) gets on four."""
+    s = Scenario(node("a", 4))
+    pending = [adaptive(1, model=models[0]), adaptive(2, model=models[1])]
+    got = decide(s, 0, pending, reports, **opts)
+    return {j: p.num_gpus for j, p in starts(got).items()}
+
+
+def test_with_lead_jobs_of_one_model_past_the_ceiling_finish_one_by_one() -> None:
+    """Past the ceiling, least attained service weighs two jobs of unknown length
+    alike and they split the GPUs; with `lead` (the default), of two jobs of one
+    model the one further on (nearer its end, if they train alike) goes first."""
+    reports = {1: unknown_length(5e7, 1, 2), 2: unknown_length(1e9, 1, 2)}
+    same = ("imagenet", "imagenet")
+    assert lead_split(reports, same, lead=0) == {1: 2, 2: 2}
+    got = lead_split(reports, same)
+    assert got[2] > got.get(1, 0)
+
+
+def test_with_lead_the_leader_goes_first_even_below_the_ceiling() -> None:
+    """Once a model's leader has made `lead` seconds' worth of progress on one GPU,
+    its model-mates trail it: the inverse of least attained service within a model
+    (at 0.1 s a step on one GPU, 1,000 s are 10,000 steps; the leader has 400,000):
+    the younger job no longer takes every GPU, the leader gets its share."""
+    reports = {1: unknown_length(40_000, 1, 2), 2: unknown_length(400_000, 1, 2)}
+    same = ("bert", "bert")
+    by_service = lead_split(reports, same, lead=0)
+    assert by_service == {1: 4}
+    led = lead_split(reports, same, lead=1000)
+    assert led.get(2, 0) >= led[1] and led.get(2, 0) > 0
+    # Below the threshold nothing changes.
+    assert lead_split(reports, same, lead=1e6) == by_service
+
+
+def test_lead_ranks_only_jobs_of_one_model() -> None:
+    """Jobs of different models (or that name none) keep least attained service."""
+    reports = {1: unknown_length(40_000, 1, 2), 2: unknown_length(200_000, 1, 2)}
+    by_service = lead_split(reports, ("bert", "bert"), lead=0)
+    assert lead_split(reports, ("bert", "yolov3"), lead=1000) == by_service
+    s = Scenario(node("a", 4))
+    got = decide(s, 0, [adaptive(1), adaptive(2)], reports, lead=1000)
+    assert {j: p.num_gpus for j, p in starts(got).items()} == by_service
+
+
+def test_lead_leaves_jobs_of_known_length_alone() -> None:
+    """A job whose remaining work is known (declared or learned) is weighed by it,
+    and is no model's leader: its progress does not demote the others."""
+    known = JobGoodput(LIMITS, (sample(1, 1), sample(1, 2)), 1.0, 4.0, 400_000.0, 0, 1e9)
+    reports = {1: unknown_length(40_000, 1, 2), 2: known}
+    same = ("bert", "bert")
+    assert lead_split(reports, same, lead=1000) == lead_split(reports, same, lead=0)
