@@ -65,15 +65,26 @@ class ReclaimingPass(PassState):
         waiting = self.waiting({s.name})
         guaranteed = s.guaranteed  # fixed for the pass (`fill`); its fitting GPUs move
         room = guaranteed - s.fitting
-        if not any(j.gpus <= room for j in waiting):
+        cap, decided = s.cap, self.decided
+        # The fewest GPUs a job it may start here asks for (within the guarantee
+        # and its limit): none, or more than the free GPUs and every victim's
+        # together, and no job starts, in whatever order the inner policy puts
+        # them; then it is not asked.
+        least = min((j.gpus for j in waiting if j.gpus <= room), default=None)
+        if least is None or s.used + least > cap:
             return
-        smallest = 0  # the fewest GPUs a waiting job asks for, read with the victims
-        # The inner policy may have passed over these jobs (its own order, a
-        # head-of-line wait): work within the guarantee starts if it fits.
+        smallest = least
         victims: list[JobView] | None = None  # computed when first needed
         gain = 0
+        if smallest > self.free:
+            # No job fits the free GPUs: the walk below takes the victims first.
+            victims = self.victims(s)
+            gain = sum(v.allocated_gpus for v in victims)
+            if self.free + gain < smallest:
+                return
+        # The inner policy may have passed over these jobs (its own order, a
+        # head-of-line wait): work within the guarantee starts if it fits.
         failed = 1 << 30  # the fewest GPUs a plain job could not make room for
-        cap, decided = s.cap, self.decided
         for job in queue_order(self.inner, self.sub_view(waiting)).jobs:
             fitting = s.used - s.beyond  # `QueueShare.fitting`, read in the loop
             if fitting >= guaranteed:
@@ -98,7 +109,6 @@ class ReclaimingPass(PassState):
             if victims is None:
                 victims = self.victims(s)
                 gain = sum(v.allocated_gpus for v in victims)
-                smallest = smallest or min(j.gpus for j in waiting)
             if self.free + gain < gpus:
                 continue
             if self._make_room(s, job, victims):
