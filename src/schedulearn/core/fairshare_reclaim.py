@@ -17,6 +17,12 @@ jobs larger than the guarantee may always be taken. A non-preemptible
 job beyond its queue's guarantee is a victim like any other: it is
 requeued (`Preempt.reclaimed_by`) and restarts. A queue guaranteed only
 typed GPUs reclaims on GPUs of those types.
+
+Cost: on a contended cluster most reclaims find nothing to take. A queue
+none of whose waiting jobs within its guarantee fits its limit, or the
+free GPUs and every victim's together, is not ranked by the inner policy
+at all, and a walk stops as soon as none of the rest can start (the
+decisions are the same as walking every job).
 """
 
 from __future__ import annotations
