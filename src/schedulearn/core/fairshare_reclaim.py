@@ -17,6 +17,12 @@ jobs larger than the guarantee may always be taken. A non-preemptible
 job beyond its queue's guarantee is a victim like any other: it is
 requeued (`Preempt.reclaimed_by`) and restarts. A queue guaranteed only
 typed GPUs reclaims on GPUs of those types.
+
+Cost: on a contended cluster most reclaims find nothing to take. A queue
+none of whose waiting jobs within its guarantee fits its limit, or the
+free GPUs and every victim's together, is not ranked by the inner policy
+at all, and a walk stops as soon as none of the rest can start (the
+decisions are the same as walking every job).
 """
 
 from __future__ import annotations
@@ -63,38 +69,58 @@ class ReclaimingPass(PassState):
 
     def _reclaim_for(self, s: QueueShare) -> None:
         waiting = self.waiting({s.name})
-        room = s.guaranteed - s.fitting
-        if not any(j.gpus <= room for j in waiting):
+        guaranteed = s.guaranteed  # fixed for the pass (`fill`); its fitting GPUs move
+        room = guaranteed - s.fitting
+        cap, decided = s.cap, self.decided
+        # The fewest GPUs a job it may start here asks for (within the guarantee
+        # and its limit): none, or more than the free GPUs and every victim's
+        # together, and no job starts, in whatever order the inner policy puts
+        # them; then it is not asked.
+        least = min((j.gpus for j in waiting if j.gpus <= room), default=None)
+        if least is None or s.used + least > cap:
             return
-        # The inner policy may have passed over these jobs (its own order, a
-        # head-of-line wait): work within the guarantee starts if it fits.
+        smallest = least
         victims: list[JobView] | None = None  # computed when first needed
         gain = 0
+        if smallest > self.free:
+            # No job fits the free GPUs: the walk below takes the victims first.
+            victims = self.victims(s)
+            gain = sum(v.allocated_gpus for v in victims)
+            if self.free + gain < smallest:
+                return
+        # The inner policy may have passed over these jobs (its own order, a
+        # head-of-line wait): work within the guarantee starts if it fits.
         failed = 1 << 30  # the fewest GPUs a plain job could not make room for
         for job in queue_order(self.inner, self.sub_view(waiting)).jobs:
-            if s.fitting >= s.guaranteed:
+            fitting = s.used - s.beyond  # `QueueShare.fitting`, read in the loop
+            if fitting >= guaranteed:
                 return
-            if job.id in self.decided or s.fitting + job.gpus > s.guaranteed:
+            if victims is not None and self.free + gain < smallest:
+                # No job of the queue fits in the free GPUs and all the victims'
+                # together, and nothing changes until one starts: none will.
+                return
+            gpus = job.gpus
+            if fitting + gpus > guaranteed or job.id in decided:
                 continue
-            if not s.may_hold(job):
+            if s.used + gpus > cap:  # `QueueShare.may_hold`
                 continue
-            placement = self._pack(job, s) if job.gpus <= self.free else None
+            placement = self._pack(job, s) if gpus <= self.free else None
             if placement is not None:
                 self.take(job, placement)
                 self.start(job, placement)
                 continue
             plain = not job.gpu_type and not s.queue.typed
-            if plain and job.gpus >= failed:
+            if plain and gpus >= failed:
                 continue  # no more room than for a smaller job: the same victims
             if victims is None:
                 victims = self.victims(s)
                 gain = sum(v.allocated_gpus for v in victims)
-            if self.free + gain < job.gpus:
+            if self.free + gain < gpus:
                 continue
             if self._make_room(s, job, victims):
                 victims = None  # the book moved: victims again for the next job
             elif plain:
-                failed = job.gpus
+                failed = gpus
 
     def victims(self, s: QueueShare) -> list[JobView]:
         """Running jobs `s` may take back, in the order they are taken (module doc)."""
