@@ -57,7 +57,14 @@ from schedulearn.core.views import ClusterView, rebuild
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.bulk import execute_many
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
-from schedulearn.server.services import dependencies, lifecycle, queues, reclaims, snapshot
+from schedulearn.server.services import (
+    dependencies,
+    lifecycle,
+    live_views,
+    queues,
+    reclaims,
+    snapshot,
+)
 from schedulearn.server.states import StaleState, Step, transition, transition_many
 from schedulearn.server.wakeups import Changes
 
@@ -164,7 +171,10 @@ def as_moves(decisions: list[Decision]) -> list[Decision]:
 
 
 def run_pass(
-    session: Session, policy: Policy, now: float, cache: snapshot.PendingCache | None = None
+    session: Session,
+    policy: Policy,
+    now: float,
+    cache: snapshot.PendingCache | live_views.Kept | None = None,
 ) -> PassResult:
     resumed = resume(session, now)
     # Jobs whose dependency can never be met end now, whatever the GPUs.
