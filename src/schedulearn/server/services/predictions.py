@@ -39,8 +39,8 @@ from schedulearn.protocol import JobPublic, JobState, PolicyForecast, PolicyPrev
 from schedulearn.server.db import Database
 from schedulearn.server.errors import BadRequest
 from schedulearn.server.models import Job
+from schedulearn.server.services import live_views, profiles, queues, snapshot
 from schedulearn.server.services import policy as policy_service
-from schedulearn.server.services import profiles, queues, snapshot
 from schedulearn.server.services.durations import DurationEstimate, JobFacts, estimate_all
 from schedulearn.sim.forecast import DEFAULT_HORIZON, Forecast, ForecastSummary, forecast
 
@@ -146,9 +146,12 @@ def read_inputs(
     default_policy: str,
     min_resize_age: float | None = None,
     queue_min_run: float = 300.0,
+    kept: live_views.Kept | None = None,
 ) -> Inputs:
+    """What a forecast rests on; `kept`: views kept from the last read (the
+    predictor's own, as the scheduler keeps its own)."""
     mark = fingerprint(session, default_policy)
-    snap = snapshot.build(session, now)
+    snap = snapshot.build(session, now, kept)
     # A job waiting on a dependency starts when another job ends as it asks,
     # which no forecast of the queue can say: it gets no predicted times.
     outcomes = snap.view.outcomes or {}
@@ -336,6 +339,9 @@ class Predictor:
         self.ttl_seconds = ttl_seconds
         self.slow_seconds = slow_seconds
         self.background_seconds = background_seconds
+        # The queue, running jobs and nodes as views, kept from one forecast to
+        # the next (read under `_lock`, one forecast at a time).
+        self._kept = live_views.Kept()
         self._remaking: asyncio.Task[None] | None = None  # a forecast redone in the background
         self._lock = asyncio.Lock()
         self._cached: tuple[Inputs, Forecast, float] | None = None
@@ -399,6 +405,7 @@ class Predictor:
                 self.default_policy,
                 self.min_resize_age,
                 self.queue_min_run,
+                self._kept,
             )
             try:
                 result = await asyncio.to_thread(run, inputs, inputs.spec)
