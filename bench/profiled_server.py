@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import atexit
 import collections
+import os
 import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
 # Innermost frames that mean the thread is idle, not working.
 _IDLE = {"select", "wait", "_worker", "get", "poll", "acquire", "run_forever", "_run_once"}
@@ -76,6 +79,14 @@ class Sampler:
 
     def dump(self, out: str) -> None:
         lines = [f"{self.total} busy samples, one every {self.every * 1000:g} ms per thread"]
+        # Exact, beside the samples: each thread's CPU (the event loop's
+        # samples cannot tell uvloop's wait in epoll from work), and each
+        # database call's CPU by function (`timed_calls`).
+        lines.append("\n# CPU seconds by thread (/proc)")
+        lines += [f"{cpu:8.2f}  {name}" for name, cpu in thread_cpu()]
+        lines.append("\n# database calls: CPU seconds, calls, CPU ms a call, by function")
+        for name, (cpu, calls) in sorted(CALLS.items(), key=lambda kv: -kv[1][0])[:40]:
+            lines.append(f"{cpu:8.2f}  {calls:7d}  {1000 * cpu / calls:7.2f}  {name}")
         lines.append("\n# most often on the stack")
         lines += [f"{n / self.total:6.1%}  {w}" for w, n in self.stack.most_common(80)]
         lines.append("\n# the innermost frame of the project's own code")
@@ -89,8 +100,48 @@ class Sampler:
             f.write("\n".join(lines) + "\n")
 
 
+def thread_cpu() -> list[tuple[str, float]]:
+    """(thread name, CPU seconds) of this process's threads, busiest first."""
+    tick = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = collections.defaultdict(float)
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        name = names.get(int(task.name), f"tid {task.name}")
+        # Worker threads of one pool together ("db_0", "db_1", ... -> "db").
+        out[name.split("_")[0] if name.startswith("db") else name] += (
+            int(fields[11]) + int(fields[12])
+        ) / tick
+    return sorted(out.items(), key=lambda kv: -kv[1])
+
+
+# function name -> (CPU seconds on its thread, calls), from `Database.call`.
+CALLS: dict[str, tuple[float, int]] = collections.defaultdict(lambda: (0.0, 0))
+
+
+def timed_calls() -> None:
+    """Count each database call's thread CPU under its function's name."""
+    from schedulearn.server import db
+
+    plain = db.Database.call
+
+    def call(self: db.Database, fn: Any, *args: Any) -> Any:
+        began = time.thread_time()
+        try:
+            return plain(self, fn, *args)
+        finally:
+            cpu, calls = CALLS[db._name(fn)]
+            CALLS[db._name(fn)] = (cpu + time.thread_time() - began, calls + 1)
+
+    db.Database.call = call  # type: ignore[method-assign]  # a profiling wrapper, this process only
+
+
 if __name__ == "__main__":
     out = sys.argv[1]
+    timed_calls()
     sys.argv = ["schedulearn", *sys.argv[2:]]
     sampler = Sampler()
     threading.Thread(target=sampler.run, args=(out,), daemon=True, name="sampler").start()

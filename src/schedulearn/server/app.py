@@ -128,6 +128,7 @@ def create_app(settings: ServerSettings, clock: Clock | None = None) -> FastAPI:
             yield
         finally:
             await sl.scheduler.stop()
+            await sl.predictions.stop()
             await sl.work_watch.stop()
             if sl.heartbeats is not None:
                 await sl.heartbeats.stop()

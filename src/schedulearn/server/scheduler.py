@@ -35,6 +35,7 @@ from schedulearn.server.services import (
     checkpoints,
     full_logs,
     goodput,
+    live_views,
     logs,
     policy,
     profiles,
@@ -86,7 +87,8 @@ class Scheduler:
         self.profiles_mark: tuple[int, float] | None = None
         self.tenanted = False  # tenant queues declared: the policy runs in FairShare
         self.passes = 0
-        self.pending = snapshot.PendingCache()
+        # The queue, the running jobs and the nodes as views, kept between passes.
+        self.kept = live_views.Kept()
         self._leader_conn: PoolProxiedConnection | None = None
         self._pruned_at = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -200,7 +202,7 @@ class Scheduler:
             self.spec = spec
         assert self.policy is not None
         started = time.perf_counter()
-        result = scheduling.run_pass(session, self.policy, now, self.pending)
+        result = scheduling.run_pass(session, self.policy, now, self.kept)
         if tenanted:
             queues.observe(session, now, self.settings.queue_half_life_seconds)
         if now - self._pruned_at >= PRUNE_SECONDS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import pytest
@@ -88,3 +89,24 @@ def test_the_time_limit_stands_in_last_and_bounds_every_figure() -> None:
     # ...and is cut to it when above: the job is stopped there.
     capped = estimate(facts(estimated_duration=5000.0, time_limit=900.0), history)
     assert capped is not None and capped.seconds == 900.0
+
+
+def test_a_group_median_is_computed_once_for_every_job_that_looks_it_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A forecast looks up every queued job; a group (one name, one command) may
+    # hold thousands of run times, sorted once, not once per job (issue 36).
+    history = History({("ann", "train"): [30.0, 50.0, 40.0]}, {command_key("x"): [7.0, 9.0]})
+    sorts: list[int] = []
+    plain = statistics.median
+
+    def counted(data: list[float]) -> float:
+        sorts.append(len(data))
+        return float(plain(data))
+
+    monkeypatch.setattr(statistics, "median", counted)
+    by_name = [estimate(facts(), history) for _ in range(50)]
+    by_command = [estimate(facts(name="other", command="x"), history) for _ in range(50)]
+    assert {e.seconds for e in by_name if e} == {40.0} and len(by_name) == 50
+    assert {e.seconds for e in by_command if e} == {8.0}
+    assert sorts == [3, 2]

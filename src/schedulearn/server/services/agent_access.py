@@ -295,17 +295,36 @@ def append_logs_many(
         who, job_id, batch = items[i]
         try:
             node = own_node(who, batch.node)
-            require_attempt(session, node, job_id, batch.attempt)
-            require_live(session, node, job_id, batch.attempt)
-            if batch.lines and session.get(Job, job_id) is None:
-                raise NotFound(f"no job {job_id}")
+            _require_live_run(session, node, job_id, batch.attempt)
         except ServiceError as exc:
             results[i] = exc
             continue
         mine = batch.model_copy(update={"node": node})
-        results[i] = logs.append(session, job_id, mine, cap, commit=False)
+        # The run's part exists, so its job does (jobs are never deleted).
+        results[i] = logs.append(session, job_id, mine, cap, commit=False, known=True)
     session.commit()
     return [r for r in results if r is not None]
+
+
+# The statuses of a run's parts on a node, built once (a log batch per run and
+# more: building the statement cost more than running it).
+_RUN_PARTS = select(col(JobPart.status)).where(
+    col(JobPart.job_id) == bindparam("job"),
+    col(JobPart.attempt) == bindparam("attempt"),
+    col(JobPart.node) == bindparam("node"),
+)
+
+
+def _require_live_run(session: Session, node: str, job_id: int, attempt: int) -> None:
+    """`require_attempt` and `require_live` in one plain read when the run is
+    placed on `node` and not written off (the common case); their own errors
+    otherwise."""
+    params = {"job": job_id, "attempt": attempt, "node": node}
+    statuses = [PartStatus(s) for s in session.connection().execute(_RUN_PARTS, params).scalars()]
+    if not statuses:
+        require_attempt(session, node, job_id, attempt)  # raises: 404 or 403
+    if PartStatus.LOST in statuses:
+        require_live(session, node, job_id, attempt)  # raises: 409
 
 
 def record_progress(

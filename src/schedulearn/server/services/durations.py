@@ -26,7 +26,7 @@ import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -117,14 +117,23 @@ class History:
 
     by_name: dict[tuple[str, str], list[float]]
     by_command: dict[str, list[float]]
+    # Each group's median, computed once: a forecast looks up every queued job,
+    # and sorting a group of thousands for each of them made its cost grow with
+    # the queue times the history (issue 36: 1.8 s of 2.2 at 300 nodes).
+    medians: dict[tuple[str, object], float] = field(default_factory=dict)
 
     def lookup(self, job: JobFacts) -> DurationEstimate | None:
         times = self.by_name.get((job.user, job.name)) if job.name else None
+        key: tuple[str, object] = ("name", (job.user, job.name))
         if not times:
-            times = self.by_command.get(command_key(job.command))
+            command = command_key(job.command)
+            times, key = self.by_command.get(command), ("command", command)
         if not times:
             return None
-        return DurationEstimate(statistics.median(times), DurationSource.HISTORY, len(times))
+        median = self.medians.get(key)
+        if median is None:
+            median = self.medians[key] = statistics.median(times)
+        return DurationEstimate(median, DurationSource.HISTORY, len(times))
 
 
 def load_history(session: Session, window: int = HISTORY_WINDOW) -> History:

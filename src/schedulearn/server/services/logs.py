@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlmodel import Session, col
 
 from schedulearn.protocol import JobState, LogBatch, LogLinePublic, LogPage, LogStream
@@ -77,13 +77,19 @@ _INSERT_LINES = LogRecord.__table__.insert()
 
 
 def append(
-    session: Session, job_id: int, batch: LogBatch, cap: int, commit: bool = True
+    session: Session,
+    job_id: int,
+    batch: LogBatch,
+    cap: int,
+    commit: bool = True,
+    known: bool = False,
 ) -> Appended:
     """Store a batch under the job's cap (`cap`: `log_stored_max_bytes`); not
-    `commit`: flushed only, for a caller that commits many batches together."""
+    `commit`: flushed only, for a caller that commits many batches together;
+    `known`: the caller knows the job exists."""
     if not batch.lines:
         return Appended(Changes(), False)
-    if session.get(Job, job_id) is None:
+    if not known and session.get(Job, job_id) is None:
         raise NotFound(f"no job {job_id}")
     # Locked (PostgreSQL): a gang's parts ship their batches at the same time.
     usage = session.get(JobLogUsage, job_id, with_for_update=True) or JobLogUsage(job_id=job_id)
@@ -169,18 +175,23 @@ def _last_seq(session: Session, job_id: int, batch: LogBatch, marker_id: int | N
     newest such row is the run's highest (rows go in in `seq` order);
     reading back along the job's (job_id, id) index finds it quickly.
     """
-    found = session.execute(
-        select(col(LogRecord.seq))
-        .where(
-            col(LogRecord.job_id) == job_id,
-            col(LogRecord.attempt) == batch.attempt,
-            col(LogRecord.node) == batch.node,
-            col(LogRecord.id) != (marker_id or 0),
-        )
-        .order_by(col(LogRecord.id).desc())
-        .limit(1)
-    ).first()
+    params = {"job": job_id, "attempt": batch.attempt, "node": batch.node, "marker": marker_id or 0}
+    found = session.connection().execute(_LAST_SEQ, params).first()
     return None if found is None else int(found[0])
+
+
+# Built once: every log batch reads it.
+_LAST_SEQ = (
+    select(col(LogRecord.seq))
+    .where(
+        col(LogRecord.job_id) == bindparam("job"),
+        col(LogRecord.attempt) == bindparam("attempt"),
+        col(LogRecord.node) == bindparam("node"),
+        col(LogRecord.id) != bindparam("marker"),
+    )
+    .order_by(col(LogRecord.id).desc())
+    .limit(1)
+)
 
 
 def _trim(session: Session, usage: JobLogUsage, keep: int) -> None:

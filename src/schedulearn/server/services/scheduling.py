@@ -57,7 +57,14 @@ from schedulearn.core.views import ClusterView, rebuild
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.bulk import execute_many
 from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
-from schedulearn.server.services import dependencies, lifecycle, queues, reclaims, snapshot
+from schedulearn.server.services import (
+    dependencies,
+    lifecycle,
+    live_views,
+    queues,
+    reclaims,
+    snapshot,
+)
 from schedulearn.server.states import StaleState, Step, transition, transition_many
 from schedulearn.server.wakeups import Changes
 
@@ -106,7 +113,12 @@ def ledger_for(snap: snapshot.Snapshot, view: ClusterView | None = None) -> GpuL
             ledger.set_health(node.name, True)
     for job in snap.view.running:
         assert job.placement is not None
-        _hold(ledger, job, job.placement)
+        held = still_held(job, job.placement, snap.holders)
+        if held is job.placement:
+            _hold(ledger, job, held)
+        else:
+            # A gang whose other parts run on: held as big as what it still holds.
+            _hold(ledger, rebuild(job, gpus=held.num_gpus, min_gpus=None, max_gpus=None), held)
     for i, ((job_id, _attempt), parts) in enumerate(snap.draining.items()):
         placement = Placement.of(parts)
         ghost = JobView(id=-(i + 1), submitted_at=0.0, gpus=placement.num_gpus, name=str(job_id))
@@ -115,6 +127,29 @@ def ledger_for(snap: snapshot.Snapshot, view: ClusterView | None = None) -> GpuL
         if not node.healthy:
             ledger.set_health(node.name, False)
     return ledger
+
+
+def still_held(
+    job: JobView, placement: Placement, holders: dict[tuple[str, int], tuple[int, int]]
+) -> Placement:
+    """The part of `placement` whose GPUs `job` still holds in the database.
+
+    A gang frees each node's GPUs as that part exits, while the job runs on
+    until its last part ends; the nodes the policy sees show those GPUs free
+    (from the holders), so the ledger that checks the pass must hold only
+    what is still held, or it refuses the pass that uses them (issue 36: a
+    refusal a few passes a minute at 300 nodes, each pass then checked
+    decision by decision). A placement none of whose GPUs is held (rows from
+    before every run had its GPUs written) is held whole, as before."""
+    kept: dict[str, list[int]] = {}
+    for node, gpus in placement:
+        mine = [g for g in gpus if (holders.get((node, g)) or (None,))[0] == job.id]
+        if mine:
+            kept[node] = mine
+    count = sum(len(g) for g in kept.values())
+    if count == 0 or count == placement.num_gpus:
+        return placement
+    return Placement.of(kept)
 
 
 def _hold(ledger: GpuLedger, job: JobView, placement: Placement) -> None:
@@ -164,7 +199,10 @@ def as_moves(decisions: list[Decision]) -> list[Decision]:
 
 
 def run_pass(
-    session: Session, policy: Policy, now: float, cache: snapshot.PendingCache | None = None
+    session: Session,
+    policy: Policy,
+    now: float,
+    cache: snapshot.PendingCache | live_views.Kept | None = None,
 ) -> PassResult:
     resumed = resume(session, now)
     # Jobs whose dependency can never be met end now, whatever the GPUs.

@@ -15,7 +15,7 @@ import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Dialect, Select, bindparam, exists, func, literal_column, or_, select
 from sqlmodel import Session, col
@@ -23,11 +23,15 @@ from sqlmodel import Session, col
 from schedulearn.core import ClusterView, GpuView, JobView, NodeView, Placement
 from schedulearn.core import dependencies as dependency_rule
 from schedulearn.core.capabilities import NO_ACCOUNT
+from schedulearn.core.views import rebuild
 from schedulearn.protocol import JobState
 from schedulearn.server.declared import ViewReader
 from schedulearn.server.models import Allocation, Gpu, Job, Node
 from schedulearn.server.services import dependencies, queues, users
 from schedulearn.server.services import goodput as goodput_reports
+
+if TYPE_CHECKING:
+    from schedulearn.server.services.live_views import Kept
 
 HOLDING = (JobState.ASSIGNED, JobState.RUNNING, JobState.PREEMPTING)
 
@@ -71,6 +75,17 @@ class AccountBook:
 
 
 @dataclass(slots=True)
+class Held:
+    """A job holding GPUs: its view (`account` and `stopping` as last attached)
+    and what the pass needs beside it."""
+
+    view: JobView
+    state: JobState
+    attempt: int
+    resume_kind: str | None
+
+
+@dataclass(slots=True)
 class Snapshot:
     """A `ClusterView` plus what the scheduler needs to check and write a pass."""
 
@@ -83,8 +98,6 @@ class Snapshot:
     # being preempted, whose GPUs `build` shows free): (job id, attempt) ->
     # node -> GPUs.
     draining: dict[tuple[int, int], dict[str, list[int]]] = field(default_factory=dict)
-    addresses: dict[str, str] = field(default_factory=dict)
-    executors: dict[str, list[str]] = field(default_factory=dict)
 
 
 # The statements every pass runs, built once: building a statement and its
@@ -163,7 +176,7 @@ _QUEUE_ORDER = (
 )
 
 
-def _driver_statement(stmt: Select[*tuple[Any, ...]], dialect: Dialect) -> tuple[str, Any]:
+def driver_statement(stmt: Select[*tuple[Any, ...]], dialect: Dialect) -> tuple[str, Any]:
     """`stmt` as the SQL text and parameters the DB-API driver takes."""
     compiled = stmt.compile(dialect=dialect)
     params = {
@@ -198,7 +211,7 @@ class PendingCache:
         # skipping SQLAlchemy's per-row processing.
         connection = session.connection()
         if self._sql is None or self._sql[0] != connection.dialect.name:
-            sql, params = _driver_statement(_QUEUE_ORDER, connection.dialect)
+            sql, params = driver_statement(_QUEUE_ORDER, connection.dialect)
             self._sql = (connection.dialect.name, sql, params)
         _, sql, params = self._sql
         cursor = connection.connection.driver_connection.cursor()  # type: ignore[union-attr]  # None only once the connection is closed
@@ -234,7 +247,7 @@ class PendingCache:
 def build(
     session: Session,
     now: float,
-    cache: PendingCache | None = None,
+    cache: PendingCache | Kept | None = None,
     goodput: bool = False,
     stopping_as_running: bool = False,
 ) -> Snapshot:
@@ -259,21 +272,31 @@ def build(
     # (or on the target they reserve) before any pass places another job.
     exiting: set[tuple[int, int]] = set()
     book = AccountBook(session)
-    for r in session.connection().execute(_HOLDING_VIEWS):
-        if r.state is JobState.PREEMPTING and not stopping_as_running:
-            if r.resume_kind is None:
-                exiting.add((r.id, r.attempt))
+    kept = cache if not isinstance(cache, PendingCache) else None
+    for held in kept.running.load(session) if kept is not None else _holding(session):
+        view = held.view
+        if held.state is JobState.PREEMPTING and not stopping_as_running:
+            if held.resume_kind is None:
+                exiting.add((view.id, held.attempt))
             continue
         # (A job moving or resizing is not: it resumes on its GPUs or target.)
-        stopping = r.state is JobState.PREEMPTING and r.resume_kind is None
-        running.append(JOBS.from_row(r, account=book.account(r.user), stopping=stopping))
-        attempts[r.id] = r.attempt
+        stopping = held.state is JobState.PREEMPTING and held.resume_kind is None
+        account = book.account(view.user)
+        if view.account != account or view.stopping != stopping:
+            # Kept attached (`held` is the kept copy), so the next pass reuses it.
+            held.view = view = rebuild(view, account=account, stopping=stopping)
+        running.append(view)
+        attempts[view.id] = held.attempt
+    queue = kept.pending if kept is not None else cache if isinstance(cache, PendingCache) else None
     pending = (
-        cache.load(session, book)
-        if cache is not None
+        queue.load(session, book)
+        if queue is not None
         else [book.attach(v) for v in pending_views(session)]
     )
-    nodes, holders, rows = load_nodes(session, running, exiting)
+    if kept is not None:
+        nodes, holders = kept.nodes.load(session, running, exiting)
+    else:
+        nodes, holders, _ = load_nodes(session, running, exiting)
     # On PostgreSQL each read sees what was committed when it began: a job
     # that ended between the read of the running jobs and that of the GPUs'
     # holders would be free on the nodes the policy sees and held in the
@@ -311,9 +334,15 @@ def build(
         jobs=jobs,
         holders=holders,
         draining={k: dict(v) for k, v in draining.items()},
-        addresses={n: r.address for n, r in rows.items()},
-        executors={n: list(r.executors) for n, r in rows.items()},
     )
+
+
+def _holding(session: Session) -> list[Held]:
+    """The jobs holding GPUs, read afresh (`live_views.RunningCache` keeps them)."""
+    return [
+        Held(JOBS.from_row(r), r.state, r.attempt, r.resume_kind)
+        for r in session.connection().execute(_HOLDING_VIEWS)
+    ]
 
 
 def _holds(job: JobView, attempt: int, holders: dict[tuple[str, int], tuple[int, int]]) -> bool:
