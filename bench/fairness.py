@@ -42,11 +42,14 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from schedulearn.core.fairshare_queues import Tenancy
 from schedulearn.core.registry import create
 from schedulearn.sim import parse_cluster
+from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.engine import Simulator
 from schedulearn.sim.jobs import Workload
 from schedulearn.sim.metrics import jain
@@ -56,6 +59,7 @@ from schedulearn.sim.tenants import Fairness, QueueFairness, job_jcts, proportio
 from schedulearn.sim.workloads.traces import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fairness_ratio import alone_run, ratio_line
 from machine import describe, single_core_speed
 
 REPO = Path(__file__).resolve().parent.parent
@@ -329,11 +333,16 @@ def _util_line(mine: TenantRun, plain: TenantRun, figures: dict[str, Any]) -> st
 
 
 def why_missed(
-    mine: TenantRun, plain: TenantRun, ok: dict[str, bool], figures: dict[str, Any]
+    mine: TenantRun,
+    plain: TenantRun,
+    ok: dict[str, bool],
+    figures: dict[str, Any],
+    rerun: Callable[[str], SimResult | None] | None = None,
 ) -> list[str]:
     """For each goal missed, which queues miss it and why, with figures: what is a
     limit of construction (jobs that run on borrowed GPUs only, queues
-    guaranteed none) and what is not."""
+    guaranteed none) and what is not; `rerun(queue)` replays a queue's alone
+    run, for the worst ratio's line (`fairness_ratio`)."""
     out = []
     jobs = sizes(mine.shared)
     if not ok["util"]:
@@ -354,17 +363,17 @@ def why_missed(
         worst = max((q for q in fair.queues if q.ratio is not None), key=lambda q: q.ratio or 0.0)
         before = next((r for r in plain.fairness.queues if r.queue == worst.queue), None)
         was = before.ratio if before is not None else None
-        out.append(
-            f"ratio: worst is queue {worst.queue} ({worst.ratio:.3f}; plain "
-            + ("-" if was is None else f"{was:.3f}")
-            + "): a guarantee is kept over time, not at every instant (a team is protected "
-            "once it has had less than 75% of the GPU-time it was owed, or 80% of its "
-            "fraction), and GPU-time is not JCT: a rule's limit, not one of construction"
-        )
+        alone = rerun(worst.queue) if rerun is not None else None
+        out.append(ratio_line(worst, was, mine.shared, alone))
     return out
 
 
-def report(runs: list[TenantRun], spec: str, figures: dict[str, Any]) -> None:
+def report(
+    runs: list[TenantRun],
+    spec: str,
+    figures: dict[str, Any],
+    rerun: Callable[[str], SimResult | None] | None = None,
+) -> None:
     plain = next(r for r in runs if r.spec == spec and not r.queues)
     mine = next(r for r in runs if r.spec == spec and r.queues)
     p, q = figures["plain"], figures["queues"]
@@ -390,7 +399,7 @@ def report(runs: list[TenantRun], spec: str, figures: dict[str, Any]) -> None:
     figures["plain"]["jain_guaranteed"] = promised_jain(plain.fairness)
     figures["queues"]["jain_protected"] = protected_jain(mine.fairness, sizes(mine.shared))
     figures["plain"]["jain_protected"] = protected_jain(plain.fairness, sizes(plain.shared))
-    figures["limits"] = why_missed(mine, plain, ok, figures)
+    figures["limits"] = why_missed(mine, plain, ok, figures, rerun)
     flag = {k: "ok" if v else "MISSED" for k, v in ok.items()}
     print(
         f"goals: worst ratio {q['worst_ratio']:.3f} ({q['worst_queue']}; plain "
@@ -409,6 +418,17 @@ def report(runs: list[TenantRun], spec: str, figures: dict[str, Any]) -> None:
     )
     for line in figures["limits"]:
         print(f"limit: {line}")
+
+
+def _rerun(
+    workload: Workload, cluster: ClusterSpec, tenancy: Tenancy, spec: str
+) -> Callable[[str], SimResult | None]:
+    """Replays a queue's alone run of this cell, for `why_missed`."""
+
+    def again(queue: str) -> SimResult | None:
+        return alone_run(workload, cluster, tenancy, spec, queue)
+
+    return again
 
 
 def main() -> int:
@@ -483,7 +503,7 @@ def main() -> int:
             )
             figures = cell(runs, spec, window)
             figures.update(load=load, cluster=shape, gpus=cluster.total_gpus, calibrated=util)
-            report(runs, spec, figures)
+            report(runs, spec, figures, _rerun(workload, cluster, tenancy, spec))
             out["cells"].append(figures)
             if args.json is not None:  # after every cell: a long run keeps what finished
                 args.json.write_text(json.dumps(out, indent=1))
