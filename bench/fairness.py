@@ -26,8 +26,11 @@ why, with figures: Jain's index also over what the guarantees can
 protect (each guaranteed queue's jobs that fit its guarantee; jobs
 larger than it, and queues guaranteed none, run on borrowed GPUs only),
 the queue that lowers it most and its jobs larger than its guarantee,
-the queue the mean JCT grew by and the ratios that bought it, and the
-span the utilisation is judged over (docs/queues.md states these limits).
+the queue the mean JCT grew by and the ratios that bought it, the
+span the utilisation is judged over, and for the worst ratio where its
+queue's JCT went against its alone run (`fairness_ratio`: the wait to
+first start, first start to end against the work, preemptions)
+(docs/queues.md states these limits).
 Nothing is asserted; run by hand. Replays of one cell run in parallel
 with `--processes` (default 1: the replay times are then undisturbed):
 
