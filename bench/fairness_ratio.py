@@ -105,9 +105,10 @@ def ratio_line(
     mine = split([r for r in shared.records if r.id in ids])
     solo = split(list(alone.records))
     sizes = sorted({r.gpus for r in alone.records})
-    size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
+    each = f"{size} GPU{'' if size == '1' else 's'} each"
     out = (
-        f"{head}: its {len(ids)} jobs of {size} GPUs that fit its {worst.guaranteed} took "
+        f"{head}: its {len(ids)} jobs that fit its {worst.guaranteed} GPUs ({each}) took "
         f"{mine.wait + mine.after:,.1f} h on average against {solo.wait + solo.after:,.1f} h "
         f"alone: {mine.wait:,.1f} h to their first start (alone {solo.wait:,.1f}), then "
         f"{mine.after:,.1f} h to their end (alone {solo.after:,.1f}) for {mine.work:,.1f} h "
@@ -124,4 +125,4 @@ def ratio_line(
             "only; shared, the GPUs freed for it may lie on several: the placement's limit)"
         )
     why = "; ".join(causes) or "no one cause stands out"
-    return f"{out}. {why}; not one of construction"
+    return f"{out}. Why: {why}; not one of construction"

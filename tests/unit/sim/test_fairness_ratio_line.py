@@ -47,11 +47,13 @@ def test_a_queue_that_waited_longer_than_alone_is_told_so_with_figures() -> None
     shared = Simulator(workload, parse_cluster("1x1"), create("fifo")).run()
     row = QueueFairness("a", 4, 4, 9000.0, 2.5, 3600.0, 9000.0)
     line = fr.ratio_line(row, 1.1, shared, alone)
-    assert line.startswith("ratio: worst is queue a (2.500; plain 1.100): its 4 jobs of 1 GPUs")
+    assert line.startswith(
+        "ratio: worst is queue a (2.500; plain 1.100): its 4 jobs that fit its 4 GPUs (1 GPU each)"
+    )
     assert "took 2.5 h on average against 1.0 h alone" in line
     assert "1.5 h to their first start (alone 0.0), then 1.0 h to their end (alone 1.0)" in line
     assert "0.0 preemptions a job (alone 0.0)" in line
-    assert "waiting or suspended" in line and "(a rule's limit)" in line
+    assert "Why: waiting or suspended" in line and "(a rule's limit)" in line
     # Its jobs ran at full speed once started: nothing is blamed on placement.
     assert "placement" not in line
 
