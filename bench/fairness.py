@@ -30,7 +30,9 @@ the queue the mean JCT grew by and the ratios that bought it, the
 span the utilisation is judged over, and for the worst ratio where its
 queue's JCT went against its alone run (`fairness_ratio`: the wait to
 first start, first start to end against the work, preemptions)
-(docs/queues.md states these limits).
+(docs/queues.md states these limits). `--spread-penalty` sets the
+speed model's charge per node beyond the fewest (0: placement is free),
+to see how much of a ratio is placement's.
 Nothing is asserted; run by hand. Replays of one cell run in parallel
 with `--processes` (default 1: the replay times are then undisturbed):
 
@@ -57,6 +59,7 @@ from schedulearn.sim.engine import Simulator
 from schedulearn.sim.jobs import Workload
 from schedulearn.sim.metrics import jain
 from schedulearn.sim.results import SimResult
+from schedulearn.sim.runner import SpeedOptions
 from schedulearn.sim.tenant_runs import TenantRun, run_tenants
 from schedulearn.sim.tenants import Fairness, QueueFairness, job_jcts, proportional, render
 from schedulearn.sim.workloads.traces import load_trace
@@ -424,12 +427,12 @@ def report(
 
 
 def _rerun(
-    workload: Workload, cluster: ClusterSpec, tenancy: Tenancy, spec: str
+    workload: Workload, cluster: ClusterSpec, tenancy: Tenancy, spec: str, speed: SpeedOptions
 ) -> Callable[[str], SimResult | None]:
     """Replays a queue's alone run of this cell, for `why_missed`."""
 
     def again(queue: str) -> SimResult | None:
-        return alone_run(workload, cluster, tenancy, spec, queue)
+        return alone_run(workload, cluster, tenancy, spec, queue, speed)
 
     return again
 
@@ -443,6 +446,12 @@ def main() -> int:
     parser.add_argument("--load", default="50,80,100", help="target utilisations, percent")
     parser.add_argument("--node-gpus", type=int, default=8)
     parser.add_argument("--min-run", type=float, default=300.0)
+    parser.add_argument(
+        "--spread-penalty",
+        type=float,
+        default=SpeedOptions().spread_penalty,
+        help="a job's slowdown per node beyond the fewest (0: placement is free)",
+    )
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument(
         "--share-out",
@@ -478,6 +487,7 @@ def main() -> int:
         "parents": args.parents,
         "cells": [],
     }
+    model = SpeedOptions(spread_penalty=args.spread_penalty)
     arrivals = [j.submitted_at for j in workload.jobs]
     window = (min(arrivals), max(arrivals))
     t0 = time.perf_counter()
@@ -501,12 +511,13 @@ def main() -> int:
                 [spec],
                 tenancy,
                 with_queues=(False, True),
+                speed=model,
                 min_run=args.min_run,
                 processes=args.processes,
             )
             figures = cell(runs, spec, window)
             figures.update(load=load, cluster=shape, gpus=cluster.total_gpus, calibrated=util)
-            report(runs, spec, figures, _rerun(workload, cluster, tenancy, spec))
+            report(runs, spec, figures, _rerun(workload, cluster, tenancy, spec, model))
             out["cells"].append(figures)
             if args.json is not None:  # after every cell: a long run keeps what finished
                 args.json.write_text(json.dumps(out, indent=1))

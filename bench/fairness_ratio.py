@@ -67,7 +67,12 @@ def split(records: list[JobRecord]) -> Split:
 
 
 def alone_run(
-    workload: Workload, cluster: ClusterSpec, tenancy: Tenancy, spec: str, queue: str
+    workload: Workload,
+    cluster: ClusterSpec,
+    tenancy: Tenancy,
+    spec: str,
+    queue: str,
+    speed: SpeedOptions | None = None,
 ) -> SimResult | None:
     """The queue's alone run again (as `tenant_runs.run_tenants` makes it)."""
     shape = alone_cluster(tenancy.queue(queue), cluster)
@@ -76,7 +81,7 @@ def alone_run(
     own = queue_workload(workload, queue, shape.total_gpus)
     if not len(own):
         return None
-    model = SpeedOptions().build([own])
+    model = (speed or SpeedOptions()).build([own])
     return Simulator(own, shape, create(spec), model, record_segments=False).run()
 
 
