@@ -26,8 +26,13 @@ why, with figures: Jain's index also over what the guarantees can
 protect (each guaranteed queue's jobs that fit its guarantee; jobs
 larger than it, and queues guaranteed none, run on borrowed GPUs only),
 the queue that lowers it most and its jobs larger than its guarantee,
-the queue the mean JCT grew by and the ratios that bought it, and the
-span the utilisation is judged over (docs/queues.md states these limits).
+the queue the mean JCT grew by and the ratios that bought it, the
+span the utilisation is judged over, and for the worst ratio where its
+queue's JCT went against its alone run (`fairness_ratio`: the wait to
+first start, first start to end against the work, preemptions)
+(docs/queues.md states these limits). `--spread-penalty` sets the
+speed model's charge per node beyond the fewest (0: placement is free),
+to see how much of a ratio is placement's.
 Nothing is asserted; run by hand. Replays of one cell run in parallel
 with `--processes` (default 1: the replay times are then undisturbed):
 
@@ -42,20 +47,25 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from schedulearn.core.fairshare_queues import Tenancy
 from schedulearn.core.registry import create
 from schedulearn.sim import parse_cluster
+from schedulearn.sim.cluster import ClusterSpec
 from schedulearn.sim.engine import Simulator
 from schedulearn.sim.jobs import Workload
 from schedulearn.sim.metrics import jain
 from schedulearn.sim.results import SimResult
+from schedulearn.sim.runner import SpeedOptions
 from schedulearn.sim.tenant_runs import TenantRun, run_tenants
 from schedulearn.sim.tenants import Fairness, QueueFairness, job_jcts, proportional, render
 from schedulearn.sim.workloads.traces import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fairness_ratio import alone_run, ratio_line
 from machine import describe, single_core_speed
 
 REPO = Path(__file__).resolve().parent.parent
@@ -329,11 +339,16 @@ def _util_line(mine: TenantRun, plain: TenantRun, figures: dict[str, Any]) -> st
 
 
 def why_missed(
-    mine: TenantRun, plain: TenantRun, ok: dict[str, bool], figures: dict[str, Any]
+    mine: TenantRun,
+    plain: TenantRun,
+    ok: dict[str, bool],
+    figures: dict[str, Any],
+    rerun: Callable[[str], SimResult | None] | None = None,
 ) -> list[str]:
     """For each goal missed, which queues miss it and why, with figures: what is a
     limit of construction (jobs that run on borrowed GPUs only, queues
-    guaranteed none) and what is not."""
+    guaranteed none) and what is not; `rerun(queue)` replays a queue's alone
+    run, for the worst ratio's line (`fairness_ratio`)."""
     out = []
     jobs = sizes(mine.shared)
     if not ok["util"]:
@@ -354,17 +369,17 @@ def why_missed(
         worst = max((q for q in fair.queues if q.ratio is not None), key=lambda q: q.ratio or 0.0)
         before = next((r for r in plain.fairness.queues if r.queue == worst.queue), None)
         was = before.ratio if before is not None else None
-        out.append(
-            f"ratio: worst is queue {worst.queue} ({worst.ratio:.3f}; plain "
-            + ("-" if was is None else f"{was:.3f}")
-            + "): a guarantee is kept over time, not at every instant (a team is protected "
-            "once it has had less than 75% of the GPU-time it was owed, or 80% of its "
-            "fraction), and GPU-time is not JCT: a rule's limit, not one of construction"
-        )
+        alone = rerun(worst.queue) if rerun is not None else None
+        out.append(ratio_line(worst, was, mine.shared, alone))
     return out
 
 
-def report(runs: list[TenantRun], spec: str, figures: dict[str, Any]) -> None:
+def report(
+    runs: list[TenantRun],
+    spec: str,
+    figures: dict[str, Any],
+    rerun: Callable[[str], SimResult | None] | None = None,
+) -> None:
     plain = next(r for r in runs if r.spec == spec and not r.queues)
     mine = next(r for r in runs if r.spec == spec and r.queues)
     p, q = figures["plain"], figures["queues"]
@@ -390,7 +405,7 @@ def report(runs: list[TenantRun], spec: str, figures: dict[str, Any]) -> None:
     figures["plain"]["jain_guaranteed"] = promised_jain(plain.fairness)
     figures["queues"]["jain_protected"] = protected_jain(mine.fairness, sizes(mine.shared))
     figures["plain"]["jain_protected"] = protected_jain(plain.fairness, sizes(plain.shared))
-    figures["limits"] = why_missed(mine, plain, ok, figures)
+    figures["limits"] = why_missed(mine, plain, ok, figures, rerun)
     flag = {k: "ok" if v else "MISSED" for k, v in ok.items()}
     print(
         f"goals: worst ratio {q['worst_ratio']:.3f} ({q['worst_queue']}; plain "
@@ -411,6 +426,17 @@ def report(runs: list[TenantRun], spec: str, figures: dict[str, Any]) -> None:
         print(f"limit: {line}")
 
 
+def _rerun(
+    workload: Workload, cluster: ClusterSpec, tenancy: Tenancy, spec: str, speed: SpeedOptions
+) -> Callable[[str], SimResult | None]:
+    """Replays a queue's alone run of this cell, for `why_missed`."""
+
+    def again(queue: str) -> SimResult | None:
+        return alone_run(workload, cluster, tenancy, spec, queue, speed)
+
+    return again
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
@@ -420,6 +446,12 @@ def main() -> int:
     parser.add_argument("--load", default="50,80,100", help="target utilisations, percent")
     parser.add_argument("--node-gpus", type=int, default=8)
     parser.add_argument("--min-run", type=float, default=300.0)
+    parser.add_argument(
+        "--spread-penalty",
+        type=float,
+        default=SpeedOptions().spread_penalty,
+        help="a job's slowdown per node beyond the fewest (0: placement is free)",
+    )
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument(
         "--share-out",
@@ -455,6 +487,7 @@ def main() -> int:
         "parents": args.parents,
         "cells": [],
     }
+    model = SpeedOptions(spread_penalty=args.spread_penalty)
     arrivals = [j.submitted_at for j in workload.jobs]
     window = (min(arrivals), max(arrivals))
     t0 = time.perf_counter()
@@ -478,12 +511,13 @@ def main() -> int:
                 [spec],
                 tenancy,
                 with_queues=(False, True),
+                speed=model,
                 min_run=args.min_run,
                 processes=args.processes,
             )
             figures = cell(runs, spec, window)
             figures.update(load=load, cluster=shape, gpus=cluster.total_gpus, calibrated=util)
-            report(runs, spec, figures)
+            report(runs, spec, figures, _rerun(workload, cluster, tenancy, spec, model))
             out["cells"].append(figures)
             if args.json is not None:  # after every cell: a long run keeps what finished
                 args.json.write_text(json.dumps(out, indent=1))
