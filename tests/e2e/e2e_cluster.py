@@ -62,7 +62,8 @@ class Cluster:
             gpus,
             self.root / f"agent-{name}.log",
             self.root / f"state-{name}",
-            extra=["--workdir", str(self.root), "--stop-jobs-on-exit"],
+            # E2E_NODE: a job's output can say which node ran it.
+            extra=["--workdir", str(self.root), "--stop-jobs-on-exit", "--env", f"E2E_NODE={name}"],
         )
         agent.enroll(self.server)  # each node its own credential
         agent.start()

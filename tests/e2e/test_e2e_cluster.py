@@ -15,11 +15,13 @@ from e2e_cluster import ADMIN, Cluster
 from schedulearn.protocol import JobSpec
 from waiting import wait_until
 
-# Each job prints where it ran and when, from inside the job.
+# Each job prints where it ran and when, from inside the job (E2E_NODE: the
+# agent's name, set by e2e_cluster in every job's environment).
 PROBE = (
-    'echo "GPUS=$CUDA_VISIBLE_DEVICES N=$SCHEDULEARN_NUM_GPUS START=$(date +%s.%N)"; '
+    'echo "NODE=$E2E_NODE GPUS=$CUDA_VISIBLE_DEVICES N=$SCHEDULEARN_NUM_GPUS '
+    'START=$(date +%s.%N)"; '
     "sleep {secs}; "
-    'echo "END=$(date +%s.%N)"'
+    'echo "NODE=$E2E_NODE END=$(date +%s.%N)"'
 )
 
 
@@ -46,36 +48,44 @@ def test_fifty_mixed_jobs_finish_and_never_share_a_gpu(cluster: Cluster) -> None
     for job_id, job in jobs.items():
         out = cluster.log_text(job_id)
         # One probe line per part: a gang (a job spread over both nodes) prints two.
-        parts = re.findall(r"GPUS=([\d,]*) N=(\d+) START=([\d.]+)", out)
-        ends = [float(e) for e in re.findall(r"END=([\d.]+)", out)]
+        parts = re.findall(r"NODE=(\S+) GPUS=([\d,]*) N=(\d+) START=([\d.]+)", out)
+        ends = dict(re.findall(r"NODE=(\S+) END=([\d.]+)", out))
         assert job.placement is not None
         assert len(parts) == len(ends) == len(job.placement), f"job {job_id} printed {out!r}"
-        printed = sorted([int(g) for g in gpus.split(",") if g] for gpus, _n, _s in parts)
-        assert printed == sorted(job.placement.values()), (job_id, printed, job.placement)
+        printed = {node: [int(g) for g in gpus.split(",") if g] for node, gpus, _n, _s in parts}
+        assert printed == {n: list(g) for n, g in job.placement.items()}, (job_id, printed)
         # SCHEDULEARN_NUM_GPUS counts the GPUs this part sees.
-        assert all(int(n) == len(g.split(",")) for g, n, _s in parts)
+        assert all(int(n) == len(g.split(",")) for _node, g, n, _s in parts)
         gangs += len(parts) > 1
-        # The span from the first part's start to the last part's end covers
-        # every part, so it is a safe (wider) interval for each GPU the job held.
-        span = (min(float(s) for _g, _n, s in parts), max(ends), job_id)
-        for node, held in job.placement.items():
-            for g in held:
-                intervals.setdefault((node, g), []).append(span)
+        # Each part holds its node's GPUs from its start to its own end: a
+        # gang frees a node's GPUs as its part there exits.
+        for node, _gpus, _n, start in parts:
+            for g in printed[node]:
+                intervals.setdefault((node, g), []).append(
+                    (float(start), float(ends[node]), job_id)
+                )
         assert job.started_at is not None and job.ended_at is not None
     for (node, g), spans in intervals.items():
         spans.sort()
         for (_s1, e1, j1), (s2, _e2, j2) in itertools.pairwise(spans):
             assert e1 <= s2, f"jobs {j1} and {j2} both held GPU {g} of {node}"
-    # The same from the server's records: on each GPU, one job's end precedes the next start.
+    # The same from the server's records: on each GPU, one job's end precedes the
+    # next start. The server records a job's start and end, not each part's, so a
+    # gang's record spans its last part's end, past the GPUs its other parts freed
+    # (a job may start there once that part has exited): after a gang the next
+    # job's start is checked against the printed end of the gang's part instead.
     by_gpu: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
     for job_id, job in jobs.items():
         assert job.placement and job.started_at and job.ended_at
         for node, held in job.placement.items():
             for g in held:
                 by_gpu.setdefault((node, g), []).append((job.started_at, job.ended_at, job_id))
-    for spans in by_gpu.values():
+    for (node, g), spans in by_gpu.items():
         spans.sort()
+        part_end = {j: e for _s, e, j in intervals[node, g]}
         for (_s1, e1, j1), (s2, _e2, j2) in itertools.pairwise(spans):
+            if len(jobs[j1].placement or {}) > 1:
+                e1 = part_end[j1]  # the gang's part on this node ended here
             assert e1 <= s2, f"server records jobs {j1} and {j2} on one GPU at once"
     assert len(intervals) == 8  # both nodes' GPUs were used
 

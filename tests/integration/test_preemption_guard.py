@@ -7,6 +7,7 @@ import gc
 from typing import ClassVar
 
 from server_api import Api
+from stepped import stepped_app
 from wire_agent import WireAgent
 
 from schedulearn.core import ClusterView, Decision, Placement, Preempt, Resize
@@ -14,6 +15,7 @@ from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.server import db
 from schedulearn.server.models import Job
 from schedulearn.server.services import scheduling
+from schedulearn.settings import ServerSettings
 
 
 class Rogue:
@@ -79,17 +81,22 @@ class Watcher:
         return []
 
 
-def test_a_pass_decides_with_the_collector_held_off(api: Api, database_url: str) -> None:
+def test_a_pass_decides_with_the_collector_held_off(
+    settings: ServerSettings, database_url: str
+) -> None:
     # Its collections come after the pass, not in bursts inside it (schedulearn.collector).
-    WireAgent(api, "n1", gpus=2).register()
-    api.post("/api/v1/jobs", json={"command": "train", "gpus": 1})
-    database = db.Database(database_url)
-    watcher = Watcher()
-    try:
+    # The app's own scheduler loop is stopped (`stepped_app`): a pass of its own
+    # holds the collector process-wide, and would race the checks below.
+    with stepped_app(settings) as app:
+        WireAgent(app.api, "n1", gpus=2).register()
+        app.submit(gpus=1)
+        database = db.Database(database_url)
+        watcher = Watcher()
+        try:
+            assert gc.isenabled()
+            with database.session() as session:
+                scheduling.run_pass(session, watcher, 1e12)
+        finally:
+            database.close()
+        assert watcher.collector_on == [False]
         assert gc.isenabled()
-        with database.session() as session:
-            scheduling.run_pass(session, watcher, 1e12)
-    finally:
-        database.close()
-    assert watcher.collector_on == [False]
-    assert gc.isenabled()
