@@ -16,10 +16,15 @@ Rule, one pass:
    the sum over jobs is the rate at which jobs complete, and maximising
    it favours short jobs as shortest-remaining-time-first does, while
    spreading GPUs where they speed jobs up most. At `fairness=1` every
-   job's speedup counts alike (Pollux's utility). The default, 0.5, had
-   the lowest mean, p99 JCT and makespan on the 8 Pollux workloads (the
-   time estimates behind `T` come from a model still being learnt, so
-   trusting them only halfway pays).
+   job's speedup counts alike (Pollux's utility). The default, 0.25
+   (0.5 until issue 34's stop 47), was chosen on Pollux's held-out
+   job-load workloads with `lead` on: against Pollux's published runs
+   -16.9% / -10.9% (tuning / validation workloads) with no length
+   information against 0.5's -15.7% / -9.3%, and -17.0% / -11.5% with
+   learned estimates against -16.4% / -11.0% (docs/results.md, section
+   2). The time estimates behind `T` come from a model still being
+   learnt, and from least attained service for jobs of unknown length,
+   so they are not trusted fully (fairness 0).
 2. Changing a running job's allocation, or starting a job, costs
    `restart_cost` seconds (checkpoint and restore): the value of any
    count other than a running job's current one is scaled by
@@ -158,7 +163,7 @@ class Goodput:
 
     def __init__(
         self,
-        fairness: float = 0.5,
+        fairness: float = 0.25,
         restart_cost: float = 30.0,
         hysteresis: float = 8.0,
         explore: float = 4.0,
