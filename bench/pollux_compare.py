@@ -28,7 +28,7 @@ before every run: `lead` (3,000 s, jobs of one model of unknown length
 finish one by one) was picked among 3,000, 30,000 and 120,000 s after
 the 8 compared workloads were seen, then checked on the artifact's
 held-out job-load workloads (where it also ranks first); `fairness`
-0.25 (0.5 before, issue 34's stop 47) was proposed after these 8 were
+0.25 (0.5 before, stop 46) was proposed after these 8 were
 seen with `lead` and made the default for gaining on both held-out sets,
 with and without learned estimates. The bench
 prints this beside the goodput rows, with what `lead` reads that Pollux
@@ -199,7 +199,7 @@ def main() -> None:
         "names and progress but ranks by speedup only"
     )
     print(
-        "goodput's fairness default, 0.25 (0.5 before issue 34's stop 47), was proposed "
+        "goodput's fairness default, 0.25 (0.5 before stop 46), was proposed "
         "after these 8 workloads were seen and kept for gaining on both held-out sets"
     )
     published = rows["Tiresias (published)"]

@@ -37,7 +37,7 @@ from schedulearn.sim.snapshots import TYPES, Shape, scale_view
 DATA = Path(__file__).parent / "data" / "pass_decisions_larger.json"
 
 # goodput with its fairness named: the recorded code's default, 0.5 (0.25 since issue 34's
-# stop 47), so the replay still compares like with like.
+# stop 46), so the replay still compares like with like.
 GOODPUT = "goodput:fairness=0.5"
 POLICIES = ("fifo", "tiresias", "srtf", GOODPUT, "similarity", "defrag", "round-robin")
 TYPED = ("similarity", "similarity:migrate=false", GOODPUT, "fifo")

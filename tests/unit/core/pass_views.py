@@ -47,7 +47,7 @@ DATA = Path(__file__).parent / "data" / "pass_decisions.json"
 # name -> (shape, seed, policies). Every policy on the default shapes; similarity's
 # cases add GPU types, goodput's elastic ranges.
 # goodput with its fairness named: the recorded code's default, 0.5 (0.25 since issue 34's
-# stop 47), so the replay still compares like with like.
+# stop 46), so the replay still compares like with like.
 ALL: tuple[str, ...] = (
     "fifo", "fifo:backfill=true", "tiresias", "srtf", "goodput:fairness=0.5", "similarity",
     "defrag",

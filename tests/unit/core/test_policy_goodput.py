@@ -284,7 +284,7 @@ def test_with_spread_an_old_job_of_unknown_length_gets_more_of_the_growth() -> N
 
 
 def test_by_default_remaining_work_weighs_at_fairness_a_quarter() -> None:
-    """The default fairness is 0.25 (0.5 until issue 34's stop 47, chosen on held-out
+    """The default fairness is 0.25 (0.5 until stop 46, chosen on held-out
     workloads): a job's value per GPU scales with `(1 / T(1)) ** 0.75`, so of two
     jobs of known length, 10x apart, the shorter takes more of eight GPUs than it
     did at 0.5 and less than at 0 (shortest remaining time first)."""

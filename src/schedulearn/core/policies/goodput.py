@@ -17,7 +17,7 @@ Rule, one pass:
    it favours short jobs as shortest-remaining-time-first does, while
    spreading GPUs where they speed jobs up most. At `fairness=1` every
    job's speedup counts alike (Pollux's utility). The default, 0.25
-   (0.5 until issue 34's stop 47), was chosen on Pollux's held-out
+   (0.5 until stop 46), was chosen on Pollux's held-out
    job-load workloads with `lead` on: against Pollux's published runs
    -16.9% / -10.9% (tuning / validation workloads) with no length
    information against 0.5's -15.7% / -9.3%, and -17.0% / -11.5% with
