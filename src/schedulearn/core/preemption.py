@@ -197,26 +197,29 @@ def make_room(
     returned in order. On failure the pool is unchanged.
     """
     n = job.gpus if gpus is None else gpus
-    released: list[JobView] = []
-    placement: Placement | None = None
-    gained = 0
-    for victim in victims:
-        if not victim.preemptible or victim.placement is None:
-            continue
-        pool.release(victim)
-        released.append(victim)
-        gained += victim.placement.num_gpus
-        # A placement needs at least n free GPUs in all; skip the search until then.
-        if free + gained < n:
-            continue
-        placement = pool.pack(job, n)
-        if placement is not None:
-            break
-    if placement is None:
-        for victim in reversed(released):
+    offered = [v for v in victims if v.preemptible and v.placement is not None]
+    whole = _one_node(pool, job, offered, n)
+    if whole is not None:
+        placement, released = whole
+    else:
+        released = []
+        found: Placement | None = None
+        gained = 0
+        for victim in offered:
             assert victim.placement is not None
-            pool.take(victim, victim.placement)
-        return None
+            pool.release(victim)
+            released.append(victim)
+            gained += victim.placement.num_gpus
+            # A placement needs at least n free GPUs in all; skip the search until then.
+            if free + gained < n:
+                continue
+            found = pool.pack(job, n)
+            if found is not None:
+                break
+        if found is None:
+            _retake(pool, released)
+            return None
+        placement = found
     pool.take(job, placement)
     # Victims released early may have freed GPUs the placement did not
     # use (another node, another GPU type): let those keep running. Try
@@ -230,6 +233,53 @@ def make_room(
             needed.append(victim)
     needed.reverse()
     return placement, needed
+
+
+def _one_node(
+    pool: FreePool, job: JobView, offered: list[JobView], n: int
+) -> tuple[Placement, list[JobView]] | None:
+    """Victims that free room for the whole job on one node, if any do.
+
+    A job spread over nodes runs slower (cross-node traffic) and spreads
+    whoever comes next, so a node that can hold the job whole beats the
+    shortest prefix of the order. The victims are grouped by node as the
+    order offers them; the first node (in that order) whose free GPUs and
+    victims so far reach `n` is tried, releasing its victims in the given
+    order (all of a gang victim's nodes with it). Each node is tried once,
+    so the cost is one release, search and retake per node the victims
+    hold. On success the victims stay released (the caller keeps those not
+    needed); on failure the pool is unchanged.
+    """
+    if n <= 0:
+        return None
+    gain: dict[str, int] = {}
+    on: dict[str, list[JobView]] = {}
+    tried: set[str] = set()
+    for victim in offered:
+        assert victim.placement is not None
+        for name, gpus in victim.placement:
+            on.setdefault(name, []).append(victim)
+            gain[name] = gain.get(name, 0) + len(gpus)
+            if name in tried or pool.num_free(pool.node(name)) + gain[name] < n:
+                continue
+            tried.add(name)
+            released = on[name]
+            for v in released:
+                pool.release(v)
+            # best_fit places on one node only (it may pick another node the
+            # release emptied enough; the caller keeps the victims not needed).
+            placement = pool.best_fit(job, n)
+            if placement is not None:
+                return placement, list(released)
+            _retake(pool, released)
+    return None
+
+
+def _retake(pool: FreePool, released: list[JobView]) -> None:
+    """Undo releases, last first (the pool as before them)."""
+    for victim in reversed(released):
+        assert victim.placement is not None
+        pool.take(victim, victim.placement)
 
 
 def can_retake(pool: FreePool, job: JobView, placement: Placement) -> bool:
