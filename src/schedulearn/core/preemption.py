@@ -12,11 +12,16 @@ so each states that as a key and `Victims` does the rest:
 - a waiting job may suspend only candidates whose level is above a bar
   it brings (`above`: its own deadline, remaining time, queue); these
   are a prefix of the sorted candidates;
-- victims are suspended in that order until the waiting job fits (one
-  node when it fits, else a gang over the fewest nodes, as
-  `FreePool.pack` places it); a victim's whole placement is freed, every
-  node of a gang at once; victims freed early whose GPUs the placement
-  did not need are kept running, least preferred first;
+- when some node's free GPUs and the candidates on it hold the whole
+  job, that node's candidates are suspended, in order, and the job goes
+  there whole (the first such node as the order reaches it): a job
+  spread over nodes runs slower and spreads whoever comes after it
+  (issue 32: an 8-GPU reclaim landed on several nodes);
+- else victims are suspended in that order until the waiting job fits
+  (a gang over the fewest nodes, as `FreePool.pack` places it); a
+  victim's whole placement is freed, every node of a gang at once;
+  victims freed early whose GPUs the placement did not need are kept
+  running, least preferred first;
 - a non-preemptible job is never suspended;
 - a job a live host is already stopping (`JobView.stopping`, shown as
   running until its process exits) comes first, above every bar and
@@ -33,7 +38,7 @@ caller's `FreePool` and hold nothing.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -187,8 +192,17 @@ def make_room(
     victims: Iterable[JobView],
     free: int,
     gpus: int | None = None,
+    tier: Callable[[JobView], Hashable] | None = None,
 ) -> tuple[Placement, list[JobView]] | None:
     """Suspend victims, in the given order, until `job` fits; keep only those needed.
+
+    When the shortest prefix of the order that lets the job fit spreads
+    it over nodes, a node that the victims can empty enough to hold the
+    whole job is preferred (`_one_node`). `tier(victim)` bounds that
+    choice: the victims are sorted by tier (the caller's order, coarser),
+    and only those up to the end of the tier the prefix reaches may be
+    taken for it (the fair-share reclaim: a queue less over its share
+    keeps its jobs for a convenient node); None: any victim offered.
 
     `free` is the number of GPUs the pool has free now. Victims that are
     not preemptible or not running are skipped: a non-preemptible job is
@@ -198,28 +212,39 @@ def make_room(
     """
     n = job.gpus if gpus is None else gpus
     offered = [v for v in victims if v.preemptible and v.placement is not None]
-    whole = _one_node(pool, job, offered, n)
-    if whole is not None:
-        placement, released = whole
-    else:
-        released = []
-        found: Placement | None = None
-        gained = 0
-        for victim in offered:
-            assert victim.placement is not None
-            pool.release(victim)
-            released.append(victim)
-            gained += victim.placement.num_gpus
-            # A placement needs at least n free GPUs in all; skip the search until then.
-            if free + gained < n:
-                continue
-            found = pool.pack(job, n)
-            if found is not None:
-                break
-        if found is None:
-            _retake(pool, released)
-            return None
-        placement = found
+    released: list[JobView] = []
+    found: Placement | None = None
+    gained = 0
+    for victim in offered:
+        assert victim.placement is not None
+        pool.release(victim)
+        released.append(victim)
+        gained += victim.placement.num_gpus
+        # A placement needs at least n free GPUs in all; skip the search until then.
+        if free + gained < n:
+            continue
+        found = pool.pack(job, n)
+        if found is not None:
+            break
+    if found is None:
+        _retake(pool, released)
+        return None
+    placement = found
+    if placement.num_nodes > 1:
+        limit = len(offered)
+        if tier is not None:
+            reached = tier(released[-1])
+            limit = len(released)
+            while limit < len(offered) and tier(offered[limit]) == reached:
+                limit += 1
+        _retake(pool, released)
+        whole = _one_node(pool, job, offered[:limit], n)
+        if whole is not None:
+            placement, released = whole
+        else:
+            # The pool as when `found` was chosen.
+            for victim in released:
+                pool.release(victim)
     pool.take(job, placement)
     # Victims released early may have freed GPUs the placement did not
     # use (another node, another GPU type): let those keep running. Try

@@ -100,3 +100,19 @@ def test_a_reclaim_takes_no_job_its_order_protects_for_a_convenient_node() -> No
     taken, started = _reclaim(Tenancy((Queue.of("A", 8), Queue.of("B", 8))))
     assert taken == {1, 2}
     assert started[10].num_nodes == 2
+
+
+def test_a_tier_bounds_the_victims_a_node_whole_choice_may_take() -> None:
+    sc = _four_halves()
+    order = _order(sc)  # 1 (b), 2 (a), 3 (b), 4 (a)
+    team = {1: "first", 2: "first", 3: "later", 4: "later"}
+    pool = FreePool(sc.view(1000.0))
+    made = make_room(pool, job(9, 8), order, pool.total_free(), tier=lambda v: team[v.id])
+    # The walk reaches tier "first" at job 2; emptying node b needs job 3 of the
+    # later tier: the job spreads over the first tier's two jobs instead.
+    assert made is not None and [v.id for v in made[1]] == [1, 2]
+    assert made[0].num_nodes == 2
+    team[3] = "first"
+    pool = FreePool(sc.view(1000.0))
+    made = make_room(pool, job(9, 8), order, pool.total_free(), tier=lambda v: team[v.id])
+    assert made is not None and [v.id for v in made[1]] == [1, 3]
