@@ -12,15 +12,18 @@ so each states that as a key and `Victims` does the rest:
 - a waiting job may suspend only candidates whose level is above a bar
   it brings (`above`: its own deadline, remaining time, queue); these
   are a prefix of the sorted candidates;
-- when some node's free GPUs and the candidates on it hold the whole
-  job, that node's candidates are suspended, in order, and the job goes
-  there whole (the first such node as the order reaches it): a job
-  spread over nodes runs slower and spreads whoever comes after it
-  (issue 32: an 8-GPU reclaim landed on several nodes);
-- else victims are suspended in that order until the waiting job fits
-  (a gang over the fewest nodes, as `FreePool.pack` places it); a
-  victim's whole placement is freed, every node of a gang at once;
-  victims freed early whose GPUs the placement did not need are kept
+- victims are suspended in that order until the waiting job fits (one
+  node when it fits, else a gang over the fewest nodes, as
+  `FreePool.pack` places it); a victim's whole placement is freed, every
+  node of a gang at once;
+- but when that spreads a job one node could hold, and some node's free
+  GPUs and the candidates on it hold the whole job, that node's
+  candidates are suspended instead, in order, and the job goes there
+  whole (the first such node as the order reaches it): a job spread over
+  nodes runs slower and spreads whoever comes after it (issue 32: an
+  8-GPU reclaim landed on several nodes). A caller may bound that choice
+  by a tier of its order (`make_room`'s `tier`);
+- victims freed early whose GPUs the placement did not need are kept
   running, least preferred first;
 - a non-preemptible job is never suspended;
 - a job a live host is already stopping (`JobView.stopping`, shown as
@@ -267,10 +270,11 @@ def _one_node(
 
     A job spread over nodes runs slower (cross-node traffic) and spreads
     whoever comes next, so a node that can hold the job whole beats the
-    shortest prefix of the order. The victims are grouped by node as the
-    order offers them; the first node (in that order) whose free GPUs and
-    victims so far reach `n` is tried, releasing its victims in the given
-    order (all of a gang victim's nodes with it). Each node is tried once,
+    shortest prefix of the order (among the victims `offered`). The
+    victims are grouped by node as the order offers them; the first node
+    (in that order) whose free GPUs and victims so far reach `n` is tried,
+    releasing its victims in the given order (all of a gang victim's nodes
+    with it). Each node is tried once,
     so the cost is one release, search and retake per node the victims
     hold. On success the victims stay released (the caller keeps those not
     needed); on failure the pool is unchanged.
