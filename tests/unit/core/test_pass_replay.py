@@ -11,8 +11,9 @@ recorded with that code (`pass_views.py` made them). The decisions of
 srtf, timeslice and tiresias (the policies that preempt through
 `core.preemption.make_room`) were recorded again for issue 32 item 2,
 when making room began to empty one node for a job one node holds rather
-than spread it; every other policy's decisions are the recorded ones. Each policy is created fresh, as the live
-server creates one on a switch, and replays every snapshot.
+than spread it; every other policy's decisions are the recorded ones.
+Each policy is created fresh, as the live server creates one on a
+switch, and replays every snapshot.
 """
 
 from __future__ import annotations
