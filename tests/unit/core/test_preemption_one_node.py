@@ -116,3 +116,23 @@ def test_a_tier_bounds_the_victims_a_node_whole_choice_may_take() -> None:
     pool = FreePool(sc.view(1000.0))
     made = make_room(pool, job(9, 8), order, pool.total_free(), tier=lambda v: team[v.id])
     assert made is not None and [v.id for v in made[1]] == [1, 3]
+
+
+def test_a_reclaim_empties_no_node_with_jobs_of_a_queue_less_over_its_share() -> None:
+    # C holds 18 of 32 GPUs, B 14 (shares 12 each): C's jobs 1 (b) and 2 (a) come
+    # first, then B's 3 (b) and 4 (a). Emptying node b would take B's job 3 while
+    # C, further over its share, has jobs to give: the job spreads over C's two.
+    sc = Scenario(node("a", 8), node("b", 8), node("c", 8), node("d", 8))
+    sc.run(job(1, 4, queue="C", preemptible=True), {"b": [0, 1, 2, 3]}, started_at=40.0)
+    sc.run(job(2, 4, queue="C", preemptible=True), {"a": [4, 5, 6, 7]}, started_at=30.0)
+    sc.run(job(6, 8, queue="C", preemptible=True), {"c": range(8)}, started_at=995.0)
+    sc.run(job(8, 2, queue="C", preemptible=True), {"d": [0, 1]}, started_at=995.0)
+    sc.run(job(3, 4, queue="B", preemptible=True), {"b": [4, 5, 6, 7]}, started_at=20.0)
+    sc.run(job(4, 4, queue="B", preemptible=True), {"a": [0, 1, 2, 3]}, started_at=10.0)
+    sc.run(job(7, 6, queue="B", preemptible=True), {"d": range(2, 8)}, started_at=995.0)
+    tenancy = Tenancy((Queue.of("A", 8), Queue.of("B", 0), Queue.of("C", 0)))
+    view = replace(sc.view(1000.0, [job(10, 8, queue="A", preemptible=True)]), tenancy=tenancy)
+    decisions = FairShare(create("fifo"), min_run=60).decide(view)
+    sc.ledger.apply(decisions, {j.id: j for j in [*view.pending, *sc.running]})
+    assert preempts(decisions) == {1, 2}
+    assert starts(decisions)[10].num_nodes == 2
