@@ -223,8 +223,11 @@ class Scheduler:
 
     async def run_once(self) -> Round:
         # Shielded: cancelling the loop cannot stop a round already on a
-        # database thread, so `stop` waits for this future instead.
-        self._round_running = asyncio.ensure_future(self.db.run(self._round))
+        # database thread, so `stop` waits for this future instead. `first`:
+        # ahead of every queued request (on SQLite's one thread a pass behind
+        # them waited seconds while GPUs stood free, issue 36); it still sees
+        # all they committed before it runs.
+        self._round_running = asyncio.ensure_future(self.db.run(self._round, first=True))
         round_ = await asyncio.shield(self._round_running)
         self.passes += 1
         if round_.changes.nodes:
