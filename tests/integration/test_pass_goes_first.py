@@ -24,9 +24,12 @@ from server_api import Api, on_app_loop
 from sqlmodel import Session
 from wire_agent import WireAgent
 
+from schedulearn.core import Start
 from schedulearn.protocol import JobSpec
 from schedulearn.server.auth import Caller
 from schedulearn.server.auth import Role as CallerRole
+from schedulearn.server.scheduler import Round
+from schedulearn.server.services import scheduling
 from schedulearn.server.services.idempotency import Submission
 
 PATIENCE = 60.0  # seconds a step may take on a loaded machine before the test gives up
@@ -92,3 +95,45 @@ def test_a_round_goes_ahead_of_a_request_queued_before_it(api: Api) -> None:
     assert done.result.started == [queued_first], "the submission queued first ran first"
     later = submission.result().jobs[0].id
     assert api.get(f"/api/v1/jobs/{later}").json()["state"] == "pending"
+
+
+def test_a_start_waits_when_its_job_or_node_changed_while_the_policy_decided(api: Api) -> None:
+    """The policy decides off the database thread, so requests commit between
+    a pass's read and its write. A job held or cancelled meanwhile, or one
+    placed on a node drained meanwhile, is not started; the job left alone
+    is (fifo: one job a node, each node has one GPU)."""
+    for name in ("n1", "n2", "n3", "n4"):
+        WireAgent(api, name, gpus=1).register()
+    state = api.state
+    scheduler = state.scheduler
+    on_app_loop(api.client, scheduler.stop)  # the test runs the round by hand
+    ids = []
+    for _ in range(4):
+        r = api.post("/api/v1/jobs", json={"command": ["true"], "gpus": 1})
+        assert r.status_code == 201, r.text
+        ids.append(int(r.json()["ids"][0]))
+    held, cancelled, drained_on, kept = ids
+
+    reading = state.db.call(scheduler._read)
+    assert not isinstance(reading, Round) and reading.prepared is not None
+    reading.prepared.queued = scheduler.kept.pending.queued_at
+    decisions = scheduling.decide(reading.prepared, reading.policy)
+    starts = {d.job_id: d for d in decisions if isinstance(d, Start)}
+    assert sorted(starts) == sorted(ids)
+    # Between the read and the write, as requests on the database thread:
+    assert api.post(f"/api/v1/jobs/{held}/hold").status_code == 200
+    assert api.post(f"/api/v1/jobs/{cancelled}/cancel").status_code == 200
+    ((node, _gpus),) = starts[drained_on].placement
+    assert api.post(f"/api/v1/nodes/{node}/drain", params={"reason": "fan"}).status_code == 200
+    done = state.db.call(scheduler._write, reading, decisions)
+
+    assert done.result is not None
+    assert done.result.started == [kept], done.result
+    assert sorted(done.result.deferred) == sorted([held, cancelled, drained_on])
+    states = {i: api.get(f"/api/v1/jobs/{i}").json()["state"] for i in ids}
+    assert states == {
+        held: "pending",
+        cancelled: "cancelled",
+        drained_on: "pending",
+        kept: "assigned",
+    }

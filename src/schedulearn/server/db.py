@@ -386,8 +386,12 @@ class Database:
         `Unavailable` once the database is `stalled` and no longer `answers` (a call
         still queued then never runs). `first`: ahead of every queued request (the
         scheduler's round), else behind them, in the order calls came."""
-        submit = self._executor.submit_first if first else self._executor.submit
-        future = asyncio.wrap_future(submit(self.call, fn, *args))
+        queued: Future[T] = (
+            self._executor.submit_first(self.call, fn, *args)
+            if first
+            else self._executor.submit(self.call, fn, *args)
+        )
+        future = asyncio.wrap_future(queued)
         if self.is_sqlite or self.timeouts.answer_seconds <= 0:
             return await future
         while True:
