@@ -10,6 +10,13 @@ booking impossible even with several writers) and one `JobPart` per
 node; each preempted job moves to `preempting` and its parts get a
 preempt stop order.
 
+A pass is three steps, `prepare` (the reads), `decide` (pure: the policy
+and the ledger) and `apply` (the writes); `run_pass` runs them in one go.
+The live scheduler runs `decide` off the database thread, so requests
+commit between the read and the write: `apply` checks every row again
+and leaves a start whose job changed or whose node closed meanwhile to
+the next pass (`Prepared.queued`).
+
 A `Resize` (grow, shrink, or a migration: the same size elsewhere; a
 `Preempt` and a `Start` of one job in one pass mean the same) goes
 through checkpoint and restart: the job is stopped like a preempted one,
