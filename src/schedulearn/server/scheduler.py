@@ -168,9 +168,14 @@ class Scheduler:
             return inner
         return FairShare(inner, min_run=self.settings.queue_min_run_seconds)
 
-    def _read(self, session: Session) -> Round | _Reading:
+    def _read(self, session: Session, decide_here: bool | None = False) -> Round | _Reading:
         """A round up to the policy's decision: a whole `Round` when there is
-        nothing to decide, else what `_write` needs once the policy has decided."""
+        nothing to decide, else what `_write` needs once the policy has decided.
+
+        `decide_here`: decide and write in this session too; None: only if no
+        request waits for a database thread (then nothing is gained by
+        deciding elsewhere, and the two hand-overs between threads cost a
+        few milliseconds of latency on a lightly loaded server)."""
         now = self.clock.now()
         if self.pace.due(now):
             # Every replica: each names the interval to the agents it answers.
@@ -224,6 +229,10 @@ class Scheduler:
         if isinstance(prepared, scheduling.PassResult):
             return self._finish(session, reading, prepared)
         reading.prepared = prepared
+        if decide_here is None:
+            decide_here = self.db.waiting()[1] == 0
+        if decide_here:
+            return self._write(session, reading, scheduling.decide(prepared, self.policy))
         return reading
 
     def _write(self, session: Session, reading: _Reading, decisions: list[Decision]) -> Round:
@@ -251,11 +260,9 @@ class Scheduler:
 
     def _round(self, session: Session) -> Round:
         """A whole round in one session, the policy deciding on this thread."""
-        reading = self._read(session)
-        if isinstance(reading, Round):
-            return reading
-        assert reading.prepared is not None
-        return self._write(session, reading, scheduling.decide(reading.prepared, reading.policy))
+        round_ = self._read(session, decide_here=True)
+        assert isinstance(round_, Round)
+        return round_
 
     def run_once_blocking(self) -> Round:
         return self.db.call(self._round)
@@ -265,8 +272,8 @@ class Scheduler:
         SQLite's one thread a pass behind them waited seconds while GPUs stood
         free, issue 36), with the policy's decision off them: requests are
         served while it decides, and the write checks every row again
-        (`scheduling.apply`)."""
-        reading = await self.db.run(self._read, first=True)
+        (`scheduling.apply`). With no request waiting, it decides in place."""
+        reading = await self.db.run(self._read, None, first=True)
         if isinstance(reading, Round):
             return reading
         assert reading.prepared is not None
