@@ -8,7 +8,9 @@ it, through psycopg 3.
 Every query runs through `Database.run`, off the event loop. With SQLite
 that is one dedicated thread, so writes are serialised in-process and
 never meet SQLITE_BUSY; with PostgreSQL a few threads, and row-level
-conditions in the statements keep concurrent writers honest.
+conditions in the statements keep concurrent writers honest. Requests
+take their turn in the order they came; the scheduler's round goes
+ahead of every queued request (`run(..., first=True)`, `db_queue`).
 
 `Database.call` is the one transaction wrapper: a transaction that fails
 on a deadlock or a serialization failure (PostgreSQL) is rolled back and
@@ -62,6 +64,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlmodel import Session
 
+from schedulearn.server.db_queue import DbQueue
 from schedulearn.server.engine import Timeouts, make_engine, normalise_url
 from schedulearn.server.errors import Unavailable
 
@@ -282,9 +285,7 @@ class Database:
         self.timeouts = timeouts or Timeouts()
         self.engine = make_engine(url, self.timeouts)
         self.is_sqlite = self.engine.dialect.name == "sqlite"
-        self._executor = ThreadPoolExecutor(
-            max_workers=1 if self.is_sqlite else 4, thread_name_prefix="db"
-        )
+        self._executor = DbQueue(1 if self.is_sqlite else 4, name="db")
         # For `stalled`: when each running call started, and when one last ended.
         self._lock = threading.Lock()
         self._running: dict[int, float] = {}
@@ -300,6 +301,15 @@ class Database:
     @property
     def backend(self) -> str:
         return self.engine.dialect.name
+
+    @property
+    def threads(self) -> int:
+        """How many database threads run calls at once (SQLite: one)."""
+        return self._executor.threads
+
+    def waiting(self) -> tuple[int, int]:
+        """How many calls wait for a database thread: (the scheduler's, requests)."""
+        return self._executor.waiting()
 
     def session(self) -> Session:
         return Session(self.engine, expire_on_commit=False)
@@ -371,12 +381,17 @@ class Database:
         done, _ = await asyncio.wait({asyncio.wrap_future(probe)}, timeout=PROBE_SECONDS)
         return bool(done) and probe.exception() is None
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, first: bool = False) -> T:
         """Run `fn(session, *args)` on the database threads and await its result;
         `Unavailable` once the database is `stalled` and no longer `answers` (a call
-        still queued then never runs)."""
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, self.call, fn, *args)
+        still queued then never runs). `first`: ahead of every queued request (the
+        scheduler's round), else behind them, in the order calls came."""
+        queued: Future[T] = (
+            self._executor.submit_first(self.call, fn, *args)
+            if first
+            else self._executor.submit(self.call, fn, *args)
+        )
+        future = asyncio.wrap_future(queued)
         if self.is_sqlite or self.timeouts.answer_seconds <= 0:
             return await future
         while True:

@@ -24,7 +24,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlmodel import Session
 
 from schedulearn.clock import Clock
-from schedulearn.core import Policy
+from schedulearn.core import Decision, Policy
 from schedulearn.core.fairshare import FairShare
 from schedulearn.server.db import Database
 from schedulearn.server.errors import Unavailable
@@ -50,6 +50,9 @@ from schedulearn.settings import ServerSettings
 log = logging.getLogger(__name__)
 LEADER_LOCK = 0x5C4ED  # any constant shared by all replicas
 PRUNE_SECONDS = 30.0  # how often checkpoints of finished jobs are deleted
+# The longest rest after a pass (`Scheduler.loop`): a pass slower than this
+# takes more than half of the database threads' time, not free-to-start waits.
+MAX_REST_SECONDS = 2.0
 
 
 @dataclass(slots=True)
@@ -57,6 +60,19 @@ class Round:
     changes: Changes
     result: scheduling.PassResult | None
     spec: str
+
+
+@dataclass(slots=True)
+class _Reading:
+    """A round read and waiting for its policy's decision (`Scheduler._read`)."""
+
+    changes: Changes
+    spec: str
+    now: float
+    tenanted: bool
+    started: float  # perf_counter at the pass's start, for the pass metric
+    policy: Policy
+    prepared: scheduling.Prepared | None = None
 
 
 class Scheduler:
@@ -152,7 +168,14 @@ class Scheduler:
             return inner
         return FairShare(inner, min_run=self.settings.queue_min_run_seconds)
 
-    def _round(self, session: Session) -> Round:
+    def _read(self, session: Session, decide_here: bool | None = False) -> Round | _Reading:
+        """A round up to the policy's decision: a whole `Round` when there is
+        nothing to decide, else what `_write` needs once the policy has decided.
+
+        `decide_here`: decide and write in this session too; None: only if no
+        request waits for a database thread (then nothing is gained by
+        deciding elsewhere, and the two hand-overs between threads cost a
+        few milliseconds of latency on a lightly loaded server)."""
         now = self.clock.now()
         if self.pace.due(now):
             # Every replica: each names the interval to the agents it answers.
@@ -201,9 +224,26 @@ class Scheduler:
                 log.info("policy in force: %s%s", spec, " (with tenant queues)" if tenanted else "")
             self.spec = spec
         assert self.policy is not None
-        started = time.perf_counter()
-        result = scheduling.run_pass(session, self.policy, now, self.kept)
-        if tenanted:
+        reading = _Reading(changes, spec, now, tenanted, time.perf_counter(), self.policy)
+        prepared = scheduling.prepare(session, self.policy, now, self.kept)
+        if isinstance(prepared, scheduling.PassResult):
+            return self._finish(session, reading, prepared)
+        reading.prepared = prepared
+        if decide_here is None:
+            decide_here = self.db.waiting()[1] == 0
+        if decide_here:
+            return self._write(session, reading, scheduling.decide(prepared, self.policy))
+        return reading
+
+    def _write(self, session: Session, reading: _Reading, decisions: list[Decision]) -> Round:
+        """The rest of a round: the policy's decisions written, checked again."""
+        assert reading.prepared is not None
+        result = scheduling.apply(session, reading.prepared, decisions, reading.now)
+        return self._finish(session, reading, result)
+
+    def _finish(self, session: Session, reading: _Reading, result: scheduling.PassResult) -> Round:
+        now = reading.now
+        if reading.tenanted:
             queues.observe(session, now, self.settings.queue_half_life_seconds)
         if now - self._pruned_at >= PRUNE_SECONDS:
             self._pruned_at = now
@@ -215,16 +255,36 @@ class Scheduler:
                 self.settings.log_retention_days,
             )
             goodput.prune(session)
-        self.metrics.passes.observe(time.perf_counter() - started)
-        return Round(changes, result, spec)
+        self.metrics.passes.observe(time.perf_counter() - reading.started)
+        return Round(reading.changes, result, reading.spec)
+
+    def _round(self, session: Session) -> Round:
+        """A whole round in one session, the policy deciding on this thread."""
+        round_ = self._read(session, decide_here=True)
+        assert isinstance(round_, Round)
+        return round_
 
     def run_once_blocking(self) -> Round:
         return self.db.call(self._round)
 
+    async def _run_round(self) -> Round:
+        """A round on the database threads, ahead of every queued request (on
+        SQLite's one thread a pass behind them waited seconds while GPUs stood
+        free, issue 36), with the policy's decision off them: requests are
+        served while it decides, and the write checks every row again
+        (`scheduling.apply`). With no request waiting, it decides in place."""
+        reading = await self.db.run(self._read, None, first=True)
+        if isinstance(reading, Round):
+            return reading
+        assert reading.prepared is not None
+        reading.prepared.queued = self.kept.pending.queued_at
+        decisions = await asyncio.to_thread(scheduling.decide, reading.prepared, reading.policy)
+        return await self.db.run(self._write, reading, decisions, first=True)
+
     async def run_once(self) -> Round:
         # Shielded: cancelling the loop cannot stop a round already on a
         # database thread, so `stop` waits for this future instead.
-        self._round_running = asyncio.ensure_future(self.db.run(self._round))
+        self._round_running = asyncio.ensure_future(self._run_round())
         round_ = await asyncio.shield(self._round_running)
         self.passes += 1
         if round_.changes.nodes:
@@ -273,13 +333,16 @@ class Scheduler:
             took = time.perf_counter() - started
             if took > 0.002 and idle < took:
                 # Under a stream of wake-ups, passes would run back to back and
-                # starve the requests that share the database thread. Resting
-                # as long as the pass took caps the loop at half of it; the
-                # wake-ups that land meanwhile are served by the next pass.
+                # starve the requests that share the database thread: a round
+                # goes ahead of every queued request, so only this rest leaves
+                # them their turn. Resting as long as the pass took caps the
+                # loop at half of it; the wake-ups that land meanwhile are
+                # served by the next pass. (With a rest capped at 50 ms, 300
+                # agents could not all register behind passes of a second.)
                 # Only then: after a pass that followed a pause at least as
                 # long as itself, the next wake-up (a lone submission on an
                 # idle cluster) is served at once, not after a rest.
-                await asyncio.sleep(min(took, 0.05))
+                await asyncio.sleep(min(took, MAX_REST_SECONDS))
             waited = time.perf_counter()
             await wait_for(self.wakeups.scheduler, self._timeout())
             idle = time.perf_counter() - waited

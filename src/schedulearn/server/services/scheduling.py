@@ -10,6 +10,13 @@ booking impossible even with several writers) and one `JobPart` per
 node; each preempted job moves to `preempting` and its parts get a
 preempt stop order.
 
+A pass is three steps, `prepare` (the reads), `decide` (pure: the policy
+and the ledger) and `apply` (the writes); `run_pass` runs them in one go.
+The live scheduler runs `decide` off the database thread, so requests
+commit between the read and the write: `apply` checks every row again
+and leaves a start whose job changed or whose node closed meanwhile to
+the next pass (`Prepared.queued`).
+
 A `Resize` (grow, shrink, or a migration: the same size elsewhere; a
 `Preempt` and a `Start` of one job in one pass mean the same) goes
 through checkpoint and restart: the job is stopped like a preempted one,
@@ -34,6 +41,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
@@ -56,7 +64,7 @@ from schedulearn.core import (
 from schedulearn.core.views import ClusterView, rebuild
 from schedulearn.protocol import JobState, StopReason
 from schedulearn.server.bulk import execute_many
-from schedulearn.server.models import Allocation, Job, JobPart, PartStatus
+from schedulearn.server.models import Allocation, Job, JobPart, Node, PartStatus
 from schedulearn.server.services import (
     dependencies,
     lifecycle,
@@ -198,12 +206,40 @@ def as_moves(decisions: list[Decision]) -> list[Decision]:
     return out
 
 
+@dataclass(slots=True)
+class Prepared:
+    """A pass read from the database, for the policy to decide (`prepare`)."""
+
+    snap: snapshot.Snapshot
+    result: PassResult
+    # Each queued job's `queued_at` as the pass read it, when other writers may
+    # commit between the read and the write (`decide` off the database
+    # thread): `apply` then leaves a job changed meanwhile for the next pass.
+    # None: read, decided and written in one go.
+    queued: dict[int, float] | None = None
+
+
 def run_pass(
     session: Session,
     policy: Policy,
     now: float,
     cache: snapshot.PendingCache | live_views.Kept | None = None,
 ) -> PassResult:
+    """One pass in one go: `prepare`, `decide`, `apply`."""
+    prepared = prepare(session, policy, now, cache)
+    if isinstance(prepared, PassResult):
+        return prepared
+    return apply(session, prepared, decide(prepared, policy), now)
+
+
+def prepare(
+    session: Session,
+    policy: Policy,
+    now: float,
+    cache: snapshot.PendingCache | live_views.Kept | None = None,
+) -> Prepared | PassResult:
+    """A pass's reads (and the resumes and settled dependencies it commits
+    first); a `PassResult` when there is nothing for the policy to decide."""
     resumed = resume(session, now)
     # Jobs whose dependency can never be met end now, whatever the GPUs.
     dependencies.settle(session, now)
@@ -218,14 +254,34 @@ def run_pass(
     result.resumed, result.started, result.nodes = resumed.resumed, resumed.started, resumed.nodes
     if not snap.view.pending and not policy.tick_seconds:
         return result
+    return Prepared(snap, result)
+
+
+def decide(prepared: Prepared, policy: Policy) -> list[Decision]:
+    """The policy's decisions the ledger accepts. Pure (no database): the
+    scheduler runs it off the database thread, which serves requests meanwhile."""
+    snap = prepared.snap
     # The collector runs after the pass, not in bursts inside it (`collector`).
     with collector_held():
         # Held jobs, array limits and drained nodes: the same for every policy.
         view = eligibility.schedulable(snap.view)
         decisions = policy.decide(view)
     if not decisions:
+        return []
+    return check(ledger_for(snap, view), as_moves(decisions), snap.jobs, prepared.result)
+
+
+def apply(
+    session: Session, prepared: Prepared, decisions: list[Decision], now: float
+) -> PassResult:
+    """Write `decisions` in one transaction, each row checked again: a job
+    that moved on since the read (`transition`'s conditional writes) abandons
+    the pass; with `prepared.queued`, a start whose job was changed meanwhile
+    (held, updated: a new `queued_at`) or whose node went down, was drained
+    or removed waits for the next pass."""
+    snap, result = prepared.snap, prepared.result
+    if not decisions:
         return result
-    decisions = check(ledger_for(snap, view), as_moves(decisions), snap.jobs, result)
     # Each job stopped for another queue says who took its GPUs back.
     lines = reclaims.notes(decisions, snap.jobs)
     # A start needs only the job's attempt and state: one plain read for all of
@@ -233,10 +289,12 @@ def run_pass(
     # `session.get` then finds each in the session (held here: the session
     # keeps its objects only weakly).
     ids = [d.job_id for d in decisions]
-    decided = {
-        job_id: (attempt, JobState(state))
-        for job_id, attempt, state in session.connection().execute(_DECIDED, {"ids": ids})
-    }
+    rows: list[Any] = list(session.connection().execute(_DECIDED, {"ids": ids}))
+    decided = {job_id: (attempt, JobState(state)) for job_id, attempt, state, _ in rows}
+    moved: set[int] = set()
+    if prepared.queued is not None:
+        now_queued = {job_id: queued_at for job_id, _, _, queued_at in rows}
+        moved = _moved_since(session, prepared.queued, decisions, decided, now_queued)
     others = [d.job_id for d in decisions if not isinstance(d, Start) and d.job_id in decided]
     held: Sequence[Job] = ()
     if others:
@@ -250,7 +308,7 @@ def run_pass(
                 busy = [
                     f"{n}:{g}" for n, gpus in d.placement for g in gpus if (n, g) in snap.holders
                 ]
-                if busy:
+                if busy or d.job_id in moved:
                     # GPUs a preemption in this pass frees are still in use
                     # until the victim's process exits: start on a later pass.
                     result.deferred.append(d.job_id)
@@ -275,6 +333,33 @@ def run_pass(
         log.info("scheduling pass abandoned: %s", exc)
         return PassResult(pending=result.pending, running=result.running)
     return result
+
+
+def _moved_since(
+    session: Session,
+    queued: dict[int, float],
+    decisions: list[Decision],
+    decided: dict[int, tuple[int, JobState]],
+    now_queued: dict[int, float],
+) -> set[int]:
+    """The jobs to start that changed since the pass read them (no longer
+    pending; a hold, an update, a requeue give a job a new `queued_at`), or
+    whose placement names a node that is down, drained or removed now."""
+    starts = [d for d in decisions if isinstance(d, Start) and d.job_id in decided]
+    if not starts:
+        return set()
+    open_ = {
+        name
+        for name, healthy, drained in session.connection().execute(_NODE_OPEN)
+        if healthy and not drained
+    }
+    return {
+        d.job_id
+        for d in starts
+        if decided[d.job_id][1] is not JobState.PENDING
+        or queued.get(d.job_id) != now_queued.get(d.job_id)
+        or any(n not in open_ for n, _gpus in d.placement)
+    }
 
 
 def _start(
@@ -480,9 +565,10 @@ def resize(
 
 
 # Built once: every pass that starts a job reads them.
-_DECIDED = select(col(Job.id), col(Job.attempt), col(Job.state)).where(
+_DECIDED = select(col(Job.id), col(Job.attempt), col(Job.state), col(Job.queued_at)).where(
     col(Job.id).in_(bindparam("ids", expanding=True))
 )
+_NODE_OPEN = select(col(Node.name), col(Node.healthy), col(Node.drained))
 
 # Built once; the state is a bound parameter from the enum, not a literal.
 _ANY_RESUMING = (

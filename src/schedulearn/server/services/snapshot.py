@@ -204,6 +204,8 @@ class PendingCache:
         self._sql: tuple[str, str, Any] | None = None
         # The accounts the kept views carry (None: not attached).
         self._accounts: dict[str, str] | None = None
+        # Each queued job's `queued_at` as the last `load` read it.
+        self.queued_at: dict[int, float] = {}
 
     def load(self, session: Session, book: AccountBook | None = None) -> list[JobView]:
         # The one query of a pass that grows with the queue: run it on the
@@ -220,6 +222,7 @@ class PendingCache:
             order = cursor.fetchall()
         finally:
             cursor.close()
+        self.queued_at = dict(order)
         views = self._views
         missing = [i for i, q in order if (hit := views.get(i)) is None or hit[0] != q]
         for start in range(0, len(missing), 500):
