@@ -18,6 +18,7 @@ from stepped import T0, Stepped, stepped_app
 from wire_agent import WireAgent
 
 from schedulearn.server.services import lifecycle
+from schedulearn.server.services.predictions import Predictor
 from schedulearn.settings import ServerSettings
 from waiting import wait_until
 
@@ -163,16 +164,25 @@ def test_timeslice_preempts_a_job_only_after_its_quantum(app: Stepped) -> None:
     assert start.job_id == waiting
 
 
-def test_a_cached_forecast_is_served_until_its_time_to_live(app: Stepped) -> None:
+def _queued_behind_a_blocker(app: Stepped) -> tuple[int, Predictor]:
+    """A 50 s job queued behind a 100 s one on a 1-GPU node, and the app's
+    predictor with every forecast made in the request: a forecast's cost is
+    measured in real time, and on a loaded machine one made while the test
+    set up may have cost more than the marks for keeping a slow one longer
+    (`slow_seconds`) or redoing it in the background (`background_seconds`);
+    these tests are about the clock's part."""
     node = WireAgent(app.api, "n1", gpus=1)
     node.register()
     running_on(app, node, gpus=1, estimated_duration=100)
     queued = app.submit(gpus=1, estimated_duration=50)
-    predictor = app.api.state.predictions
-    # A forecast's cost is measured in real time and a slow one is kept longer
-    # (up to 20 times its cost); this test is about the clock's part only.
+    predictor: Predictor = app.api.state.predictions
     predictor.slow_seconds = math.inf
+    predictor.background_seconds = math.inf
+    return queued, predictor
 
+
+def test_a_cached_forecast_is_served_until_its_time_to_live(app: Stepped) -> None:
+    queued, predictor = _queued_behind_a_blocker(app)
     first = app.job(queued).predicted_start_at
     assert first == pytest.approx(T0 + 100)  # when the blocker ends
     made = predictor.computed
@@ -190,16 +200,7 @@ def test_a_cached_forecast_is_served_until_its_time_to_live(app: Stepped) -> Non
 def test_a_slow_forecast_is_redone_in_the_background_while_the_last_one_is_served(
     app: Stepped,
 ) -> None:
-    node = WireAgent(app.api, "n1", gpus=1)
-    node.register()
-    running_on(app, node, gpus=1, estimated_duration=100)
-    queued = app.submit(gpus=1, estimated_duration=50)
-    predictor = app.api.state.predictions
-    # The first forecast made in the request, as it was: a forecast's cost is
-    # measured in real time, and on a loaded machine an earlier one (made while
-    # the test set up) may have cost more than `background_seconds`.
-    predictor.slow_seconds = math.inf
-    predictor.background_seconds = math.inf
+    queued, predictor = _queued_behind_a_blocker(app)
     assert app.job(queued).predicted_start_at == pytest.approx(T0 + 100)
     made = predictor.computed
     # From now on every forecast counts as slow, and as slow enough to be
