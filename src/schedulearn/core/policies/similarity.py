@@ -89,6 +89,7 @@ from schedulearn.core.decisions import Decision, Resize, Start
 from schedulearn.core.estimator import Estimator, builtin_table
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policies._similarity_exchange import Partners, allowed, saving
+from schedulearn.core.policies._similarity_pairs import pairs
 from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.preemption import can_retake
 from schedulearn.core.registry import register
@@ -424,44 +425,36 @@ class Similarity:
             jobs, groups = [jobs[k] for k in order], [groups[k] for k in order]
             ids = [j.id for j in jobs]
         # Every (job, type) pair, highest saving first; among equal savings the one
-        # that waited longest (then the lower id, then the type by name) first. The
-        # pairs are laid out in that tie order (job k's pair of type p at k * width
-        # + p), so a stable sort on the saving alone gives it, without a tuple a pair.
-        # A pair's key, -(work * factor), is work * -factor (negation is exact), so
-        # each type's keys are one product of two lists, in C. A pair the group
-        # may not take gets any key (-work): the walk passes over it.
+        # that waited longest (then the lower id, then the type by name) first: a
+        # pair's key, -(work * factor), is work * -factor (negation is exact), so
+        # each type's keys are one product of two lists, in C, and `pairs` walks
+        # them by key, then job (the jobs are in tie order), then type. A pair the
+        # group may not take gets any key (-work): the walk passes over it.
         lefts = list(map(work.__getitem__, ids))
         rows = [g.negated for g in groups]
-        keys = [0.0] * (len(jobs) * width)
-        for p in range(width):
-            keys[p::width] = list(map(mul, lefts, map(itemgetter(p), rows)))
-        walk = iter(sorted(range(len(keys)), key=keys.__getitem__))
-        full = False
-        while not full:
-            for at in walk:
-                k, p = divmod(at, width)
-                job = jobs[k]
-                job_id = job.id
-                if job_id in started:
-                    continue
-                gpu_type = names[p]
-                if free.get(gpu_type, 0) < job.gpus or groups[k].factors[p] is None:
-                    continue
-                placement = pool.pack(job, gpu_type=gpu_type)
-                if placement is not None:
-                    _start(pool, types, job, placement, decisions)
-                    started.add(job_id)
-                    if free.get(gpu_type, 0) <= 0:
-                        # Every later pair of this type needs one of its GPUs (and
-                        # nothing here frees any): the walk leaves them out, as it
-                        # would pass over each (most of the walk once a type is
-                        # full), or stops when every type is full.
-                        full = all(n <= 0 for n in free.values())
-                        if not full:
-                            walk = iter([a for a in walk if a % width != p])
-                        break
-            else:
-                break
+        keys = [list(map(mul, lefts, map(itemgetter(p), rows))) for p in range(width)]
+        # A full type: every later pair of it needs one of its GPUs (and nothing
+        # here frees any), so `pairs` leaves them out.
+        closed: set[int] = set()
+        # No more of a type's pairs can start than it has GPUs free: `pairs` sorts
+        # about that many of each type's first.
+        heads = [free.get(t, 0) for t in names]
+        for k, p in pairs(keys, heads, closed):
+            job = jobs[k]
+            job_id = job.id
+            if job_id in started:
+                continue
+            gpu_type = names[p]
+            if free.get(gpu_type, 0) < job.gpus or groups[k].factors[p] is None:
+                continue
+            placement = pool.pack(job, gpu_type=gpu_type)
+            if placement is not None:
+                _start(pool, types, job, placement, decisions)
+                started.add(job_id)
+                if free.get(gpu_type, 0) <= 0:
+                    if all(n <= 0 for n in free.values()):
+                        break  # every type is full
+                    closed.add(p)
         for job in sorted(mixed, key=lambda j: (j.waiting_since, j.id)):
             placement = pool.pack(job)
             if placement is not None:
