@@ -121,6 +121,7 @@ class _Types:
         # average GPU and, where it has an estimate, on its fastest type; and the
         # cluster's drain time.
         self.work: dict[int, float] = {}
+        self.default_work = 1.0  # the work of a job without an estimate
         self.fastest: dict[int, float] = {}
         self.drain = 0.0
         # This pass's affinities by (model, GPUs), and a job's best one by (model,
@@ -141,6 +142,9 @@ class _Types:
         self.urgent: list[JobView] = []
         # The jobs started in this pass (`_start`), by id.
         self.started: dict[int, JobView] = {}
+        # Filled by the pass's first `Similarity._upgrade`, read by both: each
+        # running preemptible job's upgrades (`_Upgrades`).
+        self.upgrades: list[_Upgrades] | None = None
 
     def single(self, placement: Placement) -> str | None:
         """The placement's one GPU type, or None when it mixes types."""
@@ -158,15 +162,26 @@ class _Types:
             free[kind] = free.get(kind, 0) - sign * len(gpus)
 
 
-class _Alike:
-    """Waiting jobs of one (model, GPUs, GPU type named), in queue order; and, set by
-    `_match`, the saving factor of each GPU type for them (by the types' order there;
-    None: not on that type; none at all when they may mix types)."""
+# A running preemptible job that may move up: the job, its GPUs, the type it runs at
+# now (its slowest), and each type it runs at least `min_gain` times faster on, with
+# the seconds it saves there. Alike in both upgrade steps of a pass, so found once.
+_Upgrades = tuple[JobView, int, str, list[tuple[str, float]]]
 
-    __slots__ = ("factors", "jobs", "negated")
+
+class _Alike:
+    """Waiting jobs of one (model, GPUs, GPU type named), in queue order; the least and
+    the most work of those with an estimate, and whether one has none (set by
+    `Similarity._remaining_work`); and, set by `_match`, the saving factor of each GPU
+    type for them (by the types' order there; None: not on that type; none at all
+    when they may mix types)."""
+
+    __slots__ = ("factors", "jobs", "least", "most", "negated", "unknown")
 
     def __init__(self) -> None:
         self.jobs: list[JobView] = []
+        self.least = math.inf
+        self.most = -math.inf
+        self.unknown = False
         self.factors: list[float | None] = []
         self.negated: list[float] = []  # each factor negated; -1.0 for None
 
@@ -324,14 +339,28 @@ class Similarity:
                         fastest[job.id] = left
                         w = known[job.id] = left * best
                         shares.append(w * gpus)
+                        # The group's least and most work (`_upgrade` reads them),
+                        # in this read rather than in one of every group's jobs.
+                        if w < group.least:
+                            group.least = w
+                        if w > group.most:
+                            group.most = w
                         continue
             got = self._left_on_best(job, now, types)
             if got is None:
                 unknown.append((len(shares), job.id))
                 shares.append(float(gpus or 1))
+                if gpus:
+                    group.unknown = True
             else:
-                fastest[job.id], known[job.id] = got
-                shares.append(got[1] * (gpus or 1))
+                fastest[job.id], w = got
+                known[job.id] = w
+                shares.append(w * (gpus or 1))
+                if gpus:
+                    if w < group.least:
+                        group.least = w
+                    if w > group.most:
+                        group.most = w
         for job in view.running:
             got = self._left_on_best(job, now, types)
             if got is None:
@@ -345,6 +374,7 @@ class Similarity:
             known[job_id] = default
             shares[at] *= default
         types.work = known
+        types.default_work = default
         # The drain time: all remaining work spread evenly over every GPU.
         gpus = sum(types.total.values()) or 1
         types.drain = sum(shares) / gpus
@@ -509,14 +539,21 @@ class Similarity:
             for (_, gpus, _), group in types.waiting.items():
                 if gpus > types.largest:
                     continue
-                if started:
-                    kept = [j for j in group.jobs if j.id not in started]
-                    if not kept:
-                        continue
-                    first, ws = kept[0], [works[j.id] for j in kept]
-                else:
-                    first, ws = group.jobs[0], [works[j.id] for j in group.jobs]
-                alike.append((first, min(ws), max(ws)))
+                if not started and not math.isnan(types.drain):
+                    # Every job of the group: its least and most work were found as
+                    # the queue was read (`_remaining_work`), with the work of the
+                    # jobs without an estimate if it has any. (A NaN work, which
+                    # makes the drain NaN, has no least or most: read them below.)
+                    least, most = group.least, group.most
+                    if group.unknown:
+                        least, most = min(least, types.default_work), max(most, types.default_work)
+                    alike.append((group.jobs[0], least, most))
+                    continue
+                kept = [j for j in group.jobs if j.id not in started]
+                if not kept:
+                    continue
+                ws = [works[j.id] for j in kept]
+                alike.append((kept[0], min(ws), max(ws)))
             for job, least, most in alike:
                 aff = self.affinity(job, types)
                 for f in aff:
@@ -537,19 +574,13 @@ class Similarity:
                 if not named or named == gpu_type:
                     keep[gpu_type] = max([keep[gpu_type], *(g for g in wanted if g <= total)])
         moves: list[tuple[float, float, int, str, JobView, int]] = []
-        for job in view.running:
-            if job.id in started or not job.preemptible or job.placement is None:
+        if types.upgrades is None:
+            types.upgrades = self._upgrades(view, types)
+        for job, n, now, options in types.upgrades:
+            if job.id in started:
                 continue
-            n = job.placement.num_gpus
-            if not n:
-                continue
-            affinity = self.affinity(job, types, n)
-            now = min((types.of[name] for name, g in job.placement if g), key=affinity.__getitem__)
-            for gpu_type, speed in affinity.items():
-                gain = speed / affinity[now]
-                saved = saving(types, job, affinity[now], speed)
-                bar = self.min_gain * rival_saving.get((gpu_type, now), 0.0)
-                if gain >= self.min_gain and saved >= bar and allowed(job, gpu_type):
+            for gpu_type, saved in options:
+                if saved >= self.min_gain * rival_saving.get((gpu_type, now), 0.0):
                     moves.append((-saved, job.started_at or 0.0, job.id, gpu_type, job, n))
         moves.sort(key=lambda m: m[:4])
         moved: set[int] = set()
@@ -563,6 +594,28 @@ class Similarity:
             types.take(placement)
             decisions.append(Resize(job_id, placement))
             moved.add(job_id)
+
+    def _upgrades(self, view: ClusterView, types: _Types) -> list[_Upgrades]:
+        """Each running preemptible job's upgrades (`_Upgrades`), in `view.running` order."""
+        found: list[_Upgrades] = []
+        min_gain, of = self.min_gain, types.of
+        for job in view.running:
+            if not job.preemptible or job.placement is None:
+                continue
+            n = job.placement.num_gpus
+            if not n:
+                continue
+            affinity = self.affinity(job, types, n)
+            now = min((of[name] for name, g in job.placement.parts if g), key=affinity.__getitem__)
+            slow = affinity[now]
+            options = [
+                (gpu_type, saving(types, job, slow, speed))
+                for gpu_type, speed in affinity.items()
+                if speed / slow >= min_gain and allowed(job, gpu_type)
+            ]
+            if options:
+                found.append((job, n, now, options))
+        return found
 
 
 def _batch_rank(job: JobView, types: _Types) -> float:
