@@ -138,6 +138,9 @@ class _Types:
         self.queue: list[JobView] = []
         self.queue_groups: list[_Alike] = []
         self.queue_since: list[float] = []
+        # ... and each one's id and work (`work`), for the matching's sort.
+        self.queue_ids: list[int] = []
+        self.queue_work: list[float] = []
         self.no_gpus: list[JobView] = []
         self.urgent: list[JobView] = []
         # The jobs started in this pass (`_start`), by id.
@@ -175,10 +178,11 @@ class _Alike:
     type for them (by the types' order there; None: not on that type; none at all
     when they may mix types)."""
 
-    __slots__ = ("factors", "jobs", "least", "most", "negated", "unknown")
+    __slots__ = ("best", "factors", "jobs", "least", "most", "negated", "unknown")
 
     def __init__(self) -> None:
         self.jobs: list[JobView] = []
+        self.best: float | None = None  # `_Types.best` of the group's key, once known
         self.least = math.inf
         self.most = -math.inf
         self.unknown = False
@@ -300,6 +304,8 @@ class Similarity:
         fastest, bests, waiting = types.fastest, types.best, types.waiting
         urgent, no_gpus = types.urgent, types.no_gpus
         queue, queue_groups, queue_since = types.queue, types.queue_groups, types.queue_since
+        queue_ids, queue_work = types.queue_ids, types.queue_work
+        unknown_queued: list[int] = []  # positions in queue_work of jobs without an estimate
         # Each job's work times its GPUs (at least 1), pending then running; a job
         # without an estimate holds its GPUs here until the default is known.
         shares: list[float] = []
@@ -317,12 +323,18 @@ class Similarity:
                 if group is None:
                     group = waiting[key] = _Alike()
                 group.jobs.append(job)
+                job_id = job.id
                 queue.append(job)
+                queue_ids.append(job_id)
                 queue_groups.append(group)
                 queue_since.append(since)
                 if job.placement is None and job.progress is None:
                     # `_left_on_best` of a waiting job without progress, inline.
-                    best = bests.get(key)
+                    # Its best affinity, once known, never changes in a pass: the
+                    # group holds it, saving a lookup of the key a job.
+                    best = group.best
+                    if best is None:
+                        best = group.best = bests.get(key)
                     estimate = job.estimated_duration
                     if best is not None and estimate is not None:
                         if job.started_at is None:
@@ -336,8 +348,9 @@ class Similarity:
                                 left = 0.0
                         else:
                             left = max(0.0, job.remaining_at(now) or 0.0)
-                        fastest[job.id] = left
-                        w = known[job.id] = left * best
+                        fastest[job_id] = left
+                        w = known[job_id] = left * best
+                        queue_work.append(w)
                         shares.append(w * gpus)
                         # The group's least and most work (`_upgrade` reads them),
                         # in this read rather than in one of every group's jobs.
@@ -352,11 +365,14 @@ class Similarity:
                 shares.append(float(gpus or 1))
                 if gpus:
                     group.unknown = True
+                    unknown_queued.append(len(queue_work))
+                    queue_work.append(1.0)  # the default, once known
             else:
                 fastest[job.id], w = got
                 known[job.id] = w
                 shares.append(w * (gpus or 1))
                 if gpus:
+                    queue_work.append(w)
                     if w < group.least:
                         group.least = w
                     if w > group.most:
@@ -373,6 +389,8 @@ class Similarity:
         for at, job_id in unknown:
             known[job_id] = default
             shares[at] *= default
+        for at in unknown_queued:
+            queue_work[at] = default
         types.work = known
         types.default_work = default
         # The drain time: all remaining work spread evenly over every GPU.
@@ -415,7 +433,7 @@ class Similarity:
         self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
     ) -> None:
         started = {d.job_id for d in decisions}
-        free, work = types.free, types.work
+        free = types.free
         # CPU-only jobs, and those bigger than any one type (which may mix types).
         mixed = [j for j in types.no_gpus if j.id not in started]
         # The GPU types in name order: one job's pairs of equal saving go in this order.
@@ -441,6 +459,7 @@ class Similarity:
             ]
             group.negated = [-1.0 if f is None else -f for f in factors]
         jobs, groups, since = types.queue, types.queue_groups, types.queue_since
+        ids, lefts = types.queue_ids, types.queue_work
         if started or mixes:
             keep = [
                 k
@@ -448,19 +467,21 @@ class Similarity:
                 if g.factors and j.id not in started
             ]
             jobs, groups = [jobs[k] for k in keep], [groups[k] for k in keep]
-            since = [since[k] for k in keep]
-        ids = [j.id for j in jobs]
+            since, ids, lefts = (
+                [since[k] for k in keep],
+                [ids[k] for k in keep],
+                [lefts[k] for k in keep],
+            )
         if not _in_order(since, ids):
             order = sorted(range(len(jobs)), key=lambda k: (since[k], ids[k]))
             jobs, groups = [jobs[k] for k in order], [groups[k] for k in order]
-            ids = [j.id for j in jobs]
+            ids, lefts = [ids[k] for k in order], [lefts[k] for k in order]
         # Every (job, type) pair, highest saving first; among equal savings the one
         # that waited longest (then the lower id, then the type by name) first: a
         # pair's key, -(work * factor), is work * -factor (negation is exact), so
         # each type's keys are one product of two lists, in C, and `pairs` walks
         # them by key, then job (the jobs are in tie order), then type. A pair the
         # group may not take gets any key (-work): the walk passes over it.
-        lefts = list(map(work.__getitem__, ids))
         rows = [g.negated for g in groups]
         keys = [list(map(mul, lefts, map(itemgetter(p), rows))) for p in range(width)]
         # A full type: every later pair of it needs one of its GPUs (and nothing
