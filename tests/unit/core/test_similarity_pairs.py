@@ -24,7 +24,9 @@ def one_sort(keys: list[list[float]]) -> list[tuple[int, int]]:
     return [divmod(at, width) for at in sorted(range(len(flat)), key=flat.__getitem__)]
 
 
-def walk(order: Iterator[tuple[int, int]], closed: set[int], close_at: dict[int, int]) -> list:
+def walk(
+    order: Iterator[tuple[int, int]], closed: set[int], close_at: dict[int, int]
+) -> list[tuple[int, int]]:
     """Read `order`, closing type p after the close_at[p]-th pair read."""
     got = []
     for pair in order:

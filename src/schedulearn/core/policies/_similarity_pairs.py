@@ -72,9 +72,9 @@ def pairs(keys: list[list[float]], heads: list[int], closed: set[int]) -> Iterat
     # (key, job, type): a tuple compares as the one sort orders the pairs.
     heap: list[tuple[float, int, int]] = []
     for p, stream in enumerate(streams):
-        k = next(stream, None)
-        if k is not None:
-            heap.append((keys[p][k], k, p))
+        first = next(stream, None)
+        if first is not None:
+            heap.append((keys[p][first], first, p))
     heapify(heap)
     while heap:
         _, k, p = heap[0]
@@ -82,8 +82,8 @@ def pairs(keys: list[list[float]], heads: list[int], closed: set[int]) -> Iterat
             heappop(heap)  # the type is full: none of its later pairs can start
             continue
         yield k, p
-        k = next(streams[p], None)
-        if k is None:
+        after = next(streams[p], None)
+        if after is None:
             heappop(heap)
         else:
-            heapreplace(heap, (keys[p][k], k, p))
+            heapreplace(heap, (keys[p][after], after, p))

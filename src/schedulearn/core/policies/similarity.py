@@ -364,6 +364,7 @@ class Similarity:
                 unknown.append((len(shares), job.id))
                 shares.append(float(gpus or 1))
                 if gpus:
+                    assert group is not None  # set above for every job with GPUs
                     group.unknown = True
                     unknown_queued.append(len(queue_work))
                     queue_work.append(1.0)  # the default, once known
@@ -372,6 +373,7 @@ class Similarity:
                 known[job.id] = w
                 shares.append(w * (gpus or 1))
                 if gpus:
+                    assert group is not None  # set above for every job with GPUs
                     queue_work.append(w)
                     if w < group.least:
                         group.least = w
