@@ -149,6 +149,8 @@ class JobGoodput:
     ended, never the job's own truth; None if neither is known.
     `restarts` is how many times it was (re)allocated after its first
     start and `progress` the steps at the initial batch made so far.
+    `estimated`: `remaining` comes from a learned estimate, not a declared
+    total (the host knows which it used).
 
     Every field is one a live job reports (`GoodputReport`) or the host
     counts; `of_report` is the one way both the live scheduler and the
@@ -162,6 +164,7 @@ class JobGoodput:
     remaining: float | None = None
     restarts: int = 0
     progress: float = 0.0
+    estimated: bool = False
 
     @classmethod
     def of_report(
@@ -181,8 +184,10 @@ class JobGoodput:
         A job past its estimate has no known remaining work (the estimate
         was wrong for it), rather than none left."""
         remaining = report.remaining()
+        estimated = False
         if remaining is None and estimate is not None and estimate > report.progress:
             remaining = estimate - report.progress
+            estimated = True
         limits = report.limits()
         if fixed_batch is not None:
             limits = replace(limits, fixed_batch=fixed_batch)
@@ -194,6 +199,7 @@ class JobGoodput:
             remaining,
             restarts,
             report.progress,
+            estimated,
         )
 
     def model(self) -> GoodputModel:

@@ -46,6 +46,7 @@ LIVE_SOURCE = {
     "remaining": "report: target - progress when declared; else a learned estimate",
     "restarts": "host: preemptions + resizes + migrations",
     "progress": "report",
+    "estimated": "host: whether `remaining` came from its learned estimate (no declared total)",
 }
 
 
@@ -176,3 +177,25 @@ def test_a_replayed_job_runs_at_the_batches_its_own_model_picks(apps: Path) -> N
     took = result.end - result.submitted_at - speed.realloc_cost
     assert took == pytest.approx(learnt.seconds_to(0.0, run.work))
     assert took > oracle.seconds_to(0.0, run.work) * 1.001
+
+
+def _mean_jct(traces: Path, apps: Path, lengths: str, spec: str, jobs: int = 40) -> float:
+    path = traces / "pollux" / "workloads" / "workload-6.csv"
+    (marked,) = parse_workload(f"{path}:adaptive:lengths={lengths}")
+    speed = MeasuredSpeed(apps)
+    workload = adapt(marked, speed)
+    workload = Workload(workload.name, workload.jobs[:jobs], params=workload.params)
+    simulator = Simulator(workload, parse_cluster("16x4"), create(spec), speed, round_seconds=60.0)
+    return simulator.run().summary.mean_jct
+
+
+def test_fairness_learned_acts_only_where_a_length_is_learned(traces: Path, apps: Path) -> None:
+    """`fairness_learned` (issue 34) weighs a pass in which some job's remaining work is
+    a learned estimate; with no lengths, or declared ones, it changes nothing."""
+    for lengths in ("none", "declared"):
+        assert _mean_jct(traces, apps, lengths, "goodput") == _mean_jct(
+            traces, apps, lengths, "goodput:fairness_learned=0.9"
+        )
+    assert _mean_jct(traces, apps, "learned", "goodput") != _mean_jct(
+        traces, apps, "learned", "goodput:fairness_learned=0.9"
+    )

@@ -89,6 +89,7 @@ from schedulearn.core.decisions import Decision, Resize, Start
 from schedulearn.core.estimator import Estimator, builtin_table
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policies._similarity_exchange import Partners, allowed, saving
+from schedulearn.core.policies._similarity_pairs import pairs
 from schedulearn.core.policy import QueueOrder, arrival_order
 from schedulearn.core.preemption import can_retake
 from schedulearn.core.registry import register
@@ -120,6 +121,7 @@ class _Types:
         # average GPU and, where it has an estimate, on its fastest type; and the
         # cluster's drain time.
         self.work: dict[int, float] = {}
+        self.default_work = 1.0  # the work of a job without an estimate
         self.fastest: dict[int, float] = {}
         self.drain = 0.0
         # This pass's affinities by (model, GPUs), and a job's best one by (model,
@@ -136,10 +138,16 @@ class _Types:
         self.queue: list[JobView] = []
         self.queue_groups: list[_Alike] = []
         self.queue_since: list[float] = []
+        # ... and each one's id and work (`work`), for the matching's sort.
+        self.queue_ids: list[int] = []
+        self.queue_work: list[float] = []
         self.no_gpus: list[JobView] = []
         self.urgent: list[JobView] = []
         # The jobs started in this pass (`_start`), by id.
         self.started: dict[int, JobView] = {}
+        # Filled by the pass's first `Similarity._upgrade`, read by both: each
+        # running preemptible job's upgrades (`_Upgrades`).
+        self.upgrades: list[_Upgrades] | None = None
 
     def single(self, placement: Placement) -> str | None:
         """The placement's one GPU type, or None when it mixes types."""
@@ -157,15 +165,27 @@ class _Types:
             free[kind] = free.get(kind, 0) - sign * len(gpus)
 
 
-class _Alike:
-    """Waiting jobs of one (model, GPUs, GPU type named), in queue order; and, set by
-    `_match`, the saving factor of each GPU type for them (by the types' order there;
-    None: not on that type; none at all when they may mix types)."""
+# A running preemptible job that may move up: the job, its GPUs, the type it runs at
+# now (its slowest), and each type it runs at least `min_gain` times faster on, with
+# the seconds it saves there. Alike in both upgrade steps of a pass, so found once.
+_Upgrades = tuple[JobView, int, str, list[tuple[str, float]]]
 
-    __slots__ = ("factors", "jobs", "negated")
+
+class _Alike:
+    """Waiting jobs of one (model, GPUs, GPU type named), in queue order; the least and
+    the most work of those with an estimate, and whether one has none (set by
+    `Similarity._remaining_work`); and, set by `_match`, the saving factor of each GPU
+    type for them (by the types' order there; None: not on that type; none at all
+    when they may mix types)."""
+
+    __slots__ = ("best", "factors", "jobs", "least", "most", "negated", "unknown")
 
     def __init__(self) -> None:
         self.jobs: list[JobView] = []
+        self.best: float | None = None  # `_Types.best` of the group's key, once known
+        self.least = math.inf
+        self.most = -math.inf
+        self.unknown = False
         self.factors: list[float | None] = []
         self.negated: list[float] = []  # each factor negated; -1.0 for None
 
@@ -284,6 +304,8 @@ class Similarity:
         fastest, bests, waiting = types.fastest, types.best, types.waiting
         urgent, no_gpus = types.urgent, types.no_gpus
         queue, queue_groups, queue_since = types.queue, types.queue_groups, types.queue_since
+        queue_ids, queue_work = types.queue_ids, types.queue_work
+        unknown_queued: list[int] = []  # positions in queue_work of jobs without an estimate
         # Each job's work times its GPUs (at least 1), pending then running; a job
         # without an estimate holds its GPUs here until the default is known.
         shares: list[float] = []
@@ -301,12 +323,18 @@ class Similarity:
                 if group is None:
                     group = waiting[key] = _Alike()
                 group.jobs.append(job)
+                job_id = job.id
                 queue.append(job)
+                queue_ids.append(job_id)
                 queue_groups.append(group)
                 queue_since.append(since)
                 if job.placement is None and job.progress is None:
                     # `_left_on_best` of a waiting job without progress, inline.
-                    best = bests.get(key)
+                    # Its best affinity, once known, never changes in a pass: the
+                    # group holds it, saving a lookup of the key a job.
+                    best = group.best
+                    if best is None:
+                        best = group.best = bests.get(key)
                     estimate = job.estimated_duration
                     if best is not None and estimate is not None:
                         if job.started_at is None:
@@ -320,17 +348,37 @@ class Similarity:
                                 left = 0.0
                         else:
                             left = max(0.0, job.remaining_at(now) or 0.0)
-                        fastest[job.id] = left
-                        w = known[job.id] = left * best
+                        fastest[job_id] = left
+                        w = known[job_id] = left * best
+                        queue_work.append(w)
                         shares.append(w * gpus)
+                        # The group's least and most work (`_upgrade` reads them),
+                        # in this read rather than in one of every group's jobs.
+                        if w < group.least:
+                            group.least = w
+                        if w > group.most:
+                            group.most = w
                         continue
             got = self._left_on_best(job, now, types)
             if got is None:
                 unknown.append((len(shares), job.id))
                 shares.append(float(gpus or 1))
+                if gpus:
+                    assert group is not None  # set above for every job with GPUs
+                    group.unknown = True
+                    unknown_queued.append(len(queue_work))
+                    queue_work.append(1.0)  # the default, once known
             else:
-                fastest[job.id], known[job.id] = got
-                shares.append(got[1] * (gpus or 1))
+                fastest[job.id], w = got
+                known[job.id] = w
+                shares.append(w * (gpus or 1))
+                if gpus:
+                    assert group is not None  # set above for every job with GPUs
+                    queue_work.append(w)
+                    if w < group.least:
+                        group.least = w
+                    if w > group.most:
+                        group.most = w
         for job in view.running:
             got = self._left_on_best(job, now, types)
             if got is None:
@@ -343,7 +391,10 @@ class Similarity:
         for at, job_id in unknown:
             known[job_id] = default
             shares[at] *= default
+        for at in unknown_queued:
+            queue_work[at] = default
         types.work = known
+        types.default_work = default
         # The drain time: all remaining work spread evenly over every GPU.
         gpus = sum(types.total.values()) or 1
         types.drain = sum(shares) / gpus
@@ -384,7 +435,7 @@ class Similarity:
         self, view: ClusterView, pool: FreePool, types: _Types, decisions: list[Decision]
     ) -> None:
         started = {d.job_id for d in decisions}
-        free, work = types.free, types.work
+        free = types.free
         # CPU-only jobs, and those bigger than any one type (which may mix types).
         mixed = [j for j in types.no_gpus if j.id not in started]
         # The GPU types in name order: one job's pairs of equal saving go in this order.
@@ -410,6 +461,7 @@ class Similarity:
             ]
             group.negated = [-1.0 if f is None else -f for f in factors]
         jobs, groups, since = types.queue, types.queue_groups, types.queue_since
+        ids, lefts = types.queue_ids, types.queue_work
         if started or mixes:
             keep = [
                 k
@@ -417,51 +469,45 @@ class Similarity:
                 if g.factors and j.id not in started
             ]
             jobs, groups = [jobs[k] for k in keep], [groups[k] for k in keep]
-            since = [since[k] for k in keep]
-        ids = [j.id for j in jobs]
+            since, ids, lefts = (
+                [since[k] for k in keep],
+                [ids[k] for k in keep],
+                [lefts[k] for k in keep],
+            )
         if not _in_order(since, ids):
             order = sorted(range(len(jobs)), key=lambda k: (since[k], ids[k]))
             jobs, groups = [jobs[k] for k in order], [groups[k] for k in order]
-            ids = [j.id for j in jobs]
+            ids, lefts = [ids[k] for k in order], [lefts[k] for k in order]
         # Every (job, type) pair, highest saving first; among equal savings the one
-        # that waited longest (then the lower id, then the type by name) first. The
-        # pairs are laid out in that tie order (job k's pair of type p at k * width
-        # + p), so a stable sort on the saving alone gives it, without a tuple a pair.
-        # A pair's key, -(work * factor), is work * -factor (negation is exact), so
-        # each type's keys are one product of two lists, in C. A pair the group
-        # may not take gets any key (-work): the walk passes over it.
-        lefts = list(map(work.__getitem__, ids))
+        # that waited longest (then the lower id, then the type by name) first: a
+        # pair's key, -(work * factor), is work * -factor (negation is exact), so
+        # each type's keys are one product of two lists, in C, and `pairs` walks
+        # them by key, then job (the jobs are in tie order), then type. A pair the
+        # group may not take gets any key (-work): the walk passes over it.
         rows = [g.negated for g in groups]
-        keys = [0.0] * (len(jobs) * width)
-        for p in range(width):
-            keys[p::width] = list(map(mul, lefts, map(itemgetter(p), rows)))
-        walk = iter(sorted(range(len(keys)), key=keys.__getitem__))
-        full = False
-        while not full:
-            for at in walk:
-                k, p = divmod(at, width)
-                job = jobs[k]
-                job_id = job.id
-                if job_id in started:
-                    continue
-                gpu_type = names[p]
-                if free.get(gpu_type, 0) < job.gpus or groups[k].factors[p] is None:
-                    continue
-                placement = pool.pack(job, gpu_type=gpu_type)
-                if placement is not None:
-                    _start(pool, types, job, placement, decisions)
-                    started.add(job_id)
-                    if free.get(gpu_type, 0) <= 0:
-                        # Every later pair of this type needs one of its GPUs (and
-                        # nothing here frees any): the walk leaves them out, as it
-                        # would pass over each (most of the walk once a type is
-                        # full), or stops when every type is full.
-                        full = all(n <= 0 for n in free.values())
-                        if not full:
-                            walk = iter([a for a in walk if a % width != p])
-                        break
-            else:
-                break
+        keys = [list(map(mul, lefts, map(itemgetter(p), rows))) for p in range(width)]
+        # A full type: every later pair of it needs one of its GPUs (and nothing
+        # here frees any), so `pairs` leaves them out.
+        closed: set[int] = set()
+        # No more of a type's pairs can start than it has GPUs free: `pairs` sorts
+        # about that many of each type's first.
+        heads = [free.get(t, 0) for t in names]
+        for k, p in pairs(keys, heads, closed):
+            job = jobs[k]
+            job_id = job.id
+            if job_id in started:
+                continue
+            gpu_type = names[p]
+            if free.get(gpu_type, 0) < job.gpus or groups[k].factors[p] is None:
+                continue
+            placement = pool.pack(job, gpu_type=gpu_type)
+            if placement is not None:
+                _start(pool, types, job, placement, decisions)
+                started.add(job_id)
+                if free.get(gpu_type, 0) <= 0:
+                    if all(n <= 0 for n in free.values()):
+                        break  # every type is full
+                    closed.add(p)
         for job in sorted(mixed, key=lambda j: (j.waiting_since, j.id)):
             placement = pool.pack(job)
             if placement is not None:
@@ -516,14 +562,21 @@ class Similarity:
             for (_, gpus, _), group in types.waiting.items():
                 if gpus > types.largest:
                     continue
-                if started:
-                    kept = [j for j in group.jobs if j.id not in started]
-                    if not kept:
-                        continue
-                    first, ws = kept[0], [works[j.id] for j in kept]
-                else:
-                    first, ws = group.jobs[0], [works[j.id] for j in group.jobs]
-                alike.append((first, min(ws), max(ws)))
+                if not started and not math.isnan(types.drain):
+                    # Every job of the group: its least and most work were found as
+                    # the queue was read (`_remaining_work`), with the work of the
+                    # jobs without an estimate if it has any. (A NaN work, which
+                    # makes the drain NaN, has no least or most: read them below.)
+                    least, most = group.least, group.most
+                    if group.unknown:
+                        least, most = min(least, types.default_work), max(most, types.default_work)
+                    alike.append((group.jobs[0], least, most))
+                    continue
+                kept = [j for j in group.jobs if j.id not in started]
+                if not kept:
+                    continue
+                ws = [works[j.id] for j in kept]
+                alike.append((kept[0], min(ws), max(ws)))
             for job, least, most in alike:
                 aff = self.affinity(job, types)
                 for f in aff:
@@ -544,19 +597,13 @@ class Similarity:
                 if not named or named == gpu_type:
                     keep[gpu_type] = max([keep[gpu_type], *(g for g in wanted if g <= total)])
         moves: list[tuple[float, float, int, str, JobView, int]] = []
-        for job in view.running:
-            if job.id in started or not job.preemptible or job.placement is None:
+        if types.upgrades is None:
+            types.upgrades = self._upgrades(view, types)
+        for job, n, now, options in types.upgrades:
+            if job.id in started:
                 continue
-            n = job.placement.num_gpus
-            if not n:
-                continue
-            affinity = self.affinity(job, types, n)
-            now = min((types.of[name] for name, g in job.placement if g), key=affinity.__getitem__)
-            for gpu_type, speed in affinity.items():
-                gain = speed / affinity[now]
-                saved = saving(types, job, affinity[now], speed)
-                bar = self.min_gain * rival_saving.get((gpu_type, now), 0.0)
-                if gain >= self.min_gain and saved >= bar and allowed(job, gpu_type):
+            for gpu_type, saved in options:
+                if saved >= self.min_gain * rival_saving.get((gpu_type, now), 0.0):
                     moves.append((-saved, job.started_at or 0.0, job.id, gpu_type, job, n))
         moves.sort(key=lambda m: m[:4])
         moved: set[int] = set()
@@ -570,6 +617,28 @@ class Similarity:
             types.take(placement)
             decisions.append(Resize(job_id, placement))
             moved.add(job_id)
+
+    def _upgrades(self, view: ClusterView, types: _Types) -> list[_Upgrades]:
+        """Each running preemptible job's upgrades (`_Upgrades`), in `view.running` order."""
+        found: list[_Upgrades] = []
+        min_gain, of = self.min_gain, types.of
+        for job in view.running:
+            if not job.preemptible or job.placement is None:
+                continue
+            n = job.placement.num_gpus
+            if not n:
+                continue
+            affinity = self.affinity(job, types, n)
+            now = min((of[name] for name, g in job.placement.parts if g), key=affinity.__getitem__)
+            slow = affinity[now]
+            options = [
+                (gpu_type, saving(types, job, slow, speed))
+                for gpu_type, speed in affinity.items()
+                if speed / slow >= min_gain and allowed(job, gpu_type)
+            ]
+            if options:
+                found.append((job, n, now, options))
+        return found
 
 
 def _batch_rank(job: JobView, types: _Types) -> float:
