@@ -85,6 +85,7 @@ def test_the_policy_reads_declared_totals_and_nothing_else(api: Api) -> None:
 
     view = _policy_view(api)
     assert view[declared].remaining == 300.0  # target - progress, as declared
+    assert not any(job.estimated for job in view.values())  # nothing here is learnt
     assert view[in_epochs].remaining == pytest.approx(300.0)  # 6 more epochs at 50 a piece
     assert view[in_steps].remaining == pytest.approx(150.0)  # 300 more steps at 0.5 a piece
     assert view[silent].remaining is None  # no declared length: no remaining work
@@ -120,6 +121,7 @@ def test_a_total_is_learnt_from_ended_jobs_like_it(api: Api) -> None:
     _send(api, unlike, 20.0, progress=150.0)
     view = _policy_view(api)
     assert view[again].remaining == pytest.approx(600.0 - 150.0)  # learnt: the median
+    assert view[again].estimated  # the policy weighs it as an estimate (`fairness_learned`)
     assert view[bigger_batch].remaining is None  # its steps count in other units
     assert view[unlike].remaining is None  # no ended job like it
 

@@ -37,7 +37,7 @@ from sqlmodel import Session, col
 from schedulearn.core.goodput import GoodputReport, JobGoodput, StepSample
 from schedulearn.protocol import JobState, ProgressReport
 from schedulearn.server.models import GoodputState, Job
-from schedulearn.server.services.goodput_work import Owner, learn_totals, work_left
+from schedulearn.server.services.goodput_work import Owner, WorkSource, learn_totals, work_left
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,9 @@ def load(session: Session) -> dict[int, JobGoodput]:
             None if left is None else left.steps,
             restarts,
             latest.progress,
+            # As in the simulator (`JobGoodput.of_report`): the policy weighs a
+            # pass with a learned total by `fairness_learned`.
+            left is not None and left.source is WorkSource.LEARNED,
         )
     return out
 
