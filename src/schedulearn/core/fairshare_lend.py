@@ -18,9 +18,8 @@ e^-r(t+h). That is `s`'s use at t in a world whose use was moved on by h
 first (`s` holding `k`) and where `s` holds k + (b - k) e^-rh GPUs; every
 other queue moves on by h as it is. So `fairshare_fill.next_turn` over
 that world, for `s` alone, says when the answer turns (its margin crosses
-zero at most once). Keeping more GPUs only helps `s` stay ahead, so the
-answers for k = 0 .. fitting - 1 are false below one count and true from
-it: only the two counts either side of it can turn first.
+zero at most once). Only the answers the pass asked for are followed:
+until one of them turns, the pass asks and decides the same.
 
 State: none; a function of one pass (its book and tenancy).
 """
@@ -36,35 +35,22 @@ from schedulearn.core.fairshare_state import LEND_FOR, PassState
 
 
 def next_lend_turn(full: PassState) -> float:
-    """Seconds until some `full.lends(s, k)` of a queue ahead may answer
-    otherwise with the jobs running now (inf if none can). Read after a
-    pass that decided nothing: its book is the snapshot's."""
+    """Seconds until an answer `full.lends` gave may turn with the jobs running
+    now (inf if none can). Read after a pass that decided nothing: its book
+    is the snapshot's, and `lends` still holds every answer the pass asked
+    for (`PassState._lent`, kept until the book moves). Only those can
+    change what the pass does: until one turns, it asks the same and
+    decides the same. (Every answer a queue could give, instead, turned
+    on Philly's first 600 jobs under srtf at every few ticks, as a queue
+    ahead grew, and took the replay from 1,572 passes to 7,377.)"""
     horizon = LEND_FOR * full.min_run
     if horizon <= 0:
         return math.inf  # it lends everything, always
+    book = full.book
     soonest = math.inf
-    for s in full.book.values():
-        fitting = s.fitting
-        if not s.ahead or fitting <= 0:
-            continue
-        lowest = _lowest_lent(full, s)
-        for k in (lowest - 1, lowest):
-            if 0 <= k < fitting:
-                soonest = min(soonest, _turn(full, s, k, horizon))
+    for name, k in full._lent:
+        soonest = min(soonest, _turn(full, book[name], k, horizon))
     return soonest
-
-
-def _lowest_lent(full: PassState, s: QueueShare) -> int:
-    """The fewest fitting GPUs `s` may keep and still lend (`lends`), or its
-    fitting GPUs if it lends none (the answers rise with the count kept)."""
-    lo, hi = 0, s.fitting
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if full.lends(s, mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 def _turn(full: PassState, s: QueueShare, k: int, horizon: float) -> float:

@@ -125,14 +125,19 @@ def test_the_moment_a_lending_answer_turns_is_known_ahead_of_time(
 ) -> None:
     # A's and B's `ahead` and `lends(q, k)` for every k each could keep,
     # asked of passes a second either side of the turn.
-    def answers(now: float) -> tuple[bool, ...]:
-        full = _pass(view_at(now, usage, half_life, owed))
+    def answers(full: PassState) -> tuple[bool, ...]:
         out: list[bool] = []
         for q in (full.book["A"], full.book["B"]):
             out += [q.ahead, *(full.lends(q, k) for k in range(q.fitting))]
         return tuple(out)
 
-    turn = next_lend_turn(_pass(view_at(T0, usage, half_life, owed)))
+    def answers_at(now: float) -> tuple[bool, ...]:
+        return answers(_pass(view_at(now, usage, half_life, owed)))
+
+    first = _pass(view_at(T0, usage, half_life, owed))
+    assert next_lend_turn(first) == math.inf  # nothing asked yet: nothing to follow
+    was = answers(first)
+    turn = next_lend_turn(first)
     assert math.isfinite(turn)
-    assert answers(T0) == answers(T0 + turn - 1)
-    assert answers(T0 + turn + 1) != answers(T0)
+    assert answers_at(T0 + turn - 1) == was
+    assert answers_at(T0 + turn + 1) != was
