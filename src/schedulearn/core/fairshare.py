@@ -76,8 +76,9 @@ only the jobs that came or went since the last snapshot are counted;
 the shares, which follow usage and so time, are filled afresh), two
 inner turns at most, and a pass that decided
 nothing is remembered until the jobs, GPUs or `min_run` deadlines
-change, or the inner policy's choice can change with time
-(`steady_until`; `_still_quiet`). A host that skips ticks asks the layer
+change, or the inner policy's choice can change with time, or a queue
+turns ahead or behind or starts or stops lending (`steady_until`;
+`_still_quiet`; `fairshare_lend`). A host that skips ticks asks the layer
 the same (`FairShare.steady_until`). The inner policy is asked about
 parts of the snapshot (one queue's jobs, the entitled queues', everyone
 left): tiresias and srtf keep their order of the whole snapshot across
@@ -97,6 +98,7 @@ from typing import ClassVar
 from schedulearn.core.decisions import Decision, Start
 from schedulearn.core.fairshare_book import ShareBook
 from schedulearn.core.fairshare_fill import next_turn
+from schedulearn.core.fairshare_lend import next_lend_turn
 from schedulearn.core.fairshare_pass import SharePass
 from schedulearn.core.fairshare_queues import Tenancy, own_guarantee
 from schedulearn.core.fairshare_state import EPS
@@ -155,22 +157,30 @@ class FairShare:
         decisions = full.run()
         until = view.now
         if not decisions:
-            until = min(self._steady_until(view), view.now + _next_turn(view, full))
+            until = self._steady_until(view, full)
         self._quiet = (view.now, seen, until) if until > view.now + EPS else None
         return decisions
 
-    def _steady_until(self, view: ClusterView) -> float:
-        """Until when a pass over `view` that decided nothing would again.
+    def _steady_until(self, view: ClusterView, full: SharePass) -> float:
+        """Until when a pass over `view` that decided nothing (`full`) would again.
 
         Time alone changes a pass through `min_run` (a job becoming a
-        victim) and through the inner policy: one without a tick never
+        victim), through the inner policy (one without a tick never
         changes by time alone; one with a tick says until when it stays
-        the same (`steady_until`, e.g. tiresias's next threshold), or is
-        asked again every tick.
+        the same, `steady_until`, e.g. tiresias's next threshold, or is
+        asked again every tick), and through each queue's decayed use: a
+        queue turns ahead or behind (`_next_turn`), or a queue ahead
+        starts or stops lending GPUs it would soon take back
+        (`fairshare_lend`: without it a replay that skips quiet ticks
+        started tiresias's preemption of a lender's jobs 6,230 s late).
         """
+        now = view.now
         until = self._next_victim(view)
         if self.inner.tick_seconds is not None:
             until = min(until, self._inner_steady(view))
+        until = min(until, now + _next_turn(view, full))
+        if until > now + EPS:  # not asked when the pass is not remembered anyway
+            until = min(until, now + next_lend_turn(full))
         return until
 
     def _inner_steady(self, view: ClusterView) -> float:

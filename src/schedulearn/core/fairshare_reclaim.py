@@ -164,8 +164,18 @@ class ReclaimingPass(PassState):
         # make_room passes over non-preemptible jobs; a reclaim requeues them.
         as_given = {v.id: v for v in victims}
         movable = [v if v.preemptible else rebuild(v, preemptible=True) for v in victims]
+
+        # A node the job fits whole may be emptied with victims of the tier
+        # the plain walk reaches (`victims`' order: stopping, preemptible, then
+        # how far over its share the owner is), never of a queue less over it.
+        def tier(v: JobView) -> tuple[bool, bool, float]:
+            given = as_given[v.id]
+            owner = self.book[given.queue]
+            over = (owner.used - owner.share) / owner.queue.weight
+            return (given.stopping, given.preemptible, over)
+
         for candidate in _typed_variants(job, s):
-            room = make_room(self.pool, candidate, movable, self.free)
+            room = make_room(self.pool, candidate, movable, self.free, tier=tier)
             if room is None:
                 continue
             placement, used = room

@@ -15,8 +15,16 @@ so each states that as a key and `Victims` does the rest:
 - victims are suspended in that order until the waiting job fits (one
   node when it fits, else a gang over the fewest nodes, as
   `FreePool.pack` places it); a victim's whole placement is freed, every
-  node of a gang at once; victims freed early whose GPUs the placement
-  did not need are kept running, least preferred first;
+  node of a gang at once;
+- but when that spreads a job one node could hold, and some node's free
+  GPUs and the candidates on it hold the whole job, that node's
+  candidates are suspended instead, in order, and the job goes there
+  whole (the first such node as the order reaches it): a job spread over
+  nodes runs slower and spreads whoever comes after it (issue 32: an
+  8-GPU reclaim landed on several nodes). A caller may bound that choice
+  by a tier of its order (`make_room`'s `tier`);
+- victims freed early whose GPUs the placement did not need are kept
+  running, least preferred first;
 - a non-preemptible job is never suspended;
 - a job a live host is already stopping (`JobView.stopping`, shown as
   running until its process exits) comes first, above every bar and
@@ -33,7 +41,7 @@ caller's `FreePool` and hold nothing.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -187,8 +195,17 @@ def make_room(
     victims: Iterable[JobView],
     free: int,
     gpus: int | None = None,
+    tier: Callable[[JobView], Hashable] | None = None,
 ) -> tuple[Placement, list[JobView]] | None:
     """Suspend victims, in the given order, until `job` fits; keep only those needed.
+
+    When the shortest prefix of the order that lets the job fit spreads
+    it over nodes, a node that the victims can empty enough to hold the
+    whole job is preferred (`_one_node`). `tier(victim)` bounds that
+    choice: the victims are sorted by tier (the caller's order, coarser),
+    and only those up to the end of the tier the prefix reaches may be
+    taken for it (the fair-share reclaim: a queue less over its share
+    keeps its jobs for a convenient node); None: any victim offered.
 
     `free` is the number of GPUs the pool has free now. Victims that are
     not preemptible or not running are skipped: a non-preemptible job is
@@ -197,26 +214,40 @@ def make_room(
     returned in order. On failure the pool is unchanged.
     """
     n = job.gpus if gpus is None else gpus
+    offered = [v for v in victims if v.preemptible and v.placement is not None]
     released: list[JobView] = []
-    placement: Placement | None = None
+    found: Placement | None = None
     gained = 0
-    for victim in victims:
-        if not victim.preemptible or victim.placement is None:
-            continue
+    for victim in offered:
+        assert victim.placement is not None
         pool.release(victim)
         released.append(victim)
         gained += victim.placement.num_gpus
         # A placement needs at least n free GPUs in all; skip the search until then.
         if free + gained < n:
             continue
-        placement = pool.pack(job, n)
-        if placement is not None:
+        found = pool.pack(job, n)
+        if found is not None:
             break
-    if placement is None:
-        for victim in reversed(released):
-            assert victim.placement is not None
-            pool.take(victim, victim.placement)
+    if found is None:
+        _retake(pool, released)
         return None
+    placement = found
+    if placement.num_nodes > 1:
+        limit = len(offered)
+        if tier is not None:
+            reached = tier(released[-1])
+            limit = len(released)
+            while limit < len(offered) and tier(offered[limit]) == reached:
+                limit += 1
+        _retake(pool, released)
+        whole = _one_node(pool, job, offered[:limit], n)
+        if whole is not None:
+            placement, released = whole
+        else:
+            # The pool as when `found` was chosen.
+            for victim in released:
+                pool.release(victim)
     pool.take(job, placement)
     # Victims released early may have freed GPUs the placement did not
     # use (another node, another GPU type): let those keep running. Try
@@ -230,6 +261,54 @@ def make_room(
             needed.append(victim)
     needed.reverse()
     return placement, needed
+
+
+def _one_node(
+    pool: FreePool, job: JobView, offered: list[JobView], n: int
+) -> tuple[Placement, list[JobView]] | None:
+    """Victims that free room for the whole job on one node, if any do.
+
+    A job spread over nodes runs slower (cross-node traffic) and spreads
+    whoever comes next, so a node that can hold the job whole beats the
+    shortest prefix of the order (among the victims `offered`). The
+    victims are grouped by node as the order offers them; the first node
+    (in that order) whose free GPUs and victims so far reach `n` is tried,
+    releasing its victims in the given order (all of a gang victim's nodes
+    with it). Each node is tried once,
+    so the cost is one release, search and retake per node the victims
+    hold. On success the victims stay released (the caller keeps those not
+    needed); on failure the pool is unchanged.
+    """
+    if n <= 0:
+        return None
+    gain: dict[str, int] = {}
+    on: dict[str, list[JobView]] = {}
+    tried: set[str] = set()
+    for victim in offered:
+        assert victim.placement is not None
+        for name, gpus in victim.placement:
+            on.setdefault(name, []).append(victim)
+            gain[name] = gain.get(name, 0) + len(gpus)
+            if name in tried or pool.num_free(pool.node(name)) + gain[name] < n:
+                continue
+            tried.add(name)
+            released = on[name]
+            for v in released:
+                pool.release(v)
+            # best_fit places on one node only (it may pick another node the
+            # release emptied enough; the caller keeps the victims not needed).
+            placement = pool.best_fit(job, n)
+            if placement is not None:
+                return placement, list(released)
+            _retake(pool, released)
+    return None
+
+
+def _retake(pool: FreePool, released: list[JobView]) -> None:
+    """Undo releases, last first (the pool as before them)."""
+    for victim in reversed(released):
+        assert victim.placement is not None
+        pool.take(victim, victim.placement)
 
 
 def can_retake(pool: FreePool, job: JobView, placement: Placement) -> bool:

@@ -7,8 +7,13 @@ for similarity's matching, exchanges and upgrades, elastic jobs for
 goodput and elastic-fifo, unhealthy nodes, full clusters where nothing
 may be preempted, with and without jobs of no GPUs) and, for every
 built-in policy, the decisions the code of main at 3bde86d made on each,
-recorded with that code (`pass_views.py` made them). Each policy is created fresh, as the live
-server creates one on a switch, and replays every snapshot.
+recorded with that code (`pass_views.py` made them). The decisions of
+srtf, timeslice and tiresias (the policies that preempt through
+`core.preemption.make_room`) were recorded again for issue 32 item 2,
+when making room began to empty one node for a job one node holds rather
+than spread it; every other policy's decisions are the recorded ones.
+Each policy is created fresh, as the live server creates one on a
+switch, and replays every snapshot.
 """
 
 from __future__ import annotations

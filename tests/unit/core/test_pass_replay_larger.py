@@ -4,7 +4,9 @@ The cases of `larger_passes.py`: snapshots of 200-300 nodes with up to 2,400
 waiting jobs, rebuilt from the seeded generator, and the decisions the code
 of main at 2a3b481 made on them (before the speed-ups of branch
 pass-scale4: similarity's matching sorted by saving alone over a queue in
-arrival order, and goodput's greedy and placing). A series case keeps one
+arrival order, and goodput's greedy and placing). srtf's decisions on
+the half and elastic cases were recorded again for issue 32 item 2
+(`make_room` empties one node for a job one node holds). A series case keeps one
 policy object pass after pass, as the live server does.
 """
 
