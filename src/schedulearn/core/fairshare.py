@@ -57,11 +57,7 @@ and a team interrupted is behind afterwards), unless without them it
 would be behind within `LEND_FOR` times `min_run` (`PassState.lends`: it
 would reclaim them at once); to a job expected to end within `min_run`
 (`PassState.brief`) it lends all the same, as that job is done before
-its GPUs could be taken back. Between `OWED_AT` and `KEEP_AT` (95%) of
-what it was owed, a queue keeps its jobs and the idle GPUs its waiting
-jobs need against all but the jobs `fairshare_fill.lent_to` allows (that
-can run on borrowed GPUs only, or end within an hour), as if behind
-(`PassState.keeping`). Only a queue behind keeps the rules above,
+its GPUs could be taken back. Only a queue behind keeps the rules above,
 save against a brief job that can run on borrowed GPUs only (larger than
 its queue's guarantee, or of a queue guaranteed none: `fairshare_fill.stranded`),
 which may take its jobs that ran `min_run`: no guarantee ever holds GPUs

@@ -20,9 +20,8 @@ are whole: a child inherits whole GPUs.
 `check_tree` refuses a tree that cannot be kept. `AHEAD_AT`, `OWED_AT` and
 `mark_ahead` say which queues are behind on their guaranteed fraction of
 the GPU-time lately or on the GPU-time they were owed (the over-time rule
-of `core.fairshare`); `KEEP_AT`, `keeping` and `lent_to`, which queues
-not behind still keep their guarantee against which jobs; `stranded`,
-which waiting jobs may take GPUs of a queue behind all the same.
+of `core.fairshare`); `stranded`, which waiting jobs may take GPUs of a
+queue behind all the same.
 """
 
 from __future__ import annotations
