@@ -145,28 +145,8 @@ def used_lately(usage: Mapping[str, float]) -> float:
 # guarantee back (tests/e2e/test_live_fair_share.py).
 OWED_AT = 0.75
 
-# The share of what it was owed up to which a queue not behind (at or above
-# `OWED_AT`) still keeps its guarantee against other queues' jobs that fit
-# their own queues' guarantees (`keeping`): such a job has a guarantee of its
-# own, and a team with a backlog that lent to it sat near `OWED_AT` of what
-# it would have had alone (docs/results.md 7, stop 46: team 7f04ca under
-# srtf at 75-80% of it through days 20-35, its jobs x1.27-1.43 as long as
-# alone). It takes nothing back (only a queue behind reclaims), and lends to
-# any job that `lent_to` allows. Raising `OWED_AT` itself to 0.95 (every
-# job kept out) cost Jain's index 0.548 to 0.458 on the bench's 9 cells,
-# the jobs no guarantee protects waiting behind every guarantee kept.
-KEEP_AT = 0.95
-# A job expected to end within this many seconds (`JobView.remaining_at`)
-# may take what a queue between the marks keeps (`lent_to`): short jobs are
-# what a policy in force that serves them first gains most from (their
-# slowdowns are Jain's index), and each costs the lender at most this much
-# GPU-time per GPU. Measured at 3,600 s against none (docs/results.md 7).
-LENT_WITHIN = 3600.0
 
-
-def _marks(
-    guaranteed: int, capacity: int, by_owed: bool, owed_at: float = OWED_AT
-) -> list[tuple[float, float]]:
+def _marks(guaranteed: int, capacity: int, by_owed: bool) -> list[tuple[float, float]]:
     """The marks a queue must be at to be ahead, each as (a, m): S >= a * (all S)
     + m * O (S its served use, O what it was owed). Always its guaranteed
     fraction of all use (`AHEAD_AT`), so a queue back from idle, whose share of
@@ -174,63 +154,20 @@ def _marks(
     figure, what it was owed (`OWED_AT`), so its use of the guarantee while
     the cluster was otherwise idle is no credit."""
     fraction = (AHEAD_AT * guaranteed / capacity if capacity > 0 else 0.0, 0.0)
-    return [fraction, (0.0, owed_at)] if by_owed else [fraction]
+    return [fraction, (0.0, OWED_AT)] if by_owed else [fraction]
 
 
 def _is_ahead(
-    mine: float,
-    total: float,
-    owed: float | None,
-    guaranteed: int,
-    capacity: int,
-    owed_at: float = OWED_AT,
+    mine: float, total: float, owed: float | None, guaranteed: int, capacity: int
 ) -> bool:
     """`mark_ahead`'s rule for one queue (`owed` None: the host keeps no such figure).
     A queue never served is behind: its first jobs are protected."""
     if not total > 0 or (owed is not None and not mine > 0):
         return False
-    for a, m in _marks(guaranteed, capacity, owed is not None, owed_at):
+    for a, m in _marks(guaranteed, capacity, owed is not None):
         if mine < a * total + m * (owed or 0.0) - _EPS:
             return False
     return True
-
-
-def keeping(
-    qs: Iterable[QueueShare],
-    capacity: int,
-    served: Mapping[str, float],
-    owed: Mapping[str, float] | None,
-) -> set[str]:
-    """The queues ahead (`mark_ahead`, set) but below `KEEP_AT` of what they were
-    owed: between the marks, they keep their guarantee against all but the
-    jobs `lent_to` allows. Empty from a host that keeps no owed figure."""
-    if owed is None:
-        return set()
-    total = used_lately(served)
-    return {
-        s.name
-        for s in qs
-        if s.ahead
-        and not _is_ahead(
-            max(0.0, served.get(s.name, 0.0)),
-            total,
-            max(0.0, owed.get(s.name, 0.0)),
-            s.guaranteed,
-            capacity,
-            KEEP_AT,
-        )
-    }
-
-
-def lent_to(s: QueueShare, job: JobView, now: float) -> bool:
-    """May waiting `job` of queue `s` take what a queue between the marks keeps
-    (`keeping`)? One that can run on borrowed GPUs only (`QueueShare.only_borrows`:
-    no guarantee ever holds GPUs for it), or expected to end within
-    `LENT_WITHIN`."""
-    if s.only_borrows(job):
-        return True
-    left = job.remaining_at(now)
-    return left is not None and left <= LENT_WITHIN + _EPS
 
 
 def mark_ahead(
@@ -264,7 +201,6 @@ def still_ahead(
     after: float,
     owed: Mapping[str, float] | None = None,
     owing: Mapping[str, int] | None = None,
-    owed_at: float = OWED_AT,
 ) -> bool:
     """Would queue `name` still be ahead (`mark_ahead`) `after` seconds from
     now, if each queue went on holding `busy` GPUs of jobs that fit its
@@ -284,7 +220,7 @@ def still_ahead(
     o = None
     if owed is not None:
         o = later(max(0.0, owed.get(name, 0.0)), (owing or {}).get(name, 0))
-    return _is_ahead(mine, total, o, guaranteed, capacity, owed_at)
+    return _is_ahead(mine, total, o, guaranteed, capacity)
 
 
 def next_turn(
@@ -324,10 +260,7 @@ def next_turn(
             if b > 0:
                 return 0.0  # never served, it turns ahead at once (`_is_ahead`)
             continue
-        marks = _marks(s.guaranteed, capacity, by_owed)
-        if by_owed:
-            marks.append((0.0, KEEP_AT))  # a queue between the marks (`keeping`)
-        for a, m in marks:
+        for a, m in _marks(s.guaranteed, capacity, by_owed):
             now = mine - a * total - m * max(0.0, owed.get(s.name, 0.0))
             gain = b - a * total_busy - m * owing.get(s.name, 0)
             if rate == 0.0:

@@ -61,8 +61,7 @@ class SharePass(ReclaimingPass):
         need: dict[str, int] = {}
         for s in self.book.values():
             room = s.guaranteed - s.fitting
-            if room <= 0 or s.pending <= 0 or (s.ahead and s.name not in self.keeping):
-                # (a queue between the owed marks keeps idle GPUs as one behind)
+            if room <= 0 or s.pending <= 0 or s.ahead:
                 continue
             fit = 0
             for j in self.by_queue.get(s.name, ()):
@@ -166,7 +165,7 @@ class SharePass(ReclaimingPass):
                     return False
                 if (
                     fitting_after < s.fitting
-                    and not self.lends(s, fitting_after, job is not None and self.lent_to(job))
+                    and not self.lends(s, fitting_after)
                     and not (job is not None and self.brief(job))
                 ):
                     return False
@@ -192,14 +191,7 @@ class SharePass(ReclaimingPass):
             s = self.book[job.queue]
             n = start.placement.num_gpus
             if s.is_beyond(job) or s.fitting + fit_delta.get(job.queue, 0) > s.guaranteed:
-                # What a queue between the owed marks keeps idle is lent to
-                # the jobs `lent_to` allows (`PassState.keeping`).
-                lent = self.lent_to(job)
-                others = sum(
-                    k
-                    for name, k in self.need.items()
-                    if name != job.queue and not (lent and name in self.keeping)
-                )
+                others = sum(k for name, k in self.need.items() if name != job.queue)
                 freed = sum(v.allocated_gpus for v in released)
                 if self.free + freed - n < others:
                     return False

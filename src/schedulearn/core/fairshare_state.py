@@ -18,14 +18,7 @@ from operator import attrgetter, not_
 
 from schedulearn.core.decisions import Decision, Preempt, Start
 from schedulearn.core.fairshare_book import ShareBook
-from schedulearn.core.fairshare_fill import (
-    KEEP_AT,
-    OWED_AT,
-    keeping,
-    lent_to,
-    still_ahead,
-    stranded,
-)
+from schedulearn.core.fairshare_fill import still_ahead, stranded
 from schedulearn.core.fairshare_queues import QueueShare, Tenancy
 from schedulearn.core.placement import FreePool
 from schedulearn.core.policy import Policy
@@ -80,16 +73,13 @@ class PassState:
         # `lends`: each queue's fitting GPUs, and its answers, while the book
         # stays as it is (`moved`).
         self._busy: dict[str, int] | None = None
-        self._lent: dict[tuple[str, int, bool], bool] = {}
+        self._lent: dict[tuple[str, int], bool] = {}
         # GPUs each queue is owed now (`QueueShare.owing`), as the pass found
         # them: starts and stops move GPUs between waiting and running only.
         self.owing: dict[str, int] | None = None
         if owed is not None:
             by_queue = self.by_queue
             self.owing = {s.name: s.owing(by_queue.get(s.name, ())) for s in self.book.values()}
-        # Queues ahead but below `KEEP_AT` of what they were owed: they keep
-        # their guarantee against all but the jobs `lent_to` allows.
-        self.keeping = keeping(self.book.values(), view.total_gpus, tenancy.counted, owed)
 
     @cached_property
     def pending(self) -> dict[int, JobView]:
@@ -153,7 +143,6 @@ class PassState:
         book, decided, pinned_copy = self.book, self.decided, self.pinned_copy
         now, bar = self.view.now, self.min_run - EPS  # `ran_min`: now - started >= bar
         brief_waits: bool | None = None  # asked when first needed
-        lent_waits: bool | None = None
         stranded = self.stranded_waits(pending)
         out: list[JobView] = []
         for j in self.running.values():
@@ -171,10 +160,7 @@ class PassState:
                             if brief_waits is None:
                                 brief_waits = any(self.brief(p) for p in pending)
                             if not brief_waits:
-                                if lent_waits is None:
-                                    lent_waits = self.lent_waits(pending)
-                                if not (lent_waits and self.lends_job(owner, j, True)):
-                                    j = pinned_copy(j)
+                                j = pinned_copy(j)
                     elif (
                         (
                             not owner.is_beyond(j)
@@ -187,11 +173,7 @@ class PassState:
         return tuple(out)
 
     def may_preempt(
-        self,
-        job: JobView,
-        brief_waits: bool = False,
-        stranded_waits: bool = False,
-        lent_waits: bool = False,
+        self, job: JobView, brief_waits: bool = False, stranded_waits: bool = False
     ) -> bool:
         """Could the inner policy's turn preempt `job` (before its group's exact check)?
 
@@ -201,9 +183,7 @@ class PassState:
         taking that queue below its guarantee, or of a queue ahead on its
         fraction of the GPU-time (`QueueShare.ahead`) that has run `min_run`
         and that it lends (`lends_job`), or, when a brief job waits in the
-        turn (`brief_waits`), that it would lend such a job (`brief`), or,
-        when a job `lent_to` allows waits (`lent_waits`), that it would lend
-        that job (a queue between the owed marks, `keeping`); or,
+        turn (`brief_waits`), that it would lend such a job (`brief`); or,
         when a stranded job waits in the turn (`stranded_waits`), of any
         queue once it has run `min_run`.
         """
@@ -213,11 +193,7 @@ class PassState:
         if owner.pending > 0:
             return True  # its own queue's jobs (the group check keeps the queue's GPUs)
         if owner.ahead:
-            return self.ran_min(job) and (
-                brief_waits
-                or self.lends_job(owner, job)
-                or (lent_waits and self.lends_job(owner, job, True))
-            )
+            return self.ran_min(job) and (brief_waits or self.lends_job(owner, job))
         if stranded_waits and self.ran_min(job):
             return True
         if not owner.is_beyond(job) and owner.fitting - job.allocated_gpus < owner.guaranteed:
@@ -254,23 +230,13 @@ class PassState:
         """Does a stranded job (`stranded`) wait among `pending`?"""
         return any(self.stranded(p) for p in pending)
 
-    def lent_to(self, job: JobView) -> bool:
-        """May `job` take what a queue between the owed marks keeps (`fairshare_fill.lent_to`)?"""
-        return lent_to(self.book[job.queue], job, self.view.now)
-
-    def lent_waits(self, pending: tuple[JobView, ...]) -> bool:
-        """Does a job `lent_to` allows wait among `pending`?"""
-        return self.tenancy.owed is not None and any(self.lent_to(p) for p in pending)
-
-    def lends_job(self, s: QueueShare, job: JobView, to_lent: bool = False) -> bool:
+    def lends_job(self, s: QueueShare, job: JobView) -> bool:
         """May queue `s`, ahead, give up its running `job` (`lends`)?"""
-        return s.is_beyond(job) or self.lends(s, s.fitting - job.allocated_gpus, to_lent)
+        return s.is_beyond(job) or self.lends(s, s.fitting - job.allocated_gpus)
 
-    def lends(self, s: QueueShare, fitting: int, to_lent: bool = False) -> bool:
+    def lends(self, s: QueueShare, fitting: int) -> bool:
         """May queue `s`, ahead, give up GPUs of its fitting jobs down to
-        `fitting`? Only while it would stay at `KEEP_AT` of what it was owed
-        (`keeping`) `LEND_FOR` times `min_run`, or, to a job `lent_to` allows
-        (`to_lent`), ahead.
+        `fitting`? Only while it would stay ahead `LEND_FOR` times `min_run`.
 
         The answer depends on every queue's fitting GPUs only (and on the
         pass's constants), so it is kept until the book moves (`moved`):
@@ -279,7 +245,7 @@ class PassState:
         horizon = LEND_FOR * self.min_run
         if horizon <= 0:
             return True
-        key = (s.name, fitting, to_lent)
+        key = (s.name, fitting)
         lent = self._lent.get(key)
         if lent is not None:
             return lent
@@ -298,7 +264,6 @@ class PassState:
             horizon,
             self.tenancy.owed,
             self.owing,
-            OWED_AT if to_lent else KEEP_AT,
         )
         busy[s.name] = held
         self._lent[key] = lent

@@ -18,7 +18,7 @@ from core_scenario import Scenario, job, node, preempts, starts
 
 from schedulearn.core import ClusterView, JobView, create
 from schedulearn.core.fairshare import FairShare
-from schedulearn.core.fairshare_fill import keeping, next_turn
+from schedulearn.core.fairshare_fill import next_turn
 from schedulearn.core.fairshare_queues import Queue, Tenancy, shares
 from schedulearn.core.fairshare_reasons import ShareRule, share_reason
 
@@ -264,35 +264,22 @@ def test_a_queue_never_served_is_behind_on_what_it_was_owed() -> None:
 def test_the_moment_a_queue_falls_behind_on_what_it_was_owed_is_known() -> None:
     # A is ahead (it had what it was owed) but holds nothing while it is owed
     # 2 GPUs: its margin shrinks, and a host that skips quiet ticks must not
-    # skip the moments it falls below KEEP_AT (it keeps its guarantee against
-    # more jobs) and then below OWED_AT (test_sim_steady replays it).
+    # skip the moment it falls below OWED_AT (test_sim_steady replays it).
     sc = b_fills_four()
     served = {"A": 20_000.0, "B": 15_000.0, "C": 0.0}
     owed = {"A": 20_000.0, "B": 9_000.0, "C": 0.0}
     busy, owing, half_life = {"B": 4}, {"A": 2, "B": 2}, 3600.0
 
-    def at(seconds: float) -> tuple[dict[str, float], dict[str, float]]:
-        return _later(served, busy, seconds, half_life), _later(owed, owing, seconds, half_life)
-
     def ahead_at(seconds: float) -> set[str]:
-        s, o = at(seconds)
+        s = _later(served, busy, seconds, half_life)
+        o = _later(owed, owing, seconds, half_life)
         return {
             q for q, x in shares(view(sc, [], s, owed=o), tenancy(s, owed=o)).items() if x.ahead
         }
 
-    def keeping_at(seconds: float) -> set[str]:
-        s, o = at(seconds)
-        book = shares(view(sc, [], s, owed=o), tenancy(s, owed=o))
-        return keeping(book.values(), 4, s, o)
-
     book = shares(view(sc, [], served, owed=owed), tenancy(served, owed=owed))
-    keep = next_turn(book.values(), 4, served, busy, half_life, owed, owing)
-    assert 0 < keep < math.inf
-    assert "A" not in keeping_at(keep - 1) and "A" in keeping_at(keep + 1)
-    s, o = at(keep + 1)
-    later = shares(view(sc, [], s, owed=o), tenancy(s, owed=o))
-    turn = keep + 1 + next_turn(later.values(), 4, s, busy, half_life, o, owing)
-    assert keep < turn < math.inf
+    turn = next_turn(book.values(), 4, served, busy, half_life, owed, owing)
+    assert 0 < turn < math.inf
     assert "A" in ahead_at(0) and "A" in ahead_at(turn - 1)
     assert "A" not in ahead_at(turn + 1)
     # B, holding twice what it is owed, stays ahead throughout.

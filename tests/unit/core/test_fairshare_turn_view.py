@@ -15,7 +15,7 @@ from test_fairshare import tenant_snapshots
 
 from schedulearn.core import ClusterView, create
 from schedulearn.core.fairshare_book import ShareBook
-from schedulearn.core.fairshare_fill import KEEP_AT, still_ahead
+from schedulearn.core.fairshare_fill import still_ahead
 from schedulearn.core.fairshare_pass import SharePass
 from schedulearn.core.fairshare_state import LEND_FOR
 from schedulearn.core.views import JobView, rebuild
@@ -24,9 +24,8 @@ from schedulearn.core.views import JobView, rebuild
 def _by_rule(p: SharePass, pending: tuple[JobView, ...]) -> list[JobView]:
     brief = any(p.brief(j) for j in pending)
     stranded = p.stranded_waits(pending)
-    lent = p.lent_waits(pending)
     return [
-        j if not j.preemptible or p.may_preempt(j, brief, stranded, lent) else p.pinned_copy(j)
+        j if not j.preemptible or p.may_preempt(j, brief, stranded) else p.pinned_copy(j)
         for j in p.running.values()
         if j.id not in p.decided
     ]
@@ -70,9 +69,6 @@ def _lends_afresh(p: SharePass, name: str, fitting: int) -> bool:
         busy,
         p.tenancy.half_life,
         LEND_FOR * p.min_run,
-        p.tenancy.owed,
-        p.owing,
-        KEEP_AT,
     ) if p.min_run > 0 else True  # fmt: skip
 
 

@@ -154,11 +154,8 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
         # 75% of what a queue was owed, never binds in this replay.) Again
         # (issue 32 item 2): a brief job that can run on borrowed GPUs only
         # may take a queue behind (`fairshare_fill.stranded`): 452,244 s.
-        # Again: a queue between 75% and 95% of what it was owed keeps its
-        # guarantee against all but the jobs `fairshare_fill.lent_to` allows
-        # (`KEEP_AT`): 462,239 s.
-        "5201fe20a9b6581f",
-        462238.98424879153,
+        "4bf29f4ceefa783b",
+        452243.6286424159,
     ),
     # The fair-share layer over the other policies of issue 32's bench, pinned
     # at aeaedc3 (stop 45), so that a cheaper pass of the layer is checked
@@ -168,24 +165,20 @@ CASES: dict[str, tuple[Callable[[], SimResult], str, float]] = {
     # 97cff38697e3d555, 414,388 s). A brief job that can run on borrowed
     # GPUs only may take a queue behind (`fairshare_fill.stranded`, issue 32
     # item 2): srtf 418,359 s -> 398,691 s; fifo never preempts: the same.
-    # A queue between 75% and 95% of what it was owed keeps its guarantee
-    # against all but the jobs `fairshare_fill.lent_to` allows (`KEEP_AT`):
-    # fifo 3,423,369 -> 3,437,671 s, srtf 398,691 -> 390,713 s, similarity
-    # 3,123,898 -> 3,258,019 s.
     "philly 600 fifo+queues": (
         lambda: philly("fifo", queues=True),
-        "db2158bd7457a0fb",
-        3437670.6792777786,
+        "0090715a5723ac9a",
+        3423369.4837474744,
     ),
     "philly 600 srtf+queues": (
         lambda: philly("srtf", queues=True),
-        "418b3c33c178c88f",
-        390712.68370076636,
+        "ba3b810503184ff4",
+        398690.9839244129,
     ),
     "philly 600 similarity+queues": (
         lambda: philly("similarity", queues=True),
-        "b590bbd0350dc86f",
-        3258019.4326944696,
+        "9f17cae4756a5a01",
+        3123898.016111137,
     ),
 }
 
