@@ -227,7 +227,7 @@ def next_turn(
     qs: Iterable[QueueShare],
     capacity: int,
     served: Mapping[str, float],
-    busy: Mapping[str, int],
+    busy: Mapping[str, float],
     half_life: float | None,
     owed: Mapping[str, float] | None = None,
     owing: Mapping[str, int] | None = None,

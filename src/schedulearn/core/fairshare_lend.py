@@ -88,7 +88,7 @@ def _turn(full: PassState, s: QueueShare, k: int, horizon: float) -> float:
         [s],
         full.view.total_gpus,
         served,
-        busy,  # type: ignore[arg-type]  # fractional GPUs: the math is the same
+        busy,  # fractional GPUs: the math is the same
         half_life,
         owed_then,
         owing,
