@@ -129,7 +129,7 @@ class FairShare:
         # Running jobs shown to the inner policy as non-preemptible (`SharePass`).
         self._pinned: dict[int, tuple[JobView, JobView]] = {}
         # Each queue's counts, recounted only when the snapshot's jobs change.
-        self._book = ShareBook()
+        self._book = ShareBook(self.min_run)
 
     @property
     def uses_goodput(self) -> bool:

@@ -23,12 +23,13 @@ no queue (all of them after a regrouping; only then is the tuple
 rebuilt, as `named` does, each such job's copy kept while it waits, so
 that the rebuilt tuples share their jobs). The jobs by id, and the
 jobs of a set of queues a turn asks for (`select`), follow the backlog
-too.
+too, and with a `min_run` the brief ones (`Backlog.brief`, `brief_waiting`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from itertools import compress
 from operator import attrgetter
 
@@ -43,6 +44,8 @@ from schedulearn.core.fairshare_queues import (
 )
 from schedulearn.core.views import ClusterView, JobView, rebuild
 
+# `fairshare_state.EPS` (that module imports this one).
+EPS = 1e-9
 _QUEUE = attrgetter("queue")
 
 
@@ -52,6 +55,7 @@ class ShareBook:
     __slots__ = (
         "_backlog",
         "_fixed",
+        "_min_run",
         "_held",
         "_pending",
         "_raw_pending",
@@ -59,7 +63,7 @@ class ShareBook:
         "_running",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, min_run: float | None = None) -> None:
         # The host's tuples last seen, and the same with every job in a queue
         # (the very same tuples when every job names one).
         self._raw_pending: tuple[JobView, ...] | None = None
@@ -68,8 +72,10 @@ class ShareBook:
         self._running: tuple[JobView, ...] = ()
         # queue -> what its running jobs hold
         self._held: dict[str, Held] = {}
-        # The pending jobs by queue (those of `_pending`).
-        self._backlog = Backlog()
+        # The pending jobs by queue (those of `_pending`), and with `min_run` the
+        # brief ones (`brief_waiting`).
+        self._min_run = min_run
+        self._backlog = Backlog(None if min_run is None else partial(brief_waiting, min_run=min_run))
         # id() of a pending job that names no queue -> (it, its copy in the
         # default queue): the same copy while it waits (`_fix_pending`).
         self._fixed: dict[int, tuple[JobView, JobView]] = {}
@@ -104,6 +110,14 @@ class ShareBook:
     def pending_by_id(self) -> dict[int, JobView]:
         """The pending jobs of the last `shares` by id (read-only: the book's own)."""
         return self._backlog.by_id()
+
+    def brief_of(self, pending: tuple[JobView, ...], min_run: float) -> Backlog | None:
+        """The backlog, whose `brief` and `timed` keep `pending`'s brief jobs for
+        `min_run` (`brief_waiting`), when it follows that tuple; else None."""
+        backlog = self._backlog
+        if self._min_run != min_run or pending is not backlog.jobs:
+            return None
+        return backlog
 
     def select(self, pending: tuple[JobView, ...], queues: set[str]) -> tuple[JobView, ...]:
         """The jobs of `pending` in `queues`, in its order (kept across passes for
@@ -159,6 +173,17 @@ class ShareBook:
         self._held = held
         self._raw_running, self._running = raw, jobs
         return jobs
+
+
+def brief_waiting(job: JobView, min_run: float) -> bool | None:
+    """Is waiting `job` expected to end within `min_run` (`PassState.brief`), for
+    as long as it waits? None when the answer moves with time (a view that
+    says it runs: `JobView.started_at`)."""
+    if job.started_at is not None:
+        return None
+    # `JobView.remaining_at` of a job not running: no time accrues.
+    expected = job.expected_duration
+    return expected is not None and max(0.0, expected - job.service_seconds) <= min_run + EPS
 
 
 def _fix(jobs: tuple[JobView, ...]) -> tuple[JobView, ...]:
