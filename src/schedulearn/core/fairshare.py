@@ -263,7 +263,7 @@ class FairShare:
 def _next_turn(view: ClusterView, full: SharePass) -> float:
     """Seconds until a queue turns ahead or behind with the jobs running now
     (`fairshare_fill.next_turn`): a pass then may decide differently."""
-    tenancy, capacity = full.tenancy, view.total_gpus
+    tenancy, capacity = full.tenancy, full.capacity
     busy: dict[str, int] = {}
     own: dict[str, int] = {}  # `fits_guarantee`, its guarantee asked once a queue
     for job in view.running:

@@ -53,8 +53,10 @@ class PassState:
         self.min_run = min_run
         self.view = view
         self.tenancy = tenancy
+        # The healthy GPUs (`ClusterView.total_gpus`), summed once: asked often.
+        self.capacity = view.total_gpus
         # Each queue's share, and its pending jobs in arrival order.
-        self.book, self.by_queue = book.shares(view, tenancy)
+        self.book, self.by_queue = book.shares(view, tenancy, self.capacity)
         self.pool = FreePool(view)
         self.free = self.pool.total_free()
         self.nodes = list(view.nodes)
@@ -311,7 +313,7 @@ class PassState:
         lent = still_ahead(
             s.name,
             self.book.values(),
-            self.view.total_gpus,
+            self.capacity,
             self.tenancy.counted,
             busy,
             self.tenancy.half_life,
