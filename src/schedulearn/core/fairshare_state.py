@@ -77,6 +77,9 @@ class PassState:
         # stays as it is (`moved`).
         self._busy: dict[str, int] | None = None
         self._lent: dict[tuple[str, int], bool] = {}
+        # The running jobs the last turn was shown, and what they depended on
+        # (`_turn_running`).
+        self._turn_seen: tuple[tuple[int, bool, bool], tuple[JobView, ...]] | None = None
         # GPUs each queue is owed now (`QueueShare.owing`), as the pass found
         # them: starts and stops move GPUs between waiting and running only.
         self.owing: dict[str, int] | None = None
@@ -156,6 +159,17 @@ class PassState:
         now, bar = self.view.now, self.min_run - EPS  # `ran_min`: now - started >= bar
         brief_waits: bool | None = None  # asked when first needed
         stranded = self.stranded_waits(pending, queues)
+        key = None
+        if queues is not None:
+            # The answer depends on the pending jobs only through `stranded` and
+            # `brief_waits`, and on the pass through what it decided (every
+            # change of the book or the running jobs is a decision): a second
+            # turn with nothing decided since the first is shown the same jobs.
+            brief_waits = self.brief_waits(pending, queues)
+            key = (len(self.decisions), stranded, brief_waits)
+            kept = self._turn_seen
+            if kept is not None and kept[0] == key:
+                return kept[1]
         out: list[JobView] = []
         for j in self.running.values():
             if j.id in decided:
@@ -182,7 +196,10 @@ class PassState:
                     ) and not (ran and stranded):
                         j = pinned_copy(j)
             out.append(j)
-        return tuple(out)
+        shown = tuple(out)
+        if key is not None:
+            self._turn_seen = (key, shown)
+        return shown
 
     def may_preempt(
         self, job: JobView, brief_waits: bool = False, stranded_waits: bool = False
