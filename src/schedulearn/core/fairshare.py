@@ -265,14 +265,19 @@ def _next_turn(view: ClusterView, full: SharePass) -> float:
     (`fairshare_fill.next_turn`): a pass then may decide differently."""
     tenancy, capacity = full.tenancy, full.capacity
     busy: dict[str, int] = {}
-    own: dict[str, int] = {}  # `fits_guarantee`, its guarantee asked once a queue
-    for job in view.running:
-        name = job.queue
-        mine = own.get(name)
-        if mine is None:
-            mine = own[name] = own_guarantee(tenancy, name, capacity)
-        if mine == 0 or job.gpus <= mine:
-            busy[name] = busy.get(name, 0) + job.allocated_gpus
+    if not full.decisions:
+        # The pass changed nothing: its book counts the running jobs that fit
+        # their queue's own guarantee (`QueueShare.fitting`, `fits_guarantee`).
+        busy = {s.name: s.fitting for s in full.book.values() if s.used}
+    else:
+        own: dict[str, int] = {}  # `fits_guarantee`, its guarantee asked once a queue
+        for job in view.running:
+            name = job.queue
+            mine = own.get(name)
+            if mine is None:
+                mine = own[name] = own_guarantee(tenancy, name, capacity)
+            if mine == 0 or job.gpus <= mine:
+                busy[name] = busy.get(name, 0) + job.allocated_gpus
     return next_turn(
         full.book.values(),
         capacity,

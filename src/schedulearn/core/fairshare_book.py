@@ -55,15 +55,15 @@ class ShareBook:
     __slots__ = (
         "_backlog",
         "_fixed",
-        "_min_run",
         "_held",
         "_held_ordered",
         "_jobs_held",
-        "_running_ids",
+        "_min_run",
         "_pending",
         "_raw_pending",
         "_raw_running",
         "_running",
+        "_running_ids",
     )
 
     def __init__(self, min_run: float | None = None) -> None:
@@ -84,7 +84,8 @@ class ShareBook:
         # The pending jobs by queue (those of `_pending`), and with `min_run` the
         # brief ones (`brief_waiting`).
         self._min_run = min_run
-        self._backlog = Backlog(None if min_run is None else partial(brief_waiting, min_run=min_run))
+        rule = None if min_run is None else partial(brief_waiting, min_run=min_run)
+        self._backlog = Backlog(rule)
         # id() of a pending job that names no queue -> (it, its copy in the
         # default queue): the same copy while it waits (`_fix_pending`).
         self._fixed: dict[int, tuple[JobView, JobView]] = {}
