@@ -131,7 +131,7 @@ class FairShare:
         # Running jobs shown to the inner policy as non-preemptible (`SharePass`).
         self._pinned: dict[int, tuple[JobView, JobView]] = {}
         # Each queue's counts, recounted only when the snapshot's jobs change.
-        self._book = ShareBook()
+        self._book = ShareBook(self.min_run)
 
     @property
     def uses_goodput(self) -> bool:
@@ -273,16 +273,21 @@ class FairShare:
 def _next_turn(view: ClusterView, full: SharePass) -> float:
     """Seconds until a queue turns ahead or behind with the jobs running now
     (`fairshare_fill.next_turn`): a pass then may decide differently."""
-    tenancy, capacity = full.tenancy, view.total_gpus
+    tenancy, capacity = full.tenancy, full.capacity
     busy: dict[str, int] = {}
-    own: dict[str, int] = {}  # `fits_guarantee`, its guarantee asked once a queue
-    for job in view.running:
-        name = job.queue
-        mine = own.get(name)
-        if mine is None:
-            mine = own[name] = own_guarantee(tenancy, name, capacity)
-        if mine == 0 or job.gpus <= mine:
-            busy[name] = busy.get(name, 0) + job.allocated_gpus
+    if not full.decisions:
+        # The pass changed nothing: its book counts the running jobs that fit
+        # their queue's own guarantee (`QueueShare.fitting`, `fits_guarantee`).
+        busy = {s.name: s.fitting for s in full.book.values() if s.used}
+    else:
+        own: dict[str, int] = {}  # `fits_guarantee`, its guarantee asked once a queue
+        for job in view.running:
+            name = job.queue
+            mine = own.get(name)
+            if mine is None:
+                mine = own[name] = own_guarantee(tenancy, name, capacity)
+            if mine == 0 or job.gpus <= mine:
+                busy[name] = busy.get(name, 0) + job.allocated_gpus
     return next_turn(
         full.book.values(),
         capacity,

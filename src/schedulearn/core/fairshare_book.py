@@ -23,12 +23,13 @@ no queue (all of them after a regrouping; only then is the tuple
 rebuilt, as `named` does, each such job's copy kept while it waits, so
 that the rebuilt tuples share their jobs). The jobs by id, and the
 jobs of a set of queues a turn asks for (`select`), follow the backlog
-too.
+too, and with a `min_run` the brief ones (`Backlog.brief`, `brief_waiting`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from itertools import compress
 from operator import attrgetter
 
@@ -43,6 +44,8 @@ from schedulearn.core.fairshare_queues import (
 )
 from schedulearn.core.views import ClusterView, JobView, rebuild
 
+# `fairshare_state.EPS` (that module imports this one).
+EPS = 1e-9
 _QUEUE = attrgetter("queue")
 
 
@@ -53,23 +56,36 @@ class ShareBook:
         "_backlog",
         "_fixed",
         "_held",
+        "_held_ordered",
+        "_jobs_held",
+        "_min_run",
         "_pending",
         "_raw_pending",
         "_raw_running",
         "_running",
+        "_running_ids",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, min_run: float | None = None) -> None:
         # The host's tuples last seen, and the same with every job in a queue
         # (the very same tuples when every job names one).
         self._raw_pending: tuple[JobView, ...] | None = None
         self._pending: tuple[JobView, ...] = ()
         self._raw_running: tuple[JobView, ...] | None = None
         self._running: tuple[JobView, ...] = ()
-        # queue -> what its running jobs hold
+        # queue -> what its running jobs hold, followed from tuple to tuple
+        # (`_name_running`): the jobs of `_raw_running` by id(), and how many
+        # each queue runs; whether `_held`'s keys are in the order of each
+        # queue's first running job, as a fresh count (`held_by_queue`) has them.
         self._held: dict[str, Held] = {}
-        # The pending jobs by queue (those of `_pending`).
-        self._backlog = Backlog()
+        self._running_ids: dict[int, JobView] | None = None
+        self._jobs_held: dict[str, int] = {}
+        self._held_ordered = True
+        # The pending jobs by queue (those of `_pending`), and with `min_run` the
+        # brief ones (`brief_waiting`).
+        self._min_run = min_run
+        rule = None if min_run is None else partial(brief_waiting, min_run=min_run)
+        self._backlog = Backlog(rule)
         # id() of a pending job that names no queue -> (it, its copy in the
         # default queue): the same copy while it waits (`_fix_pending`).
         self._fixed: dict[int, tuple[JobView, JobView]] = {}
@@ -83,7 +99,7 @@ class ShareBook:
         return replace(view, pending=pending, running=running)
 
     def shares(
-        self, view: ClusterView, tenancy: Tenancy
+        self, view: ClusterView, tenancy: Tenancy, capacity: int | None = None
     ) -> tuple[dict[str, QueueShare], dict[str, list[JobView]]]:
         """Every queue's share for this pass, and its pending jobs in the view's order.
 
@@ -95,15 +111,27 @@ class ShareBook:
             self._name_pending(view.pending)
         backlog = self._backlog
         held, declared = self._held, tenancy.by_name
+        if not self._held_ordered and any(q not in declared for q in held):
+            # `book` adds queues no host declared in the order of `held`.
+            self._recount(self._running)
+            held = self._held
         if any(q not in declared and q not in held for q in backlog.waiting):
             backlog.in_order()  # `book` adds such queues in the order of `waiting`
-        out = book(view, tenancy, held, backlog.waiting)
+        out = book(view, tenancy, held, backlog.waiting, capacity)
         # The pass reads the lists and never changes them: shared, not copied.
         return out, backlog.by_queue
 
     def pending_by_id(self) -> dict[int, JobView]:
         """The pending jobs of the last `shares` by id (read-only: the book's own)."""
         return self._backlog.by_id()
+
+    def brief_of(self, pending: tuple[JobView, ...], min_run: float) -> Backlog | None:
+        """The backlog, whose `brief` and `timed` keep `pending`'s brief jobs for
+        `min_run` (`brief_waiting`), when it follows that tuple; else None."""
+        backlog = self._backlog
+        if self._min_run != min_run or pending is not backlog.jobs:
+            return None
+        return backlog
 
     def select(self, pending: tuple[JobView, ...], queues: set[str]) -> tuple[JobView, ...]:
         """The jobs of `pending` in `queues`, in its order (kept across passes for
@@ -149,16 +177,69 @@ class ShareBook:
         return tuple(out)
 
     def _name_running(self, raw: tuple[JobView, ...]) -> tuple[JobView, ...]:
+        """`raw` with each job in a queue, and `_held` counted for it: only the
+        jobs that came and went since the last tuple (found by identity, in C),
+        unless most changed (a host that rebuilds its views)."""
         if raw is self._raw_running or raw is self._running:
             return self._running
-        held = held_by_queue(raw)
-        jobs = raw
-        if "" in held:
-            jobs = _fix(raw)
-            held = held_by_queue(jobs)
-        self._held = held
+        jobs = raw if all(map(_QUEUE, raw)) else _fix(raw)
+        ids = dict(zip(map(id, raw), raw, strict=True))
+        old = self._running_ids
+        if old is None or len(ids) != len(raw):
+            self._recount(jobs)
+        else:
+            came = ids.keys() - old.keys()
+            gone = old.keys() - ids.keys()
+            if len(came) + len(gone) > len(raw) // 2 + 8:
+                self._recount(jobs)
+            elif came or gone:
+                for i in gone:
+                    self._count(old[i], -1)
+                for i in came:
+                    self._count(ids[i], 1)
+                self._held_ordered = False
+        # One object twice: counted afresh each time (identity cannot follow it).
+        self._running_ids = ids if len(ids) == len(raw) else None
         self._raw_running, self._running = raw, jobs
         return jobs
+
+    def _recount(self, jobs: tuple[JobView, ...]) -> None:
+        """`_held` afresh (`held_by_queue`), in the order of each queue's first job."""
+        self._held = held_by_queue(jobs)
+        counted: dict[str, int] = {}
+        for job in jobs:
+            counted[job.queue] = counted.get(job.queue, 0) + 1
+        self._jobs_held = counted
+        self._held_ordered = True
+
+    def _count(self, job: JobView, sign: int) -> None:
+        """Add (`sign` 1) or take out (-1) running `job` in `_held` (`held_by_queue`'s sums)."""
+        name = job.queue or DEFAULT_QUEUE
+        held, counted = self._held, self._jobs_held
+        mine = held.get(name)
+        if mine is None:
+            mine = held[name] = Held(0, 0, {})
+        n = sign * job.allocated_gpus
+        mine.used += n
+        if not job.preemptible:
+            mine.pinned += n
+        mine.by_size[job.gpus] = mine.by_size.get(job.gpus, 0) + n
+        left = counted.get(name, 0) + sign
+        if left:
+            counted[name] = left
+        else:  # a fresh count has no queue without running jobs
+            del held[name], counted[name]
+
+
+def brief_waiting(job: JobView, min_run: float) -> bool | None:
+    """Is waiting `job` expected to end within `min_run` (`PassState.brief`), for
+    as long as it waits? None when the answer moves with time (a view that
+    says it runs: `JobView.started_at`)."""
+    if job.started_at is not None:
+        return None
+    # `JobView.remaining_at` of a job not running: no time accrues.
+    expected = job.expected_duration
+    return expected is not None and max(0.0, expected - job.service_seconds) <= min_run + EPS
 
 
 def _fix(jobs: tuple[JobView, ...]) -> tuple[JobView, ...]:

@@ -90,7 +90,8 @@ class SharePass(ReclaimingPass):
             if not pending:
                 return
             refused: set[str] = set()
-            for group in _groups(self.inner.decide(self.sub_view(pending, turn=True))):
+            shown = self.sub_view(pending, turn=True, queues=queues)
+            for group in _groups(self.inner.decide(shown)):
                 if self._accept(group, borrow):
                     self._apply(group)
                 elif isinstance(group[-1], Start) and group[-1].job_id in self.pending:

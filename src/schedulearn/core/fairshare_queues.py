@@ -404,14 +404,15 @@ def sweep(
     return book(view, tenancy, held_by_queue(view.running), waiting), by_queue
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Held:
     """What one queue's running jobs hold: GPUs, of them the non-preemptible
-    jobs', and GPUs by the size the jobs asked for."""
+    jobs', and GPUs by the size the jobs asked for. (Mutable: a book that
+    follows the running jobs, `fairshare_book.ShareBook`, counts in it.)"""
 
     used: int
     pinned: int
-    by_size: Mapping[int, int]
+    by_size: dict[int, int]
 
     def beyond(self, gpus: int) -> int:
         """GPUs held by jobs that asked for more than `gpus`."""
@@ -450,9 +451,11 @@ def book(
     tenancy: Tenancy,
     held: Mapping[str, Held],
     waiting: Mapping[str, int],
+    capacity: int | None = None,
 ) -> dict[str, QueueShare]:
     """Every queue with jobs or a guarantee, from the GPUs it holds (`held_by_queue`)
-    and the GPUs its pending jobs ask for, its share filled."""
+    and the GPUs its pending jobs ask for, its share filled (`capacity`: the
+    view's healthy GPUs, `ClusterView.total_gpus`, if the caller has them)."""
     out: dict[str, QueueShare] = {q.name: QueueShare(q) for q in tenancy.queues}
 
     def share(name: str) -> QueueShare:
@@ -466,7 +469,9 @@ def book(
         s.used, s.pinned = h.used, h.pinned
     for name, gpus in waiting.items():
         share(name).pending = gpus
-    fill(out.values(), view.total_gpus, tenancy.usage, tenancy.counted, tenancy.owed)
+    if capacity is None:
+        capacity = view.total_gpus
+    fill(out.values(), capacity, tenancy.usage, tenancy.counted, tenancy.owed)
     for name, h in held.items():
         s = out[name]
         if s.own > 0:  # `fill` set the default queue's uncovered GPUs

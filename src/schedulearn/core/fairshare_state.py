@@ -17,6 +17,7 @@ from itertools import compress, count, islice
 from operator import attrgetter, not_
 
 from schedulearn.core.decisions import Decision, Preempt, Start
+from schedulearn.core.fairshare_backlog import Backlog
 from schedulearn.core.fairshare_book import ShareBook
 from schedulearn.core.fairshare_fill import still_ahead, stranded
 from schedulearn.core.fairshare_queues import QueueShare, Tenancy
@@ -52,8 +53,10 @@ class PassState:
         self.min_run = min_run
         self.view = view
         self.tenancy = tenancy
+        # The healthy GPUs (`ClusterView.total_gpus`), summed once: asked often.
+        self.capacity = view.total_gpus
         # Each queue's share, and its pending jobs in arrival order.
-        self.book, self.by_queue = book.shares(view, tenancy)
+        self.book, self.by_queue = book.shares(view, tenancy, self.capacity)
         self.pool = FreePool(view)
         self.free = self.pool.total_free()
         self.nodes = list(view.nodes)
@@ -74,6 +77,9 @@ class PassState:
         # stays as it is (`moved`).
         self._busy: dict[str, int] | None = None
         self._lent: dict[tuple[str, int], bool] = {}
+        # The running jobs the last turn was shown, and what they depended on
+        # (`_turn_running`).
+        self._turn_seen: tuple[tuple[int, bool, bool], tuple[JobView, ...]] | None = None
         # GPUs each queue is owed now (`QueueShare.owing`), as the pass found
         # them: starts and stops move GPUs between waiting and running only.
         self.owing: dict[str, int] | None = None
@@ -112,26 +118,35 @@ class PassState:
             return jobs if isinstance(jobs, tuple) else tuple(jobs)
         return _undecided(jobs, decided, self.pending, len(pending))
 
-    def sub_view(self, pending: tuple[JobView, ...], turn: bool = False) -> ClusterView:
+    def sub_view(
+        self,
+        pending: tuple[JobView, ...],
+        turn: bool = False,
+        queues: set[str] | None = None,
+    ) -> ClusterView:
         """The whole cluster as the pass has left it, with `pending` waiting.
 
         For an inner policy's turn (`turn`) a running job it may not
         preempt (`may_preempt`) is shown as non-preemptible, so that the
         inner policy plans with what it may really do instead of making
-        room the layer then refuses.
+        room the layer then refuses. `queues`, if given, says that `pending`
+        is `waiting(queues)` (the brief jobs among them are then looked up,
+        not swept: `stranded_waits`).
         """
         view = self.view
         decided = self.decided
         if not turn:
             running = tuple(j for j in self.running.values() if j.id not in decided)
         else:
-            running = self._turn_running(pending)
+            running = self._turn_running(pending, queues)
         counts = tuple(self.counts) if self.counts is not None else None
         return ClusterView(
             view.now, tuple(self.nodes), pending, running, counts, view.goodput, None
         )
 
-    def _turn_running(self, pending: tuple[JobView, ...]) -> tuple[JobView, ...]:
+    def _turn_running(
+        self, pending: tuple[JobView, ...], queues: set[str] | None = None
+    ) -> tuple[JobView, ...]:
         """The running jobs not decided on, each the inner policy may not preempt
         as non-preemptible (`pinned_copy`): `may_preempt` written out, with
         the time bar read once (a turn asks it of every running job: 7% of
@@ -143,7 +158,18 @@ class PassState:
         book, decided, pinned_copy = self.book, self.decided, self.pinned_copy
         now, bar = self.view.now, self.min_run - EPS  # `ran_min`: now - started >= bar
         brief_waits: bool | None = None  # asked when first needed
-        stranded = self.stranded_waits(pending)
+        stranded = self.stranded_waits(pending, queues)
+        key = None
+        if queues is not None:
+            # The answer depends on the pending jobs only through `stranded` and
+            # `brief_waits`, and on the pass through what it decided (every
+            # change of the book or the running jobs is a decision): a second
+            # turn with nothing decided since the first is shown the same jobs.
+            brief_waits = self.brief_waits(pending, queues)
+            key = (len(self.decisions), stranded, brief_waits)
+            kept = self._turn_seen
+            if kept is not None and kept[0] == key:
+                return kept[1]
         out: list[JobView] = []
         for j in self.running.values():
             if j.id in decided:
@@ -158,7 +184,7 @@ class PassState:
                             j = pinned_copy(j)
                         elif not self.lends_job(owner, j):
                             if brief_waits is None:
-                                brief_waits = any(self.brief(p) for p in pending)
+                                brief_waits = self.brief_waits(pending, queues)
                             if not brief_waits:
                                 j = pinned_copy(j)
                     elif (
@@ -170,7 +196,10 @@ class PassState:
                     ) and not (ran and stranded):
                         j = pinned_copy(j)
             out.append(j)
-        return tuple(out)
+        shown = tuple(out)
+        if key is not None:
+            self._turn_seen = (key, shown)
+        return shown
 
     def may_preempt(
         self, job: JobView, brief_waits: bool = False, stranded_waits: bool = False
@@ -226,9 +255,53 @@ class PassState:
         """May `job` take GPUs of a queue behind (`fairshare_fill.stranded`)?"""
         return stranded(self.book[job.queue], job, self.view.now, self.min_run)
 
-    def stranded_waits(self, pending: tuple[JobView, ...]) -> bool:
-        """Does a stranded job (`stranded`) wait among `pending`?"""
-        return any(self.stranded(p) for p in pending)
+    def stranded_waits(self, pending: tuple[JobView, ...], queues: set[str] | None = None) -> bool:
+        """Does a stranded job (`stranded`) wait among `pending`?
+
+        With `queues` (`pending` is `waiting(queues)`), from the brief jobs the
+        book keeps by queue and size (`ShareBook.brief_of`): a stranded job is
+        a brief one that only borrows (`QueueShare.only_borrows`: of a queue
+        guaranteed none, or larger than the guarantee).
+        """
+        backlog = self._brief_index(queues)
+        if backlog is None or queues is None:
+            return any(self.stranded(p) for p in pending)
+        book, decided = self.book, self.decided
+        brief = backlog.brief
+        for name in queues:
+            sizes = brief.get(name)
+            if not sizes:
+                continue
+            own = book[name].own
+            for gpus, jobs in sizes.items():
+                if (own == 0 or gpus > own) and _any_undecided(jobs, decided):
+                    return True
+        return any(
+            j.queue in queues and j.id not in decided and self.stranded(j)
+            for j in backlog.timed.values()
+        )
+
+    def brief_waits(self, pending: tuple[JobView, ...], queues: set[str] | None = None) -> bool:
+        """Does a brief job (`brief`) wait among `pending` (`queues`: as `stranded_waits`)?"""
+        backlog = self._brief_index(queues)
+        if backlog is None or queues is None:
+            return any(self.brief(p) for p in pending)
+        decided = self.decided
+        brief = backlog.brief
+        for name in queues:
+            sizes = brief.get(name)
+            if sizes and any(_any_undecided(jobs, decided) for jobs in sizes.values()):
+                return True
+        return any(
+            j.queue in queues and j.id not in decided and self.brief(j)
+            for j in backlog.timed.values()
+        )
+
+    def _brief_index(self, queues: set[str] | None) -> Backlog | None:
+        """The book's brief jobs of this pass's pending tuple, if it keeps them."""
+        if queues is None:
+            return None
+        return self._shelf.brief_of(self.view.pending, self.min_run)
 
     def lends_job(self, s: QueueShare, job: JobView) -> bool:
         """May queue `s`, ahead, give up its running `job` (`lends`)?"""
@@ -257,7 +330,7 @@ class PassState:
         lent = still_ahead(
             s.name,
             self.book.values(),
-            self.view.total_gpus,
+            self.capacity,
             self.tenancy.counted,
             busy,
             self.tenancy.half_life,
@@ -356,6 +429,11 @@ class PassState:
             )
             if self.counts is not None:
                 self.counts[i] = self.nodes[i].num_free_gpus
+
+
+def _any_undecided(jobs: Mapping[int, JobView], decided: set[int]) -> bool:
+    """Is one of `jobs` (by `id()`) not decided on? (Those decided are few.)"""
+    return any(j.id not in decided for j in jobs.values())
 
 
 def _undecided(
