@@ -38,7 +38,7 @@ def next_lend_turn(full: PassState) -> float:
     """Seconds until an answer `full.lends` gave may turn with the jobs running
     now (inf if none can). Read after a pass that decided nothing: its book
     is the snapshot's, and `lends` still holds every answer the pass asked
-    for (`PassState._lent`, kept until the book moves). Only those can
+    for (`PassState.lends_asked`, kept until the book moves). Only those can
     change what the pass does: until one turns, it asks the same and
     decides the same. (Every answer a queue could give, instead, turned
     on Philly's first 600 jobs under srtf at every few ticks, as a queue
@@ -48,7 +48,7 @@ def next_lend_turn(full: PassState) -> float:
         return math.inf  # it lends everything, always
     book = full.book
     soonest = math.inf
-    for name, k in full._lent:
+    for name, k in full.lends_asked:
         soonest = min(soonest, _turn(full, book[name], k, horizon))
     return soonest
 

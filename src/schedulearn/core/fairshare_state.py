@@ -342,6 +342,12 @@ class PassState:
         self._lent[key] = lent
         return lent
 
+    @property
+    def lends_asked(self) -> tuple[tuple[str, int], ...]:
+        """The (queue, fitting GPUs) that `lends` answered since the book last
+        moved (`fairshare_lend.next_lend_turn` follows them)."""
+        return tuple(self._lent)
+
     def moved(self) -> None:
         """A queue's GPUs in use changed: what `lends` kept no longer holds."""
         self._busy = None
