@@ -9,7 +9,7 @@ from functools import partial
 
 import pytest
 from server_api import ADMIN, Api
-from stepped import stepped_app
+from stepped import Stepped, stepped_app
 from wire_agent import WireAgent
 
 from schedulearn.protocol import JobList, JobPublic, PolicyPreview
@@ -59,6 +59,18 @@ def busy_gpu(api: Api, seconds: float = 100) -> tuple[int, float]:
     return blocker, began
 
 
+def started_on_stepped(app: Stepped, **body: object) -> tuple[WireAgent, int, int]:
+    """Node n1 with one GPU on `app`, running a job submitted with `body`:
+    (the node, the job's id, its attempt)."""
+    node = WireAgent(app.api, "n1", gpus=1)
+    node.register()
+    job_id = app.submit(**body)
+    app.schedule()
+    (start,) = node.work(wait=0).starts
+    node.start(job_id, start.attempt)
+    return node, job_id, start.attempt
+
+
 def preview(api: Api, headers: dict[str, str] | None = None, **params: str) -> PolicyPreview:
     r = api.get("/api/v1/policy/preview", headers=headers, params=params)
     assert r.status_code == 200, r.text
@@ -104,14 +116,11 @@ def test_a_job_of_unknown_duration_is_said_to_be_unknown(api: Api) -> None:
 def test_history_of_the_same_name_gives_an_estimate(settings: ServerSettings) -> None:
     # On a manual clock: the run lasts exactly 0.3 s, whatever the machine's speed.
     with stepped_app(settings) as app:
-        node = WireAgent(app.api, "n1", gpus=1)
-        node.register()
-        done = app.submit(name="nightly", command=["python", "train.py"])
-        app.schedule()
-        (start,) = node.work(wait=0).starts
-        node.start(done, start.attempt)
+        node, done, attempt = started_on_stepped(
+            app, name="nightly", command=["python", "train.py"]
+        )
         app.advance(0.3)
-        node.exit(done, start.attempt, 0)
+        node.exit(done, attempt, 0)
         assert app.job(done).state == "succeeded"
         again = app.submit(name="nightly", command=["python", "train.py", "--other"])
         j = app.job(again)
@@ -178,12 +187,7 @@ def test_forecasts_are_reused_until_the_state_changes(settings: ServerSettings) 
         predictor = app.api.state.predictions
         # Any change redoes the forecast at once, however long it took.
         predictor.slow_seconds = predictor.background_seconds = math.inf
-        node = WireAgent(app.api, "n1", gpus=1)
-        node.register()
-        blocker = app.submit(name="blocker", estimated_duration=100)
-        app.schedule()
-        (start,) = node.work(wait=0).starts
-        node.start(blocker, start.attempt)
+        started_on_stepped(app, name="blocker", estimated_duration=100)
         app.submit(estimated_duration=5)
         app.api.get("/api/v1/jobs")
         runs = predictor.computed
@@ -265,16 +269,11 @@ def test_reported_progress_extrapolates_a_running_jobs_end(
     from schedulearn.protocol import ProgressBatch, ProgressReport
 
     with stepped_app(settings) as app:
-        node = WireAgent(app.api, "n1", gpus=1)
-        node.register()
-        job_id = app.submit(name="epochs", estimated_duration=10_000)
-        app.schedule()
-        (start,) = node.work(wait=0).starts
-        node.start(job_id, start.attempt)
+        _, job_id, attempt = started_on_stepped(app, name="epochs", estimated_duration=10_000)
         started = app.clock.now()
         app.advance(1.0)
         body = ProgressBatch(
-            attempt=start.attempt,
+            attempt=attempt,
             node="n1",
             reports=[ProgressReport(at=app.clock.now(), epoch=1, total_epochs=4)],
         )
