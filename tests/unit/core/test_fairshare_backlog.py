@@ -4,6 +4,7 @@ answers exactly what a fresh grouping of each tuple answers."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -38,14 +39,19 @@ def new_job(rng: random.Random, next_id: int) -> JobView:
     return JobView(next_id, float(next_id), rng.choice((1, 2, 4, 8)), queue=rng.choice(QUEUES))
 
 
-def churn(rng: random.Random, jobs: list[JobView], next_id: int) -> int:
-    """Drop up to 3 jobs anywhere and insert up to 3 new ones anywhere (a
-    preempted job rejoins at its place); the next unused id."""
+def churn(
+    rng: random.Random,
+    jobs: list[JobView],
+    next_id: int,
+    make: Callable[[random.Random, int], JobView] = new_job,
+) -> int:
+    """Drop up to 3 jobs anywhere and insert up to 3 new ones (`make`) anywhere
+    (a preempted job rejoins at its place); the next unused id."""
     for _ in range(rng.randrange(0, 4)):
         if jobs:
             del jobs[rng.randrange(len(jobs))]
     for _ in range(rng.randrange(0, 4)):
-        jobs.insert(rng.randrange(len(jobs) + 1), new_job(rng, next_id))
+        jobs.insert(rng.randrange(len(jobs) + 1), make(rng, next_id))
         next_id += 1
     return next_id
 

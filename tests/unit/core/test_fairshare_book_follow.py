@@ -10,10 +10,18 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_fairshare_backlog import churn
 
 from schedulearn.core.fairshare_backlog import Backlog
 from schedulearn.core.fairshare_book import ShareBook, brief_waiting
-from schedulearn.core.fairshare_queues import DEFAULT_QUEUE, Queue, Tenancy, named, sweep
+from schedulearn.core.fairshare_queues import (
+    DEFAULT_QUEUE,
+    Queue,
+    QueueShare,
+    Tenancy,
+    named,
+    sweep,
+)
 from schedulearn.core.views import ClusterView, JobView, NodeView, Placement, rebuild
 
 MIN_RUN = 300.0
@@ -89,12 +97,7 @@ def test_the_brief_jobs_followed_are_those_of_each_tuple(seed: int, steps: int) 
     jobs: list[JobView] = []
     backlog = Backlog(lambda j: brief_waiting(j, MIN_RUN))
     for _ in range(steps):
-        for _ in range(rng.randrange(0, 4)):
-            if jobs:
-                del jobs[rng.randrange(len(jobs))]
-        for _ in range(rng.randrange(0, 4)):
-            jobs.insert(rng.randrange(len(jobs) + 1), pending_job(rng, next_id))
-            next_id += 1
+        next_id = churn(rng, jobs, next_id, pending_job)
         if rng.random() < 0.1:  # many at once: regrouped
             jobs = [pending_job(rng, next_id + k) for k in range(70)] + jobs
             next_id += 100
@@ -105,15 +108,17 @@ def test_the_brief_jobs_followed_are_those_of_each_tuple(seed: int, steps: int) 
         assert kept_brief(backlog) == fresh_brief(given_jobs)
 
 
-def shares_of(view: ClusterView, book: ShareBook) -> object:
-    shares, _ = book.shares(view, TENANCY)
+def counts(shares: dict[str, QueueShare]) -> object:
     # In order: queues no one declared are listed as a fresh count lists them.
     return [(n, s.used, s.pinned, s.beyond, s.pending, s.share) for n, s in shares.items()]
 
 
+def shares_of(view: ClusterView, book: ShareBook) -> object:
+    return counts(book.shares(view, TENANCY)[0])
+
+
 def fresh_shares(view: ClusterView) -> object:
-    shares, _ = sweep(view, TENANCY)
-    return [(n, s.used, s.pinned, s.beyond, s.pending, s.share) for n, s in shares.items()]
+    return counts(sweep(view, TENANCY)[0])
 
 
 @settings(max_examples=60, deadline=None)
